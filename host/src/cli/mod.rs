@@ -1,0 +1,112 @@
+//! The `reconciler-host` command line.
+
+mod inspect_cmd;
+mod test_cmd;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::plugin::{HostLimits, Sandbox, SandboxConfig};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "reconciler-host",
+    version,
+    about = "A Kubernetes controller host whose reconcile decisions run as sandboxed WebAssembly plugins.",
+    long_about = "A Kubernetes controller host whose reconcile decisions run as sandboxed WebAssembly plugins.\n\n\
+The host owns watches, caches and apply logic; each plugin (a component built for wasm32-wasip2 \
+against wit/reconciler.wit) decides the desired state of one kind.",
+    after_help = "Examples:\n  \
+reconciler-host test plugins/podset.wasm plugins/podset/cases\n  \
+reconciler-host inspect plugins/podset.wasm\n\n\
+Logs go to stderr; filter them with RUST_LOG (e.g. RUST_LOG=debug)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run golden cases against a compiled plugin: one line per case, a diff on mismatch.
+    #[command(after_help = "A case is a YAML file with the primary object, the objects the cache holds, and the \
+expected response. See plugins/podset/cases/ for examples. Exits non-zero if any case fails.")]
+    Test(test_cmd::TestArgs),
+    /// Print what a compiled plugin declares: kinds, finalizer, hints and the limits it would run under.
+    Inspect(inspect_cmd::InspectArgs),
+}
+
+/// Sandbox limits and compile cache; see `plugin::limits` for why each
+/// default is what it is.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Sandbox")]
+pub struct SandboxArgs {
+    /// Memory cap of one reconcile, in MiB, for plugins that do not ask for one.
+    #[arg(long, global = true, default_value_t = HostLimits::default().memory_mib, value_name = "MIB")]
+    pub plugin_memory_mib: u32,
+    /// The most memory a plugin may ask for (hints.memoryLimitMib).
+    #[arg(long, global = true, default_value_t = HostLimits::default().memory_max_mib, value_name = "MIB")]
+    pub plugin_memory_max_mib: u32,
+    /// Wall-clock deadline of one reconcile, in milliseconds.
+    #[arg(long, global = true, default_value_t = HostLimits::default().timeout_ms, value_name = "MS")]
+    pub plugin_timeout_ms: u32,
+    /// The longest deadline a plugin may ask for (hints.timeoutMs).
+    #[arg(long, global = true, default_value_t = HostLimits::default().timeout_max_ms, value_name = "MS")]
+    pub plugin_timeout_max_ms: u32,
+    /// Cap on the JSON text of one response, in KiB.
+    #[arg(long, global = true, default_value_t = HostLimits::default().output_kib, value_name = "KIB")]
+    pub plugin_output_kib: u32,
+    /// The largest output cap a plugin may ask for (hints.maxOutputKib).
+    #[arg(long, global = true, default_value_t = HostLimits::default().output_max_kib, value_name = "KIB")]
+    pub plugin_output_max_kib: u32,
+    /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/reconciler-host or ~/.cache/reconciler-host].
+    #[arg(long, global = true, env = "RECONCILER_HOST_COMPILE_CACHE", value_name = "DIR")]
+    pub compile_cache: Option<PathBuf>,
+    /// Compile plugins on every load instead of caching the result.
+    #[arg(long, global = true, conflicts_with = "compile_cache")]
+    pub no_compile_cache: bool,
+}
+
+impl SandboxArgs {
+    pub fn config(&self) -> anyhow::Result<SandboxConfig> {
+        let limits = HostLimits {
+            memory_mib: self.plugin_memory_mib,
+            memory_max_mib: self.plugin_memory_max_mib,
+            timeout_ms: self.plugin_timeout_ms,
+            timeout_max_ms: self.plugin_timeout_max_ms,
+            output_kib: self.plugin_output_kib,
+            output_max_kib: self.plugin_output_max_kib,
+            ..HostLimits::default()
+        };
+        for (default, max, name) in [
+            (limits.memory_mib, limits.memory_max_mib, "--plugin-memory-mib"),
+            (limits.timeout_ms, limits.timeout_max_ms, "--plugin-timeout-ms"),
+            (limits.output_kib, limits.output_max_kib, "--plugin-output-kib"),
+        ] {
+            if default == 0 || default > max {
+                anyhow::bail!("{name} is {default}: it must be more than 0 and at most its -max- counterpart ({max})");
+            }
+        }
+        let compile_cache = if self.no_compile_cache {
+            None
+        } else {
+            self.compile_cache.clone().or_else(crate::plugin::CompileCache::default_dir)
+        };
+        Ok(SandboxConfig { limits, compile_cache, ..SandboxConfig::default() })
+    }
+
+    pub fn sandbox(&self) -> anyhow::Result<Sandbox> {
+        Sandbox::new(self.config()?)
+    }
+}
+
+/// Runs the parsed command; the exit code on success.
+pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    match cli.command {
+        Command::Test(args) => test_cmd::run(&cli.sandbox, args),
+        Command::Inspect(args) => inspect_cmd::run(&cli.sandbox, args),
+    }
+}

@@ -1,0 +1,8 @@
+//! Golden cases: YAML files that pin what a compiled plugin answers for a
+//! given primary object and cache. `reconciler-host test` runs them.
+
+pub mod case;
+pub mod duration_text;
+pub mod runner;
+
+pub use runner::{CaseOutcome, CaseResult, discover, run_case};

@@ -1,0 +1,171 @@
+//! Running golden cases against a compiled plugin.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reconciler_sdk::k8s_openapi::jiff::Timestamp;
+use reconciler_sdk::memory_cache::MemoryCache;
+use reconciler_sdk::testing::DEFAULT_NOW_MILLIS;
+use serde_json::Value;
+
+use super::case::{Case, Expectation};
+use super::duration_text::format_duration;
+use crate::plugin::{LoadedPlugin, ReconcileInput, ValidResponse};
+
+/// The result of one case file.
+#[derive(Debug)]
+pub struct CaseResult {
+    pub file: PathBuf,
+    pub description: Option<String>,
+    pub elapsed: Duration,
+    pub outcome: CaseOutcome,
+}
+
+#[derive(Debug)]
+pub enum CaseOutcome {
+    Passed,
+    /// The plugin answered differently: a readable explanation or diff.
+    Failed(String),
+    /// The case file itself is wrong.
+    Broken(String),
+}
+
+impl CaseResult {
+    pub fn passed(&self) -> bool {
+        matches!(self.outcome, CaseOutcome::Passed)
+    }
+}
+
+/// Case files in `path` (`*.yaml`, `*.yml`, sorted), or `path` itself if it
+/// is a file.
+pub fn discover(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    use anyhow::Context as _;
+    if path.is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("cannot read the cases directory {}", path.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        anyhow::bail!("no case files (*.yaml) in {}", path.display());
+    }
+    Ok(files)
+}
+
+/// Runs one case file.
+pub fn run_case(plugin: &LoadedPlugin, file: &Path) -> CaseResult {
+    let started = Instant::now();
+    let (description, outcome) = match load_case(file) {
+        Err(reason) => (None, CaseOutcome::Broken(reason)),
+        Ok(case) => (case.description.clone(), check(plugin, case)),
+    };
+    CaseResult { file: file.to_path_buf(), description, elapsed: started.elapsed(), outcome }
+}
+
+fn load_case(file: &Path) -> Result<Case, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read: {e}"))?;
+    serde_yaml_ng::from_str(&text).map_err(|e| format!("not a valid case: {e}"))
+}
+
+fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
+    let now_millis = match case.now.as_deref().map(str::parse::<Timestamp>) {
+        None => DEFAULT_NOW_MILLIS,
+        Some(Ok(t)) => t.as_millisecond(),
+        Some(Err(e)) => return CaseOutcome::Broken(format!("`now` is not an RFC 3339 time: {e}")),
+    };
+    let mut cache = MemoryCache::new();
+    for object in case.objects.iter().chain([&case.primary]) {
+        if let Err(e) = cache.insert(object.clone()) {
+            return CaseOutcome::Broken(e.to_string());
+        }
+    }
+    let primary_namespace = case.primary.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
+    let request = cache.request_for(&case.primary, &plugin.metadata().owns);
+    let object = format!(
+        "{}/{}",
+        primary_namespace.as_deref().unwrap_or(""),
+        case.primary.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+    );
+    let input = ReconcileInput { request, primary_namespace: primary_namespace.clone(), object, reader: Arc::new(cache), now_millis };
+    let result = plugin.reconcile(input);
+
+    match (&case.expect.error, result) {
+        (Some(needle), Err(e)) if e.to_string().contains(needle.as_str()) => CaseOutcome::Passed,
+        (Some(needle), Err(e)) => CaseOutcome::Failed(format!("expected an error containing {needle:?}, got: {e}")),
+        (Some(needle), Ok(r)) => CaseOutcome::Failed(format!(
+            "expected an error containing {needle:?}, but the plugin answered:\n{}",
+            to_yaml(&actual(r))
+        )),
+        (None, Err(e)) => CaseOutcome::Failed(format!("reconcile failed: {e}")),
+        (None, Ok(r)) => {
+            let expected = normalise(case.expect, primary_namespace.as_deref());
+            let actual = actual(r);
+            if expected == actual { CaseOutcome::Passed } else { CaseOutcome::Failed(diff(&expected, &actual)) }
+        }
+    }
+}
+
+/// The actual response in the expectation's shape.
+fn actual(r: ValidResponse) -> Expectation {
+    let mut e = Expectation {
+        apply: r.apply.into_iter().map(|d| d.object).collect(),
+        delete: r.delete,
+        status: r.status.map(Value::Object),
+        events: r.events,
+        requeue_after: r.requeue_after.map(format_duration),
+        finalized: r.finalized,
+        error: None,
+    };
+    sort(&mut e);
+    e
+}
+
+/// Applies the host's defaults to what a case expects, so a case may leave
+/// out what the host fills in (the primary's namespace) and list objects in
+/// any order.
+fn normalise(mut e: Expectation, primary_namespace: Option<&str>) -> Expectation {
+    if let Some(ns) = primary_namespace {
+        for object in &mut e.apply {
+            if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.entry("namespace").or_insert_with(|| Value::String(ns.to_string()));
+            }
+        }
+        for d in &mut e.delete {
+            d.namespace.get_or_insert_with(|| ns.to_string());
+        }
+    }
+    // Accept `90s` as well as `1m30s`: compare canonical forms.
+    if let Some(text) = &e.requeue_after {
+        if let Ok(d) = super::duration_text::parse_duration(text) {
+            e.requeue_after = Some(format_duration(d));
+        }
+    }
+    sort(&mut e);
+    e
+}
+
+fn sort(e: &mut Expectation) {
+    let key = |v: &Value| {
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
+        (s("/apiVersion"), s("/kind"), s("/metadata/namespace"), s("/metadata/name"))
+    };
+    e.apply.sort_by_key(key);
+    e.delete.sort();
+}
+
+fn to_yaml(e: &Expectation) -> String {
+    serde_yaml_ng::to_string(e).unwrap_or_else(|err| format!("<cannot print: {err}>"))
+}
+
+fn diff(expected: &Expectation, actual: &Expectation) -> String {
+    let (expected, actual) = (to_yaml(expected), to_yaml(actual));
+    similar::TextDiff::from_lines(&expected, &actual)
+        .unified_diff()
+        .context_radius(3)
+        .header("expected", "actual")
+        .to_string()
+}

@@ -1,0 +1,11 @@
+//! reconciler-host: a Kubernetes controller host whose reconcile decisions
+//! run as sandboxed WebAssembly components.
+//!
+//! - [`plugin`]: load components, run each reconcile in a fresh sandboxed
+//!   instance, validate what comes back.
+//! - [`golden`]: golden cases (`reconciler-host test`) against a compiled plugin.
+//! - [`cli`]: the `reconciler-host` command line.
+
+pub mod cli;
+pub mod golden;
+pub mod plugin;

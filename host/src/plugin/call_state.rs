@@ -1,0 +1,162 @@
+//! The state of one sandboxed call: WASI (empty), the memory limiter, and the
+//! host's side of the plugin's imports.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reconciler_sdk::{KindRef, PluginMetadata};
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::reconciler::plugin::{cache, clock, log, types};
+use super::object_reader::ObjectReader;
+
+/// What the imports may see during a reconcile. Absent during `metadata`.
+pub(crate) struct ReconcileScope {
+    pub metadata: Arc<PluginMetadata>,
+    pub reader: Arc<dyn ObjectReader>,
+}
+
+/// The data of one store: lives exactly as long as one call.
+pub(crate) struct CallState {
+    pub wasi: WasiCtx,
+    pub table: ResourceTable,
+    pub limiter: MemoryCap,
+    pub scope: Option<ReconcileScope>,
+    pub now_millis: i64,
+    /// For log events: the plugin and the object being reconciled.
+    pub plugin: String,
+    pub object: String,
+}
+
+/// Output pipes for guest stdout and stderr, kept to emit as log events.
+pub(crate) struct GuestOutput {
+    pub stdout: MemoryOutputPipe,
+    pub stderr: MemoryOutputPipe,
+    pub capacity: usize,
+}
+
+impl GuestOutput {
+    pub fn new(capacity: usize) -> Self {
+        Self { stdout: MemoryOutputPipe::new(capacity), stderr: MemoryOutputPipe::new(capacity), capacity }
+    }
+
+    /// Whether the guest filled a pipe (its next write trapped).
+    pub fn overflowed(&self) -> bool {
+        self.stdout.contents().len() >= self.capacity || self.stderr.contents().len() >= self.capacity
+    }
+
+    /// The last non-empty stderr line: a Rust guest's panic message.
+    pub fn last_stderr_line(&self) -> Option<String> {
+        let bytes = self.stderr.contents();
+        String::from_utf8_lossy(&bytes).lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string)
+    }
+
+    /// Emits what the guest wrote as log events, one per line.
+    pub fn emit(&self, plugin: &str, object: &str) {
+        for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            let bytes = pipe.contents();
+            for line in String::from_utf8_lossy(&bytes).lines().filter(|l| !l.trim().is_empty()) {
+                tracing::info!(target: "plugin", plugin, object, stream, "{line}");
+            }
+        }
+    }
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// The per-call memory cap. Records that it refused a growth so the host can
+/// report "memory limit exceeded" rather than the guest's confused abort.
+pub(crate) struct MemoryCap {
+    pub limit_bytes: usize,
+    pub hit: bool,
+}
+
+impl wasmtime::ResourceLimiter for MemoryCap {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.limit_bytes {
+            self.hit = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// WASI's wall clock follows the host clock, so a plugin that reads the time
+/// through std still sees the virtual time of a test or simulation.
+pub(crate) struct FixedWallClock(pub i64);
+
+impl wasmtime_wasi::HostWallClock for FixedWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_millis(1)
+    }
+
+    fn now(&self) -> Duration {
+        Duration::from_millis(u64::try_from(self.0).unwrap_or(0))
+    }
+}
+
+fn kind_from_wit(k: types::KindRef) -> KindRef {
+    KindRef { group: k.group, version: k.version, kind: k.kind }
+}
+
+impl CallState {
+    fn readable(&self, kind: &KindRef) -> Result<&Arc<dyn ObjectReader>, String> {
+        let scope = self.scope.as_ref().ok_or("the cache cannot be read while reporting metadata")?;
+        scope.metadata.check_readable(kind)?;
+        Ok(&scope.reader)
+    }
+}
+
+impl types::Host for CallState {}
+
+impl cache::Host for CallState {
+    fn get(
+        &mut self,
+        kind: types::KindRef,
+        namespace: Option<String>,
+        name: String,
+    ) -> Result<Option<String>, String> {
+        let kind = kind_from_wit(kind);
+        Ok(self.readable(&kind)?.get(&kind, namespace.as_deref(), &name))
+    }
+
+    fn list(
+        &mut self,
+        kind: types::KindRef,
+        namespace: Option<String>,
+        label_selector: String,
+    ) -> Result<Vec<String>, String> {
+        let kind = kind_from_wit(kind);
+        self.readable(&kind)?.list(&kind, namespace.as_deref(), &label_selector)
+    }
+}
+
+impl clock::Host for CallState {
+    fn now(&mut self) -> i64 {
+        self.now_millis
+    }
+}
+
+impl log::Host for CallState {
+    fn log(&mut self, level: log::Level, message: String, fields: Vec<(String, String)>) {
+        let fields: String = fields.iter().map(|(k, v)| format!("{k}={v:?}")).collect::<Vec<_>>().join(" ");
+        let (plugin, object) = (self.plugin.as_str(), self.object.as_str());
+        match level {
+            log::Level::Trace => tracing::trace!(target: "plugin", plugin, object, fields, "{message}"),
+            log::Level::Debug => tracing::debug!(target: "plugin", plugin, object, fields, "{message}"),
+            log::Level::Info => tracing::info!(target: "plugin", plugin, object, fields, "{message}"),
+            log::Level::Warn => tracing::warn!(target: "plugin", plugin, object, fields, "{message}"),
+            log::Level::Error => tracing::error!(target: "plugin", plugin, object, fields, "{message}"),
+        }
+    }
+}

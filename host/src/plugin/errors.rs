@@ -1,0 +1,84 @@
+//! Why a plugin did not load, and why a reconcile call failed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::contract_version::ContractError;
+use super::limits::LimitTooHigh;
+use super::metadata_rules::MetadataError;
+use super::response_rules::InvalidResponse;
+
+/// A plugin file that cannot be served. Always names the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {reason}", path.display())]
+pub struct LoadError {
+    pub path: PathBuf,
+    pub reason: LoadFailure,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadFailure {
+    #[error("cannot read the file: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("not a WebAssembly file (it does not start with the \\0asm magic)")]
+    NotWasm,
+    #[error(
+        "a core WebAssembly module, not a component: build the plugin with `cargo build --release --target wasm32-wasip2`"
+    )]
+    CoreModule,
+    #[error("cannot compile the component: {0}")]
+    Compile(String),
+    #[error(transparent)]
+    Contract(#[from] ContractError),
+    #[error("cannot link the component: {0}")]
+    Link(String),
+    #[error("calling metadata failed: {0}")]
+    MetadataCall(#[source] CallError),
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    #[error(transparent)]
+    Limits(#[from] LimitTooHigh),
+}
+
+/// A reconcile that produced nothing to apply. Each variant tells the user
+/// what happened and, for limits, which knob moves it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    #[error("timed out after {} ms (raise the deadline with hints.timeoutMs, up to --plugin-timeout-max-ms)", limit.as_millis())]
+    Timeout { limit: Duration },
+    #[error(
+        "exceeded its memory limit of {} MiB (raise it with hints.memoryLimitMib, up to --plugin-memory-max-mib)",
+        limit_bytes / (1024 * 1024)
+    )]
+    MemoryLimit { limit_bytes: usize },
+    #[error("wrote more than {} KiB to stdout or stderr in one call", limit_bytes / 1024)]
+    StdioLimit { limit_bytes: usize },
+    #[error(
+        "response is {bytes} bytes, over the output limit of {limit_bytes} bytes (raise it with hints.maxOutputKib, up to --plugin-output-max-kib)"
+    )]
+    OutputTooLarge { bytes: usize, limit_bytes: usize },
+    #[error("trapped: {message}")]
+    Trap { message: String },
+    #[error("cannot instantiate: {0}")]
+    Instantiate(String),
+    #[error("plugin error: {0}")]
+    Plugin(String),
+    #[error(transparent)]
+    InvalidResponse(#[from] InvalidResponse),
+}
+
+impl CallError {
+    /// A short, stable name for metrics and Event reasons.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CallError::Timeout { .. } => "Timeout",
+            CallError::MemoryLimit { .. } => "MemoryLimit",
+            CallError::StdioLimit { .. } => "StdioLimit",
+            CallError::OutputTooLarge { .. } => "OutputTooLarge",
+            CallError::Trap { .. } => "Trap",
+            CallError::Instantiate(_) => "InstantiateFailed",
+            CallError::Plugin(_) => "ReconcileError",
+            CallError::InvalidResponse(_) => "InvalidResponse",
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Sandbox limits: one place, each limit named, its default justified.
+//!
+//! Every reconcile runs under three caps. The host sets a default for each and
+//! a ceiling; a plugin may ask for a different value in its metadata `hints`
+//! (its author knows it needs more memory, say), and a request above the
+//! ceiling makes the host refuse the plugin at load, naming the option that
+//! raises the ceiling. So an operator decides how far any plugin may go, and a
+//! plugin author decides what one plugin needs within that.
+
+use std::time::Duration;
+
+use reconciler_sdk::Hints;
+
+/// Host-wide defaults and ceilings. The CLI maps one option to each field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostLimits {
+    /// Linear memory per reconcile. 64 MiB holds a request of thousands of
+    /// objects parsed into typed structs with room to spare, while a runaway
+    /// allocation fails in milliseconds. (`--plugin-memory-mib`)
+    pub memory_mib: u32,
+    /// The most a plugin may ask for. Also sizes the pooling allocator's
+    /// slots. (`--plugin-memory-max-mib`)
+    pub memory_max_mib: u32,
+    /// Wall-clock deadline per reconcile. A reconcile decides, it does not
+    /// wait on anything, so a typical one takes well under a millisecond; one
+    /// second is generous yet keeps a looping plugin from stalling its queue.
+    /// (`--plugin-timeout-ms`)
+    pub timeout_ms: u32,
+    /// (`--plugin-timeout-max-ms`)
+    pub timeout_max_ms: u32,
+    /// Total JSON text in one response. 1 MiB is the size of the largest
+    /// object etcd stores by default, so no honest response needs more per
+    /// object, and few need more in total. (`--plugin-output-kib`)
+    pub output_kib: u32,
+    /// (`--plugin-output-max-kib`)
+    pub output_max_kib: u32,
+    /// Guest stdout and stderr kept per call; a plugin writing more traps.
+    /// 64 KiB is thousands of log lines: anything beyond is a bug.
+    pub stdio_kib: u32,
+}
+
+impl Default for HostLimits {
+    fn default() -> Self {
+        Self {
+            memory_mib: 64,
+            memory_max_mib: 256,
+            timeout_ms: 1_000,
+            timeout_max_ms: 10_000,
+            output_kib: 1_024,
+            output_max_kib: 8_192,
+            stdio_kib: 64,
+        }
+    }
+}
+
+/// The limits one plugin actually runs under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SandboxLimits {
+    pub memory_bytes: usize,
+    pub timeout: Duration,
+    pub output_bytes: usize,
+    pub stdio_bytes: usize,
+}
+
+/// A hint above the host's ceiling.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("hints.{hint} asks for {asked} {unit}, above this host's maximum of {max} {unit} (raise it with {option})")]
+pub struct LimitTooHigh {
+    pub hint: &'static str,
+    pub asked: u32,
+    pub max: u32,
+    pub unit: &'static str,
+    pub option: &'static str,
+}
+
+impl HostLimits {
+    /// The limits for a plugin with these hints.
+    pub fn resolve(&self, hints: &Hints) -> Result<SandboxLimits, LimitTooHigh> {
+        let pick = |asked: Option<u32>, default: u32, max: u32, hint, unit, option| match asked {
+            Some(asked) if asked > max => Err(LimitTooHigh { hint, asked, max, unit, option }),
+            Some(asked) => Ok(asked),
+            None => Ok(default.min(max)),
+        };
+        let memory = pick(
+            hints.memory_limit_mib,
+            self.memory_mib,
+            self.memory_max_mib,
+            "memoryLimitMib",
+            "MiB",
+            "--plugin-memory-max-mib",
+        )?;
+        let timeout = pick(
+            hints.timeout_ms,
+            self.timeout_ms,
+            self.timeout_max_ms,
+            "timeoutMs",
+            "ms",
+            "--plugin-timeout-max-ms",
+        )?;
+        let output = pick(
+            hints.max_output_kib,
+            self.output_kib,
+            self.output_max_kib,
+            "maxOutputKib",
+            "KiB",
+            "--plugin-output-max-kib",
+        )?;
+        Ok(SandboxLimits {
+            memory_bytes: memory as usize * 1024 * 1024,
+            timeout: Duration::from_millis(u64::from(timeout)),
+            output_bytes: output as usize * 1024,
+            stdio_bytes: self.stdio_kib as usize * 1024,
+        })
+    }
+
+    /// The limits `metadata` is called under, before any hint is known.
+    pub fn defaults(&self) -> SandboxLimits {
+        self.resolve(&Hints::default()).expect("defaults never exceed ceilings")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_override_defaults_within_the_ceiling() {
+        let host = HostLimits::default();
+        let none = host.resolve(&Hints::default()).unwrap();
+        assert_eq!(none.memory_bytes, 64 << 20);
+        assert_eq!(none.timeout, Duration::from_secs(1));
+        let asked = host
+            .resolve(&Hints { memory_limit_mib: Some(128), timeout_ms: Some(50), ..Default::default() })
+            .unwrap();
+        assert_eq!(asked.memory_bytes, 128 << 20);
+        assert_eq!(asked.timeout, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn a_hint_above_the_ceiling_names_the_option_that_raises_it() {
+        let host = HostLimits::default();
+        let err = host.resolve(&Hints { timeout_ms: Some(60_000), ..Default::default() }).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("hints.timeoutMs asks for 60000 ms"), "{text}");
+        assert!(text.contains("--plugin-timeout-max-ms"), "{text}");
+    }
+}

@@ -1,0 +1,248 @@
+//! A plugin ready to serve: validated metadata, resolved limits, and a
+//! pre-instantiated component from which each call gets a fresh instance.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use reconciler_sdk::contract::{
+    Event, EventType, Hints, ObjectRef, ReadKind, ReconcileRequest, ReconcileResponse,
+};
+use reconciler_sdk::{KindRef, MapRule, PluginMetadata};
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, Trap};
+use wasmtime_wasi::WasiCtxBuilder;
+
+use super::bindings::{PluginPre, guest, types};
+use super::call_state::{CallState, FixedWallClock, GuestOutput, MemoryCap, ReconcileScope};
+use super::errors::CallError;
+use super::limits::SandboxLimits;
+use super::object_reader::ObjectReader;
+use super::response_rules::{ValidResponse, validate_response};
+use super::sandbox::{EPOCH_TICK, EpochTicker};
+
+/// A loaded plugin. Cheap to share; every call is independent.
+pub struct LoadedPlugin {
+    metadata: Arc<PluginMetadata>,
+    limits: SandboxLimits,
+    path: PathBuf,
+    sha256: String,
+    pre: PluginPre<CallState>,
+    // Deadlines only fire while the ticker runs: keep it alive with us.
+    _ticker: Arc<EpochTicker>,
+}
+
+/// One object to reconcile, as the host observed it.
+pub struct ReconcileInput {
+    pub request: ReconcileRequest,
+    /// `metadata.namespace` of the primary: confines what may be applied.
+    pub primary_namespace: Option<String>,
+    /// `namespace/name` of the primary, for logs.
+    pub object: String,
+    pub reader: Arc<dyn ObjectReader>,
+    pub now_millis: i64,
+}
+
+impl LoadedPlugin {
+    pub(crate) fn new(
+        metadata: PluginMetadata,
+        limits: SandboxLimits,
+        path: PathBuf,
+        sha256: String,
+        pre: PluginPre<CallState>,
+        ticker: Arc<EpochTicker>,
+    ) -> Self {
+        Self { metadata: Arc::new(metadata), limits, path, sha256, pre, _ticker: ticker }
+    }
+
+    pub fn metadata(&self) -> &PluginMetadata {
+        &self.metadata
+    }
+
+    pub fn name(&self) -> &str {
+        &self.metadata.name
+    }
+
+    pub fn limits(&self) -> SandboxLimits {
+        self.limits
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// SHA-256 of the Wasm file, hex.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    /// Runs one reconcile in a fresh instance and validates the response.
+    /// Nothing is applied here: an `Ok` is a response that may be applied
+    /// whole, an `Err` means nothing of this call must be.
+    pub fn reconcile(&self, input: ReconcileInput) -> Result<ValidResponse, CallError> {
+        let scope = ReconcileScope { metadata: self.metadata.clone(), reader: input.reader };
+        let (mut store, output) =
+            new_store(&self.pre, self.limits, Some(scope), input.now_millis, self.name(), &input.object);
+        let request = guest::ReconcileRequest {
+            primary: input.request.primary,
+            children: input.request.children,
+            deleting: input.request.deleting,
+        };
+        let result = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| CallError::Instantiate(format!("{e:#}")))
+            .and_then(|p| {
+                p.reconciler_plugin_reconciler()
+                    .call_reconcile(&mut store, &request)
+                    .map_err(|e| classify(e, &store, &output, self.limits))
+            });
+        output.emit(self.name(), &input.object);
+        let response = response_from_wit(result?.map_err(CallError::Plugin)?);
+        let bytes = response.text_len();
+        if bytes > self.limits.output_bytes {
+            return Err(CallError::OutputTooLarge { bytes, limit_bytes: self.limits.output_bytes });
+        }
+        Ok(validate_response(&self.metadata, input.primary_namespace.as_deref(), response)?)
+    }
+
+    /// Calls `metadata` in a fresh instance under the host's default limits.
+    pub(crate) fn call_metadata(
+        pre: &PluginPre<CallState>,
+        limits: SandboxLimits,
+        file: &str,
+    ) -> Result<PluginMetadata, CallError> {
+        let (mut store, output) = new_store(pre, limits, None, 0, file, "-");
+        let result = pre
+            .instantiate(&mut store)
+            .map_err(|e| CallError::Instantiate(format!("{e:#}")))
+            .and_then(|p| {
+                p.reconciler_plugin_reconciler()
+                    .call_metadata(&mut store)
+                    .map_err(|e| classify(e, &store, &output, limits))
+            });
+        output.emit(file, "-");
+        result.map(metadata_from_wit)
+    }
+}
+
+fn new_store(
+    pre: &PluginPre<CallState>,
+    limits: SandboxLimits,
+    scope: Option<ReconcileScope>,
+    now_millis: i64,
+    plugin: &str,
+    object: &str,
+) -> (Store<CallState>, GuestOutput) {
+    let output = GuestOutput::new(limits.stdio_bytes);
+    // No preopened directories, environment, arguments, stdin or network.
+    let wasi = WasiCtxBuilder::new()
+        .stdout(output.stdout.clone())
+        .stderr(output.stderr.clone())
+        .wall_clock(FixedWallClock(now_millis))
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .build();
+    let state = CallState {
+        wasi,
+        table: ResourceTable::new(),
+        limiter: MemoryCap { limit_bytes: limits.memory_bytes, hit: false },
+        scope,
+        now_millis,
+        plugin: plugin.to_string(),
+        object: object.to_string(),
+    };
+    let mut store = Store::new(pre.engine(), state);
+    store.limiter(|s| &mut s.limiter);
+    let ticks = limits.timeout.as_millis().div_ceil(EPOCH_TICK.as_millis()).max(1);
+    store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
+    store.epoch_deadline_trap();
+    (store, output)
+}
+
+/// Turns a failed call into the error a user can act on: a limit the host
+/// enforced is named as such, rather than as the trap it caused.
+fn classify(error: wasmtime::Error, store: &Store<CallState>, output: &GuestOutput, limits: SandboxLimits) -> CallError {
+    if store.data().limiter.hit {
+        return CallError::MemoryLimit { limit_bytes: limits.memory_bytes };
+    }
+    if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+        return CallError::Timeout { limit: limits.timeout };
+    }
+    if output.overflowed() {
+        return CallError::StdioLimit { limit_bytes: limits.stdio_bytes };
+    }
+    let message = match output.last_stderr_line() {
+        Some(line) => format!("{line} ({})", root_cause(&error)),
+        None => root_cause(&error),
+    };
+    CallError::Trap { message }
+}
+
+fn root_cause(error: &wasmtime::Error) -> String {
+    match error.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => format!("{error:#}"),
+    }
+}
+
+fn kind_from_wit(k: types::KindRef) -> KindRef {
+    KindRef { group: k.group, version: k.version, kind: k.kind }
+}
+
+fn metadata_from_wit(m: types::PluginMetadata) -> PluginMetadata {
+    PluginMetadata {
+        name: m.name,
+        version: m.version,
+        primary: kind_from_wit(m.primary),
+        owns: m.owns.into_iter().map(kind_from_wit).collect(),
+        reads: m
+            .reads
+            .into_iter()
+            .map(|r| ReadKind {
+                kind: kind_from_wit(r.kind),
+                maps_by: match r.maps_by {
+                    types::MapRule::Label(k) => MapRule::Label(k),
+                    types::MapRule::Annotation(k) => MapRule::Annotation(k),
+                    types::MapRule::SameName => MapRule::SameName,
+                    types::MapRule::None => MapRule::None,
+                },
+                metadata_only: r.metadata_only,
+            })
+            .collect(),
+        writes: m.writes.into_iter().map(kind_from_wit).collect(),
+        finalizer: m.finalizer,
+        hints: Hints {
+            max_concurrent_reconciles: m.hints.max_concurrent_reconciles,
+            memory_limit_mib: m.hints.memory_limit_mib,
+            timeout_ms: m.hints.timeout_ms,
+            max_output_kib: m.hints.max_output_kib,
+        },
+    }
+}
+
+fn response_from_wit(r: guest::ReconcileResponse) -> ReconcileResponse {
+    ReconcileResponse {
+        apply: r.apply,
+        delete: r
+            .delete
+            .into_iter()
+            .map(|d| ObjectRef { api_version: d.api_version, kind: d.kind, namespace: d.namespace, name: d.name })
+            .collect(),
+        status: r.status,
+        events: r
+            .events
+            .into_iter()
+            .map(|e| Event {
+                event_type: match e.event_type {
+                    guest::EventType::Normal => EventType::Normal,
+                    guest::EventType::Warning => EventType::Warning,
+                },
+                reason: e.reason,
+                message: e.message,
+            })
+            .collect(),
+        requeue_after_ms: r.requeue_after_ms,
+        finalized: r.finalized,
+    }
+}

@@ -1,0 +1,138 @@
+//! Validation of a plugin's metadata at load. Each rule names the field it
+//! refused, so the author knows exactly what to change.
+
+use std::collections::HashMap;
+
+use reconciler_sdk::{KindRef, MapRule, PluginMetadata};
+
+use super::names::{check_dns_label, check_dns_subdomain, check_kind, check_qualified_name};
+
+/// A metadata field that breaks a rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("metadata field `{field}`: {reason}")]
+pub struct MetadataError {
+    pub field: String,
+    pub reason: String,
+}
+
+fn at(field: impl Into<String>) -> impl FnOnce(String) -> MetadataError {
+    let field = field.into();
+    move |reason| MetadataError { field, reason }
+}
+
+fn check_kind_ref(field: &str, k: &KindRef) -> Result<(), MetadataError> {
+    if !k.group.is_empty() {
+        check_dns_subdomain(&k.group).map_err(at(format!("{field}.group")))?;
+    }
+    check_dns_label(&k.version).map_err(at(format!("{field}.version")))?;
+    check_kind(&k.kind).map_err(at(format!("{field}.kind")))
+}
+
+/// Checks every rule; returns the first broken one.
+pub fn validate_metadata(m: &PluginMetadata) -> Result<(), MetadataError> {
+    check_dns_label(&m.name).map_err(at("name"))?;
+    if m.version.trim().is_empty() || m.version.len() > 64 || m.version.chars().any(char::is_whitespace) {
+        return Err(at("version")(format!("{:?} must be 1 to 64 characters without spaces", m.version)));
+    }
+
+    // Every declared kind with the field that declares it, in field order.
+    let mut roles: Vec<(String, &KindRef)> = vec![("primary".into(), &m.primary)];
+    roles.extend(m.owns.iter().enumerate().map(|(i, k)| (format!("owns[{i}]"), k)));
+    roles.extend(m.reads.iter().enumerate().map(|(i, r)| (format!("reads[{i}]"), &r.kind)));
+    roles.extend(m.writes.iter().enumerate().map(|(i, k)| (format!("writes[{i}]"), k)));
+    for (field, kind) in &roles {
+        check_kind_ref(field, kind)?;
+    }
+    for (i, r) in m.reads.iter().enumerate() {
+        match &r.maps_by {
+            MapRule::Label(key) => check_qualified_name(key).map_err(at(format!("reads[{i}].mapsBy.label")))?,
+            MapRule::Annotation(key) => {
+                check_qualified_name(key).map_err(at(format!("reads[{i}].mapsBy.annotation")))?
+            }
+            MapRule::SameName | MapRule::None => {}
+        }
+    }
+    let mut seen: HashMap<&KindRef, String> = HashMap::new();
+    for (field, kind) in roles {
+        if let Some(first) = seen.get(kind) {
+            return Err(at(field.clone())(format!(
+                "{kind} is already declared as `{first}`; declare each kind once, in one role"
+            )));
+        }
+        seen.insert(kind, field);
+    }
+
+    if let Some(finalizer) = &m.finalizer {
+        check_qualified_name(finalizer).map_err(at("finalizer"))?;
+        if !finalizer.contains('/') {
+            return Err(at("finalizer")(format!(
+                "{finalizer:?} must be qualified with a domain, like example.com/{finalizer}"
+            )));
+        }
+    }
+    if m.hints.max_concurrent_reconciles == Some(0) {
+        return Err(at("hints.maxConcurrentReconciles")("must be at least 1".into()));
+    }
+    for (field, value) in [
+        ("hints.memoryLimitMib", m.hints.memory_limit_mib),
+        ("hints.timeoutMs", m.hints.timeout_ms),
+        ("hints.maxOutputKib", m.hints.max_output_kib),
+    ] {
+        if value == Some(0) {
+            return Err(at(field)("must be more than 0 (leave it unset for the host's default)".into()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use reconciler_sdk::Hints;
+
+    use super::*;
+
+    fn valid() -> PluginMetadata {
+        PluginMetadata::new("podset", "0.1.0", KindRef::new("example.com", "v1alpha1", "PodSet"))
+            .owns(KindRef::new("apps", "v1", "Deployment"))
+            .reads(KindRef::new("", "v1", "Pod"), MapRule::Label("podset".into()), true)
+            .finalizer("example.com/cleanup")
+    }
+
+    #[test]
+    fn well_formed_metadata_passes() {
+        validate_metadata(&valid()).unwrap();
+    }
+
+    #[test]
+    fn each_broken_rule_names_its_field() {
+        type Break = fn(&mut PluginMetadata);
+        let cases: &[(&str, Break)] = &[
+            ("name", |m| m.name = "Pod_Set".into()),
+            ("version", |m| m.version = "".into()),
+            ("primary.group", |m| m.primary.group = "Example.com".into()),
+            ("primary.version", |m| m.primary.version = "".into()),
+            ("owns[0].kind", |m| m.owns[0].kind = "deployment".into()),
+            ("reads[0].mapsBy.label", |m| m.reads[0].maps_by = MapRule::Label("bad key!".into())),
+            ("writes[0]", |m| m.writes.push(KindRef::new("apps", "v1", "Deployment"))),
+            ("owns[1]", |m| m.owns.push(KindRef::new("example.com", "v1alpha1", "PodSet"))),
+            ("finalizer", |m| m.finalizer = Some("cleanup".into())),
+            ("hints.maxConcurrentReconciles", |m| {
+                m.hints = Hints { max_concurrent_reconciles: Some(0), ..Default::default() }
+            }),
+            ("hints.timeoutMs", |m| m.hints = Hints { timeout_ms: Some(0), ..Default::default() }),
+        ];
+        for (field, breaks) in cases {
+            let mut m = valid();
+            breaks(&mut m);
+            let err = validate_metadata(&m).expect_err(field);
+            assert_eq!(err.field, *field, "{err}");
+        }
+    }
+
+    #[test]
+    fn a_kind_declared_twice_names_both_places() {
+        let m = valid().writes(KindRef::new("apps", "v1", "Deployment"));
+        let err = validate_metadata(&m).unwrap_err().to_string();
+        assert!(err.contains("`writes[0]`") && err.contains("`owns[0]`"), "{err}");
+    }
+}

@@ -1,0 +1,23 @@
+//! The plugin runtime: loading components, sandboxing calls, and checking
+//! everything a plugin says before the host acts on it.
+
+mod bindings;
+mod call_state;
+pub mod compile_cache;
+pub mod contract_version;
+pub mod errors;
+pub mod limits;
+mod loaded;
+pub mod metadata_rules;
+pub mod names;
+pub mod object_reader;
+pub mod response_rules;
+pub mod sandbox;
+
+pub use compile_cache::{CompileCache, CompileSource};
+pub use errors::{CallError, LoadError, LoadFailure};
+pub use limits::{HostLimits, SandboxLimits};
+pub use loaded::{LoadedPlugin, ReconcileInput};
+pub use object_reader::ObjectReader;
+pub use response_rules::{DesiredObject, InvalidResponse, ValidResponse, WriteRole};
+pub use sandbox::{LoadReport, Sandbox, SandboxConfig};

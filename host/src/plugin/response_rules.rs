@@ -1,0 +1,281 @@
+//! Validation of a plugin's response, all of it, before anything is applied.
+//!
+//! The host trusts nothing a plugin returns: a response that would write an
+//! undeclared kind, reach into another namespace, or carry a malformed object
+//! is refused whole, with a message that names the offending item. Only a
+//! [`ValidResponse`] can reach the apply step, so a half-checked response
+//! cannot be applied by mistake.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use reconciler_sdk::contract::{Event, ObjectRef, ReconcileResponse};
+use reconciler_sdk::{KindRef, PluginMetadata};
+use serde_json::{Map, Value};
+
+use super::names::{check_dns_subdomain, check_kind};
+
+/// A response that passed every rule. Objects carry their namespace (the
+/// primary's where the plugin left it out).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidResponse {
+    pub apply: Vec<DesiredObject>,
+    pub delete: Vec<ObjectRef>,
+    pub status: Option<Map<String, Value>>,
+    pub events: Vec<Event>,
+    pub requeue_after: Option<Duration>,
+    pub finalized: bool,
+}
+
+/// An object to apply, and whether the plugin owns it or only writes to it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DesiredObject {
+    pub kind: KindRef,
+    pub role: WriteRole,
+    pub object: Value,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteRole {
+    /// A child: gets the controller ownerReference, pruned when not returned.
+    Owned,
+    /// Patched with the plugin's field manager; never owned, never pruned.
+    Written,
+}
+
+/// The first rule a response broke.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid response: {item}: {reason}")]
+pub struct InvalidResponse {
+    /// Which item, e.g. `apply[1] (apps/v1 Deployment web)` or `status`.
+    pub item: String,
+    pub reason: String,
+}
+
+/// Checks `response` for the plugin `metadata` reconciling a primary in
+/// namespace `primary_ns` (`None` for a cluster-scoped primary).
+pub fn validate_response(
+    metadata: &PluginMetadata,
+    primary_ns: Option<&str>,
+    response: ReconcileResponse,
+) -> Result<ValidResponse, InvalidResponse> {
+    let mut seen = BTreeSet::new();
+    let mut apply = Vec::with_capacity(response.apply.len());
+    for (i, text) in response.apply.iter().enumerate() {
+        let desired = check_object(metadata, primary_ns, i, text)?;
+        let key = (desired.kind.clone(), namespace_of(&desired.object), name_of(&desired.object));
+        if !seen.insert(key) {
+            return Err(InvalidResponse {
+                item: describe(i, &desired.kind, &desired.object),
+                reason: "the same object appears twice in apply".into(),
+            });
+        }
+        apply.push(desired);
+    }
+
+    let mut delete = Vec::with_capacity(response.delete.len());
+    for (i, mut r) in response.delete.into_iter().enumerate() {
+        let item = format!("delete[{i}] ({} {} {})", r.api_version, r.kind, r.name);
+        let kind = KindRef::from_api_version(&r.api_version, &r.kind);
+        if !metadata.owns_kind(&kind) {
+            return Err(InvalidResponse { item, reason: format!("{kind} is not a kind this plugin owns") });
+        }
+        check_dns_subdomain(&r.name).map_err(|reason| InvalidResponse { item: item.clone(), reason })?;
+        r.namespace = resolve_namespace(primary_ns, r.namespace.as_deref()).map_err(|reason| InvalidResponse { item, reason })?;
+        delete.push(r);
+    }
+
+    let status = match response.status {
+        None => None,
+        Some(text) => match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(map)) => Some(map),
+            Ok(other) => {
+                return Err(InvalidResponse {
+                    item: "status".into(),
+                    reason: format!("must be a JSON object, got {}", json_type(&other)),
+                });
+            }
+            Err(e) => return Err(InvalidResponse { item: "status".into(), reason: format!("not valid JSON: {e}") }),
+        },
+    };
+
+    for (i, e) in response.events.iter().enumerate() {
+        let item = format!("events[{i}]");
+        if check_kind(&e.reason).is_err() || e.reason.len() > 128 {
+            return Err(InvalidResponse {
+                item,
+                reason: format!("reason {:?} must be UpperCamelCase, at most 128 characters", e.reason),
+            });
+        }
+        if e.message.len() > 1024 {
+            return Err(InvalidResponse { item, reason: "message is over 1024 characters".into() });
+        }
+    }
+
+    Ok(ValidResponse {
+        apply,
+        delete,
+        status,
+        events: response.events,
+        requeue_after: response.requeue_after_ms.map(Duration::from_millis),
+        finalized: response.finalized,
+    })
+}
+
+fn check_object(
+    metadata: &PluginMetadata,
+    primary_ns: Option<&str>,
+    i: usize,
+    text: &str,
+) -> Result<DesiredObject, InvalidResponse> {
+    let anonymous = |reason: String| InvalidResponse { item: format!("apply[{i}]"), reason };
+    let mut object: Value = serde_json::from_str(text).map_err(|e| anonymous(format!("not valid JSON: {e}")))?;
+    if !object.is_object() {
+        return Err(anonymous(format!("must be a JSON object, got {}", json_type(&object))));
+    }
+    let api_version = object.get("apiVersion").and_then(Value::as_str).filter(|s| !s.is_empty());
+    let kind_name = object.get("kind").and_then(Value::as_str).filter(|s| !s.is_empty());
+    let (Some(api_version), Some(kind_name)) = (api_version, kind_name) else {
+        return Err(anonymous("apiVersion and kind must be non-empty strings".into()));
+    };
+    let kind = KindRef::from_api_version(api_version, kind_name);
+    let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str).filter(|s| !s.is_empty()) else {
+        return Err(anonymous(format!("{kind} has no metadata.name")));
+    };
+    let item = format!("apply[{i}] ({kind} {name})");
+    let fail = |reason: String| InvalidResponse { item: item.clone(), reason };
+    check_dns_subdomain(name).map_err(fail)?;
+    let role = if metadata.owns_kind(&kind) {
+        WriteRole::Owned
+    } else if metadata.writes_kind(&kind) {
+        WriteRole::Written
+    } else {
+        return Err(fail(format!("{kind} is not declared in owns or writes")));
+    };
+    let declared_ns = object.pointer("/metadata/namespace").and_then(Value::as_str);
+    let namespace = resolve_namespace(primary_ns, declared_ns).map_err(fail)?;
+    if let (Some(ns), Some(meta)) = (namespace, object.get_mut("metadata").and_then(Value::as_object_mut)) {
+        meta.insert("namespace".into(), Value::String(ns));
+    }
+    Ok(DesiredObject { kind, role, object })
+}
+
+/// A namespaced primary confines its plugin to its own namespace; an absent
+/// namespace means the primary's.
+fn resolve_namespace(primary_ns: Option<&str>, declared: Option<&str>) -> Result<Option<String>, String> {
+    match (primary_ns, declared) {
+        (Some(p), None) => Ok(Some(p.to_string())),
+        (Some(p), Some(d)) if p == d => Ok(Some(p.to_string())),
+        (Some(p), Some(d)) => Err(format!("namespace {d:?} is not the primary's namespace {p:?}")),
+        (None, d) => Ok(d.map(str::to_string)),
+    }
+}
+
+fn namespace_of(v: &Value) -> Option<String> {
+    v.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string)
+}
+
+fn name_of(v: &Value) -> String {
+    v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string()
+}
+
+fn describe(i: usize, kind: &KindRef, object: &Value) -> String {
+    format!("apply[{i}] ({kind} {})", name_of(object))
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use reconciler_sdk::MapRule;
+    use reconciler_sdk::contract::EventType;
+    use serde_json::json;
+
+    use super::*;
+
+    fn metadata() -> PluginMetadata {
+        PluginMetadata::new("podset", "1", KindRef::new("example.com", "v1alpha1", "PodSet"))
+            .owns(KindRef::new("apps", "v1", "Deployment"))
+            .reads(KindRef::new("", "v1", "Pod"), MapRule::Label("podset".into()), true)
+            .writes(KindRef::new("", "v1", "ConfigMap"))
+    }
+
+    const PRIMARY_NS: Option<&str> = Some("team");
+
+    fn deployment(ns: Option<&str>) -> String {
+        let mut d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
+        if let Some(ns) = ns {
+            d["metadata"]["namespace"] = json!(ns);
+        }
+        d.to_string()
+    }
+
+    fn response(apply: Vec<String>) -> ReconcileResponse {
+        ReconcileResponse { apply, ..Default::default() }
+    }
+
+    #[test]
+    fn a_valid_response_gets_the_primary_namespace_and_roles() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "team"}});
+        let mut r = response(vec![deployment(None), cm.to_string()]);
+        r.status = Some(r#"{"podNames":[]}"#.into());
+        r.events.push(Event { event_type: EventType::Normal, reason: "Created".into(), message: "ok".into() });
+        r.requeue_after_ms = Some(1500);
+        let valid = validate_response(&metadata(), PRIMARY_NS, r).unwrap();
+        assert_eq!(valid.apply[0].object["metadata"]["namespace"], "team");
+        assert_eq!(valid.apply[0].role, WriteRole::Owned);
+        assert_eq!(valid.apply[1].role, WriteRole::Written);
+        assert_eq!(valid.requeue_after, Some(Duration::from_millis(1500)));
+        assert_eq!(valid.status.unwrap()["podNames"], json!([]));
+    }
+
+    #[test]
+    fn each_broken_rule_names_the_item() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}).to_string();
+        let nameless = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {}}).to_string();
+        let kindless = json!({"metadata": {"name": "x"}}).to_string();
+        let cases: Vec<(ReconcileResponse, &str, &str)> = vec![
+            (response(vec![pod]), "apply[0] (v1 Pod p)", "not declared in owns or writes"),
+            (response(vec![deployment(Some("other"))]), "apply[0] (apps/v1 Deployment web)", "not the primary's namespace"),
+            (response(vec![nameless]), "apply[0]", "no metadata.name"),
+            (response(vec![kindless]), "apply[0]", "apiVersion and kind"),
+            (response(vec!["[1,2]".into()]), "apply[0]", "must be a JSON object"),
+            (response(vec![deployment(None), deployment(Some("team"))]), "apply[1] (apps/v1 Deployment web)", "twice"),
+            (
+                ReconcileResponse { status: Some("[]".into()), ..Default::default() },
+                "status",
+                "must be a JSON object, got an array",
+            ),
+            (
+                ReconcileResponse {
+                    delete: vec![ObjectRef { api_version: "v1".into(), kind: "Pod".into(), namespace: None, name: "p".into() }],
+                    ..Default::default()
+                },
+                "delete[0] (v1 Pod p)",
+                "not a kind this plugin owns",
+            ),
+            (
+                ReconcileResponse {
+                    events: vec![Event { event_type: EventType::Warning, reason: "not camel".into(), message: String::new() }],
+                    ..Default::default()
+                },
+                "events[0]",
+                "UpperCamelCase",
+            ),
+        ];
+        for (r, item, reason) in cases {
+            let err = validate_response(&metadata(), PRIMARY_NS, r).unwrap_err();
+            assert_eq!(err.item, item, "{err}");
+            assert!(err.reason.contains(reason), "{err}");
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The wasmtime engine every plugin runs on, and loading plugins into it.
+//!
+//! Settings, with their trade-offs:
+//! - Epoch interruption for deadlines: one background thread bumps the epoch
+//!   every [`EPOCH_TICK`]; each store traps once its deadline (in ticks) has
+//!   passed. It costs a counter check on loop back-edges, far less than fuel,
+//!   and bounds wall-clock time, which is what a stalled queue cares about.
+//!   A deadline is therefore accurate to one tick.
+//! - The pooling allocator: memories and tables for a fixed number of
+//!   concurrent instances are reserved up front and reused, so a fresh
+//!   instance per reconcile costs microseconds. Its slots are sized to the
+//!   memory ceiling; more concurrent instances than `max_instances` fail to
+//!   instantiate, so callers must bound concurrency to it.
+//! - Per-call caps (memory, deadline, output) come from [`HostLimits`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use reconciler_sdk::PluginMetadata;
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::bindings::PluginPre;
+use super::call_state::CallState;
+use super::compile_cache::{CompileCache, CompileSource};
+use super::contract_version::check_exports;
+use super::errors::{LoadError, LoadFailure};
+use super::limits::{HostLimits, SandboxLimits};
+use super::loaded::LoadedPlugin;
+use super::metadata_rules::validate_metadata;
+
+/// How often the epoch advances: the granularity of deadlines.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Everything that configures the sandbox for one host.
+#[derive(Clone, Debug)]
+pub struct SandboxConfig {
+    pub limits: HostLimits,
+    /// Where compiled components are kept; `None` compiles on every load.
+    pub compile_cache: Option<PathBuf>,
+    /// Concurrent instances the pooling allocator holds (all plugins).
+    pub max_instances: u32,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self { limits: HostLimits::default(), compile_cache: CompileCache::default_dir(), max_instances: 64 }
+    }
+}
+
+/// Bumps the engine's epoch until dropped.
+pub(crate) struct EpochTicker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("epoch-ticker".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })
+            .expect("spawn the epoch ticker thread");
+        Self { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The engine, linker and settings shared by every plugin of a host.
+pub struct Sandbox {
+    engine: Engine,
+    linker: Linker<CallState>,
+    limits: HostLimits,
+    compile_cache: Option<CompileCache>,
+    ticker: Arc<EpochTicker>,
+}
+
+/// Timings of one load, for the log line and the benchmarks.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadReport {
+    pub source: CompileSource,
+    pub compile: Duration,
+    pub total: Duration,
+}
+
+impl Sandbox {
+    pub fn new(config: SandboxConfig) -> anyhow::Result<Self> {
+        let max_memory = config.limits.memory_max_mib as usize * 1024 * 1024;
+        let mut pool = PoolingAllocationConfig::default();
+        let n = config.max_instances.max(1);
+        pool.total_component_instances(n)
+            // A Rust component instantiates a handful of core modules (its
+            // code plus small shims); leave generous room per component.
+            .total_core_instances(n * 16)
+            .total_memories(n * 2)
+            .total_tables(n * 4)
+            .max_memory_size(max_memory);
+        let mut wasm = Config::new();
+        wasm.epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+            .wasm_component_model(true);
+        let engine = Engine::new(&wasm)?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        super::bindings::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)?;
+
+        let ticker = Arc::new(EpochTicker::start(engine.clone()));
+        Ok(Self {
+            engine,
+            linker,
+            limits: config.limits,
+            compile_cache: config.compile_cache.map(CompileCache::new),
+            ticker,
+        })
+    }
+
+    pub fn limits(&self) -> &HostLimits {
+        &self.limits
+    }
+
+    pub fn compile_cache(&self) -> Option<&CompileCache> {
+        self.compile_cache.as_ref()
+    }
+
+    /// Loads, validates and prepares the plugin at `path`.
+    pub fn load(&self, path: &Path) -> Result<LoadedPlugin, LoadError> {
+        self.load_with_report(path).map(|(p, _)| p)
+    }
+
+    /// [`Self::load`], also reporting where the compiled code came from.
+    pub fn load_with_report(&self, path: &Path) -> Result<(LoadedPlugin, LoadReport), LoadError> {
+        let bytes = std::fs::read(path).map_err(|e| fail(path, LoadFailure::Read(e)))?;
+        self.load_bytes(path, &bytes)
+    }
+
+    /// Loads a plugin from bytes; `path` only names it in errors and logs.
+    pub fn load_bytes(&self, path: &Path, bytes: &[u8]) -> Result<(LoadedPlugin, LoadReport), LoadError> {
+        let started = Instant::now();
+        check_header(bytes).map_err(|r| fail(path, r))?;
+        let sha256 = hex(&Sha256::digest(bytes));
+
+        let compile_started = Instant::now();
+        let (component, source) = match &self.compile_cache {
+            Some(cache) => cache.load_or_compile(&self.engine, bytes, &sha256),
+            None => Component::new(&self.engine, bytes).map(|c| (c, CompileSource::Compiled)),
+        }
+        .map_err(|e| fail(path, LoadFailure::Compile(format!("{e:#}"))))?;
+        let compile = compile_started.elapsed();
+
+        let component_type = component.component_type();
+        check_exports(component_type.exports(&self.engine).map(|(name, _)| name))
+            .map_err(|e| fail(path, e.into()))?;
+        let instance_pre =
+            self.linker.instantiate_pre(&component).map_err(|e| fail(path, LoadFailure::Link(format!("{e:#}"))))?;
+        let pre = PluginPre::new(instance_pre).map_err(|e| fail(path, LoadFailure::Link(format!("{e:#}"))))?;
+
+        let probe_name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let metadata: PluginMetadata =
+            LoadedPlugin::call_metadata(&pre, self.limits.defaults(), &probe_name).map_err(|e| fail(path, LoadFailure::MetadataCall(e)))?;
+        validate_metadata(&metadata).map_err(|e| fail(path, e.into()))?;
+        let limits: SandboxLimits = self.limits.resolve(&metadata.hints).map_err(|e| fail(path, e.into()))?;
+
+        let plugin = LoadedPlugin::new(metadata, limits, path.to_path_buf(), sha256, pre, self.ticker.clone());
+        Ok((plugin, LoadReport { source, compile, total: started.elapsed() }))
+    }
+}
+
+fn fail(path: &Path, reason: LoadFailure) -> LoadError {
+    LoadError { path: path.to_path_buf(), reason }
+}
+
+/// Tells a component from a core module or a stray file before wasmtime
+/// gives a less specific error.
+fn check_header(bytes: &[u8]) -> Result<(), LoadFailure> {
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(LoadFailure::NotWasm);
+    }
+    // Bytes 4..8: a core module has version 1 and layer 0; a component has
+    // layer 1.
+    if bytes[6..8] == [0, 0] {
+        return Err(LoadFailure::CoreModule);
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

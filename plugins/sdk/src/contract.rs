@@ -1,0 +1,311 @@
+//! Plain Rust mirrors of the WIT contract (`wit/reconciler.wit`).
+//!
+//! Both sides of the boundary speak these types: the guest glue converts the
+//! generated bindings into them, the host converts its own bindings into them,
+//! and the native test harness uses them directly. Keeping one set of types
+//! means a plugin tested natively sees exactly what it sees inside the host.
+//!
+//! They serialise to the YAML a Kubernetes user expects (`apiVersion`, `kind`,
+//! camelCase), which is what `reconciler-host inspect` and golden cases show.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The contract version this SDK and host speak: the WIT package version.
+pub const CONTRACT_VERSION: &str = "0.1.0";
+/// The WIT package name, without version.
+pub const CONTRACT_PACKAGE: &str = "reconciler:plugin";
+
+/// A Kubernetes group-version-kind. The core group is the empty string.
+///
+/// Serialises as `{apiVersion, kind}`, the way a manifest names a kind.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KindRef {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+}
+
+impl KindRef {
+    pub fn new(group: impl Into<String>, version: impl Into<String>, kind: impl Into<String>) -> Self {
+        Self { group: group.into(), version: version.into(), kind: kind.into() }
+    }
+
+    /// The kind of a k8s-openapi type (or any type implementing `Resource`).
+    pub fn of<K: k8s_openapi::Resource>() -> Self {
+        Self::new(K::GROUP, K::VERSION, K::KIND)
+    }
+
+    /// Parses an `apiVersion` (`apps/v1`, or `v1` for the core group) and a kind.
+    pub fn from_api_version(api_version: &str, kind: &str) -> Self {
+        match api_version.split_once('/') {
+            Some((group, version)) => Self::new(group, version, kind),
+            None => Self::new("", api_version, kind),
+        }
+    }
+
+    /// The `apiVersion` field value for this kind.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+    }
+
+    /// The kind of a JSON object, from its `apiVersion` and `kind` fields.
+    pub fn of_object(object: &serde_json::Value) -> Option<Self> {
+        let api_version = object.get("apiVersion")?.as_str()?;
+        let kind = object.get("kind")?.as_str()?;
+        Some(Self::from_api_version(api_version, kind))
+    }
+}
+
+impl fmt::Display for KindRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.api_version(), self.kind)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct KindRefWire {
+    api_version: String,
+    kind: String,
+}
+
+impl Serialize for KindRef {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        KindRefWire { api_version: self.api_version(), kind: self.kind.clone() }.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for KindRef {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let wire = KindRefWire::deserialize(d)?;
+        Ok(Self::from_api_version(&wire.api_version, &wire.kind))
+    }
+}
+
+/// How an event on an object of a read kind finds its primary object.
+/// In YAML: `{rule: label, key: podset}`, `{rule: sameName}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "rule", content = "key")]
+pub enum MapRule {
+    /// The label with this key holds the primary object's name.
+    Label(String),
+    /// The annotation with this key holds the primary object's name.
+    Annotation(String),
+    /// The primary has the same name as the read object.
+    SameName,
+    /// Events on this kind never trigger a reconcile.
+    None,
+}
+
+/// A kind the plugin reads through the cache without owning it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadKind {
+    #[serde(flatten)]
+    pub kind: KindRef,
+    pub maps_by: MapRule,
+    #[serde(default)]
+    pub metadata_only: bool,
+}
+
+/// The plugin's requests of its sandbox and scheduling; `None` means the
+/// host's default.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hints {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_reconciles: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_mib: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_kib: Option<u32>,
+}
+
+impl Hints {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// What a plugin is and what it may touch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginMetadata {
+    pub name: String,
+    pub version: String,
+    pub primary: KindRef,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owns: Vec<KindRef>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reads: Vec<ReadKind>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writes: Vec<KindRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finalizer: Option<String>,
+    #[serde(default, skip_serializing_if = "Hints::is_default")]
+    pub hints: Hints,
+}
+
+impl PluginMetadata {
+    /// Every kind the plugin declared, in any role: the kinds it may read
+    /// through the cache.
+    pub fn declared_kinds(&self) -> impl Iterator<Item = &KindRef> {
+        std::iter::once(&self.primary)
+            .chain(&self.owns)
+            .chain(self.reads.iter().map(|r| &r.kind))
+            .chain(&self.writes)
+    }
+
+    pub fn declares(&self, kind: &KindRef) -> bool {
+        self.declared_kinds().any(|k| k == kind)
+    }
+
+    /// The cache import's access rule: only declared kinds may be read.
+    pub fn check_readable(&self, kind: &KindRef) -> Result<(), String> {
+        if self.declares(kind) {
+            Ok(())
+        } else {
+            Err(format!(
+                "plugin {:?} did not declare {kind}: add it to owns, reads or writes in its metadata to read it",
+                self.name
+            ))
+        }
+    }
+
+    pub fn owns_kind(&self, kind: &KindRef) -> bool {
+        self.owns.contains(kind)
+    }
+
+    pub fn writes_kind(&self, kind: &KindRef) -> bool {
+        self.writes.contains(kind)
+    }
+
+    /// The field manager the host applies this plugin's objects with.
+    pub fn field_manager(&self) -> String {
+        format!("reconciler-host/{}", self.name)
+    }
+}
+
+/// Everything the host observed for one primary object (JSON text).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReconcileRequest {
+    pub primary: String,
+    pub children: Vec<String>,
+    pub deleting: bool,
+}
+
+/// An owned object to delete.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        })
+    }
+}
+
+/// A Kubernetes Event to record on the primary object.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    #[serde(rename = "type")]
+    pub event_type: EventType,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The desired state a plugin returns (JSON text for objects and status).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReconcileResponse {
+    pub apply: Vec<String>,
+    pub delete: Vec<ObjectRef>,
+    pub status: Option<String>,
+    pub events: Vec<Event>,
+    pub requeue_after_ms: Option<u64>,
+    pub finalized: bool,
+}
+
+impl ReconcileResponse {
+    /// Total bytes of JSON text in the response: what the output cap limits.
+    pub fn text_len(&self) -> usize {
+        self.apply.iter().map(String::len).sum::<usize>()
+            + self.status.as_ref().map_or(0, String::len)
+            + self.events.iter().map(|e| e.reason.len() + e.message.len()).sum::<usize>()
+            + self.delete.iter().map(|d| d.name.len() + d.kind.len() + d.api_version.len()).sum::<usize>()
+    }
+}
+
+/// Log levels of the `log` import.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// Builder-style construction, so a plugin's `metadata()` reads as a declaration.
+impl PluginMetadata {
+    pub fn new(name: impl Into<String>, version: impl Into<String>, primary: KindRef) -> Self {
+        Self {
+            name: name.into(),
+            version: version.into(),
+            primary,
+            owns: Vec::new(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            finalizer: None,
+            hints: Hints::default(),
+        }
+    }
+
+    /// Declares an owned child kind.
+    pub fn owns(mut self, kind: KindRef) -> Self {
+        self.owns.push(kind);
+        self
+    }
+
+    /// Declares a read kind, how its events map to a primary, and whether only
+    /// its metadata is needed.
+    pub fn reads(mut self, kind: KindRef, maps_by: MapRule, metadata_only: bool) -> Self {
+        self.reads.push(ReadKind { kind, maps_by, metadata_only });
+        self
+    }
+
+    /// Declares a kind the plugin patches without owning it.
+    pub fn writes(mut self, kind: KindRef) -> Self {
+        self.writes.push(kind);
+        self
+    }
+
+    pub fn finalizer(mut self, finalizer: impl Into<String>) -> Self {
+        self.finalizer = Some(finalizer.into());
+        self
+    }
+
+    pub fn hints(mut self, hints: Hints) -> Self {
+        self.hints = hints;
+        self
+    }
+}

@@ -1,0 +1,127 @@
+//! The Wasm side of the boundary: WIT bindings and the glue between them and
+//! [`crate::Reconciler`]. Compiled only for `wasm32`; plugins reach it through
+//! [`crate::export_plugin!`].
+
+pub use wit_bindgen;
+
+wit_bindgen::generate!({
+    path: "../../wit",
+    world: "plugin",
+    pub_export_macro: true,
+    export_macro_name: "export_world",
+    default_bindings_module: "reconciler_sdk::guest",
+    runtime_path: "reconciler_sdk::guest::wit_bindgen::rt",
+});
+
+use exports::reconciler::plugin::reconciler as wit;
+use reconciler::plugin::types as wit_types;
+
+use crate::contract::{
+    Event, EventType, Hints, KindRef, LogLevel, MapRule, ObjectRef, PluginMetadata, ReadKind, ReconcileRequest,
+    ReconcileResponse,
+};
+use crate::{HostApi, Reconciler};
+
+/// Names the [`Reconciler`] a plugin exports; implemented by the macro.
+pub trait GuestExports {
+    type Reconciler: Reconciler;
+}
+
+impl<T: GuestExports> wit::Guest for T {
+    fn metadata() -> wit_types::PluginMetadata {
+        metadata_to_wit(T::Reconciler::metadata())
+    }
+
+    fn reconcile(request: wit::ReconcileRequest) -> Result<wit::ReconcileResponse, String> {
+        let request =
+            ReconcileRequest { primary: request.primary, children: request.children, deleting: request.deleting };
+        crate::dispatch::<T::Reconciler>(&request, &WitHost).map(response_to_wit)
+    }
+}
+
+/// [`HostApi`] backed by the WIT imports.
+struct WitHost;
+
+impl HostApi for WitHost {
+    fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<String>, String> {
+        reconciler::plugin::cache::get(&kind_to_wit(kind), namespace, name)
+    }
+
+    fn list(&self, kind: &KindRef, namespace: Option<&str>, selector: &str) -> Result<Vec<String>, String> {
+        reconciler::plugin::cache::list(&kind_to_wit(kind), namespace, selector)
+    }
+
+    fn now_millis(&self) -> i64 {
+        reconciler::plugin::clock::now()
+    }
+
+    fn log(&self, level: LogLevel, message: &str, fields: &[(String, String)]) {
+        use reconciler::plugin::log::Level;
+        let level = match level {
+            LogLevel::Trace => Level::Trace,
+            LogLevel::Debug => Level::Debug,
+            LogLevel::Info => Level::Info,
+            LogLevel::Warn => Level::Warn,
+            LogLevel::Error => Level::Error,
+        };
+        reconciler::plugin::log::log(level, message, fields);
+    }
+}
+
+fn kind_to_wit(kind: &KindRef) -> wit_types::KindRef {
+    wit_types::KindRef { group: kind.group.clone(), version: kind.version.clone(), kind: kind.kind.clone() }
+}
+
+fn metadata_to_wit(m: PluginMetadata) -> wit_types::PluginMetadata {
+    let kinds = |ks: &[KindRef]| ks.iter().map(kind_to_wit).collect();
+    let Hints { max_concurrent_reconciles, memory_limit_mib, timeout_ms, max_output_kib } = m.hints;
+    wit_types::PluginMetadata {
+        name: m.name,
+        version: m.version,
+        primary: kind_to_wit(&m.primary),
+        owns: kinds(&m.owns),
+        reads: m
+            .reads
+            .iter()
+            .map(|ReadKind { kind, maps_by, metadata_only }| wit_types::ReadKind {
+                kind: kind_to_wit(kind),
+                maps_by: match maps_by {
+                    MapRule::Label(k) => wit_types::MapRule::Label(k.clone()),
+                    MapRule::Annotation(k) => wit_types::MapRule::Annotation(k.clone()),
+                    MapRule::SameName => wit_types::MapRule::SameName,
+                    MapRule::None => wit_types::MapRule::None,
+                },
+                metadata_only: *metadata_only,
+            })
+            .collect(),
+        writes: kinds(&m.writes),
+        finalizer: m.finalizer,
+        hints: wit_types::Hints { max_concurrent_reconciles, memory_limit_mib, timeout_ms, max_output_kib },
+    }
+}
+
+fn response_to_wit(r: ReconcileResponse) -> wit::ReconcileResponse {
+    wit::ReconcileResponse {
+        apply: r.apply,
+        delete: r
+            .delete
+            .into_iter()
+            .map(|ObjectRef { api_version, kind, namespace, name }| wit::ObjectRef { api_version, kind, namespace, name })
+            .collect(),
+        status: r.status,
+        events: r
+            .events
+            .into_iter()
+            .map(|Event { event_type, reason, message }| wit::Event {
+                event_type: match event_type {
+                    EventType::Normal => wit::EventType::Normal,
+                    EventType::Warning => wit::EventType::Warning,
+                },
+                reason,
+                message,
+            })
+            .collect(),
+        requeue_after_ms: r.requeue_after_ms,
+        finalized: r.finalized,
+    }
+}

@@ -1,0 +1,60 @@
+//! Typed objects for kinds that k8s-openapi does not know: your own CRDs.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+use crate::contract::KindRef;
+
+/// A custom resource with your own spec and status types.
+///
+/// ```
+/// use reconciler_sdk::Object;
+/// #[derive(serde::Serialize, serde::Deserialize, Default)]
+/// struct PodSetSpec { size: i32 }
+/// type PodSet = Object<PodSetSpec, ()>;
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Object<Spec, Status = ()> {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: Spec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+}
+
+impl<Spec, Status> Object<Spec, Status> {
+    pub fn kind_ref(&self) -> KindRef {
+        KindRef::from_api_version(&self.api_version, &self.kind)
+    }
+
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn namespace(&self) -> Option<&str> {
+        self.metadata.namespace.as_deref()
+    }
+}
+
+/// Only the metadata of an object: parse list results into this when names,
+/// labels or annotations are all you need, and the rest is skipped unbuilt.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartialObject {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+}
+
+impl PartialObject {
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+}
