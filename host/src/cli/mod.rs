@@ -32,8 +32,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run golden cases against a compiled plugin: one line per case, a diff on mismatch.
-    #[command(after_help = "A case is a YAML file with the primary object, the objects the cache holds, and the \
-expected response. See plugins/podset/cases/ for examples. Exits non-zero if any case fails.")]
+    #[command(
+        after_help = "A case is a YAML file with the primary object, the objects the cache holds, and the \
+expected response. See plugins/podset/cases/ for examples. Exits non-zero if any case fails."
+    )]
     Test(test_cmd::TestArgs),
     /// Print what a compiled plugin declares: kinds, finalizer, hints and the limits it would run under.
     Inspect(inspect_cmd::InspectArgs),
@@ -63,7 +65,12 @@ pub struct SandboxArgs {
     #[arg(long, global = true, default_value_t = HostLimits::default().output_max_kib, value_name = "KIB")]
     pub plugin_output_max_kib: u32,
     /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/reconciler-host or ~/.cache/reconciler-host].
-    #[arg(long, global = true, env = "RECONCILER_HOST_COMPILE_CACHE", value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        env = "RECONCILER_HOST_COMPILE_CACHE",
+        value_name = "DIR"
+    )]
     pub compile_cache: Option<PathBuf>,
     /// Compile plugins on every load instead of caching the result.
     #[arg(long, global = true, conflicts_with = "compile_cache")]
@@ -82,20 +89,40 @@ impl SandboxArgs {
             ..HostLimits::default()
         };
         for (default, max, name) in [
-            (limits.memory_mib, limits.memory_max_mib, "--plugin-memory-mib"),
-            (limits.timeout_ms, limits.timeout_max_ms, "--plugin-timeout-ms"),
-            (limits.output_kib, limits.output_max_kib, "--plugin-output-kib"),
+            (
+                limits.memory_mib,
+                limits.memory_max_mib,
+                "--plugin-memory-mib",
+            ),
+            (
+                limits.timeout_ms,
+                limits.timeout_max_ms,
+                "--plugin-timeout-ms",
+            ),
+            (
+                limits.output_kib,
+                limits.output_max_kib,
+                "--plugin-output-kib",
+            ),
         ] {
             if default == 0 || default > max {
-                anyhow::bail!("{name} is {default}: it must be more than 0 and at most its -max- counterpart ({max})");
+                anyhow::bail!(
+                    "{name} is {default}: it must be more than 0 and at most its -max- counterpart ({max})"
+                );
             }
         }
         let compile_cache = if self.no_compile_cache {
             None
         } else {
-            self.compile_cache.clone().or_else(crate::plugin::CompileCache::default_dir)
+            self.compile_cache
+                .clone()
+                .or_else(crate::plugin::CompileCache::default_dir)
         };
-        Ok(SandboxConfig { limits, compile_cache, ..SandboxConfig::default() })
+        Ok(SandboxConfig {
+            limits,
+            compile_cache,
+            ..SandboxConfig::default()
+        })
     }
 
     pub fn sandbox(&self) -> anyhow::Result<Sandbox> {

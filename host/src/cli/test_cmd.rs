@@ -36,7 +36,11 @@ pub fn run(sandbox: &SandboxArgs, args: TestArgs) -> anyhow::Result<ExitCode> {
         let result = run_case(&plugin, file);
         let ms = result.elapsed.as_secs_f64() * 1000.0;
         let name = label(file);
-        let about = result.description.as_deref().map(|d| format!("  {d}")).unwrap_or_default();
+        let about = result
+            .description
+            .as_deref()
+            .map(|d| format!("  {d}"))
+            .unwrap_or_default();
         match &result.outcome {
             CaseOutcome::Passed => {
                 passed += 1;
@@ -44,7 +48,11 @@ pub fn run(sandbox: &SandboxArgs, args: TestArgs) -> anyhow::Result<ExitCode> {
             }
             CaseOutcome::Failed(why) | CaseOutcome::Broken(why) => {
                 failed += 1;
-                let tag = if matches!(result.outcome, CaseOutcome::Broken(_)) { "BROKEN" } else { "FAIL  " };
+                let tag = if matches!(result.outcome, CaseOutcome::Broken(_)) {
+                    "BROKEN"
+                } else {
+                    "FAIL  "
+                };
                 writeln!(out, "{tag} {name:width$}  {ms:7.2} ms{about}")?;
                 for line in why.lines() {
                     writeln!(out, "         {line}")?;
@@ -53,9 +61,15 @@ pub fn run(sandbox: &SandboxArgs, args: TestArgs) -> anyhow::Result<ExitCode> {
         }
     }
     writeln!(out, "{passed} passed, {failed} failed")?;
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn label(file: &std::path::Path) -> String {
-    file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+    file.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }

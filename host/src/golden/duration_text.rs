@@ -29,7 +29,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         } else {
             return Err(bad());
         };
-        total += unit.checked_mul(u32::try_from(n).map_err(|_| bad())?).ok_or_else(bad)?;
+        total += unit
+            .checked_mul(u32::try_from(n).map_err(|_| bad())?)
+            .ok_or_else(bad)?;
         rest = &rest[len..];
     }
     Ok(total)
@@ -41,7 +43,7 @@ pub fn format_duration(d: Duration) -> String {
     if ms == 0 {
         return "0s".into();
     }
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         return format!("{ms}ms");
     }
     let mut secs = ms / 1000;
@@ -61,8 +63,18 @@ mod tests {
 
     #[test]
     fn round_trips_the_usual_forms() {
-        for (text, ms) in [("500ms", 500), ("90s", 90_000), ("1m30s", 90_000), ("2h", 7_200_000), ("1h1m1s", 3_661_000)] {
-            assert_eq!(parse_duration(text).unwrap(), Duration::from_millis(ms), "{text}");
+        for (text, ms) in [
+            ("500ms", 500),
+            ("90s", 90_000),
+            ("1m30s", 90_000),
+            ("2h", 7_200_000),
+            ("1h1m1s", 3_661_000),
+        ] {
+            assert_eq!(
+                parse_duration(text).unwrap(),
+                Duration::from_millis(ms),
+                "{text}"
+            );
         }
         assert_eq!(format_duration(Duration::from_secs(90)), "1m30s");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");

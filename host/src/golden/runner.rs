@@ -63,7 +63,12 @@ pub fn run_case(plugin: &LoadedPlugin, file: &Path) -> CaseResult {
         Err(reason) => (None, CaseOutcome::Broken(reason)),
         Ok(case) => (case.description.clone(), check(plugin, case)),
     };
-    CaseResult { file: file.to_path_buf(), description, elapsed: started.elapsed(), outcome }
+    CaseResult {
+        file: file.to_path_buf(),
+        description,
+        elapsed: started.elapsed(),
+        outcome,
+    }
 }
 
 fn load_case(file: &Path) -> Result<Case, String> {
@@ -83,19 +88,34 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
             return CaseOutcome::Broken(e.to_string());
         }
     }
-    let primary_namespace = case.primary.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
+    let primary_namespace = case
+        .primary
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     let request = cache.request_for(&case.primary, &plugin.metadata().owns);
     let object = format!(
         "{}/{}",
         primary_namespace.as_deref().unwrap_or(""),
-        case.primary.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+        case.primary
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
     );
-    let input = ReconcileInput { request, primary_namespace: primary_namespace.clone(), object, reader: Arc::new(cache), now_millis };
+    let input = ReconcileInput {
+        request,
+        primary_namespace: primary_namespace.clone(),
+        object,
+        reader: Arc::new(cache),
+        now_millis,
+    };
     let result = plugin.reconcile(input);
 
     match (&case.expect.error, result) {
         (Some(needle), Err(e)) if e.to_string().contains(needle.as_str()) => CaseOutcome::Passed,
-        (Some(needle), Err(e)) => CaseOutcome::Failed(format!("expected an error containing {needle:?}, got: {e}")),
+        (Some(needle), Err(e)) => {
+            CaseOutcome::Failed(format!("expected an error containing {needle:?}, got: {e}"))
+        }
         (Some(needle), Ok(r)) => CaseOutcome::Failed(format!(
             "expected an error containing {needle:?}, but the plugin answered:\n{}",
             to_yaml(&actual(r))
@@ -104,7 +124,11 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
         (None, Ok(r)) => {
             let expected = normalise(case.expect, primary_namespace.as_deref());
             let actual = actual(r);
-            if expected == actual { CaseOutcome::Passed } else { CaseOutcome::Failed(diff(&expected, &actual)) }
+            if expected == actual {
+                CaseOutcome::Passed
+            } else {
+                CaseOutcome::Failed(diff(&expected, &actual))
+            }
         }
     }
 }
@@ -131,7 +155,8 @@ fn normalise(mut e: Expectation, primary_namespace: Option<&str>) -> Expectation
     if let Some(ns) = primary_namespace {
         for object in &mut e.apply {
             if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-                meta.entry("namespace").or_insert_with(|| Value::String(ns.to_string()));
+                meta.entry("namespace")
+                    .or_insert_with(|| Value::String(ns.to_string()));
             }
         }
         for d in &mut e.delete {
@@ -139,10 +164,12 @@ fn normalise(mut e: Expectation, primary_namespace: Option<&str>) -> Expectation
         }
     }
     // Accept `90s` as well as `1m30s`: compare canonical forms.
-    if let Some(text) = &e.requeue_after {
-        if let Ok(d) = super::duration_text::parse_duration(text) {
-            e.requeue_after = Some(format_duration(d));
-        }
+    if let Some(d) = e
+        .requeue_after
+        .as_deref()
+        .and_then(|t| super::duration_text::parse_duration(t).ok())
+    {
+        e.requeue_after = Some(format_duration(d));
     }
     sort(&mut e);
     e
@@ -150,8 +177,18 @@ fn normalise(mut e: Expectation, primary_namespace: Option<&str>) -> Expectation
 
 fn sort(e: &mut Expectation) {
     let key = |v: &Value| {
-        let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
-        (s("/apiVersion"), s("/kind"), s("/metadata/namespace"), s("/metadata/name"))
+        let s = |p: &str| {
+            v.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        (
+            s("/apiVersion"),
+            s("/kind"),
+            s("/metadata/namespace"),
+            s("/metadata/name"),
+        )
     };
     e.apply.sort_by_key(key);
     e.delete.sort();

@@ -39,26 +39,51 @@ pub(crate) struct GuestOutput {
 
 impl GuestOutput {
     pub fn new(capacity: usize) -> Self {
-        Self { stdout: MemoryOutputPipe::new(capacity), stderr: MemoryOutputPipe::new(capacity), capacity }
+        Self {
+            stdout: MemoryOutputPipe::new(capacity),
+            stderr: MemoryOutputPipe::new(capacity),
+            capacity,
+        }
     }
 
     /// Whether the guest filled a pipe (its next write trapped).
     pub fn overflowed(&self) -> bool {
-        self.stdout.contents().len() >= self.capacity || self.stderr.contents().len() >= self.capacity
+        self.stdout.contents().len() >= self.capacity
+            || self.stderr.contents().len() >= self.capacity
     }
 
-    /// The last non-empty stderr line: a Rust guest's panic message.
-    pub fn last_stderr_line(&self) -> Option<String> {
+    /// What the guest said on stderr just before it trapped: a Rust guest's
+    /// panic message (`panicked at src/lib.rs:3:5: <message>`), without the
+    /// backtrace hint, which means nothing inside the sandbox.
+    pub fn last_words(&self) -> Option<String> {
         let bytes = self.stderr.contents();
-        String::from_utf8_lossy(&bytes).lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string)
+        let text = String::from_utf8_lossy(&bytes);
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
+            .collect();
+        let start = lines
+            .iter()
+            .rposition(|l| l.contains("panicked at"))
+            .unwrap_or(lines.len().saturating_sub(1));
+        let words = lines.get(start..)?.join(" ");
+        (!words.is_empty()).then_some(words)
     }
 
     /// Emits what the guest wrote as log events, one per line.
     pub fn emit(&self, plugin: &str, object: &str) {
         for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
             let bytes = pipe.contents();
-            for line in String::from_utf8_lossy(&bytes).lines().filter(|l| !l.trim().is_empty()) {
-                tracing::info!(target: "plugin", plugin, object, stream, "{line}");
+            for line in String::from_utf8_lossy(&bytes)
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+            {
+                if stream == "stderr" {
+                    tracing::warn!(target: "plugin", plugin, object, stream, "{line}");
+                } else {
+                    tracing::info!(target: "plugin", plugin, object, stream, "{line}");
+                }
             }
         }
     }
@@ -66,7 +91,10 @@ impl GuestOutput {
 
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -78,7 +106,12 @@ pub(crate) struct MemoryCap {
 }
 
 impl wasmtime::ResourceLimiter for MemoryCap {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.limit_bytes {
             self.hit = true;
             return Ok(false);
@@ -86,7 +119,12 @@ impl wasmtime::ResourceLimiter for MemoryCap {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
     }
 }
@@ -106,12 +144,19 @@ impl wasmtime_wasi::HostWallClock for FixedWallClock {
 }
 
 fn kind_from_wit(k: types::KindRef) -> KindRef {
-    KindRef { group: k.group, version: k.version, kind: k.kind }
+    KindRef {
+        group: k.group,
+        version: k.version,
+        kind: k.kind,
+    }
 }
 
 impl CallState {
     fn readable(&self, kind: &KindRef) -> Result<&Arc<dyn ObjectReader>, String> {
-        let scope = self.scope.as_ref().ok_or("the cache cannot be read while reporting metadata")?;
+        let scope = self
+            .scope
+            .as_ref()
+            .ok_or("the cache cannot be read while reporting metadata")?;
         scope.metadata.check_readable(kind)?;
         Ok(&scope.reader)
     }
@@ -127,7 +172,9 @@ impl cache::Host for CallState {
         name: String,
     ) -> Result<Option<String>, String> {
         let kind = kind_from_wit(kind);
-        Ok(self.readable(&kind)?.get(&kind, namespace.as_deref(), &name))
+        Ok(self
+            .readable(&kind)?
+            .get(&kind, namespace.as_deref(), &name))
     }
 
     fn list(
@@ -137,7 +184,8 @@ impl cache::Host for CallState {
         label_selector: String,
     ) -> Result<Vec<String>, String> {
         let kind = kind_from_wit(kind);
-        self.readable(&kind)?.list(&kind, namespace.as_deref(), &label_selector)
+        self.readable(&kind)?
+            .list(&kind, namespace.as_deref(), &label_selector)
     }
 }
 
@@ -149,14 +197,28 @@ impl clock::Host for CallState {
 
 impl log::Host for CallState {
     fn log(&mut self, level: log::Level, message: String, fields: Vec<(String, String)>) {
-        let fields: String = fields.iter().map(|(k, v)| format!("{k}={v:?}")).collect::<Vec<_>>().join(" ");
+        let fields: String = fields
+            .iter()
+            .map(|(k, v)| format!("{k}={v:?}"))
+            .collect::<Vec<_>>()
+            .join(" ");
         let (plugin, object) = (self.plugin.as_str(), self.object.as_str());
         match level {
-            log::Level::Trace => tracing::trace!(target: "plugin", plugin, object, fields, "{message}"),
-            log::Level::Debug => tracing::debug!(target: "plugin", plugin, object, fields, "{message}"),
-            log::Level::Info => tracing::info!(target: "plugin", plugin, object, fields, "{message}"),
-            log::Level::Warn => tracing::warn!(target: "plugin", plugin, object, fields, "{message}"),
-            log::Level::Error => tracing::error!(target: "plugin", plugin, object, fields, "{message}"),
+            log::Level::Trace => {
+                tracing::trace!(target: "plugin", plugin, object, fields, "{message}")
+            }
+            log::Level::Debug => {
+                tracing::debug!(target: "plugin", plugin, object, fields, "{message}")
+            }
+            log::Level::Info => {
+                tracing::info!(target: "plugin", plugin, object, fields, "{message}")
+            }
+            log::Level::Warn => {
+                tracing::warn!(target: "plugin", plugin, object, fields, "{message}")
+            }
+            log::Level::Error => {
+                tracing::error!(target: "plugin", plugin, object, fields, "{message}")
+            }
         }
     }
 }

@@ -53,7 +53,8 @@ impl CompileCache {
     fn entry(&self, engine: &Engine, wasm_sha256: &str) -> PathBuf {
         let mut h = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
-        self.dir.join(format!("{wasm_sha256}-{:016x}.cwasm", h.finish()))
+        self.dir
+            .join(format!("{wasm_sha256}-{:016x}.cwasm", h.finish()))
     }
 
     /// The component for these bytes: from the cache, or compiled and cached.
@@ -73,7 +74,9 @@ impl CompileCache {
             // writes. A file that fails validation is recompiled.
             match unsafe { Component::deserialize_file(engine, &entry) } {
                 Ok(component) => return Ok((component, CompileSource::Cached)),
-                Err(e) => tracing::warn!(path = %entry.display(), "compile cache entry unusable, recompiling: {e:#}"),
+                Err(e) => {
+                    tracing::warn!(path = %entry.display(), "compile cache entry unusable, recompiling: {e:#}")
+                }
             }
         }
         let component = Component::new(engine, wasm)?;
@@ -101,6 +104,9 @@ fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let path = dir.join(format!(".tmp-{}-{n}", std::process::id()));
-    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
     Ok((path, file))
 }

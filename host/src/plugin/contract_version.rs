@@ -25,17 +25,26 @@ pub enum ContractError {
 }
 
 /// Checks the component's export names against this host's contract.
-pub fn check_exports<'a>(export_names: impl IntoIterator<Item = &'a str>) -> Result<(), ContractError> {
+pub fn check_exports<'a>(
+    export_names: impl IntoIterator<Item = &'a str>,
+) -> Result<(), ContractError> {
     let names: Vec<&str> = export_names.into_iter().collect();
     let prefix = format!("{CONTRACT_PACKAGE}/reconciler@");
     let Some(version) = names.iter().find_map(|n| n.strip_prefix(&prefix)) else {
-        let exports = if names.is_empty() { "nothing".to_string() } else { names.join(", ") };
+        let exports = if names.is_empty() {
+            "nothing".to_string()
+        } else {
+            names.join(", ")
+        };
         return Err(ContractError::NotAPlugin { exports });
     };
     if compatible(version, CONTRACT_VERSION) {
         Ok(())
     } else {
-        Err(ContractError::Incompatible { plugin: version.to_string(), host: CONTRACT_VERSION.to_string() })
+        Err(ContractError::Incompatible {
+            plugin: version.to_string(),
+            host: CONTRACT_VERSION.to_string(),
+        })
     }
 }
 
@@ -76,13 +85,24 @@ mod tests {
 
     #[test]
     fn an_incompatible_plugin_is_told_both_versions() {
-        let err = check_exports(["reconciler:plugin/reconciler@0.9.0"]).unwrap_err().to_string();
-        assert!(err.contains("reconciler:plugin@0.9.0") && err.contains(&format!("@{CONTRACT_VERSION}")), "{err}");
+        let err = check_exports(["reconciler:plugin/reconciler@0.9.0"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("reconciler:plugin@0.9.0")
+                && err.contains(&format!("@{CONTRACT_VERSION}")),
+            "{err}"
+        );
     }
 
     #[test]
     fn a_component_without_the_export_is_not_a_plugin() {
-        let err = check_exports(["wasi:cli/run@0.2.0"]).unwrap_err().to_string();
-        assert!(err.contains("not a reconciler plugin") && err.contains("wasi:cli/run@0.2.0"), "{err}");
+        let err = check_exports(["wasi:cli/run@0.2.0"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("not a reconciler plugin") && err.contains("wasi:cli/run@0.2.0"),
+            "{err}"
+        );
     }
 }

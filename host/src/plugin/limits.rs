@@ -64,7 +64,9 @@ pub struct SandboxLimits {
 
 /// A hint above the host's ceiling.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("hints.{hint} asks for {asked} {unit}, above this host's maximum of {max} {unit} (raise it with {option})")]
+#[error(
+    "hints.{hint} asks for {asked} {unit}, above this host's maximum of {max} {unit} (raise it with {option})"
+)]
 pub struct LimitTooHigh {
     pub hint: &'static str,
     pub asked: u32,
@@ -77,7 +79,13 @@ impl HostLimits {
     /// The limits for a plugin with these hints.
     pub fn resolve(&self, hints: &Hints) -> Result<SandboxLimits, LimitTooHigh> {
         let pick = |asked: Option<u32>, default: u32, max: u32, hint, unit, option| match asked {
-            Some(asked) if asked > max => Err(LimitTooHigh { hint, asked, max, unit, option }),
+            Some(asked) if asked > max => Err(LimitTooHigh {
+                hint,
+                asked,
+                max,
+                unit,
+                option,
+            }),
             Some(asked) => Ok(asked),
             None => Ok(default.min(max)),
         };
@@ -115,7 +123,8 @@ impl HostLimits {
 
     /// The limits `metadata` is called under, before any hint is known.
     pub fn defaults(&self) -> SandboxLimits {
-        self.resolve(&Hints::default()).expect("defaults never exceed ceilings")
+        self.resolve(&Hints::default())
+            .expect("defaults never exceed ceilings")
     }
 }
 
@@ -130,7 +139,11 @@ mod tests {
         assert_eq!(none.memory_bytes, 64 << 20);
         assert_eq!(none.timeout, Duration::from_secs(1));
         let asked = host
-            .resolve(&Hints { memory_limit_mib: Some(128), timeout_ms: Some(50), ..Default::default() })
+            .resolve(&Hints {
+                memory_limit_mib: Some(128),
+                timeout_ms: Some(50),
+                ..Default::default()
+            })
             .unwrap();
         assert_eq!(asked.memory_bytes, 128 << 20);
         assert_eq!(asked.timeout, Duration::from_millis(50));
@@ -139,7 +152,12 @@ mod tests {
     #[test]
     fn a_hint_above_the_ceiling_names_the_option_that_raises_it() {
         let host = HostLimits::default();
-        let err = host.resolve(&Hints { timeout_ms: Some(60_000), ..Default::default() }).unwrap_err();
+        let err = host
+            .resolve(&Hints {
+                timeout_ms: Some(60_000),
+                ..Default::default()
+            })
+            .unwrap_err();
         let text = err.to_string();
         assert!(text.contains("hints.timeoutMs asks for 60000 ms"), "{text}");
         assert!(text.contains("--plugin-timeout-max-ms"), "{text}");

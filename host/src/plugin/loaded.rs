@@ -51,7 +51,14 @@ impl LoadedPlugin {
         pre: PluginPre<CallState>,
         ticker: Arc<EpochTicker>,
     ) -> Self {
-        Self { metadata: Arc::new(metadata), limits, path, sha256, pre, _ticker: ticker }
+        Self {
+            metadata: Arc::new(metadata),
+            limits,
+            path,
+            sha256,
+            pre,
+            _ticker: ticker,
+        }
     }
 
     pub fn metadata(&self) -> &PluginMetadata {
@@ -79,9 +86,18 @@ impl LoadedPlugin {
     /// Nothing is applied here: an `Ok` is a response that may be applied
     /// whole, an `Err` means nothing of this call must be.
     pub fn reconcile(&self, input: ReconcileInput) -> Result<ValidResponse, CallError> {
-        let scope = ReconcileScope { metadata: self.metadata.clone(), reader: input.reader };
-        let (mut store, output) =
-            new_store(&self.pre, self.limits, Some(scope), input.now_millis, self.name(), &input.object);
+        let scope = ReconcileScope {
+            metadata: self.metadata.clone(),
+            reader: input.reader,
+        };
+        let (mut store, output) = new_store(
+            &self.pre,
+            self.limits,
+            Some(scope),
+            input.now_millis,
+            self.name(),
+            &input.object,
+        );
         let request = guest::ReconcileRequest {
             primary: input.request.primary,
             children: input.request.children,
@@ -100,9 +116,16 @@ impl LoadedPlugin {
         let response = response_from_wit(result?.map_err(CallError::Plugin)?);
         let bytes = response.text_len();
         if bytes > self.limits.output_bytes {
-            return Err(CallError::OutputTooLarge { bytes, limit_bytes: self.limits.output_bytes });
+            return Err(CallError::OutputTooLarge {
+                bytes,
+                limit_bytes: self.limits.output_bytes,
+            });
         }
-        Ok(validate_response(&self.metadata, input.primary_namespace.as_deref(), response)?)
+        Ok(validate_response(
+            &self.metadata,
+            input.primary_namespace.as_deref(),
+            response,
+        )?)
     }
 
     /// Calls `metadata` in a fresh instance under the host's default limits.
@@ -146,7 +169,10 @@ fn new_store(
     let state = CallState {
         wasi,
         table: ResourceTable::new(),
-        limiter: MemoryCap { limit_bytes: limits.memory_bytes, hit: false },
+        limiter: MemoryCap {
+            limit_bytes: limits.memory_bytes,
+            hit: false,
+        },
         scope,
         now_millis,
         plugin: plugin.to_string(),
@@ -154,7 +180,11 @@ fn new_store(
     };
     let mut store = Store::new(pre.engine(), state);
     store.limiter(|s| &mut s.limiter);
-    let ticks = limits.timeout.as_millis().div_ceil(EPOCH_TICK.as_millis()).max(1);
+    let ticks = limits
+        .timeout
+        .as_millis()
+        .div_ceil(EPOCH_TICK.as_millis())
+        .max(1);
     store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
     store.epoch_deadline_trap();
     (store, output)
@@ -162,17 +192,28 @@ fn new_store(
 
 /// Turns a failed call into the error a user can act on: a limit the host
 /// enforced is named as such, rather than as the trap it caused.
-fn classify(error: wasmtime::Error, store: &Store<CallState>, output: &GuestOutput, limits: SandboxLimits) -> CallError {
+fn classify(
+    error: wasmtime::Error,
+    store: &Store<CallState>,
+    output: &GuestOutput,
+    limits: SandboxLimits,
+) -> CallError {
     if store.data().limiter.hit {
-        return CallError::MemoryLimit { limit_bytes: limits.memory_bytes };
+        return CallError::MemoryLimit {
+            limit_bytes: limits.memory_bytes,
+        };
     }
     if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-        return CallError::Timeout { limit: limits.timeout };
+        return CallError::Timeout {
+            limit: limits.timeout,
+        };
     }
     if output.overflowed() {
-        return CallError::StdioLimit { limit_bytes: limits.stdio_bytes };
+        return CallError::StdioLimit {
+            limit_bytes: limits.stdio_bytes,
+        };
     }
-    let message = match output.last_stderr_line() {
+    let message = match output.last_words() {
         Some(line) => format!("{line} ({})", root_cause(&error)),
         None => root_cause(&error),
     };
@@ -187,7 +228,11 @@ fn root_cause(error: &wasmtime::Error) -> String {
 }
 
 fn kind_from_wit(k: types::KindRef) -> KindRef {
-    KindRef { group: k.group, version: k.version, kind: k.kind }
+    KindRef {
+        group: k.group,
+        version: k.version,
+        kind: k.kind,
+    }
 }
 
 fn metadata_from_wit(m: types::PluginMetadata) -> PluginMetadata {
@@ -227,7 +272,12 @@ fn response_from_wit(r: guest::ReconcileResponse) -> ReconcileResponse {
         delete: r
             .delete
             .into_iter()
-            .map(|d| ObjectRef { api_version: d.api_version, kind: d.kind, namespace: d.namespace, name: d.name })
+            .map(|d| ObjectRef {
+                api_version: d.api_version,
+                kind: d.kind,
+                namespace: d.namespace,
+                name: d.name,
+            })
             .collect(),
         status: r.status,
         events: r

@@ -31,21 +31,44 @@ fn check_kind_ref(field: &str, k: &KindRef) -> Result<(), MetadataError> {
 /// Checks every rule; returns the first broken one.
 pub fn validate_metadata(m: &PluginMetadata) -> Result<(), MetadataError> {
     check_dns_label(&m.name).map_err(at("name"))?;
-    if m.version.trim().is_empty() || m.version.len() > 64 || m.version.chars().any(char::is_whitespace) {
-        return Err(at("version")(format!("{:?} must be 1 to 64 characters without spaces", m.version)));
+    if m.version.trim().is_empty()
+        || m.version.len() > 64
+        || m.version.chars().any(char::is_whitespace)
+    {
+        return Err(at("version")(format!(
+            "{:?} must be 1 to 64 characters without spaces",
+            m.version
+        )));
     }
 
     // Every declared kind with the field that declares it, in field order.
     let mut roles: Vec<(String, &KindRef)> = vec![("primary".into(), &m.primary)];
-    roles.extend(m.owns.iter().enumerate().map(|(i, k)| (format!("owns[{i}]"), k)));
-    roles.extend(m.reads.iter().enumerate().map(|(i, r)| (format!("reads[{i}]"), &r.kind)));
-    roles.extend(m.writes.iter().enumerate().map(|(i, k)| (format!("writes[{i}]"), k)));
+    roles.extend(
+        m.owns
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (format!("owns[{i}]"), k)),
+    );
+    roles.extend(
+        m.reads
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (format!("reads[{i}]"), &r.kind)),
+    );
+    roles.extend(
+        m.writes
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (format!("writes[{i}]"), k)),
+    );
     for (field, kind) in &roles {
         check_kind_ref(field, kind)?;
     }
     for (i, r) in m.reads.iter().enumerate() {
         match &r.maps_by {
-            MapRule::Label(key) => check_qualified_name(key).map_err(at(format!("reads[{i}].mapsBy.label")))?,
+            MapRule::Label(key) => {
+                check_qualified_name(key).map_err(at(format!("reads[{i}].mapsBy.label")))?
+            }
             MapRule::Annotation(key) => {
                 check_qualified_name(key).map_err(at(format!("reads[{i}].mapsBy.annotation")))?
             }
@@ -71,7 +94,9 @@ pub fn validate_metadata(m: &PluginMetadata) -> Result<(), MetadataError> {
         }
     }
     if m.hints.max_concurrent_reconciles == Some(0) {
-        return Err(at("hints.maxConcurrentReconciles")("must be at least 1".into()));
+        return Err(at("hints.maxConcurrentReconciles")(
+            "must be at least 1".into(),
+        ));
     }
     for (field, value) in [
         ("hints.memoryLimitMib", m.hints.memory_limit_mib),
@@ -79,7 +104,9 @@ pub fn validate_metadata(m: &PluginMetadata) -> Result<(), MetadataError> {
         ("hints.maxOutputKib", m.hints.max_output_kib),
     ] {
         if value == Some(0) {
-            return Err(at(field)("must be more than 0 (leave it unset for the host's default)".into()));
+            return Err(at(field)(
+                "must be more than 0 (leave it unset for the host's default)".into(),
+            ));
         }
     }
     Ok(())
@@ -92,10 +119,18 @@ mod tests {
     use super::*;
 
     fn valid() -> PluginMetadata {
-        PluginMetadata::new("podset", "0.1.0", KindRef::new("example.com", "v1alpha1", "PodSet"))
-            .owns(KindRef::new("apps", "v1", "Deployment"))
-            .reads(KindRef::new("", "v1", "Pod"), MapRule::Label("podset".into()), true)
-            .finalizer("example.com/cleanup")
+        PluginMetadata::new(
+            "podset",
+            "0.1.0",
+            KindRef::new("example.com", "v1alpha1", "PodSet"),
+        )
+        .owns(KindRef::new("apps", "v1", "Deployment"))
+        .reads(
+            KindRef::new("", "v1", "Pod"),
+            MapRule::Label("podset".into()),
+            true,
+        )
+        .finalizer("example.com/cleanup")
     }
 
     #[test]
@@ -112,14 +147,29 @@ mod tests {
             ("primary.group", |m| m.primary.group = "Example.com".into()),
             ("primary.version", |m| m.primary.version = "".into()),
             ("owns[0].kind", |m| m.owns[0].kind = "deployment".into()),
-            ("reads[0].mapsBy.label", |m| m.reads[0].maps_by = MapRule::Label("bad key!".into())),
-            ("writes[0]", |m| m.writes.push(KindRef::new("apps", "v1", "Deployment"))),
-            ("owns[1]", |m| m.owns.push(KindRef::new("example.com", "v1alpha1", "PodSet"))),
+            ("reads[0].mapsBy.label", |m| {
+                m.reads[0].maps_by = MapRule::Label("bad key!".into())
+            }),
+            ("writes[0]", |m| {
+                m.writes.push(KindRef::new("apps", "v1", "Deployment"))
+            }),
+            ("owns[1]", |m| {
+                m.owns
+                    .push(KindRef::new("example.com", "v1alpha1", "PodSet"))
+            }),
             ("finalizer", |m| m.finalizer = Some("cleanup".into())),
             ("hints.maxConcurrentReconciles", |m| {
-                m.hints = Hints { max_concurrent_reconciles: Some(0), ..Default::default() }
+                m.hints = Hints {
+                    max_concurrent_reconciles: Some(0),
+                    ..Default::default()
+                }
             }),
-            ("hints.timeoutMs", |m| m.hints = Hints { timeout_ms: Some(0), ..Default::default() }),
+            ("hints.timeoutMs", |m| {
+                m.hints = Hints {
+                    timeout_ms: Some(0),
+                    ..Default::default()
+                }
+            }),
         ];
         for (field, breaks) in cases {
             let mut m = valid();
@@ -133,6 +183,9 @@ mod tests {
     fn a_kind_declared_twice_names_both_places() {
         let m = valid().writes(KindRef::new("apps", "v1", "Deployment"));
         let err = validate_metadata(&m).unwrap_err().to_string();
-        assert!(err.contains("`writes[0]`") && err.contains("`owns[0]`"), "{err}");
+        assert!(
+            err.contains("`writes[0]`") && err.contains("`owns[0]`"),
+            "{err}"
+        );
     }
 }

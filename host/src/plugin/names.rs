@@ -40,7 +40,9 @@ pub fn check_kind(value: &str) -> Result<(), String> {
     if valid {
         Ok(())
     } else {
-        Err(format!("{value:?} must be UpperCamelCase letters and digits, like Deployment"))
+        Err(format!(
+            "{value:?} must be UpperCamelCase letters and digits, like Deployment"
+        ))
     }
 }
 
@@ -57,13 +59,17 @@ pub fn check_qualified_name(value: &str) -> Result<(), String> {
     let alnum = |c: char| c.is_ascii_alphanumeric();
     let valid = !name.is_empty()
         && name.len() <= 63
-        && name.chars().all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
+        && name
+            .chars()
+            .all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
         && name.starts_with(alnum)
         && name.ends_with(alnum);
     if valid {
         Ok(())
     } else {
-        Err(format!("{value:?} must be [prefix/]name with a name of 1 to 63 letters, digits, '-', '_' or '.'"))
+        Err(format!(
+            "{value:?} must be [prefix/]name with a name of 1 to 63 letters, digits, '-', '_' or '.'"
+        ))
     }
 }
 

@@ -10,7 +10,12 @@ pub trait ObjectReader: Send + Sync {
     fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<String>;
     /// Objects as JSON, ordered by namespace then name; `Err` for a selector
     /// that does not parse.
-    fn list(&self, kind: &KindRef, namespace: Option<&str>, selector: &str) -> Result<Vec<String>, String>;
+    fn list(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+    ) -> Result<Vec<String>, String>;
 }
 
 impl ObjectReader for MemoryCache {
@@ -18,7 +23,12 @@ impl ObjectReader for MemoryCache {
         self.get_json(kind, namespace, name)
     }
 
-    fn list(&self, kind: &KindRef, namespace: Option<&str>, selector: &str) -> Result<Vec<String>, String> {
+    fn list(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+    ) -> Result<Vec<String>, String> {
         self.list_json(kind, namespace, selector)
     }
 }

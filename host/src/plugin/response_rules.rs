@@ -63,7 +63,11 @@ pub fn validate_response(
     let mut apply = Vec::with_capacity(response.apply.len());
     for (i, text) in response.apply.iter().enumerate() {
         let desired = check_object(metadata, primary_ns, i, text)?;
-        let key = (desired.kind.clone(), namespace_of(&desired.object), name_of(&desired.object));
+        let key = (
+            desired.kind.clone(),
+            namespace_of(&desired.object),
+            name_of(&desired.object),
+        );
         if !seen.insert(key) {
             return Err(InvalidResponse {
                 item: describe(i, &desired.kind, &desired.object),
@@ -78,10 +82,17 @@ pub fn validate_response(
         let item = format!("delete[{i}] ({} {} {})", r.api_version, r.kind, r.name);
         let kind = KindRef::from_api_version(&r.api_version, &r.kind);
         if !metadata.owns_kind(&kind) {
-            return Err(InvalidResponse { item, reason: format!("{kind} is not a kind this plugin owns") });
+            return Err(InvalidResponse {
+                item,
+                reason: format!("{kind} is not a kind this plugin owns"),
+            });
         }
-        check_dns_subdomain(&r.name).map_err(|reason| InvalidResponse { item: item.clone(), reason })?;
-        r.namespace = resolve_namespace(primary_ns, r.namespace.as_deref()).map_err(|reason| InvalidResponse { item, reason })?;
+        check_dns_subdomain(&r.name).map_err(|reason| InvalidResponse {
+            item: item.clone(),
+            reason,
+        })?;
+        r.namespace = resolve_namespace(primary_ns, r.namespace.as_deref())
+            .map_err(|reason| InvalidResponse { item, reason })?;
         delete.push(r);
     }
 
@@ -95,7 +106,12 @@ pub fn validate_response(
                     reason: format!("must be a JSON object, got {}", json_type(&other)),
                 });
             }
-            Err(e) => return Err(InvalidResponse { item: "status".into(), reason: format!("not valid JSON: {e}") }),
+            Err(e) => {
+                return Err(InvalidResponse {
+                    item: "status".into(),
+                    reason: format!("not valid JSON: {e}"),
+                });
+            }
         },
     };
 
@@ -104,11 +120,17 @@ pub fn validate_response(
         if check_kind(&e.reason).is_err() || e.reason.len() > 128 {
             return Err(InvalidResponse {
                 item,
-                reason: format!("reason {:?} must be UpperCamelCase, at most 128 characters", e.reason),
+                reason: format!(
+                    "reason {:?} must be UpperCamelCase, at most 128 characters",
+                    e.reason
+                ),
             });
         }
         if e.message.len() > 1024 {
-            return Err(InvalidResponse { item, reason: "message is over 1024 characters".into() });
+            return Err(InvalidResponse {
+                item,
+                reason: "message is over 1024 characters".into(),
+            });
         }
     }
 
@@ -128,22 +150,44 @@ fn check_object(
     i: usize,
     text: &str,
 ) -> Result<DesiredObject, InvalidResponse> {
-    let anonymous = |reason: String| InvalidResponse { item: format!("apply[{i}]"), reason };
-    let mut object: Value = serde_json::from_str(text).map_err(|e| anonymous(format!("not valid JSON: {e}")))?;
+    let anonymous = |reason: String| InvalidResponse {
+        item: format!("apply[{i}]"),
+        reason,
+    };
+    let mut object: Value =
+        serde_json::from_str(text).map_err(|e| anonymous(format!("not valid JSON: {e}")))?;
     if !object.is_object() {
-        return Err(anonymous(format!("must be a JSON object, got {}", json_type(&object))));
+        return Err(anonymous(format!(
+            "must be a JSON object, got {}",
+            json_type(&object)
+        )));
     }
-    let api_version = object.get("apiVersion").and_then(Value::as_str).filter(|s| !s.is_empty());
-    let kind_name = object.get("kind").and_then(Value::as_str).filter(|s| !s.is_empty());
+    let api_version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty());
+    let kind_name = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty());
     let (Some(api_version), Some(kind_name)) = (api_version, kind_name) else {
-        return Err(anonymous("apiVersion and kind must be non-empty strings".into()));
+        return Err(anonymous(
+            "apiVersion and kind must be non-empty strings".into(),
+        ));
     };
     let kind = KindRef::from_api_version(api_version, kind_name);
-    let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str).filter(|s| !s.is_empty()) else {
+    let Some(name) = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    else {
         return Err(anonymous(format!("{kind} has no metadata.name")));
     };
     let item = format!("apply[{i}] ({kind} {name})");
-    let fail = |reason: String| InvalidResponse { item: item.clone(), reason };
+    let fail = |reason: String| InvalidResponse {
+        item: item.clone(),
+        reason,
+    };
     check_dns_subdomain(name).map_err(fail)?;
     let role = if metadata.owns_kind(&kind) {
         WriteRole::Owned
@@ -152,9 +196,14 @@ fn check_object(
     } else {
         return Err(fail(format!("{kind} is not declared in owns or writes")));
     };
-    let declared_ns = object.pointer("/metadata/namespace").and_then(Value::as_str);
+    let declared_ns = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str);
     let namespace = resolve_namespace(primary_ns, declared_ns).map_err(fail)?;
-    if let (Some(ns), Some(meta)) = (namespace, object.get_mut("metadata").and_then(Value::as_object_mut)) {
+    if let (Some(ns), Some(meta)) = (
+        namespace,
+        object.get_mut("metadata").and_then(Value::as_object_mut),
+    ) {
         meta.insert("namespace".into(), Value::String(ns));
     }
     Ok(DesiredObject { kind, role, object })
@@ -162,21 +211,31 @@ fn check_object(
 
 /// A namespaced primary confines its plugin to its own namespace; an absent
 /// namespace means the primary's.
-fn resolve_namespace(primary_ns: Option<&str>, declared: Option<&str>) -> Result<Option<String>, String> {
+fn resolve_namespace(
+    primary_ns: Option<&str>,
+    declared: Option<&str>,
+) -> Result<Option<String>, String> {
     match (primary_ns, declared) {
         (Some(p), None) => Ok(Some(p.to_string())),
         (Some(p), Some(d)) if p == d => Ok(Some(p.to_string())),
-        (Some(p), Some(d)) => Err(format!("namespace {d:?} is not the primary's namespace {p:?}")),
+        (Some(p), Some(d)) => Err(format!(
+            "namespace {d:?} is not the primary's namespace {p:?}"
+        )),
         (None, d) => Ok(d.map(str::to_string)),
     }
 }
 
 fn namespace_of(v: &Value) -> Option<String> {
-    v.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string)
+    v.pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }
 
 fn name_of(v: &Value) -> String {
-    v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string()
+    v.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn describe(i: usize, kind: &KindRef, object: &Value) -> String {
@@ -203,16 +262,25 @@ mod tests {
     use super::*;
 
     fn metadata() -> PluginMetadata {
-        PluginMetadata::new("podset", "1", KindRef::new("example.com", "v1alpha1", "PodSet"))
-            .owns(KindRef::new("apps", "v1", "Deployment"))
-            .reads(KindRef::new("", "v1", "Pod"), MapRule::Label("podset".into()), true)
-            .writes(KindRef::new("", "v1", "ConfigMap"))
+        PluginMetadata::new(
+            "podset",
+            "1",
+            KindRef::new("example.com", "v1alpha1", "PodSet"),
+        )
+        .owns(KindRef::new("apps", "v1", "Deployment"))
+        .reads(
+            KindRef::new("", "v1", "Pod"),
+            MapRule::Label("podset".into()),
+            true,
+        )
+        .writes(KindRef::new("", "v1", "ConfigMap"))
     }
 
     const PRIMARY_NS: Option<&str> = Some("team");
 
     fn deployment(ns: Option<&str>) -> String {
-        let mut d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
+        let mut d =
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
         if let Some(ns) = ns {
             d["metadata"]["namespace"] = json!(ns);
         }
@@ -220,7 +288,10 @@ mod tests {
     }
 
     fn response(apply: Vec<String>) -> ReconcileResponse {
-        ReconcileResponse { apply, ..Default::default() }
+        ReconcileResponse {
+            apply,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -228,7 +299,11 @@ mod tests {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "team"}});
         let mut r = response(vec![deployment(None), cm.to_string()]);
         r.status = Some(r#"{"podNames":[]}"#.into());
-        r.events.push(Event { event_type: EventType::Normal, reason: "Created".into(), message: "ok".into() });
+        r.events.push(Event {
+            event_type: EventType::Normal,
+            reason: "Created".into(),
+            message: "ok".into(),
+        });
         r.requeue_after_ms = Some(1500);
         let valid = validate_response(&metadata(), PRIMARY_NS, r).unwrap();
         assert_eq!(valid.apply[0].object["metadata"]["namespace"], "team");
@@ -241,23 +316,48 @@ mod tests {
     #[test]
     fn each_broken_rule_names_the_item() {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}).to_string();
-        let nameless = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {}}).to_string();
+        let nameless =
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {}}).to_string();
         let kindless = json!({"metadata": {"name": "x"}}).to_string();
         let cases: Vec<(ReconcileResponse, &str, &str)> = vec![
-            (response(vec![pod]), "apply[0] (v1 Pod p)", "not declared in owns or writes"),
-            (response(vec![deployment(Some("other"))]), "apply[0] (apps/v1 Deployment web)", "not the primary's namespace"),
+            (
+                response(vec![pod]),
+                "apply[0] (v1 Pod p)",
+                "not declared in owns or writes",
+            ),
+            (
+                response(vec![deployment(Some("other"))]),
+                "apply[0] (apps/v1 Deployment web)",
+                "not the primary's namespace",
+            ),
             (response(vec![nameless]), "apply[0]", "no metadata.name"),
             (response(vec![kindless]), "apply[0]", "apiVersion and kind"),
-            (response(vec!["[1,2]".into()]), "apply[0]", "must be a JSON object"),
-            (response(vec![deployment(None), deployment(Some("team"))]), "apply[1] (apps/v1 Deployment web)", "twice"),
             (
-                ReconcileResponse { status: Some("[]".into()), ..Default::default() },
+                response(vec!["[1,2]".into()]),
+                "apply[0]",
+                "must be a JSON object",
+            ),
+            (
+                response(vec![deployment(None), deployment(Some("team"))]),
+                "apply[1] (apps/v1 Deployment web)",
+                "twice",
+            ),
+            (
+                ReconcileResponse {
+                    status: Some("[]".into()),
+                    ..Default::default()
+                },
                 "status",
                 "must be a JSON object, got an array",
             ),
             (
                 ReconcileResponse {
-                    delete: vec![ObjectRef { api_version: "v1".into(), kind: "Pod".into(), namespace: None, name: "p".into() }],
+                    delete: vec![ObjectRef {
+                        api_version: "v1".into(),
+                        kind: "Pod".into(),
+                        namespace: None,
+                        name: "p".into(),
+                    }],
                     ..Default::default()
                 },
                 "delete[0] (v1 Pod p)",
@@ -265,7 +365,11 @@ mod tests {
             ),
             (
                 ReconcileResponse {
-                    events: vec![Event { event_type: EventType::Warning, reason: "not camel".into(), message: String::new() }],
+                    events: vec![Event {
+                        event_type: EventType::Warning,
+                        reason: "not camel".into(),
+                        message: String::new(),
+                    }],
                     ..Default::default()
                 },
                 "events[0]",

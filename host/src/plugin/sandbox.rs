@@ -48,7 +48,11 @@ pub struct SandboxConfig {
 
 impl Default for SandboxConfig {
     fn default() -> Self {
-        Self { limits: HostLimits::default(), compile_cache: CompileCache::default_dir(), max_instances: 64 }
+        Self {
+            limits: HostLimits::default(),
+            compile_cache: CompileCache::default_dir(),
+            max_instances: 64,
+        }
     }
 }
 
@@ -71,7 +75,10 @@ impl EpochTicker {
                 }
             })
             .expect("spawn the epoch ticker thread");
-        Self { stop, thread: Some(thread) }
+        Self {
+            stop,
+            thread: Some(thread),
+        }
     }
 }
 
@@ -121,7 +128,10 @@ impl Sandbox {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        super::bindings::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)?;
+        super::bindings::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )?;
 
         let ticker = Arc::new(EpochTicker::start(engine.clone()));
         Ok(Self {
@@ -153,7 +163,11 @@ impl Sandbox {
     }
 
     /// Loads a plugin from bytes; `path` only names it in errors and logs.
-    pub fn load_bytes(&self, path: &Path, bytes: &[u8]) -> Result<(LoadedPlugin, LoadReport), LoadError> {
+    pub fn load_bytes(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+    ) -> Result<(LoadedPlugin, LoadReport), LoadError> {
         let started = Instant::now();
         check_header(bytes).map_err(|r| fail(path, r))?;
         let sha256 = hex(&Sha256::digest(bytes));
@@ -169,23 +183,50 @@ impl Sandbox {
         let component_type = component.component_type();
         check_exports(component_type.exports(&self.engine).map(|(name, _)| name))
             .map_err(|e| fail(path, e.into()))?;
-        let instance_pre =
-            self.linker.instantiate_pre(&component).map_err(|e| fail(path, LoadFailure::Link(format!("{e:#}"))))?;
-        let pre = PluginPre::new(instance_pre).map_err(|e| fail(path, LoadFailure::Link(format!("{e:#}"))))?;
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| fail(path, LoadFailure::Link(format!("{e:#}"))))?;
+        let pre = PluginPre::new(instance_pre)
+            .map_err(|e| fail(path, LoadFailure::Link(format!("{e:#}"))))?;
 
-        let probe_name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let probe_name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let metadata: PluginMetadata =
-            LoadedPlugin::call_metadata(&pre, self.limits.defaults(), &probe_name).map_err(|e| fail(path, LoadFailure::MetadataCall(e)))?;
+            LoadedPlugin::call_metadata(&pre, self.limits.defaults(), &probe_name)
+                .map_err(|e| fail(path, LoadFailure::MetadataCall(e)))?;
         validate_metadata(&metadata).map_err(|e| fail(path, e.into()))?;
-        let limits: SandboxLimits = self.limits.resolve(&metadata.hints).map_err(|e| fail(path, e.into()))?;
+        let limits: SandboxLimits = self
+            .limits
+            .resolve(&metadata.hints)
+            .map_err(|e| fail(path, e.into()))?;
 
-        let plugin = LoadedPlugin::new(metadata, limits, path.to_path_buf(), sha256, pre, self.ticker.clone());
-        Ok((plugin, LoadReport { source, compile, total: started.elapsed() }))
+        let plugin = LoadedPlugin::new(
+            metadata,
+            limits,
+            path.to_path_buf(),
+            sha256,
+            pre,
+            self.ticker.clone(),
+        );
+        Ok((
+            plugin,
+            LoadReport {
+                source,
+                compile,
+                total: started.elapsed(),
+            },
+        ))
     }
 }
 
 fn fail(path: &Path, reason: LoadFailure) -> LoadError {
-    LoadError { path: path.to_path_buf(), reason }
+    LoadError {
+        path: path.to_path_buf(),
+        reason,
+    }
 }
 
 /// Tells a component from a core module or a stray file before wasmtime

@@ -12,7 +12,8 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use reconciler_sdk::{
-    Context, Error, EventType, KindRef, MapRule, Object, PartialObject, PluginMetadata, Reconciler, Response,
+    Context, Error, EventType, KindRef, MapRule, Object, PartialObject, PluginMetadata, Reconciler,
+    Response,
 };
 use serde::{Deserialize, Serialize};
 
@@ -53,9 +54,17 @@ impl Reconciler for PodSets {
     type Primary = PodSet;
 
     fn metadata() -> PluginMetadata {
-        PluginMetadata::new("podset", env!("CARGO_PKG_VERSION"), KindRef::new("example.com", "v1alpha1", "PodSet"))
-            .owns(KindRef::of::<Deployment>())
-            .reads(KindRef::of::<Pod>(), MapRule::Label(PODSET_LABEL.into()), true)
+        PluginMetadata::new(
+            "podset",
+            env!("CARGO_PKG_VERSION"),
+            KindRef::new("example.com", "v1alpha1", "PodSet"),
+        )
+        .owns(KindRef::of::<Deployment>())
+        .reads(
+            KindRef::of::<Pod>(),
+            MapRule::Label(PODSET_LABEL.into()),
+            true,
+        )
     }
 
     fn reconcile(podset: PodSet, ctx: &Context) -> Result<Response, Error> {
@@ -67,11 +76,17 @@ impl Reconciler for PodSets {
         let namespace = podset.namespace();
         let size = podset.spec.size;
         if size < 0 {
-            return Err(Error::msg(format!("spec.size must be 0 or more, got {size}")));
+            return Err(Error::msg(format!(
+                "spec.size must be 0 or more, got {size}"
+            )));
         }
 
         let labels = pod_labels(name);
-        let selector = labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+        let selector = labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
         let mut pod_names: Vec<String> = ctx
             .list_as::<PartialObject>(&KindRef::of::<Pod>(), namespace, &selector)?
             .into_iter()
@@ -85,9 +100,19 @@ impl Reconciler for PodSets {
             .first()
             .map(|d| d.spec.replicas.unwrap_or(1));
         match observed {
-            None => response = response.event(EventType::Normal, "Created", format!("Deployment {name} with {size} replicas")),
+            None => {
+                response = response.event(
+                    EventType::Normal,
+                    "Created",
+                    format!("Deployment {name} with {size} replicas"),
+                )
+            }
             Some(replicas) if replicas != size => {
-                response = response.event(EventType::Normal, "Scaled", format!("Deployment {name} from {replicas} to {size} replicas"))
+                response = response.event(
+                    EventType::Normal,
+                    "Scaled",
+                    format!("Deployment {name} from {replicas} to {size} replicas"),
+                )
             }
             Some(_) => {}
         }
@@ -98,10 +123,18 @@ impl Reconciler for PodSets {
 reconciler_sdk::export_plugin!(PodSets);
 
 fn pod_labels(podset: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([("app".to_string(), "podset".to_string()), (PODSET_LABEL.to_string(), podset.to_string())])
+    BTreeMap::from([
+        ("app".to_string(), "podset".to_string()),
+        (PODSET_LABEL.to_string(), podset.to_string()),
+    ])
 }
 
-fn deployment(name: &str, namespace: Option<&str>, size: i32, labels: BTreeMap<String, String>) -> Deployment {
+fn deployment(
+    name: &str,
+    namespace: Option<&str>,
+    size: i32,
+    labels: BTreeMap<String, String>,
+) -> Deployment {
     Deployment {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -111,9 +144,15 @@ fn deployment(name: &str, namespace: Option<&str>, size: i32, labels: BTreeMap<S
         },
         spec: Some(DeploymentSpec {
             replicas: Some(size),
-            selector: LabelSelector { match_labels: Some(labels.clone()), ..Default::default() },
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..Default::default()
+            },
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(labels), ..Default::default() }),
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
                 spec: Some(PodSpec {
                     containers: vec![Container {
                         name: "busybox".into(),

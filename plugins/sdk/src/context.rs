@@ -11,8 +11,18 @@ use crate::error::Error;
 /// [`crate::testing::Harness`]. Plugins never implement it; they use
 /// [`Context`].
 pub trait HostApi {
-    fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<String>, String>;
-    fn list(&self, kind: &KindRef, namespace: Option<&str>, selector: &str) -> Result<Vec<String>, String>;
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<String>, String>;
+    fn list(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+    ) -> Result<Vec<String>, String>;
     fn now_millis(&self) -> i64;
     fn log(&self, level: LogLevel, message: &str, fields: &[(String, String)]);
 }
@@ -38,7 +48,11 @@ struct TypeHeader {
 
 impl<'a> Context<'a> {
     pub(crate) fn new(host: &'a dyn HostApi, children: &'a [String], deleting: bool) -> Self {
-        Self { host, children, deleting }
+        Self {
+            host,
+            children,
+            deleting,
+        }
     }
 
     /// True when the primary has a deletionTimestamp: clean up, then return
@@ -65,9 +79,13 @@ impl<'a> Context<'a> {
     pub fn children_of_kind<T: DeserializeOwned>(&self, kind: &KindRef) -> Result<Vec<T>, Error> {
         let mut out = Vec::new();
         for child in self.children {
-            let header: TypeHeader = serde_json::from_str(child).map_err(|e| Error::parse("a child object", e))?;
+            let header: TypeHeader =
+                serde_json::from_str(child).map_err(|e| Error::parse("a child object", e))?;
             if KindRef::from_api_version(&header.api_version, &header.kind) == *kind {
-                out.push(serde_json::from_str(child).map_err(|e| Error::parse(&format!("a {kind} child"), e))?);
+                out.push(
+                    serde_json::from_str(child)
+                        .map_err(|e| Error::parse(&format!("a {kind} child"), e))?,
+                );
             }
         }
         Ok(out)
@@ -89,7 +107,11 @@ impl<'a> Context<'a> {
         name: &str,
     ) -> Result<Option<T>, Error> {
         let found = self.host.get(kind, namespace, name).map_err(Error::Host)?;
-        found.map(|json| serde_json::from_str(&json).map_err(|e| Error::parse(&format!("{kind} {name}"), e))).transpose()
+        found
+            .map(|json| {
+                serde_json::from_str(&json).map_err(|e| Error::parse(&format!("{kind} {name}"), e))
+            })
+            .transpose()
     }
 
     /// Objects of kind `K` matching a label selector (`""` for all).
@@ -108,16 +130,24 @@ impl<'a> Context<'a> {
         namespace: Option<&str>,
         selector: &str,
     ) -> Result<Vec<T>, Error> {
-        let items = self.host.list(kind, namespace, selector).map_err(Error::Host)?;
+        let items = self
+            .host
+            .list(kind, namespace, selector)
+            .map_err(Error::Host)?;
         items
             .iter()
-            .map(|json| serde_json::from_str(json).map_err(|e| Error::parse(&format!("a listed {kind}"), e)))
+            .map(|json| {
+                serde_json::from_str(json).map_err(|e| Error::parse(&format!("a listed {kind}"), e))
+            })
             .collect()
     }
 
     /// A structured log entry, tagged by the host with plugin and object.
     pub fn log(&self, level: LogLevel, message: &str, fields: &[(&str, &str)]) {
-        let fields: Vec<(String, String)> = fields.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let fields: Vec<(String, String)> = fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         self.host.log(level, message, &fields);
     }
 

@@ -28,8 +28,16 @@ pub struct KindRef {
 }
 
 impl KindRef {
-    pub fn new(group: impl Into<String>, version: impl Into<String>, kind: impl Into<String>) -> Self {
-        Self { group: group.into(), version: version.into(), kind: kind.into() }
+    pub fn new(
+        group: impl Into<String>,
+        version: impl Into<String>,
+        kind: impl Into<String>,
+    ) -> Self {
+        Self {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+        }
     }
 
     /// The kind of a k8s-openapi type (or any type implementing `Resource`).
@@ -47,7 +55,11 @@ impl KindRef {
 
     /// The `apiVersion` field value for this kind.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
 
     /// The kind of a JSON object, from its `apiVersion` and `kind` fields.
@@ -73,7 +85,11 @@ struct KindRefWire {
 
 impl Serialize for KindRef {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        KindRefWire { api_version: self.api_version(), kind: self.kind.clone() }.serialize(s)
+        KindRefWire {
+            api_version: self.api_version(),
+            kind: self.kind.clone(),
+        }
+        .serialize(s)
     }
 }
 
@@ -250,8 +266,16 @@ impl ReconcileResponse {
     pub fn text_len(&self) -> usize {
         self.apply.iter().map(String::len).sum::<usize>()
             + self.status.as_ref().map_or(0, String::len)
-            + self.events.iter().map(|e| e.reason.len() + e.message.len()).sum::<usize>()
-            + self.delete.iter().map(|d| d.name.len() + d.kind.len() + d.api_version.len()).sum::<usize>()
+            + self
+                .events
+                .iter()
+                .map(|e| e.reason.len() + e.message.len())
+                .sum::<usize>()
+            + self
+                .delete
+                .iter()
+                .map(|d| d.name.len() + d.kind.len() + d.api_version.len())
+                .sum::<usize>()
     }
 }
 
@@ -289,7 +313,11 @@ impl PluginMetadata {
     /// Declares a read kind, how its events map to a primary, and whether only
     /// its metadata is needed.
     pub fn reads(mut self, kind: KindRef, maps_by: MapRule, metadata_only: bool) -> Self {
-        self.reads.push(ReadKind { kind, maps_by, metadata_only });
+        self.reads.push(ReadKind {
+            kind,
+            maps_by,
+            metadata_only,
+        });
         self
     }
 

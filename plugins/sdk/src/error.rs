@@ -31,6 +31,9 @@ impl Error {
     }
 
     pub(crate) fn parse(what: &str, source: serde_json::Error) -> Self {
-        Error::Parse { what: what.to_string(), source }
+        Error::Parse {
+            what: what.to_string(),
+            source,
+        }
     }
 }

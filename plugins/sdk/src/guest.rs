@@ -17,8 +17,8 @@ use exports::reconciler::plugin::reconciler as wit;
 use reconciler::plugin::types as wit_types;
 
 use crate::contract::{
-    Event, EventType, Hints, KindRef, LogLevel, MapRule, ObjectRef, PluginMetadata, ReadKind, ReconcileRequest,
-    ReconcileResponse,
+    Event, EventType, Hints, KindRef, LogLevel, MapRule, ObjectRef, PluginMetadata, ReadKind,
+    ReconcileRequest, ReconcileResponse,
 };
 use crate::{HostApi, Reconciler};
 
@@ -33,8 +33,11 @@ impl<T: GuestExports> wit::Guest for T {
     }
 
     fn reconcile(request: wit::ReconcileRequest) -> Result<wit::ReconcileResponse, String> {
-        let request =
-            ReconcileRequest { primary: request.primary, children: request.children, deleting: request.deleting };
+        let request = ReconcileRequest {
+            primary: request.primary,
+            children: request.children,
+            deleting: request.deleting,
+        };
         crate::dispatch::<T::Reconciler>(&request, &WitHost).map(response_to_wit)
     }
 }
@@ -43,11 +46,21 @@ impl<T: GuestExports> wit::Guest for T {
 struct WitHost;
 
 impl HostApi for WitHost {
-    fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<String>, String> {
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<String>, String> {
         reconciler::plugin::cache::get(&kind_to_wit(kind), namespace, name)
     }
 
-    fn list(&self, kind: &KindRef, namespace: Option<&str>, selector: &str) -> Result<Vec<String>, String> {
+    fn list(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+    ) -> Result<Vec<String>, String> {
         reconciler::plugin::cache::list(&kind_to_wit(kind), namespace, selector)
     }
 
@@ -69,12 +82,21 @@ impl HostApi for WitHost {
 }
 
 fn kind_to_wit(kind: &KindRef) -> wit_types::KindRef {
-    wit_types::KindRef { group: kind.group.clone(), version: kind.version.clone(), kind: kind.kind.clone() }
+    wit_types::KindRef {
+        group: kind.group.clone(),
+        version: kind.version.clone(),
+        kind: kind.kind.clone(),
+    }
 }
 
 fn metadata_to_wit(m: PluginMetadata) -> wit_types::PluginMetadata {
     let kinds = |ks: &[KindRef]| ks.iter().map(kind_to_wit).collect();
-    let Hints { max_concurrent_reconciles, memory_limit_mib, timeout_ms, max_output_kib } = m.hints;
+    let Hints {
+        max_concurrent_reconciles,
+        memory_limit_mib,
+        timeout_ms,
+        max_output_kib,
+    } = m.hints;
     wit_types::PluginMetadata {
         name: m.name,
         version: m.version,
@@ -83,20 +105,31 @@ fn metadata_to_wit(m: PluginMetadata) -> wit_types::PluginMetadata {
         reads: m
             .reads
             .iter()
-            .map(|ReadKind { kind, maps_by, metadata_only }| wit_types::ReadKind {
-                kind: kind_to_wit(kind),
-                maps_by: match maps_by {
-                    MapRule::Label(k) => wit_types::MapRule::Label(k.clone()),
-                    MapRule::Annotation(k) => wit_types::MapRule::Annotation(k.clone()),
-                    MapRule::SameName => wit_types::MapRule::SameName,
-                    MapRule::None => wit_types::MapRule::None,
+            .map(
+                |ReadKind {
+                     kind,
+                     maps_by,
+                     metadata_only,
+                 }| wit_types::ReadKind {
+                    kind: kind_to_wit(kind),
+                    maps_by: match maps_by {
+                        MapRule::Label(k) => wit_types::MapRule::Label(k.clone()),
+                        MapRule::Annotation(k) => wit_types::MapRule::Annotation(k.clone()),
+                        MapRule::SameName => wit_types::MapRule::SameName,
+                        MapRule::None => wit_types::MapRule::None,
+                    },
+                    metadata_only: *metadata_only,
                 },
-                metadata_only: *metadata_only,
-            })
+            )
             .collect(),
         writes: kinds(&m.writes),
         finalizer: m.finalizer,
-        hints: wit_types::Hints { max_concurrent_reconciles, memory_limit_mib, timeout_ms, max_output_kib },
+        hints: wit_types::Hints {
+            max_concurrent_reconciles,
+            memory_limit_mib,
+            timeout_ms,
+            max_output_kib,
+        },
     }
 }
 
@@ -106,20 +139,38 @@ fn response_to_wit(r: ReconcileResponse) -> wit::ReconcileResponse {
         delete: r
             .delete
             .into_iter()
-            .map(|ObjectRef { api_version, kind, namespace, name }| wit::ObjectRef { api_version, kind, namespace, name })
+            .map(
+                |ObjectRef {
+                     api_version,
+                     kind,
+                     namespace,
+                     name,
+                 }| wit::ObjectRef {
+                    api_version,
+                    kind,
+                    namespace,
+                    name,
+                },
+            )
             .collect(),
         status: r.status,
         events: r
             .events
             .into_iter()
-            .map(|Event { event_type, reason, message }| wit::Event {
-                event_type: match event_type {
-                    EventType::Normal => wit::EventType::Normal,
-                    EventType::Warning => wit::EventType::Warning,
+            .map(
+                |Event {
+                     event_type,
+                     reason,
+                     message,
+                 }| wit::Event {
+                    event_type: match event_type {
+                        EventType::Normal => wit::EventType::Normal,
+                        EventType::Warning => wit::EventType::Warning,
+                    },
+                    reason,
+                    message,
                 },
-                reason,
-                message,
-            })
+            )
             .collect(),
         requeue_after_ms: r.requeue_after_ms,
         finalized: r.finalized,

@@ -63,11 +63,16 @@ pub trait Reconciler {
 /// Runs one reconcile from wire form to wire form. The Wasm export and the
 /// native harness both go through here, so they parse and serialise
 /// identically.
-pub fn dispatch<R: Reconciler>(request: &ReconcileRequest, host: &dyn HostApi) -> Result<ReconcileResponse, String> {
-    let primary: R::Primary =
-        serde_json::from_str(&request.primary).map_err(|e| Error::parse("the primary object", e).to_string())?;
+pub fn dispatch<R: Reconciler>(
+    request: &ReconcileRequest,
+    host: &dyn HostApi,
+) -> Result<ReconcileResponse, String> {
+    let primary: R::Primary = serde_json::from_str(&request.primary)
+        .map_err(|e| Error::parse("the primary object", e).to_string())?;
     let ctx = Context::new(host, &request.children, request.deleting);
-    R::reconcile(primary, &ctx).map(Response::into_wire).map_err(|e| e.to_string())
+    R::reconcile(primary, &ctx)
+        .map(Response::into_wire)
+        .map_err(|e| e.to_string())
 }
 
 /// Exports a [`Reconciler`] as the plugin's implementation of the WIT world.
@@ -82,7 +87,7 @@ macro_rules! export_plugin {
             impl $crate::guest::GuestExports for __ReconcilerExport {
                 type Reconciler = $reconciler;
             }
-            $crate::guest::export_world!(__ReconcilerExport with_types_in $crate::guest);
+    $crate::guest::export_world!(__ReconcilerExport with_types_in $crate::guest);
         };
     };
 }

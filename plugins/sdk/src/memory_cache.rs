@@ -25,7 +25,11 @@ pub struct CacheError {
 }
 
 fn sort_key(object: &Value) -> (Option<KindRef>, &str, &str) {
-    (KindRef::of_object(object), namespace_of(object).unwrap_or(""), name_of(object).unwrap_or(""))
+    (
+        KindRef::of_object(object),
+        namespace_of(object).unwrap_or(""),
+        name_of(object).unwrap_or(""),
+    )
 }
 
 /// `metadata.name` of a JSON object.
@@ -45,8 +49,13 @@ impl MemoryCache {
 
     /// Adds or replaces an object (matched by kind, namespace and name).
     pub fn insert(&mut self, object: Value) -> Result<(), CacheError> {
-        let what = name_of(&object).map(str::to_string).unwrap_or_else(|| format!("#{}", self.objects.len() + 1));
-        let fail = |reason: &str| CacheError { what: what.clone(), reason: reason.to_string() };
+        let what = name_of(&object)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("#{}", self.objects.len() + 1));
+        let fail = |reason: &str| CacheError {
+            what: what.clone(),
+            reason: reason.to_string(),
+        };
         if KindRef::of_object(&object).is_none() {
             return Err(fail("apiVersion and kind must be strings"));
         }
@@ -55,7 +64,10 @@ impl MemoryCache {
         }
         let key = sort_key(&object);
         let (kind, ns, name) = (key.0, key.1.to_string(), key.2.to_string());
-        match self.objects.binary_search_by(|o| sort_key(o).cmp(&(kind.clone(), &ns, &name))) {
+        match self
+            .objects
+            .binary_search_by(|o| sort_key(o).cmp(&(kind.clone(), &ns, &name)))
+        {
             Ok(i) => self.objects[i] = object,
             Err(i) => self.objects.insert(i, object),
         }
@@ -76,7 +88,9 @@ impl MemoryCache {
 
     pub fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<&Value> {
         self.objects.iter().find(|o| {
-            KindRef::of_object(o).as_ref() == Some(kind) && namespace_of(o) == namespace && name_of(o) == Some(name)
+            KindRef::of_object(o).as_ref() == Some(kind)
+                && namespace_of(o) == namespace
+                && name_of(o) == Some(name)
         })
     }
 
@@ -102,9 +116,17 @@ impl MemoryCache {
 
     /// [`Self::list`] as the cache import answers it: the selector in string
     /// form, JSON text out, a clear error for a malformed selector.
-    pub fn list_json(&self, kind: &KindRef, namespace: Option<&str>, selector: &str) -> Result<Vec<String>, String> {
+    pub fn list_json(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+    ) -> Result<Vec<String>, String> {
         let selector = LabelSelector::parse(selector).map_err(|e| e.to_string())?;
-        Ok(self.list(kind, namespace, &selector).map(Value::to_string).collect())
+        Ok(self
+            .list(kind, namespace, &selector)
+            .map(Value::to_string)
+            .collect())
     }
 
     /// The request the host sends for `primary`: its owned children from this
@@ -112,15 +134,24 @@ impl MemoryCache {
     pub fn request_for(&self, primary: &Value, owns: &[KindRef]) -> ReconcileRequest {
         ReconcileRequest {
             primary: primary.to_string(),
-            children: self.children_of(primary, owns).map(Value::to_string).collect(),
-            deleting: primary.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()),
+            children: self
+                .children_of(primary, owns)
+                .map(Value::to_string)
+                .collect(),
+            deleting: primary
+                .pointer("/metadata/deletionTimestamp")
+                .is_some_and(|t| !t.is_null()),
         }
     }
 
     /// The owned children of `primary`: objects of one of the `owns` kinds in
     /// the primary's namespace whose controller ownerReference points at it
     /// (by uid when both sides have one, otherwise by kind and name).
-    pub fn children_of<'a>(&'a self, primary: &'a Value, owns: &'a [KindRef]) -> impl Iterator<Item = &'a Value> + 'a {
+    pub fn children_of<'a>(
+        &'a self,
+        primary: &'a Value,
+        owns: &'a [KindRef],
+    ) -> impl Iterator<Item = &'a Value> + 'a {
         self.objects.iter().filter(move |o| {
             KindRef::of_object(o).is_some_and(|k| owns.contains(&k))
                 && namespace_of(o) == namespace_of(primary)
@@ -131,12 +162,18 @@ impl MemoryCache {
 
 /// Whether `object` has a controller ownerReference to `owner`.
 pub fn is_controlled_by(object: &Value, owner: &Value) -> bool {
-    let Some(refs) = object.pointer("/metadata/ownerReferences").and_then(Value::as_array) else {
+    let Some(refs) = object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+    else {
         return false;
     };
     let owner_uid = owner.pointer("/metadata/uid").and_then(Value::as_str);
     refs.iter().any(|r| {
-        let controller = r.get("controller").and_then(Value::as_bool).unwrap_or(false);
+        let controller = r
+            .get("controller")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         let ref_uid = r.get("uid").and_then(Value::as_str);
         let same = match (ref_uid, owner_uid) {
             (Some(a), Some(b)) => a == b,
@@ -162,14 +199,25 @@ mod tests {
     #[test]
     fn list_filters_by_kind_namespace_and_selector_in_name_order() {
         let mut cache = MemoryCache::new();
-        for p in [pod("a", "z", "web"), pod("a", "b", "web"), pod("b", "c", "web"), pod("a", "d", "db")] {
+        for p in [
+            pod("a", "z", "web"),
+            pod("a", "b", "web"),
+            pod("b", "c", "web"),
+            pod("a", "d", "db"),
+        ] {
             cache.insert(p).unwrap();
         }
         let kind = KindRef::new("", "v1", "Pod");
         let web = LabelSelector::parse("app=web").unwrap();
-        let names: Vec<_> = cache.list(&kind, Some("a"), &web).filter_map(name_of).collect();
+        let names: Vec<_> = cache
+            .list(&kind, Some("a"), &web)
+            .filter_map(name_of)
+            .collect();
         assert_eq!(names, ["b", "z"]);
-        let all: Vec<_> = cache.list(&kind, None, &LabelSelector::everything()).filter_map(name_of).collect();
+        let all: Vec<_> = cache
+            .list(&kind, None, &LabelSelector::everything())
+            .filter_map(name_of)
+            .collect();
         assert_eq!(all, ["b", "d", "z", "c"]);
         assert!(cache.get(&kind, Some("b"), "c").is_some());
         assert!(cache.get(&kind, Some("a"), "c").is_none());
@@ -181,7 +229,9 @@ mod tests {
         cache.insert(pod("a", "p", "web")).unwrap();
         cache.insert(pod("a", "p", "db")).unwrap();
         assert_eq!(cache.len(), 1);
-        let err = cache.insert(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}})).unwrap_err();
+        let err = cache
+            .insert(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}}))
+            .unwrap_err();
         assert!(err.to_string().contains("metadata.name"), "{err}");
     }
 
@@ -197,7 +247,10 @@ mod tests {
         cache.insert(owned("old-owner", "u0", true)).unwrap();
         cache.insert(owned("not-controller", "u1", false)).unwrap();
         let owns = [KindRef::new("apps", "v1", "Deployment")];
-        let names: Vec<_> = cache.children_of(&owner, &owns).filter_map(name_of).collect();
+        let names: Vec<_> = cache
+            .children_of(&owner, &owns)
+            .filter_map(name_of)
+            .collect();
         assert_eq!(names, ["mine"]);
     }
 }

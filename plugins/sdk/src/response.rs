@@ -28,8 +28,10 @@ impl Response {
     /// It must carry apiVersion, kind and metadata.name; k8s-openapi types and
     /// [`crate::Object`] do.
     pub fn apply<T: Serialize>(mut self, object: &T) -> Result<Self, Error> {
-        let json = serde_json::to_string(object)
-            .map_err(|source| Error::Serialize { what: "an object to apply".into(), source })?;
+        let json = serde_json::to_string(object).map_err(|source| Error::Serialize {
+            what: "an object to apply".into(),
+            source,
+        })?;
         self.inner.apply.push(json);
         Ok(self)
     }
@@ -47,15 +49,26 @@ impl Response {
 
     /// The desired `.status` of the primary; must serialise to a JSON object.
     pub fn status<T: Serialize>(mut self, status: &T) -> Result<Self, Error> {
-        let json =
-            serde_json::to_string(status).map_err(|source| Error::Serialize { what: "the status".into(), source })?;
+        let json = serde_json::to_string(status).map_err(|source| Error::Serialize {
+            what: "the status".into(),
+            source,
+        })?;
         self.inner.status = Some(json);
         Ok(self)
     }
 
     /// An Event to record on the primary.
-    pub fn event(mut self, event_type: EventType, reason: &str, message: impl Into<String>) -> Self {
-        self.inner.events.push(Event { event_type, reason: reason.to_string(), message: message.into() });
+    pub fn event(
+        mut self,
+        event_type: EventType,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        self.inner.events.push(Event {
+            event_type,
+            reason: reason.to_string(),
+            message: message.into(),
+        });
         self
     }
 

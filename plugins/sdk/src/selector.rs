@@ -55,7 +55,10 @@ impl LabelSelector {
     }
 
     pub fn parse(selector: &str) -> Result<Self, SelectorError> {
-        let fail = |reason: String| SelectorError { selector: selector.to_string(), reason };
+        let fail = |reason: String| SelectorError {
+            selector: selector.to_string(),
+            reason,
+        };
         let mut requirements = Vec::new();
         for term in split_terms(selector).map_err(fail)? {
             requirements.push(parse_term(term).map_err(fail)?);
@@ -76,7 +79,11 @@ impl LabelSelector {
         let labels: BTreeMap<String, String> = object
             .pointer("/metadata/labels")
             .and_then(|l| l.as_object())
-            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
             .unwrap_or_default();
         self.matches(&labels)
     }
@@ -157,24 +164,45 @@ fn parse_term(term: &str) -> Result<Requirement, String> {
     let inner = set
         .strip_prefix('(')
         .and_then(|s| s.strip_suffix(')'))
-        .ok_or_else(|| format!("'{op}' needs a parenthesised set of values, e.g. {key} {op} (a,b)"))?;
-    let values = inner.split(',').map(value_of).collect::<Result<Vec<_>, _>>()?;
-    Ok(if op == "in" { Requirement::In(key, values) } else { Requirement::NotIn(key, values) })
+        .ok_or_else(|| {
+            format!("'{op}' needs a parenthesised set of values, e.g. {key} {op} (a,b)")
+        })?;
+    let values = inner
+        .split(',')
+        .map(value_of)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(if op == "in" {
+        Requirement::In(key, values)
+    } else {
+        Requirement::NotIn(key, values)
+    })
 }
 
 fn key_of(key: &str) -> Result<String, String> {
     let key = key.trim();
     let valid = !key.is_empty()
         && key.len() <= 316
-        && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
-    if valid { Ok(key.to_string()) } else { Err(format!("{key:?} is not a valid label key")) }
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
+    if valid {
+        Ok(key.to_string())
+    } else {
+        Err(format!("{key:?} is not a valid label key"))
+    }
 }
 
 fn value_of(value: &str) -> Result<String, String> {
     let value = value.trim();
-    let valid =
-        value.len() <= 63 && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if valid { Ok(value.to_string()) } else { Err(format!("{value:?} is not a valid label value")) }
+    let valid = value.len() <= 63
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(value.to_string())
+    } else {
+        Err(format!("{value:?} is not a valid label value"))
+    }
 }
 
 #[cfg(test)]
@@ -182,7 +210,10 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -231,6 +262,10 @@ mod tests {
     fn objects_without_labels_match_only_negative_requirements() {
         let pod = serde_json::json!({"metadata": {"name": "p"}});
         assert!(LabelSelector::parse("!app").unwrap().matches_object(&pod));
-        assert!(!LabelSelector::parse("app=web").unwrap().matches_object(&pod));
+        assert!(
+            !LabelSelector::parse("app=web")
+                .unwrap()
+                .matches_object(&pod)
+        );
     }
 }

@@ -103,12 +103,22 @@ impl<R: Reconciler> Harness<R> {
 }
 
 impl<R> HostApi for Harness<R> {
-    fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Result<Option<String>, String> {
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<String>, String> {
         self.metadata.check_readable(kind)?;
         Ok(self.cache.get_json(kind, namespace, name))
     }
 
-    fn list(&self, kind: &KindRef, namespace: Option<&str>, selector: &str) -> Result<Vec<String>, String> {
+    fn list(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+    ) -> Result<Vec<String>, String> {
         self.metadata.check_readable(kind)?;
         self.cache.list_json(kind, namespace, selector)
     }
@@ -118,7 +128,11 @@ impl<R> HostApi for Harness<R> {
     }
 
     fn log(&self, level: LogLevel, message: &str, fields: &[(String, String)]) {
-        self.logs.borrow_mut().push(LogEntry { level, message: message.to_string(), fields: fields.to_vec() });
+        self.logs.borrow_mut().push(LogEntry {
+            level,
+            message: message.to_string(),
+            fields: fields.to_vec(),
+        });
     }
 }
 
@@ -130,12 +144,17 @@ pub struct Outcome {
 
 impl Outcome {
     /// Applied objects of kind `K`.
-    pub fn applied<K: k8s_openapi::Resource + DeserializeOwned>(&self) -> Result<Vec<K>, serde_json::Error> {
+    pub fn applied<K: k8s_openapi::Resource + DeserializeOwned>(
+        &self,
+    ) -> Result<Vec<K>, serde_json::Error> {
         self.applied_as(&KindRef::of::<K>())
     }
 
     /// Applied objects of `kind`, parsed as `T`.
-    pub fn applied_as<T: DeserializeOwned>(&self, kind: &KindRef) -> Result<Vec<T>, serde_json::Error> {
+    pub fn applied_as<T: DeserializeOwned>(
+        &self,
+        kind: &KindRef,
+    ) -> Result<Vec<T>, serde_json::Error> {
         let mut out = Vec::new();
         for json in &self.response.apply {
             let value: serde_json::Value = serde_json::from_str(json)?;
@@ -148,7 +167,11 @@ impl Outcome {
 
     /// The desired status, parsed as `T`; `None` when the plugin left it alone.
     pub fn status<T: DeserializeOwned>(&self) -> Result<Option<T>, serde_json::Error> {
-        self.response.status.as_deref().map(serde_json::from_str).transpose()
+        self.response
+            .status
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
     }
 
     pub fn deleted(&self) -> &[ObjectRef] {

@@ -1,0 +1,95 @@
+//! A plugin that misbehaves on request, to prove the sandbox holds.
+//!
+//! `spec.mode` of a `Hostile` object picks the misbehaviour; every mode is a
+//! way a real plugin can go wrong. The test suite builds this crate for
+//! wasm32-wasip2 and checks that the host turns each into a clear error for
+//! that one object and keeps serving.
+
+use reconciler_sdk::{Context, Error, KindRef, Object, PluginMetadata, Reconciler, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+#[derive(Default, Serialize, Deserialize)]
+pub struct HostileSpec {
+    #[serde(default)]
+    pub mode: String,
+}
+
+pub type Hostile = Object<HostileSpec>;
+
+pub struct Hostiles;
+
+fn config_map(name: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}});
+    if let (Some(cm), Some(extra)) = (cm.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            cm.insert(k.clone(), v.clone());
+        }
+    }
+    cm
+}
+
+impl Reconciler for Hostiles {
+    type Primary = Hostile;
+
+    fn metadata() -> PluginMetadata {
+        PluginMetadata::new(
+            "hostile",
+            "0.1.0",
+            KindRef::new("hostile.example.com", "v1", "Hostile"),
+        )
+        .owns(KindRef::new("", "v1", "ConfigMap"))
+    }
+
+    fn reconcile(hostile: Hostile, ctx: &Context) -> Result<Response, Error> {
+        let name = hostile.name().to_string();
+        match hostile.spec.mode.as_str() {
+            "loop" => {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            "hog" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "panic" => panic!("hostile plugin panicked on purpose"),
+            "spam" => loop {
+                println!("{}", "spam ".repeat(100));
+            },
+            "error" => Err(Error::msg("asked to fail")),
+            "oversize" => {
+                let blob = "x".repeat(2 << 20);
+                Response::new().apply(&config_map(&name, json!({"data": {"blob": blob}})))
+            }
+            "undeclared-kind" => Response::new().apply(&json!({
+                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}
+            })),
+            "other-namespace" => Response::new().apply(&config_map(
+                &name,
+                json!({"metadata": {"name": name, "namespace": "kube-system"}}),
+            )),
+            "missing-name" => Response::new().apply(&config_map(&name, json!({"metadata": {}}))),
+            "status-not-object" => Response::new().status(&vec![1, 2, 3]),
+            "read-undeclared" => {
+                let secrets: Vec<serde_json::Value> =
+                    ctx.list_as(&KindRef::new("", "v1", "Secret"), hostile.namespace(), "")?;
+                Response::new().status(&json!({"secrets": secrets.len()}))
+            }
+            "log" => {
+                ctx.info("hello from the sandbox");
+                println!("a line on stdout");
+                Response::new().apply(&config_map(&name, json!({})))
+            }
+            _ => Response::new()
+                .apply(&config_map(&name, json!({})))?
+                .status(&json!({"ok": true})),
+        }
+    }
+}
+
+reconciler_sdk::export_plugin!(Hostiles);

@@ -1,0 +1,73 @@
+//! Guest stdout and `log` calls become host log events tagged with the
+//! plugin and the object.
+
+use std::sync::{Arc, Mutex};
+
+use reconciler_host::plugin::ReconcileInput;
+use reconciler_sdk::memory_cache::MemoryCache;
+use reconciler_tests::{load, test_plugin};
+use serde_json::json;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+
+#[derive(Clone, Default)]
+struct Recorded(Arc<Mutex<Vec<String>>>);
+
+struct Fields(String);
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!("{}={:?} ", field.name(), value));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.push_str(&format!("{}={} ", field.name(), value));
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorded {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        let mut fields = Fields(String::new());
+        event.record(&mut fields);
+        self.0.lock().unwrap().push(fields.0);
+    }
+}
+
+#[test]
+fn guest_output_and_logs_are_tagged_with_plugin_and_object() {
+    let recorded = Recorded::default();
+    let subscriber = tracing_subscriber::registry().with(recorded.clone());
+    tracing::subscriber::with_default(subscriber, || {
+        let plugin = load(&test_plugin("hostile"));
+        let primary = json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
+            "metadata": {"name": "chatty", "namespace": "default"}, "spec": {"mode": "log"}});
+        let cache = MemoryCache::new();
+        let request = cache.request_for(&primary, &plugin.metadata().owns);
+        plugin
+            .reconcile(ReconcileInput {
+                request,
+                primary_namespace: Some("default".into()),
+                object: "default/chatty".into(),
+                reader: Arc::new(cache),
+                now_millis: 0,
+            })
+            .unwrap();
+    });
+    let lines = recorded.0.lock().unwrap().clone();
+    let find = |needle: &str| {
+        lines
+            .iter()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no event with {needle:?} in {lines:#?}"))
+            .clone()
+    };
+    let logged = find("hello from the sandbox");
+    assert!(
+        logged.contains("plugin=hostile") && logged.contains("object=default/chatty"),
+        "{logged}"
+    );
+    let printed = find("a line on stdout");
+    assert!(
+        printed.contains("stream=stdout") && printed.contains("object=default/chatty"),
+        "{printed}"
+    );
+}

@@ -1,0 +1,207 @@
+//! Hostile plugins prove the sandbox: each misbehaviour is a clear error for
+//! that one object, and the same host process keeps reconciling correctly.
+
+use std::sync::Arc;
+
+use reconciler_host::plugin::{
+    CallError, LoadFailure, LoadedPlugin, ReconcileInput, ValidResponse,
+};
+use reconciler_sdk::memory_cache::MemoryCache;
+use reconciler_tests::{example_plugin, load, sandbox, test_plugin};
+use serde_json::{Value, json};
+
+fn hostile_object(mode: &str) -> Value {
+    json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
+        "metadata": {"name": format!("h-{mode}"), "namespace": "default", "uid": "u-1"}, "spec": {"mode": mode}})
+}
+
+fn call(
+    plugin: &LoadedPlugin,
+    primary: Value,
+    cache: MemoryCache,
+) -> Result<ValidResponse, CallError> {
+    let request = cache.request_for(&primary, &plugin.metadata().owns);
+    let namespace = primary["metadata"]["namespace"]
+        .as_str()
+        .map(str::to_string);
+    plugin.reconcile(ReconcileInput {
+        request,
+        primary_namespace: namespace,
+        object: format!(
+            "default/{}",
+            primary["metadata"]["name"].as_str().unwrap_or_default()
+        ),
+        reader: Arc::new(cache),
+        now_millis: 0,
+    })
+}
+
+fn hostile(mode: &str) -> Result<ValidResponse, CallError> {
+    call(
+        &load(&test_plugin("hostile")),
+        hostile_object(mode),
+        MemoryCache::new(),
+    )
+}
+
+/// After any failure the same process still reconciles podset correctly, and
+/// the hostile plugin itself still serves its well-behaved objects.
+fn host_still_serves() {
+    let podset = load(&example_plugin("podset"));
+    let primary = json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": "web", "namespace": "default"}, "spec": {"size": 2}});
+    let response = call(&podset, primary, MemoryCache::new()).expect("podset still reconciles");
+    assert_eq!(response.apply[0].object["spec"]["replicas"], 2);
+    let ok = hostile("ok").expect("the hostile plugin's well-behaved objects still reconcile");
+    assert_eq!(ok.status.unwrap()["ok"], true);
+}
+
+#[test]
+fn an_infinite_loop_is_stopped_by_the_deadline() {
+    let err = hostile("loop").unwrap_err();
+    assert!(matches!(err, CallError::Timeout { .. }), "{err:?}");
+    assert!(err.to_string().contains("timed out after 200 ms"), "{err}");
+    assert!(
+        err.to_string().contains("hints.timeoutMs"),
+        "names the knob: {err}"
+    );
+    host_still_serves();
+}
+
+#[test]
+fn a_memory_hog_traps_at_the_cap() {
+    let err = hostile("hog").unwrap_err();
+    assert!(matches!(err, CallError::MemoryLimit { .. }), "{err:?}");
+    assert!(err.to_string().contains("memory limit of 64 MiB"), "{err}");
+    host_still_serves();
+}
+
+#[test]
+fn a_panic_is_a_trap_with_the_panic_message() {
+    let err = hostile("panic").unwrap_err();
+    assert!(matches!(err, CallError::Trap { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("hostile plugin panicked on purpose"),
+        "{err}"
+    );
+    host_still_serves();
+}
+
+#[test]
+fn endless_printing_hits_the_stdio_cap() {
+    let err = hostile("spam").unwrap_err();
+    assert!(matches!(err, CallError::StdioLimit { .. }), "{err:?}");
+    host_still_serves();
+}
+
+#[test]
+fn an_oversized_response_is_refused() {
+    let err = hostile("oversize").unwrap_err();
+    assert!(matches!(err, CallError::OutputTooLarge { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("over the output limit of 1048576 bytes"),
+        "{err}"
+    );
+    host_still_serves();
+}
+
+#[test]
+fn invalid_responses_are_refused_whole_naming_the_item() {
+    for (mode, item, reason) in [
+        (
+            "undeclared-kind",
+            "apply[0] (v1 Secret h-undeclared-kind)",
+            "not declared in owns or writes",
+        ),
+        (
+            "other-namespace",
+            "apply[0] (v1 ConfigMap h-other-namespace)",
+            "not the primary's namespace",
+        ),
+        ("missing-name", "apply[0]", "no metadata.name"),
+        (
+            "status-not-object",
+            "status",
+            "must be a JSON object, got an array",
+        ),
+    ] {
+        match hostile(mode) {
+            Err(CallError::InvalidResponse(e)) => {
+                assert_eq!(e.item, item, "{mode}: {e}");
+                assert!(e.reason.contains(reason), "{mode}: {e}");
+            }
+            other => panic!("{mode}: expected an invalid response, got {other:?}"),
+        }
+    }
+    host_still_serves();
+}
+
+#[test]
+fn reading_an_undeclared_kind_is_refused_by_the_host() {
+    let err = hostile("read-undeclared").unwrap_err();
+    assert!(matches!(err, CallError::Plugin(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("did not declare v1 Secret"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_plugin_error_is_reported_as_such() {
+    let err = hostile("error").unwrap_err();
+    assert!(
+        matches!(err, CallError::Plugin(ref m) if m == "asked to fail"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn no_state_leaks_between_calls() {
+    // Each call gets a fresh instance: a trap leaves nothing behind, and many
+    // calls in a row behave identically.
+    for _ in 0..3 {
+        assert!(hostile("panic").is_err());
+        assert!(hostile("ok").is_ok());
+    }
+}
+
+#[test]
+fn files_that_are_not_plugins_are_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    type IsExpected = fn(&LoadFailure) -> bool;
+    let cases: [(&str, &[u8], IsExpected); 3] = [
+        ("notes.wasm", b"hello, world", |f| {
+            matches!(f, LoadFailure::NotWasm)
+        }),
+        ("core.wasm", b"\0asm\x01\0\0\0", |f| {
+            matches!(f, LoadFailure::CoreModule)
+        }),
+        ("truncated.wasm", b"\0asm\x0d\0\x01\0\x07", |f| {
+            matches!(f, LoadFailure::Compile(_))
+        }),
+    ];
+    for (name, bytes, expected) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let err = sandbox()
+            .load(&path)
+            .err()
+            .unwrap_or_else(|| panic!("{name} loaded"));
+        assert!(expected(&err.reason), "{name}: {err}");
+        assert!(err.to_string().contains(name), "names the file: {err}");
+    }
+    host_still_serves();
+}
+
+#[test]
+fn a_second_load_uses_the_compile_cache() {
+    let path = example_plugin("podset");
+    let _ = sandbox().load_with_report(&path).unwrap();
+    let (_, report) = sandbox().load_with_report(&path).unwrap();
+    assert_eq!(
+        report.source,
+        reconciler_host::plugin::CompileSource::Cached
+    );
+}
