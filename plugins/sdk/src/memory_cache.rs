@@ -209,13 +209,14 @@ mod tests {
         }
         let kind = KindRef::new("", "v1", "Pod");
         let web = LabelSelector::parse("app=web").unwrap();
+        let everything = LabelSelector::everything();
         let names: Vec<_> = cache
             .list(&kind, Some("a"), &web)
             .filter_map(name_of)
             .collect();
         assert_eq!(names, ["b", "z"]);
         let all: Vec<_> = cache
-            .list(&kind, None, &LabelSelector::everything())
+            .list(&kind, None, &everything)
             .filter_map(name_of)
             .collect();
         assert_eq!(all, ["b", "d", "z", "c"]);
