@@ -1,1 +1,246 @@
-fn main() {}
+//! One podset reconcile through the compiled plugin versus the same logic
+//! called natively through the SDK, with the same ~10 KB of JSON in and out;
+//! plus compile and warm-cache load times of podset.wasm.
+//!
+//! A bench binary rather than criterion because the targets are stated as
+//! median and p99 of single calls, which this measures directly.
+//!
+//!     scripts/build-plugins && cargo bench -p reconciler-host --bench reconcile
+//!
+//! Environment: BENCH_ITERATIONS (default 10000).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use podset::PodSets;
+use reconciler_host::plugin::response_rules::validate_response;
+use reconciler_host::plugin::{CompileSource, ReconcileInput, Sandbox, SandboxConfig};
+use reconciler_sdk::contract::{LogLevel, Projection, ReconcileRequest};
+use reconciler_sdk::memory_cache::MemoryCache;
+use reconciler_sdk::{HostApi, KindRef, PluginMetadata, Reconciler};
+use serde_json::{Value, json};
+
+fn main() -> anyhow::Result<()> {
+    let iterations: usize = std::env::var("BENCH_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/podset.wasm");
+    anyhow::ensure!(
+        wasm.is_file(),
+        "{} is missing: run scripts/build-plugins first",
+        wasm.display()
+    );
+
+    // Compile (no cache) and load with a warm cache.
+    let cache_dir = tempfile::tempdir()?;
+    let config = SandboxConfig {
+        compile_cache: Some(cache_dir.path().to_path_buf()),
+        ..SandboxConfig::default()
+    };
+    let sandbox = Sandbox::new(config)?;
+    let (_, cold) = sandbox.load_with_report(&wasm)?;
+    assert_eq!(cold.source, CompileSource::Compiled);
+    let mut warm = Vec::new();
+    for _ in 0..20 {
+        let (_, report) = sandbox.load_with_report(&wasm)?;
+        assert_eq!(report.source, CompileSource::Cached);
+        warm.push(report.total);
+    }
+    warm.sort();
+    let plugin = sandbox.load(&wasm)?;
+
+    let (primary, cache) = fixture();
+    let request = cache.request_for(&primary, &plugin.metadata().owns);
+    let cache = Arc::new(cache);
+    let request_bytes = request.primary.len() + stored_bytes(&cache);
+    let crossing = request.primary.len() + listed_bytes(&cache);
+    let response = plugin.reconcile(input(&request, &cache))?;
+    let response_bytes: usize = response
+        .apply
+        .iter()
+        .map(|d| d.object.to_string().len())
+        .sum::<usize>()
+        + json!(response.status).to_string().len();
+
+    let wasm_times = measure(iterations, || {
+        plugin
+            .reconcile(input(&request, &cache))
+            .expect("reconcile");
+    });
+    let metadata = PodSets::metadata();
+    let native_host = NativeHost {
+        cache: cache.clone(),
+        metadata: metadata.clone(),
+    };
+    let native_times = measure(iterations, || {
+        reconciler_sdk::dispatch::<PodSets>(&request, &native_host).expect("reconcile");
+    });
+    let native_validated_times = measure(iterations, || {
+        let r = reconciler_sdk::dispatch::<PodSets>(&request, &native_host).expect("reconcile");
+        validate_response(&metadata, Some("default"), r).expect("valid");
+    });
+
+    // The fixed cost of a fresh sandboxed instance: a plugin that answers
+    // one tiny object (the test suite's hostile plugin in its "ok" mode).
+    let trivial =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-plugins/hostile.wasm");
+    let trivial_times = if trivial.is_file() {
+        let hostile = sandbox.load(&trivial)?;
+        let primary = json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
+            "metadata": {"name": "x", "namespace": "default"}, "spec": {"mode": "ok"}});
+        let empty = Arc::new(MemoryCache::new());
+        let request = empty.request_for(&primary, &hostile.metadata().owns);
+        Some(measure(iterations, || {
+            hostile
+                .reconcile(input(&request, &empty))
+                .expect("reconcile");
+        }))
+    } else {
+        None
+    };
+    println!("podset.wasm: {} bytes", std::fs::metadata(&wasm)?.len());
+    println!("compile (cold, release host): {:>9.2} ms", ms(cold.compile));
+    println!(
+        "load, warm compile cache:     {:>9.2} ms median of 20",
+        ms(warm[warm.len() / 2])
+    );
+    println!(
+        "request {request_bytes} bytes in (primary + the 20 pods as stored), {crossing} as they cross (pods metadata-only), {response_bytes} bytes out; n = {iterations}"
+    );
+    let wasm_median = report("wasm: instantiate + call + validate", &wasm_times);
+    let native_median = report("native SDK: same JSON in and out", &native_times);
+    report("native SDK + host validation", &native_validated_times);
+    if let Some(times) = &trivial_times {
+        report("wasm: trivial plugin (fixed cost)", times);
+    }
+    println!(
+        "ratio wasm / native (median): {:.2}x",
+        wasm_median.as_secs_f64() / native_median.as_secs_f64()
+    );
+    Ok(())
+}
+
+fn input(request: &ReconcileRequest, cache: &Arc<MemoryCache>) -> ReconcileInput {
+    ReconcileInput {
+        request: request.clone(),
+        primary_namespace: Some("default".into()),
+        object: "default/web".into(),
+        reader: cache.clone(),
+        now_millis: 0,
+    }
+}
+
+/// A PodSet and 20 Pods shaped like `kubectl get -o json` prints them.
+fn fixture() -> (Value, MemoryCache) {
+    let primary = json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": "web", "namespace": "default", "uid": "2c9d6f0e-5a4b-4d8e-9f1a-7b3c2d1e0f9a",
+            "resourceVersion": "48213", "generation": 3, "creationTimestamp": "2024-01-01T00:00:00Z"},
+        "spec": {"size": 20}});
+    let mut cache = MemoryCache::new();
+    cache.insert(primary.clone()).expect("primary");
+    for i in 0..20 {
+        cache
+            .insert(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("web-7d4b9c8f6-{i:05}"), "namespace": "default",
+                    "uid": format!("0f1e2d3c-4b5a-6978-8a9b-{i:012}"), "resourceVersion": "48190",
+                    "creationTimestamp": "2024-01-01T00:00:00Z",
+                    "labels": {"app": "podset", "podset": "web", "pod-template-hash": "7d4b9c8f6"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c8f6",
+                        "uid": "9e8d7c6b-5a49-3827-1605-f4e3d2c1b0a9", "controller": true, "blockOwnerDeletion": true}]},
+                "spec": {"containers": [{"name": "busybox", "image": "busybox:1.36", "command": ["sleep", "3600"]}],
+                    "nodeName": "node-1"},
+                "status": {"phase": "Running", "podIP": format!("10.244.0.{i}"), "startTime": "2024-01-01T00:00:05Z"}}))
+            .expect("pod");
+    }
+    (primary, cache)
+}
+
+fn listed_bytes(cache: &MemoryCache) -> usize {
+    cache
+        .list_json(
+            &KindRef::new("", "v1", "Pod"),
+            Some("default"),
+            "app=podset,podset=web",
+            Projection::MetadataOnly,
+        )
+        .expect("list")
+        .iter()
+        .map(String::len)
+        .sum()
+}
+
+fn stored_bytes(cache: &MemoryCache) -> usize {
+    cache
+        .iter()
+        .filter(|v| v["kind"] == "Pod")
+        .map(|v| v.to_string().len())
+        .sum()
+}
+
+struct NativeHost {
+    cache: Arc<MemoryCache>,
+    metadata: PluginMetadata,
+}
+
+impl HostApi for NativeHost {
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<String>, String> {
+        self.metadata.check_readable(kind)?;
+        Ok(self
+            .cache
+            .get_json(kind, namespace, name, self.metadata.projection_of(kind)))
+    }
+    fn list(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+    ) -> Result<Vec<String>, String> {
+        self.metadata.check_readable(kind)?;
+        self.cache
+            .list_json(kind, namespace, selector, self.metadata.projection_of(kind))
+    }
+    fn now_millis(&self) -> i64 {
+        0
+    }
+    fn log(&self, _: LogLevel, _: &str, _: &[(String, String)]) {}
+}
+
+fn measure(iterations: usize, mut f: impl FnMut()) -> Vec<Duration> {
+    for _ in 0..iterations / 10 {
+        f();
+    }
+    let mut times: Vec<Duration> = (0..iterations)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    times
+}
+
+fn report(label: &str, times: &[Duration]) -> Duration {
+    let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
+    println!(
+        "{label:<38} median {:>7.1} us   p99 {:>7.1} us",
+        us(at(0.5)),
+        us(at(0.99))
+    );
+    at(0.5)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}

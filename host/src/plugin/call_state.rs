@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use reconciler_sdk::contract::Projection;
 use reconciler_sdk::{KindRef, PluginMetadata};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -152,13 +153,14 @@ fn kind_from_wit(k: types::KindRef) -> KindRef {
 }
 
 impl CallState {
-    fn readable(&self, kind: &KindRef) -> Result<&Arc<dyn ObjectReader>, String> {
+    /// The reader and the projection for `kind`, if the plugin may read it.
+    fn readable(&self, kind: &KindRef) -> Result<(&Arc<dyn ObjectReader>, Projection), String> {
         let scope = self
             .scope
             .as_ref()
             .ok_or("the cache cannot be read while reporting metadata")?;
         scope.metadata.check_readable(kind)?;
-        Ok(&scope.reader)
+        Ok((&scope.reader, scope.metadata.projection_of(kind)))
     }
 }
 
@@ -172,9 +174,8 @@ impl cache::Host for CallState {
         name: String,
     ) -> Result<Option<String>, String> {
         let kind = kind_from_wit(kind);
-        Ok(self
-            .readable(&kind)?
-            .get(&kind, namespace.as_deref(), &name))
+        let (reader, projection) = self.readable(&kind)?;
+        Ok(reader.get(&kind, namespace.as_deref(), &name, projection))
     }
 
     fn list(
@@ -184,8 +185,8 @@ impl cache::Host for CallState {
         label_selector: String,
     ) -> Result<Vec<String>, String> {
         let kind = kind_from_wit(kind);
-        self.readable(&kind)?
-            .list(&kind, namespace.as_deref(), &label_selector)
+        let (reader, projection) = self.readable(&kind)?;
+        reader.list(&kind, namespace.as_deref(), &label_selector, projection)
     }
 }
 

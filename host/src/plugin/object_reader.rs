@@ -1,13 +1,21 @@
 //! What the cache import reads from.
 
 use reconciler_sdk::KindRef;
+use reconciler_sdk::contract::Projection;
 use reconciler_sdk::memory_cache::MemoryCache;
 
 /// The host cache as one reconcile sees it. The runtime enforces that the
-/// plugin asks only for kinds it declared; implementations just answer.
+/// plugin asks only for kinds it declared, and picks the projection from its
+/// metadata; implementations just answer.
 pub trait ObjectReader: Send + Sync {
     /// One object as JSON.
-    fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<String>;
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+        projection: Projection,
+    ) -> Option<String>;
     /// Objects as JSON, ordered by namespace then name; `Err` for a selector
     /// that does not parse.
     fn list(
@@ -15,12 +23,19 @@ pub trait ObjectReader: Send + Sync {
         kind: &KindRef,
         namespace: Option<&str>,
         selector: &str,
+        projection: Projection,
     ) -> Result<Vec<String>, String>;
 }
 
 impl ObjectReader for MemoryCache {
-    fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<String> {
-        self.get_json(kind, namespace, name)
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+        projection: Projection,
+    ) -> Option<String> {
+        self.get_json(kind, namespace, name, projection)
     }
 
     fn list(
@@ -28,7 +43,8 @@ impl ObjectReader for MemoryCache {
         kind: &KindRef,
         namespace: Option<&str>,
         selector: &str,
+        projection: Projection,
     ) -> Result<Vec<String>, String> {
-        self.list_json(kind, namespace, selector)
+        self.list_json(kind, namespace, selector, projection)
     }
 }

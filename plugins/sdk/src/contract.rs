@@ -192,6 +192,19 @@ impl PluginMetadata {
         }
     }
 
+    /// How the cache import returns objects of `kind` to this plugin.
+    pub fn projection_of(&self, kind: &KindRef) -> Projection {
+        if self
+            .reads
+            .iter()
+            .any(|r| r.metadata_only && &r.kind == kind)
+        {
+            Projection::MetadataOnly
+        } else {
+            Projection::Full
+        }
+    }
+
     pub fn owns_kind(&self, kind: &KindRef) -> bool {
         self.owns.contains(kind)
     }
@@ -204,6 +217,17 @@ impl PluginMetadata {
     pub fn field_manager(&self) -> String {
         format!("reconciler-host/{}", self.name)
     }
+}
+
+/// What of an object crosses the boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Projection {
+    /// The whole object.
+    Full,
+    /// `apiVersion`, `kind` and `metadata` only: for read kinds declared
+    /// metadata-only, so a plugin listing Pods for their names does not pay
+    /// for their specs and statuses.
+    MetadataOnly,
 }
 
 /// Everything the host observed for one primary object (JSON text).

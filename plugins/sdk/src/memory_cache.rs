@@ -5,15 +5,45 @@
 //! golden case and a native test observe identical results: same ordering,
 //! same selector rules, same way of finding a primary's children.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use serde_json::Value;
 
-use crate::contract::{KindRef, ReconcileRequest};
+use crate::contract::{KindRef, Projection, ReconcileRequest};
 use crate::selector::LabelSelector;
 
-/// Objects as JSON, kept sorted by kind, namespace and name.
+/// Objects kept sorted by kind, namespace and name, each with its JSON text
+/// and labels extracted once at insert: a `list` then filters without
+/// parsing and answers by copying text, which is what crosses the boundary.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryCache {
-    objects: Vec<Value>,
+    entries: Vec<Entry>,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    kind: KindRef,
+    namespace: Option<String>,
+    name: String,
+    labels: BTreeMap<String, String>,
+    json: Arc<str>,
+    /// The [`Projection::MetadataOnly`] form.
+    metadata_json: Arc<str>,
+    value: Value,
+}
+
+impl Entry {
+    fn text(&self, projection: Projection) -> String {
+        match projection {
+            Projection::Full => self.json.to_string(),
+            Projection::MetadataOnly => self.metadata_json.to_string(),
+        }
+    }
+
+    fn key(&self) -> (&KindRef, Option<&str>, &str) {
+        (&self.kind, self.namespace.as_deref(), &self.name)
+    }
 }
 
 /// An object the cache cannot hold, named by its position or name.
@@ -22,14 +52,6 @@ pub struct MemoryCache {
 pub struct CacheError {
     pub what: String,
     pub reason: String,
-}
-
-fn sort_key(object: &Value) -> (Option<KindRef>, &str, &str) {
-    (
-        KindRef::of_object(object),
-        namespace_of(object).unwrap_or(""),
-        name_of(object).unwrap_or(""),
-    )
 }
 
 /// `metadata.name` of a JSON object.
@@ -42,6 +64,19 @@ pub fn namespace_of(object: &Value) -> Option<&str> {
     object.pointer("/metadata/namespace")?.as_str()
 }
 
+/// `metadata.labels` of a JSON object (string values only).
+pub fn labels_of(object: &Value) -> BTreeMap<String, String> {
+    object
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 impl MemoryCache {
     pub fn new() -> Self {
         Self::default()
@@ -51,67 +86,107 @@ impl MemoryCache {
     pub fn insert(&mut self, object: Value) -> Result<(), CacheError> {
         let what = name_of(&object)
             .map(str::to_string)
-            .unwrap_or_else(|| format!("#{}", self.objects.len() + 1));
+            .unwrap_or_else(|| format!("#{}", self.entries.len() + 1));
         let fail = |reason: &str| CacheError {
             what: what.clone(),
             reason: reason.to_string(),
         };
-        if KindRef::of_object(&object).is_none() {
-            return Err(fail("apiVersion and kind must be strings"));
-        }
-        if name_of(&object).is_none_or(str::is_empty) {
-            return Err(fail("metadata.name must be a non-empty string"));
-        }
-        let key = sort_key(&object);
-        let (kind, ns, name) = (key.0, key.1.to_string(), key.2.to_string());
-        match self
-            .objects
-            .binary_search_by(|o| sort_key(o).cmp(&(kind.clone(), &ns, &name)))
-        {
-            Ok(i) => self.objects[i] = object,
-            Err(i) => self.objects.insert(i, object),
+        let kind = KindRef::of_object(&object)
+            .ok_or_else(|| fail("apiVersion and kind must be strings"))?;
+        let name = name_of(&object)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| fail("metadata.name must be a non-empty string"))?;
+        let entry = Entry {
+            name: name.to_string(),
+            namespace: namespace_of(&object).map(str::to_string),
+            labels: labels_of(&object),
+            json: object.to_string().into(),
+            metadata_json: metadata_only(&object).to_string().into(),
+            kind,
+            value: object,
+        };
+        match self.entries.binary_search_by(|e| e.key().cmp(&entry.key())) {
+            Ok(i) => self.entries[i] = entry,
+            Err(i) => self.entries.insert(i, entry),
         }
         Ok(())
     }
 
+    /// Removes an object; whether it was there.
+    pub fn remove(&mut self, kind: &KindRef, namespace: Option<&str>, name: &str) -> bool {
+        match self
+            .entries
+            .binary_search_by(|e| e.key().cmp(&(kind, namespace, name)))
+        {
+            Ok(i) => {
+                self.entries.remove(i);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     pub fn len(&self) -> usize {
-        self.objects.len()
+        self.entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.objects.is_empty()
+        self.entries.is_empty()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Value> {
-        self.objects.iter()
+        self.entries.iter().map(|e| &e.value)
+    }
+
+    /// The entries of one kind: a contiguous run, found by binary search.
+    fn of_kind<'a>(&'a self, kind: &KindRef) -> &'a [Entry] {
+        let start = self.entries.partition_point(|e| &e.kind < kind);
+        let len = self.entries[start..].partition_point(|e| &e.kind == kind);
+        &self.entries[start..start + len]
     }
 
     pub fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<&Value> {
-        self.objects.iter().find(|o| {
-            KindRef::of_object(o).as_ref() == Some(kind)
-                && namespace_of(o) == namespace
-                && name_of(o) == Some(name)
-        })
+        self.of_kind(kind)
+            .iter()
+            .find(|e| e.namespace.as_deref() == namespace && e.name == name)
+            .map(|e| &e.value)
     }
 
     /// Objects of `kind`, in `namespace` (all namespaces when `None`), whose
     /// labels match `selector`; ordered by namespace, then name.
     pub fn list<'a>(
         &'a self,
-        kind: &'a KindRef,
+        kind: &KindRef,
         namespace: Option<&'a str>,
         selector: &'a LabelSelector,
     ) -> impl Iterator<Item = &'a Value> + 'a {
-        self.objects.iter().filter(move |o| {
-            KindRef::of_object(o).as_ref() == Some(kind)
-                && namespace.is_none_or(|ns| namespace_of(o) == Some(ns))
-                && selector.matches_object(o)
+        self.select(kind, namespace, selector).map(|e| &e.value)
+    }
+
+    fn select<'a>(
+        &'a self,
+        kind: &KindRef,
+        namespace: Option<&'a str>,
+        selector: &'a LabelSelector,
+    ) -> impl Iterator<Item = &'a Entry> + 'a {
+        self.of_kind(kind).iter().filter(move |e| {
+            namespace.is_none_or(|ns| e.namespace.as_deref() == Some(ns))
+                && selector.matches(&e.labels)
         })
     }
 
     /// [`Self::get`] as the cache import answers it: JSON text.
-    pub fn get_json(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<String> {
-        self.get(kind, namespace, name).map(Value::to_string)
+    pub fn get_json(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+        projection: Projection,
+    ) -> Option<String> {
+        self.of_kind(kind)
+            .iter()
+            .find(|e| e.namespace.as_deref() == namespace && e.name == name)
+            .map(|e| e.text(projection))
     }
 
     /// [`Self::list`] as the cache import answers it: the selector in string
@@ -121,11 +196,12 @@ impl MemoryCache {
         kind: &KindRef,
         namespace: Option<&str>,
         selector: &str,
+        projection: Projection,
     ) -> Result<Vec<String>, String> {
         let selector = LabelSelector::parse(selector).map_err(|e| e.to_string())?;
         Ok(self
-            .list(kind, namespace, &selector)
-            .map(Value::to_string)
+            .select(kind, namespace, &selector)
+            .map(|e| e.text(projection))
             .collect())
     }
 
@@ -135,8 +211,8 @@ impl MemoryCache {
         ReconcileRequest {
             primary: primary.to_string(),
             children: self
-                .children_of(primary, owns)
-                .map(Value::to_string)
+                .children(primary, owns)
+                .map(|e| e.json.to_string())
                 .collect(),
             deleting: primary
                 .pointer("/metadata/deletionTimestamp")
@@ -150,14 +226,41 @@ impl MemoryCache {
     pub fn children_of<'a>(
         &'a self,
         primary: &'a Value,
-        owns: &'a [KindRef],
+        owns: &[KindRef],
     ) -> impl Iterator<Item = &'a Value> + 'a {
-        self.objects.iter().filter(move |o| {
-            KindRef::of_object(o).is_some_and(|k| owns.contains(&k))
-                && namespace_of(o) == namespace_of(primary)
-                && is_controlled_by(o, primary)
-        })
+        self.children(primary, owns).map(|e| &e.value)
     }
+
+    /// Children in the contract's order: kind, then namespace, then name.
+    fn children<'a>(
+        &'a self,
+        primary: &'a Value,
+        owns: &[KindRef],
+    ) -> impl Iterator<Item = &'a Entry> + 'a {
+        let mut kinds = owns.to_vec();
+        kinds.sort();
+        kinds
+            .into_iter()
+            .flat_map(move |kind| self.of_kind(&kind))
+            .filter(move |e| {
+                e.namespace.as_deref() == namespace_of(primary)
+                    && is_controlled_by(&e.value, primary)
+            })
+    }
+}
+
+/// `apiVersion`, `kind` and `metadata` of an object, without managedFields
+/// (bookkeeping of the API server that no plugin decides on).
+pub fn metadata_only(object: &Value) -> Value {
+    let mut metadata = object.get("metadata").cloned().unwrap_or_default();
+    if let Some(m) = metadata.as_object_mut() {
+        m.remove("managedFields");
+    }
+    serde_json::json!({
+        "apiVersion": object.get("apiVersion"),
+        "kind": object.get("kind"),
+        "metadata": metadata,
+    })
 }
 
 /// Whether `object` has a controller ownerReference to `owner`.

@@ -110,7 +110,9 @@ impl<R> HostApi for Harness<R> {
         name: &str,
     ) -> Result<Option<String>, String> {
         self.metadata.check_readable(kind)?;
-        Ok(self.cache.get_json(kind, namespace, name))
+        Ok(self
+            .cache
+            .get_json(kind, namespace, name, self.metadata.projection_of(kind)))
     }
 
     fn list(
@@ -120,7 +122,8 @@ impl<R> HostApi for Harness<R> {
         selector: &str,
     ) -> Result<Vec<String>, String> {
         self.metadata.check_readable(kind)?;
-        self.cache.list_json(kind, namespace, selector)
+        self.cache
+            .list_json(kind, namespace, selector, self.metadata.projection_of(kind))
     }
 
     fn now_millis(&self) -> i64 {
