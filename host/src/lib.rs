@@ -7,5 +7,10 @@
 //! - [`cli`]: the `reconciler-host` command line.
 
 pub mod cli;
+pub mod cluster;
+pub mod dev;
+pub mod engine;
 pub mod golden;
+pub mod manifests;
 pub mod plugin;
+pub mod simulate;

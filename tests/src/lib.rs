@@ -65,3 +65,80 @@ pub fn sandbox() -> &'static Sandbox {
 pub fn load(path: &Path) -> LoadedPlugin {
     sandbox().load(path).unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// An engine over the embedded cluster on a virtual clock, with the user's
+/// side of the cluster (apply, delete) and a way to let it settle.
+pub mod world {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use reconciler_host::cluster::embedded::{EmbeddedCluster, RecordedEvent};
+    use reconciler_host::cluster::{ClusterBackend, ObjectKey, VirtualClock};
+    use reconciler_host::engine::{Engine, ReconcileRecord};
+    use reconciler_host::simulate::{SimulationConfig, run};
+    use reconciler_sdk::KindRef;
+    use serde_json::Value;
+
+    pub struct World {
+        pub clock: VirtualClock,
+        pub cluster: Arc<EmbeddedCluster>,
+        pub engine: Engine<EmbeddedCluster>,
+        pub records: Vec<ReconcileRecord>,
+    }
+
+    impl World {
+        /// A world running the given compiled plugins.
+        pub async fn new(plugins: &[&std::path::Path]) -> Self {
+            let clock = VirtualClock::at(reconciler_sdk::testing::DEFAULT_NOW_MILLIS);
+            let cluster = Arc::new(EmbeddedCluster::new(Arc::new(clock.clone())));
+            let plugins = plugins.iter().map(|p| Arc::new(super::load(p))).collect();
+            let engine = Engine::new(cluster.clone(), Arc::new(clock.clone()), plugins)
+                .await
+                .expect("engine starts");
+            Self {
+                clock,
+                cluster,
+                engine,
+                records: Vec::new(),
+            }
+        }
+
+        /// Runs until nothing is ready, letting the clock move by at most
+        /// `advance` to fire requeues and backoffs. Returns this run's records.
+        pub async fn settle_for(&mut self, advance: Duration) -> Vec<ReconcileRecord> {
+            let config = SimulationConfig {
+                start_millis: reconciler_host::cluster::Clock::now_millis(&self.clock),
+                advance,
+                ..SimulationConfig::default()
+            };
+            let report = run(&self.engine, &self.clock, &config).await;
+            assert!(report.unsettled.is_none(), "{:?}", report.unsettled);
+            self.records.extend(report.records.iter().cloned());
+            report.records
+        }
+
+        pub async fn settle(&mut self) -> Vec<ReconcileRecord> {
+            self.settle_for(Duration::ZERO).await
+        }
+
+        pub fn apply(&self, object: Value) -> Value {
+            self.cluster.apply_as_user(object).expect("apply as user")
+        }
+
+        pub fn delete(&self, key: &ObjectKey) {
+            self.cluster.delete_as_user(key).expect("delete as user")
+        }
+
+        pub async fn get(&self, key: &ObjectKey) -> Option<Value> {
+            self.cluster.get(key).await.expect("get")
+        }
+
+        pub fn events(&self) -> Vec<RecordedEvent> {
+            self.cluster.events()
+        }
+    }
+
+    pub fn key(group: &str, version: &str, kind: &str, namespace: &str, name: &str) -> ObjectKey {
+        ObjectKey::new(KindRef::new(group, version, kind), Some(namespace), name)
+    }
+}

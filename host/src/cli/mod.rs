@@ -1,6 +1,8 @@
 //! The `reconciler-host` command line.
 
+mod dev_cmd;
 mod inspect_cmd;
+mod simulate_cmd;
 mod test_cmd;
 
 use std::path::PathBuf;
@@ -18,6 +20,8 @@ use crate::plugin::{HostLimits, Sandbox, SandboxConfig};
 The host owns watches, caches and apply logic; each plugin (a component built for wasm32-wasip2 \
 against wit/reconciler.wit) decides the desired state of one kind.",
     after_help = "Examples:\n  \
+reconciler-host dev\n  \
+reconciler-host simulate --objects examples/ --advance 1h\n  \
 reconciler-host test plugins/podset.wasm plugins/podset/cases\n  \
 reconciler-host inspect plugins/podset.wasm\n\n\
 Logs go to stderr; filter them with RUST_LOG (e.g. RUST_LOG=debug)."
@@ -31,6 +35,19 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run every plugin against the embedded cluster on your machine, no Kubernetes needed.
+    #[command(
+        after_help = "Objects are seeded from --objects (YAML files); creating, changing or removing a file \
+there creates, updates or deletes its objects. Each reconcile prints one line; the primary objects and their \
+status are shown as a table whenever they change. Stop with Ctrl-C."
+    )]
+    Dev(dev_cmd::DevArgs),
+    /// Run plugins against the embedded cluster on a virtual clock and print what happened.
+    #[command(
+        after_help = "Prints every reconcile, every Event and the resulting objects as YAML. Deterministic: \
+the same plugins and input print byte-identical output. Exits non-zero if a plugin never settles or fails to load."
+    )]
+    Simulate(simulate_cmd::SimulateArgs),
     /// Run golden cases against a compiled plugin: one line per case, a diff on mismatch.
     #[command(
         after_help = "A case is a YAML file with the primary object, the objects the cache holds, and the \
@@ -133,6 +150,8 @@ impl SandboxArgs {
 /// Runs the parsed command; the exit code on success.
 pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
+        Command::Dev(args) => dev_cmd::run_cmd(&cli.sandbox, args),
+        Command::Simulate(args) => simulate_cmd::run(&cli.sandbox, args),
         Command::Test(args) => test_cmd::run(&cli.sandbox, args),
         Command::Inspect(args) => inspect_cmd::run(&cli.sandbox, args),
     }

@@ -5,6 +5,7 @@ mod bindings;
 mod call_state;
 pub mod compile_cache;
 pub mod contract_version;
+pub mod directory;
 pub mod errors;
 pub mod limits;
 mod loaded;

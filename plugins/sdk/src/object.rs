@@ -7,17 +7,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::KindRef;
 
-/// A custom resource with your own spec and status types.
+/// A custom resource with your own spec and status types. Without a status
+/// type the status is kept as plain JSON, so an object that has one (written
+/// by this plugin or anyone else) still parses.
 ///
 /// ```
 /// use reconciler_sdk::Object;
 /// #[derive(serde::Serialize, serde::Deserialize, Default)]
 /// struct PodSetSpec { size: i32 }
-/// type PodSet = Object<PodSetSpec, ()>;
+/// type PodSet = Object<PodSetSpec>; // status left untyped (any JSON)
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Object<Spec, Status = ()> {
+pub struct Object<Spec, Status = serde_json::Value> {
     pub api_version: String,
     pub kind: String,
     #[serde(default)]

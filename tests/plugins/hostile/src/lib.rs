@@ -39,10 +39,24 @@ impl Reconciler for Hostiles {
             KindRef::new("hostile.example.com", "v1", "Hostile"),
         )
         .owns(KindRef::new("", "v1", "ConfigMap"))
+        .finalizer("hostile.example.com/cleanup")
     }
 
     fn reconcile(hostile: Hostile, ctx: &Context) -> Result<Response, Error> {
         let name = hostile.name().to_string();
+        if ctx.deleting() {
+            // Cleanup is "done" once someone annotates the object so: tests
+            // use this to hold a deletion open and then release it.
+            let done = hostile.metadata.annotations.as_ref().is_some_and(|a| {
+                a.get("hostile.example.com/cleanup-done")
+                    .map(String::as_str)
+                    == Some("true")
+            });
+            // It keeps its ConfigMap while cleaning up; once released, the
+            // garbage collector takes it with the object.
+            let response = Response::new().apply(&config_map(&name, json!({})))?;
+            return Ok(if done { response.finalized() } else { response });
+        }
         match hostile.spec.mode.as_str() {
             "loop" => {
                 let mut n: u64 = 0;

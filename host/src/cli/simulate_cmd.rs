@@ -1,0 +1,72 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use reconciler_sdk::k8s_openapi::jiff::Timestamp;
+
+use super::SandboxArgs;
+use crate::golden::duration_text::parse_duration;
+use crate::simulate::{SimulationConfig, simulate};
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Directory of compiled plugins (*.wasm).
+    #[arg(long, default_value = "plugins", value_name = "DIR")]
+    pub plugins_dir: PathBuf,
+    /// Objects to start from: a YAML file (several documents allowed) or a directory of them.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub objects: PathBuf,
+    /// Advance the virtual clock by this much, firing requeues on the way (e.g. 90s, 1h30m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "0s")]
+    pub advance: std::time::Duration,
+    /// The virtual time at the start (RFC 3339).
+    #[arg(long, value_name = "TIME", default_value = "2024-01-01T00:00:00Z", value_parser = parse_time)]
+    pub start: Timestamp,
+    /// Reconciles of one object at one instant before it counts as never settling.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub max_rounds: u32,
+}
+
+fn parse_time(text: &str) -> Result<Timestamp, String> {
+    text.parse()
+        .map_err(|e| format!("{text:?} is not an RFC 3339 time like 2024-01-01T00:00:00Z: {e}"))
+}
+
+pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode> {
+    let sandbox = sandbox.sandbox()?;
+    let (plugins, failures) = crate::plugin::directory::load_dir(&sandbox, &args.plugins_dir)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot read the plugins directory {}: {e}",
+                args.plugins_dir.display()
+            )
+        })?;
+    for failure in &failures {
+        eprintln!("error: {failure}");
+    }
+    if plugins.is_empty() {
+        anyhow::bail!("no plugin loaded from {}", args.plugins_dir.display());
+    }
+    let objects = crate::manifests::read_all(&args.objects)?
+        .into_iter()
+        .map(|(_, o)| o)
+        .collect();
+    let config = SimulationConfig {
+        start_millis: args.start.as_millisecond(),
+        advance: args.advance,
+        max_rounds: args.max_rounds,
+        ..SimulationConfig::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let plugins = plugins.into_iter().map(Arc::new).collect();
+    let (report, _) = runtime.block_on(simulate(plugins, objects, &config))?;
+    print!("{}", report.render());
+    Ok(if report.unsettled.is_some() || !failures.is_empty() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,201 @@
+//! The embedded in-memory cluster: what `simulate`, `dev` and most of the test
+//! suite run on.
+//!
+//! It is part of the product, not a test double: everything a plugin can
+//! observe (resourceVersions, generation, uids, server-side apply with field
+//! managers, deletion with finalizers, ownerReference garbage collection,
+//! label selectors, watches) behaves as on an API server, with the bounds
+//! documented in [`store`]. It is exact and immediate where a real cluster is
+//! eventually consistent: garbage collection happens inside the delete call.
+//! Time comes from a [`Clock`], real in `dev`, virtual in `simulate`.
+
+pub mod field_set;
+pub mod garbage_collector;
+pub mod store;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use reconciler_sdk::KindRef;
+use serde_json::Value;
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+
+use self::store::{EmbeddedStore, StoreError};
+use super::backend::{
+    BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchEvent, WatchStream,
+};
+use super::clock::Clock;
+
+/// How many objects the embedded cluster holds at most: far more than a
+/// laptop session needs, few enough that a runaway plugin creating objects
+/// in a loop is stopped with an error instead of exhausting memory.
+pub const DEFAULT_MAX_OBJECTS: usize = 100_000;
+/// How many recorded Events are kept (oldest dropped first).
+pub const MAX_EVENTS: usize = 10_000;
+
+/// An Event as the embedded cluster recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedEvent {
+    pub at_millis: i64,
+    pub record: EventRecord,
+}
+
+pub struct EmbeddedCluster {
+    inner: Mutex<Inner>,
+    clock: Arc<dyn Clock>,
+}
+
+struct Inner {
+    store: EmbeddedStore,
+    subscribers: Vec<(KindRef, UnboundedSender<WatchEvent>)>,
+    kinds: BTreeSet<KindRef>,
+    events: Vec<RecordedEvent>,
+}
+
+impl EmbeddedCluster {
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self::with_capacity(clock, DEFAULT_MAX_OBJECTS)
+    }
+
+    pub fn with_capacity(clock: Arc<dyn Clock>, max_objects: usize) -> Self {
+        let inner = Inner {
+            store: EmbeddedStore::new(max_objects),
+            subscribers: Vec::new(),
+            kinds: BTreeSet::new(),
+            events: Vec::new(),
+        };
+        Self {
+            inner: Mutex::new(inner),
+            clock,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs one change against the store and delivers the watch events it
+    /// caused, in order, before returning.
+    fn mutate<R>(
+        &self,
+        f: impl FnOnce(&mut EmbeddedStore, i64) -> Result<R, StoreError>,
+    ) -> Result<R, BackendError> {
+        let now = self.clock.now_millis();
+        let mut inner = self.lock();
+        let result = f(&mut inner.store, now);
+        let events = inner.store.drain_events();
+        for event in events {
+            let Some(kind) = KindRef::of_object(&event.object) else {
+                continue;
+            };
+            inner.kinds.insert(kind.clone());
+            inner.subscribers.retain(|(k, tx)| {
+                k != &kind
+                    || tx
+                        .send(WatchEvent {
+                            event_type: event.event_type,
+                            object: event.object.clone(),
+                        })
+                        .is_ok()
+            });
+        }
+        result.map_err(into_backend_error)
+    }
+
+    /// Every object, ordered by kind, namespace and name.
+    pub fn objects(&self) -> Vec<Value> {
+        let inner = self.lock();
+        inner
+            .kinds
+            .iter()
+            .flat_map(|k| inner.store.list(k))
+            .collect()
+    }
+
+    /// The Events recorded so far, oldest first.
+    pub fn events(&self) -> Vec<RecordedEvent> {
+        self.lock().events.clone()
+    }
+
+    /// Creates or updates an object as a user would (`kubectl apply`).
+    pub fn apply_as_user(&self, object: Value) -> Result<Value, BackendError> {
+        self.mutate(|s, now| s.apply(object, "kubectl", true, now).map(|o| o.object))
+    }
+
+    /// Deletes an object as a user would (`kubectl delete`).
+    pub fn delete_as_user(&self, key: &ObjectKey) -> Result<(), BackendError> {
+        self.mutate(|s, now| s.delete(key, Propagation::Background, now))
+    }
+}
+
+fn into_backend_error(e: StoreError) -> BackendError {
+    match e {
+        StoreError::NotFound { key } => BackendError::NotFound { key },
+        StoreError::Invalid { key, message } => BackendError::Invalid { key, message },
+        StoreError::Conflict { key, message } => BackendError::Conflict { key, message },
+        StoreError::Full { limit } => BackendError::Invalid {
+            key: "(new object)".into(),
+            message: format!("the embedded cluster already holds its maximum of {limit} objects"),
+        },
+    }
+}
+
+impl ClusterBackend for EmbeddedCluster {
+    async fn watch(&self, kind: &KindRef) -> Result<WatchStream, BackendError> {
+        let (tx, rx) = unbounded_channel();
+        let mut inner = self.lock();
+        let initial = inner.store.list(kind);
+        inner.subscribers.push((kind.clone(), tx));
+        Ok(WatchStream {
+            initial,
+            events: rx,
+        })
+    }
+
+    async fn get(&self, key: &ObjectKey) -> Result<Option<Value>, BackendError> {
+        Ok(self.lock().store.get(key).cloned())
+    }
+
+    async fn apply(
+        &self,
+        object: Value,
+        field_manager: &str,
+        force: bool,
+    ) -> Result<Value, BackendError> {
+        self.mutate(|s, now| s.apply(object, field_manager, force, now).map(|o| o.object))
+    }
+
+    async fn apply_status(
+        &self,
+        key: &ObjectKey,
+        status: Value,
+        field_manager: &str,
+    ) -> Result<Value, BackendError> {
+        self.mutate(|s, now| s.apply_status(key, status, field_manager, now))
+    }
+
+    async fn delete(&self, key: &ObjectKey, propagation: Propagation) -> Result<(), BackendError> {
+        self.mutate(|s, now| s.delete(key, propagation, now))
+    }
+
+    async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
+        self.mutate(|s, now| s.add_finalizer(key, finalizer, now))
+    }
+
+    async fn remove_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
+        self.mutate(|s, now| s.remove_finalizer(key, finalizer, now))
+    }
+
+    async fn record_event(&self, event: EventRecord) -> Result<(), BackendError> {
+        let at_millis = self.clock.now_millis();
+        let mut inner = self.lock();
+        if inner.events.len() >= MAX_EVENTS {
+            inner.events.remove(0);
+        }
+        inner.events.push(RecordedEvent {
+            at_millis,
+            record: event,
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,1467 @@
+//! The synchronous core of the embedded cluster: objects, versions, field
+//! ownership, finalizers and the change log.
+//!
+//! Why it exists: `dev`, `simulate` and the tests run the engine against an
+//! in-memory cluster, so that cluster must behave like a real API server in
+//! everything a controller can observe, or behaviour seen locally would not
+//! hold in a real cluster. The async wrapper turns this store into a
+//! `ClusterBackend`; keeping the store synchronous and free of I/O makes it
+//! exact, immediate and testable on its own.
+//!
+//! Guarantees:
+//! - Objects are keyed by kind, namespace and name and kept in a `BTreeMap`,
+//!   so lists come sorted by namespace then name.
+//! - The server owns `uid`, `resourceVersion`, `generation`,
+//!   `creationTimestamp`, `deletionTimestamp`, `deletionGracePeriodSeconds`
+//!   and `managedFields`; what a client sends for them is ignored.
+//! - `resourceVersion` is one counter for the whole store, bumped on every
+//!   change of any object (deletions included). `generation` starts at 1 and
+//!   is bumped when anything outside `metadata` and `status` changes, and once
+//!   when the object is marked for deletion (as a real server does). A call
+//!   that changes nothing changes nothing: no new version, no event. An apply
+//!   that only shares or moves ownership of fields, without changing a value,
+//!   is not a change either (a real server would bump the version for its
+//!   managedFields, which the store does not expose).
+//! - Apply is server-side apply (see [`super::field_set`]); `status` sent to
+//!   the main resource is ignored, as for kinds with a status subresource.
+//!   Ownership stays inside the store: returned objects carry no
+//!   `managedFields`.
+//! - Deletion honours finalizers and propagation (see
+//!   [`super::garbage_collector`]); all of it happens inside the call.
+//! - Every change is logged as a [`StoreEvent`] in the order it happened.
+//! - Everything is deterministic: uids come from a counter and timestamps from
+//!   the caller's clock, so the same calls give byte-identical objects.
+//! - Bounded: at most `max_objects` objects ([`StoreError::Full`] past that),
+//!   and at most [`EVENT_LOG_LIMIT`] undrained events; older ones are dropped
+//!   and counted in [`EmbeddedStore::dropped_events`], so a consumer can tell
+//!   it missed changes and relist.
+//!
+//! Known bounds versus a real API server:
+//! - No schemas: kinds are not registered, so any apiVersion/kind is served,
+//!   versions are not converted (an object applied as `v1` and `v1beta1` is
+//!   two objects), nothing is defaulted, and only the metadata the store
+//!   relies on is validated (name, namespace, labels, annotations,
+//!   finalizers, ownerReferences).
+//! - Scope comes from the object: a namespace makes it namespaced, no
+//!   namespace makes it cluster-scoped. Namespaces need not exist, and
+//!   deleting a Namespace object does not delete what is in it.
+//! - `resourceVersion` in an apply is ignored rather than used as a
+//!   precondition, and there is no admission, quota or RBAC.
+//! - An object whose only owners never existed is kept; a real garbage
+//!   collector would delete it shortly after it is created.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use reconciler_sdk::KindRef;
+use serde_json::{Map, Value, json};
+
+use super::field_set::{FieldConflict, FieldPath, Manager, Operation, Ownership, Segment};
+use super::garbage_collector::GcTask;
+use crate::cluster::backend::{ObjectKey, Propagation, WatchEventType};
+use crate::cluster::clock::rfc3339;
+
+/// Undrained events kept at most; older ones are dropped first.
+pub const EVENT_LOG_LIMIT: usize = 100_000;
+
+/// The manager recorded for finalizers added with [`EmbeddedStore::add_finalizer`].
+pub const FINALIZER_MANAGER: &str = "embedded-cluster/finalizers";
+
+/// Metadata the server owns; a client's values for these are ignored.
+const SERVER_METADATA: &[&str] = &[
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+];
+
+/// Why a store call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("{key} not found")]
+    NotFound { key: String },
+    #[error("{key} is invalid: {message}")]
+    Invalid { key: String, message: String },
+    #[error("conflict on {key}: {message}")]
+    Conflict { key: String, message: String },
+    #[error("the embedded cluster is full: it holds at most {limit} objects")]
+    Full { limit: usize },
+}
+
+/// One change to one object: its new state, or for `Deleted` its last one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreEvent {
+    pub event_type: WatchEventType,
+    pub object: Value,
+}
+
+/// What an apply did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApplyOutcome {
+    /// The object as stored (for an apply that completed a deletion, its
+    /// last state).
+    pub object: Value,
+    pub created: bool,
+    /// False when the apply changed nothing.
+    pub changed: bool,
+}
+
+/// One stored object with its field ownership.
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub(super) object: Value,
+    pub(super) ownership: Ownership,
+}
+
+/// An in-memory API server's storage. See the module documentation.
+#[derive(Debug, Clone)]
+pub struct EmbeddedStore {
+    objects: BTreeMap<ObjectKey, Entry>,
+    /// uid -> key of every stored object.
+    uids: BTreeMap<String, ObjectKey>,
+    /// owner uid -> stored objects with an ownerReference to it.
+    dependents: BTreeMap<String, BTreeSet<ObjectKey>>,
+    max_objects: usize,
+    resource_version: u64,
+    created: u64,
+    events: VecDeque<StoreEvent>,
+    event_limit: usize,
+    dropped_events: u64,
+    /// Garbage-collection work left by the current call.
+    pending: VecDeque<GcTask>,
+}
+
+impl EmbeddedStore {
+    /// An empty store that holds at most `max_objects` objects.
+    pub fn new(max_objects: usize) -> Self {
+        Self {
+            objects: BTreeMap::new(),
+            uids: BTreeMap::new(),
+            dependents: BTreeMap::new(),
+            max_objects,
+            resource_version: 0,
+            created: 0,
+            events: VecDeque::new(),
+            event_limit: EVENT_LOG_LIMIT,
+            dropped_events: 0,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// Keeps at most `limit` undrained events instead of [`EVENT_LOG_LIMIT`].
+    pub fn with_event_limit(mut self, limit: usize) -> Self {
+        self.event_limit = limit;
+        self
+    }
+
+    pub fn get(&self, key: &ObjectKey) -> Option<&Value> {
+        self.objects.get(key).map(|entry| &entry.object)
+    }
+
+    /// Every object of `kind`, sorted by namespace (cluster-scoped first),
+    /// then name.
+    pub fn list(&self, kind: &KindRef) -> Vec<Value> {
+        let first = ObjectKey {
+            kind: kind.clone(),
+            namespace: None,
+            name: String::new(),
+        };
+        self.objects
+            .range(first..)
+            .take_while(|(key, _)| key.kind == *kind)
+            .map(|(_, entry)| entry.object.clone())
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// The most recent resourceVersion handed out (0 before any change).
+    pub fn resource_version(&self) -> u64 {
+        self.resource_version
+    }
+
+    /// How many events were dropped because nobody drained them in time.
+    pub fn dropped_events(&self) -> u64 {
+        self.dropped_events
+    }
+
+    /// Every change since the last drain, oldest first.
+    pub fn drain_events(&mut self) -> Vec<StoreEvent> {
+        self.events.drain(..).collect()
+    }
+
+    /// Server-side apply of `object` by `field_manager`; creates the object
+    /// if it does not exist. `force` takes over fields other managers own.
+    pub fn apply(
+        &mut self,
+        object: Value,
+        field_manager: &str,
+        force: bool,
+        now_millis: i64,
+    ) -> Result<ApplyOutcome, StoreError> {
+        let key = validate_object(&object)?;
+        require_manager(&key, field_manager)?;
+        let config = main_config(&object);
+        let manager = Manager::new(field_manager, Operation::Apply);
+        let outcome = match self.objects.get(&key) {
+            None => self.create(&key, &config, &manager, now_millis),
+            Some(_) => self.update(&key, &config, &manager, force),
+        };
+        self.run_gc(now_millis);
+        outcome
+    }
+
+    /// Server-side apply of `.status` by `field_manager`: its status fields
+    /// become exactly `status`; other managers' status fields are kept. It
+    /// always takes over what it sets (status writers are the controllers
+    /// that own the object's status) and never bumps generation.
+    pub fn apply_status(
+        &mut self,
+        key: &ObjectKey,
+        status: Value,
+        field_manager: &str,
+        now_millis: i64,
+    ) -> Result<Value, StoreError> {
+        if !status.is_object() {
+            return Err(invalid(key, "status must be a JSON object"));
+        }
+        require_manager(key, field_manager)?;
+        let entry = self.objects.get(key).ok_or_else(|| not_found(key))?;
+        let manager = Manager::new(field_manager, Operation::ApplyStatus);
+        let config = json!({ "status": status });
+        let merge = entry
+            .ownership
+            .apply(&entry.object, &config, &manager, true)
+            .map_err(|c| conflict(key, &c))?;
+        let object = if merge.object == entry.object {
+            self.set_ownership(key, merge.ownership);
+            entry_object(&self.objects, key)
+        } else {
+            self.replace(key, merge.object, Some(merge.ownership))
+        };
+        self.run_gc(now_millis);
+        Ok(object)
+    }
+
+    /// Deletes an object with the given propagation. Already gone is fine.
+    /// With finalizers it is only marked (deletionTimestamp) and stays until
+    /// they are all removed.
+    pub fn delete(
+        &mut self,
+        key: &ObjectKey,
+        propagation: Propagation,
+        now_millis: i64,
+    ) -> Result<(), StoreError> {
+        self.delete_now(key, propagation, now_millis);
+        self.run_gc(now_millis);
+        Ok(())
+    }
+
+    /// Adds `finalizer` if it is not there. Refused while the object is
+    /// being deleted, as a real server refuses new finalizers then.
+    pub fn add_finalizer(
+        &mut self,
+        key: &ObjectKey,
+        finalizer: &str,
+        now_millis: i64,
+    ) -> Result<(), StoreError> {
+        require_finalizer(key, finalizer)?;
+        let entry = self.objects.get(key).ok_or_else(|| not_found(key))?;
+        if finalizers(&entry.object).contains(&finalizer) {
+            return Ok(());
+        }
+        if is_deleting(&entry.object) {
+            return Err(invalid(
+                key,
+                &format!("no new finalizers can be added while it is being deleted: {finalizer}"),
+            ));
+        }
+        let mut ownership = entry.ownership.clone();
+        let object = with_finalizer(&entry.object, finalizer);
+        ownership.claim(
+            Manager::new(FINALIZER_MANAGER, Operation::Update),
+            finalizer_path(finalizer),
+        );
+        self.replace(key, object, Some(ownership));
+        self.run_gc(now_millis);
+        Ok(())
+    }
+
+    /// Removes exactly `finalizer`, never another entry. Removing the last
+    /// finalizer of an object being deleted removes the object.
+    pub fn remove_finalizer(
+        &mut self,
+        key: &ObjectKey,
+        finalizer: &str,
+        now_millis: i64,
+    ) -> Result<(), StoreError> {
+        require_finalizer(key, finalizer)?;
+        if !self.objects.contains_key(key) {
+            return Err(not_found(key));
+        }
+        self.release_finalizer(key, finalizer);
+        self.run_gc(now_millis);
+        Ok(())
+    }
+
+    fn create(
+        &mut self,
+        key: &ObjectKey,
+        config: &Value,
+        manager: &Manager,
+        now_millis: i64,
+    ) -> Result<ApplyOutcome, StoreError> {
+        if self.objects.len() >= self.max_objects {
+            return Err(StoreError::Full {
+                limit: self.max_objects,
+            });
+        }
+        let merge = Ownership::default()
+            .apply(&skeleton(key), config, manager, true)
+            .map_err(|c| conflict(key, &c))?;
+        self.created += 1;
+        let mut object = merge.object;
+        let meta = metadata_mut(&mut object);
+        meta.insert("uid".into(), Value::String(format_uid(self.created)));
+        meta.insert("generation".into(), json!(1));
+        meta.insert(
+            "creationTimestamp".into(),
+            Value::String(rfc3339(now_millis)),
+        );
+        let object = self.insert(key, object, merge.ownership);
+        Ok(ApplyOutcome {
+            object,
+            created: true,
+            changed: true,
+        })
+    }
+
+    fn update(
+        &mut self,
+        key: &ObjectKey,
+        config: &Value,
+        manager: &Manager,
+        force: bool,
+    ) -> Result<ApplyOutcome, StoreError> {
+        let entry = self.objects.get(key).ok_or_else(|| not_found(key))?;
+        let merge = entry
+            .ownership
+            .apply(&entry.object, config, manager, force)
+            .map_err(|c| conflict(key, &c))?;
+        if merge.object == entry.object {
+            self.set_ownership(key, merge.ownership);
+            let object = entry_object(&self.objects, key);
+            return Ok(ApplyOutcome {
+                object,
+                created: false,
+                changed: false,
+            });
+        }
+        refuse_new_finalizers(key, &entry.object, &merge.object)?;
+        let mut object = merge.object;
+        if spec_changed(&entry.object, &object) {
+            bump_generation(&mut object);
+        }
+        let object = self.replace_or_finish(key, object, Some(merge.ownership));
+        Ok(ApplyOutcome {
+            object,
+            created: false,
+            changed: true,
+        })
+    }
+
+    fn set_ownership(&mut self, key: &ObjectKey, ownership: Ownership) {
+        if let Some(entry) = self.objects.get_mut(key) {
+            entry.ownership = ownership;
+        }
+    }
+
+    /// The next resourceVersion.
+    fn next_version(&mut self) -> Value {
+        self.resource_version += 1;
+        Value::String(self.resource_version.to_string())
+    }
+
+    /// Stores a new object: stamps its resourceVersion, indexes it, logs Added.
+    fn insert(&mut self, key: &ObjectKey, mut object: Value, ownership: Ownership) -> Value {
+        let version = self.next_version();
+        metadata_mut(&mut object).insert("resourceVersion".into(), version);
+        if let Some(uid) = uid_of(&object) {
+            self.uids.insert(uid.to_string(), key.clone());
+        }
+        let owners = owner_uids(&object);
+        self.index_owners(key, &owners);
+        if !owners.is_empty() {
+            self.pending.push_back(GcTask::Adopted(key.clone()));
+        }
+        self.objects.insert(
+            key.clone(),
+            Entry {
+                object: object.clone(),
+                ownership,
+            },
+        );
+        self.push_event(WatchEventType::Added, object.clone());
+        object
+    }
+
+    /// Stores a changed object: stamps a new resourceVersion, re-indexes its
+    /// owners, forgets ownership of fields it no longer has, logs Modified.
+    /// `ownership` replaces the current one when given.
+    pub(super) fn replace(
+        &mut self,
+        key: &ObjectKey,
+        mut object: Value,
+        ownership: Option<Ownership>,
+    ) -> Value {
+        let version = self.next_version();
+        metadata_mut(&mut object).insert("resourceVersion".into(), version);
+        let Some(entry) = self.objects.get_mut(key) else {
+            return object;
+        };
+        let old_refs = owner_refs(&entry.object);
+        if let Some(ownership) = ownership {
+            entry.ownership = ownership;
+        }
+        entry.ownership.prune(&object);
+        entry.object = object.clone();
+        let new_refs = owner_refs(&object);
+        if old_refs != new_refs {
+            self.reindex_owners(key, &old_refs, &new_refs);
+        }
+        self.push_event(WatchEventType::Modified, object.clone());
+        object
+    }
+
+    /// Stores a changed object, or, if it is being deleted and has no
+    /// finalizers left, removes it with that as its last state (logging only
+    /// Deleted, as a real server does). Returns the stored or last state.
+    pub(super) fn replace_or_finish(
+        &mut self,
+        key: &ObjectKey,
+        object: Value,
+        ownership: Option<Ownership>,
+    ) -> Value {
+        if is_deleting(&object) && finalizers(&object).is_empty() {
+            self.remove_as(key, Some(object)).unwrap_or(Value::Null)
+        } else {
+            self.replace(key, object, ownership)
+        }
+    }
+
+    /// Removes an object; see [`Self::remove_as`].
+    pub(super) fn remove(&mut self, key: &ObjectKey) -> Option<Value> {
+        self.remove_as(key, None)
+    }
+
+    /// Removes an object: its last state (`last_state`, or what is stored)
+    /// gets a new resourceVersion and is logged as Deleted; its owners and
+    /// dependents are queued for the garbage collector. Returns that state.
+    fn remove_as(&mut self, key: &ObjectKey, last_state: Option<Value>) -> Option<Value> {
+        let stored = self.objects.remove(key)?.object;
+        let owners = owner_uids(&stored);
+        self.unindex_owners(key, &owners);
+        self.pending
+            .extend(owners.into_iter().map(GcTask::ReleaseForeground));
+        if let Some(uid) = uid_of(&stored) {
+            self.uids.remove(uid);
+            self.pending
+                .extend(self.dependents_of(uid).into_iter().map(GcTask::Settle));
+        }
+        let mut object = last_state.unwrap_or(stored);
+        let version = self.next_version();
+        metadata_mut(&mut object).insert("resourceVersion".into(), version);
+        self.push_event(WatchEventType::Deleted, object.clone());
+        Some(object)
+    }
+
+    pub(super) fn entry(&self, key: &ObjectKey) -> Option<&Entry> {
+        self.objects.get(key)
+    }
+
+    /// The key of the stored object with this uid.
+    pub(super) fn key_of_uid(&self, uid: &str) -> Option<&ObjectKey> {
+        self.uids.get(uid)
+    }
+
+    /// Stored objects with an ownerReference to `uid`, in key order.
+    pub(super) fn dependents_of(&self, uid: &str) -> Vec<ObjectKey> {
+        self.dependents
+            .get(uid)
+            .map(|keys| keys.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub(super) fn has_dependents(&self, uid: &str) -> bool {
+        self.dependents
+            .get(uid)
+            .is_some_and(|keys| !keys.is_empty())
+    }
+
+    pub(super) fn enqueue(&mut self, task: GcTask) {
+        self.pending.push_back(task);
+    }
+
+    pub(super) fn next_task(&mut self) -> Option<GcTask> {
+        self.pending.pop_front()
+    }
+
+    fn index_owners(&mut self, key: &ObjectKey, owners: &[String]) {
+        for uid in owners {
+            self.dependents
+                .entry(uid.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    fn unindex_owners(&mut self, key: &ObjectKey, owners: &[String]) {
+        for uid in owners {
+            if let Some(keys) = self.dependents.get_mut(uid) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.dependents.remove(uid);
+                }
+            }
+        }
+    }
+
+    /// Re-indexes after ownerReferences changed. Owners that lost or changed
+    /// a reference may have been waiting for it (foreground deletion); new
+    /// references may point at an owner that is being deleted.
+    fn reindex_owners(&mut self, key: &ObjectKey, old: &[OwnerRef], new: &[OwnerRef]) {
+        let old_uids: Vec<String> = old.iter().map(|r| r.uid.clone()).collect();
+        let new_uids: Vec<String> = new.iter().map(|r| r.uid.clone()).collect();
+        self.unindex_owners(key, &old_uids);
+        self.index_owners(key, &new_uids);
+        if new_uids.iter().any(|uid| !old_uids.contains(uid)) {
+            self.pending.push_back(GcTask::Adopted(key.clone()));
+        }
+        self.pending
+            .extend(old_uids.into_iter().map(GcTask::ReleaseForeground));
+    }
+
+    fn push_event(&mut self, event_type: WatchEventType, object: Value) {
+        while self.events.len() >= self.event_limit.max(1) {
+            self.events.pop_front();
+            self.dropped_events += 1;
+        }
+        self.events.push_back(StoreEvent { event_type, object });
+    }
+}
+
+/// One ownerReference, as far as garbage collection cares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct OwnerRef {
+    pub(super) uid: String,
+    pub(super) block_owner_deletion: bool,
+}
+
+pub(super) fn owner_refs(object: &Value) -> Vec<OwnerRef> {
+    let refs = object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array);
+    refs.into_iter()
+        .flatten()
+        .filter_map(|r| {
+            let uid = r.get("uid")?.as_str()?.to_string();
+            let block_owner_deletion = r
+                .get("blockOwnerDeletion")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            Some(OwnerRef {
+                uid,
+                block_owner_deletion,
+            })
+        })
+        .collect()
+}
+
+fn owner_uids(object: &Value) -> Vec<String> {
+    owner_refs(object).into_iter().map(|r| r.uid).collect()
+}
+
+pub(super) fn uid_of(object: &Value) -> Option<&str> {
+    object.pointer("/metadata/uid").and_then(Value::as_str)
+}
+
+pub(super) fn finalizers(object: &Value) -> Vec<&str> {
+    let list = object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array);
+    list.into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+pub(super) fn is_deleting(object: &Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+}
+
+/// `object` with `finalizer` appended (if missing).
+pub(super) fn with_finalizer(object: &Value, finalizer: &str) -> Value {
+    let mut object = object.clone();
+    let meta = metadata_mut(&mut object);
+    let list = meta.entry("finalizers").or_insert_with(|| json!([]));
+    if let Value::Array(items) = list
+        && !items.iter().any(|f| f.as_str() == Some(finalizer))
+    {
+        items.push(Value::String(finalizer.to_string()));
+    }
+    object
+}
+
+/// `object` without `finalizer`; an emptied list is removed.
+pub(super) fn without_finalizer(object: &Value, finalizer: &str) -> Value {
+    let mut object = object.clone();
+    let meta = metadata_mut(&mut object);
+    if let Some(Value::Array(items)) = meta.get_mut("finalizers") {
+        items.retain(|f| f.as_str() != Some(finalizer));
+        if items.is_empty() {
+            meta.remove("finalizers");
+        }
+    }
+    object
+}
+
+/// The object's metadata map, created if missing.
+pub(super) fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
+    if !object.is_object() {
+        *object = Value::Object(Map::new());
+    }
+    let Value::Object(map) = object else {
+        unreachable!("just made a map");
+    };
+    let meta = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    let Value::Object(meta) = meta else {
+        unreachable!("just made a map");
+    };
+    meta
+}
+
+pub(super) fn bump_generation(object: &mut Value) {
+    let meta = metadata_mut(object);
+    let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
+    meta.insert("generation".into(), json!(generation + 1));
+}
+
+fn entry_object(objects: &BTreeMap<ObjectKey, Entry>, key: &ObjectKey) -> Value {
+    objects
+        .get(key)
+        .map(|e| e.object.clone())
+        .unwrap_or(Value::Null)
+}
+
+fn finalizer_path(finalizer: &str) -> FieldPath {
+    FieldPath::new(vec![
+        Segment::Field("metadata".into()),
+        Segment::Field("finalizers".into()),
+        Segment::Entry(finalizer.to_string()),
+    ])
+}
+
+/// Whether anything outside apiVersion, kind, metadata and status differs.
+fn spec_changed(before: &Value, after: &Value) -> bool {
+    fn spec(object: &Value) -> BTreeMap<&String, &Value> {
+        let fields = object.as_object().into_iter().flatten();
+        fields
+            .filter(|(name, _)| {
+                !matches!(name.as_str(), "apiVersion" | "kind" | "metadata" | "status")
+            })
+            .collect()
+    }
+    spec(before) != spec(after)
+}
+
+/// A uid shaped like a version-4 UUID, from the store's creation counter.
+fn format_uid(n: u64) -> String {
+    format!(
+        "{:08x}-0000-4000-8000-{:012x}",
+        n >> 48,
+        n & 0xffff_ffff_ffff
+    )
+}
+
+/// What a new object starts as before its first apply is merged in.
+fn skeleton(key: &ObjectKey) -> Value {
+    let mut meta = Map::new();
+    meta.insert("name".into(), Value::String(key.name.clone()));
+    if let Some(namespace) = &key.namespace {
+        meta.insert("namespace".into(), Value::String(namespace.clone()));
+    }
+    json!({ "apiVersion": key.kind.api_version(), "kind": key.kind.kind, "metadata": meta })
+}
+
+/// The fields an apply to the main resource sets: everything except the
+/// object's identity, server-owned metadata and status.
+fn main_config(object: &Value) -> Value {
+    let mut config = object.clone();
+    if let Value::Object(map) = &mut config {
+        for field in ["apiVersion", "kind", "status"] {
+            map.remove(field);
+        }
+        if let Some(Value::Object(meta)) = map.get_mut("metadata") {
+            for field in ["name", "namespace"].iter().chain(SERVER_METADATA) {
+                meta.remove(*field);
+            }
+            if meta.is_empty() {
+                map.remove("metadata");
+            }
+        }
+    }
+    config
+}
+
+fn refuse_new_finalizers(key: &ObjectKey, before: &Value, after: &Value) -> Result<(), StoreError> {
+    if !is_deleting(before) {
+        return Ok(());
+    }
+    let old = finalizers(before);
+    let added: Vec<&str> = finalizers(after)
+        .into_iter()
+        .filter(|f| !old.contains(f))
+        .collect();
+    if added.is_empty() {
+        return Ok(());
+    }
+    let message = format!(
+        "no new finalizers can be added while it is being deleted: {}",
+        added.join(", ")
+    );
+    Err(invalid(key, &message))
+}
+
+fn not_found(key: &ObjectKey) -> StoreError {
+    StoreError::NotFound {
+        key: key.to_string(),
+    }
+}
+
+fn invalid(key: &ObjectKey, message: &str) -> StoreError {
+    StoreError::Invalid {
+        key: key.to_string(),
+        message: message.to_string(),
+    }
+}
+
+fn conflict(key: &ObjectKey, conflicts: &[FieldConflict]) -> StoreError {
+    let fields: Vec<String> = conflicts.iter().map(ToString::to_string).collect();
+    let message = format!(
+        "apply would change fields owned by others: {}; apply with force to take them over",
+        fields.join("; ")
+    );
+    StoreError::Conflict {
+        key: key.to_string(),
+        message,
+    }
+}
+
+fn require_manager(key: &ObjectKey, field_manager: &str) -> Result<(), StoreError> {
+    if field_manager.trim().is_empty() {
+        return Err(invalid(key, "a field manager is required"));
+    }
+    Ok(())
+}
+
+fn require_finalizer(key: &ObjectKey, finalizer: &str) -> Result<(), StoreError> {
+    if finalizer.trim().is_empty() {
+        return Err(invalid(key, "a finalizer must be a non-empty string"));
+    }
+    Ok(())
+}
+
+/// Checks what the store relies on and returns the object's key. Errors name
+/// the offending field.
+fn validate_object(object: &Value) -> Result<ObjectKey, StoreError> {
+    let fail = |message: String| StoreError::Invalid {
+        key: describe(object),
+        message,
+    };
+    if !object.is_object() {
+        return Err(fail("an object must be a JSON object".into()));
+    }
+    let api_version = non_empty_str(object.get("apiVersion"))
+        .ok_or_else(|| fail("apiVersion must be a non-empty string".into()))?;
+    if !valid_api_version(api_version) {
+        return Err(fail(format!(
+            "apiVersion {api_version:?} must be `version` or `group/version`"
+        )));
+    }
+    non_empty_str(object.get("kind"))
+        .ok_or_else(|| fail("kind must be a non-empty string".into()))?;
+    let meta = object
+        .get("metadata")
+        .and_then(Value::as_object)
+        .ok_or_else(|| fail("metadata must be a JSON object".into()))?;
+    let name = non_empty_str(meta.get("name"))
+        .ok_or_else(|| fail("metadata.name must be a non-empty string".into()))?;
+    if !is_dns1123_subdomain(name) {
+        return Err(fail(format!(
+            "metadata.name {name:?} must be a DNS-1123 subdomain: at most 253 lowercase letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit"
+        )));
+    }
+    match meta.get("namespace") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(ns)) if is_dns1123_label(ns) => {}
+        Some(other) => {
+            return Err(fail(format!(
+                "metadata.namespace {other} must be a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+            )));
+        }
+    }
+    validate_metadata_fields(meta).map_err(fail)?;
+    ObjectKey::of(object)
+        .ok_or_else(|| fail("apiVersion, kind and metadata.name are required".into()))
+}
+
+fn validate_metadata_fields(meta: &Map<String, Value>) -> Result<(), String> {
+    for field in ["labels", "annotations"] {
+        match meta.get(field) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(map)) if map.values().all(|v| v.is_string() || v.is_null()) => {}
+            Some(_) => return Err(format!("metadata.{field} must map keys to strings")),
+        }
+    }
+    match meta.get("finalizers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) if items.iter().all(|f| non_empty_str(Some(f)).is_some()) => {}
+        Some(_) => return Err("metadata.finalizers must be a list of non-empty strings".into()),
+    }
+    match meta.get("ownerReferences") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Array(refs)) => refs
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, r)| validate_owner_ref(i, r)),
+        Some(_) => Err("metadata.ownerReferences must be a list".into()),
+    }
+}
+
+fn validate_owner_ref(index: usize, reference: &Value) -> Result<(), String> {
+    for field in ["apiVersion", "kind", "name", "uid"] {
+        if non_empty_str(reference.get(field)).is_none() {
+            return Err(format!(
+                "metadata.ownerReferences[{index}].{field} must be a non-empty string"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn non_empty_str(value: Option<&Value>) -> Option<&str> {
+    value.and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+fn valid_api_version(api_version: &str) -> bool {
+    let mut parts = api_version.split('/');
+    let valid = parts
+        .by_ref()
+        .take(2)
+        .all(|p| !p.is_empty() && !p.contains(char::is_whitespace));
+    valid && parts.next().is_none()
+}
+
+/// A best-effort name for an object that may not be valid, for errors.
+fn describe(object: &Value) -> String {
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("object");
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("(unnamed)");
+    match object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+    {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
+/// Lowercase letters, digits and '-', starting and ending alphanumeric.
+fn is_dns1123_label_part(part: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let (Some(first), Some(last)) = (part.chars().next(), part.chars().last()) else {
+        return false;
+    };
+    alnum(first) && alnum(last) && part.chars().all(|c| alnum(c) || c == '-')
+}
+
+fn is_dns1123_label(name: &str) -> bool {
+    name.len() <= 63 && is_dns1123_label_part(name)
+}
+
+fn is_dns1123_subdomain(name: &str) -> bool {
+    name.len() <= 253 && name.split('.').all(is_dns1123_label_part)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const T0: i64 = 1_700_000_000_000;
+
+    fn deployment(name: &str, spec: Value) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+    }
+
+    fn key(kind: &str, api_version: &str, name: &str) -> ObjectKey {
+        ObjectKey::new(
+            KindRef::from_api_version(api_version, kind),
+            Some("default"),
+            name,
+        )
+    }
+
+    fn deployment_key(name: &str) -> ObjectKey {
+        key("Deployment", "apps/v1", name)
+    }
+
+    fn store_with(objects: &[Value]) -> EmbeddedStore {
+        let mut store = EmbeddedStore::new(100);
+        for object in objects {
+            store.apply(object.clone(), "test", false, T0).unwrap();
+        }
+        store.drain_events();
+        store
+    }
+
+    fn meta<'a>(object: &'a Value, field: &str) -> &'a Value {
+        &object["metadata"][field]
+    }
+
+    fn summary(events: &[StoreEvent]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| {
+                format!(
+                    "{:?} {}",
+                    e.event_type,
+                    e.object["metadata"]["name"].as_str().unwrap_or("?")
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn create_sets_server_owned_metadata() {
+        let mut store = EmbeddedStore::new(10);
+        let mut object = deployment("web", json!({"replicas": 1}));
+        object["metadata"]["uid"] = json!("client-uid");
+        object["metadata"]["resourceVersion"] = json!("999");
+        object["metadata"]["managedFields"] = json!([{"manager": "x"}]);
+        let outcome = store.apply(object, "test", false, T0).unwrap();
+        assert!(outcome.created && outcome.changed);
+        let web = &outcome.object;
+        assert_eq!(meta(web, "uid"), "00000000-0000-4000-8000-000000000001");
+        assert_eq!(meta(web, "resourceVersion"), "1");
+        assert_eq!(meta(web, "generation"), 1);
+        assert_eq!(meta(web, "creationTimestamp"), "2023-11-14T22:13:20Z");
+        assert!(
+            web["metadata"].get("managedFields").is_none(),
+            "ownership stays inside the store"
+        );
+        assert_eq!(store.get(&deployment_key("web")), Some(web));
+        assert_eq!(summary(&store.drain_events()), ["Added web"]);
+    }
+
+    #[test]
+    fn invalid_objects_are_refused_naming_the_field() {
+        let mut store = EmbeddedStore::new(10);
+        let err = store
+            .apply(deployment("Web_1", json!({})), "test", false, T0)
+            .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Invalid { message, .. } if message.starts_with("metadata.name \"Web_1\"")),
+            "{err}"
+        );
+        let err = store
+            .apply(
+                json!({"kind": "Deployment", "metadata": {"name": "web"}}),
+                "test",
+                false,
+                T0,
+            )
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("apiVersion must be a non-empty string"),
+            "{err}"
+        );
+        let mut bad_ns = deployment("web", json!({}));
+        bad_ns["metadata"]["namespace"] = json!("Default");
+        assert!(
+            store
+                .apply(bad_ns, "test", false, T0)
+                .unwrap_err()
+                .to_string()
+                .contains("metadata.namespace")
+        );
+        assert!(store.is_empty());
+        assert!(store.drain_events().is_empty());
+    }
+
+    #[test]
+    fn reapplying_the_same_fields_changes_nothing() {
+        let mut store = store_with(&[deployment("web", json!({"replicas": 1}))]);
+        let before = store.get(&deployment_key("web")).cloned();
+        let outcome = store
+            .apply(
+                deployment("web", json!({"replicas": 1})),
+                "test",
+                false,
+                T0 + 5_000,
+            )
+            .unwrap();
+        assert!(!outcome.created && !outcome.changed);
+        assert_eq!(Some(outcome.object), before);
+        assert!(store.drain_events().is_empty());
+        assert_eq!(store.resource_version(), 1);
+    }
+
+    #[test]
+    fn spec_changes_bump_generation_but_label_changes_do_not() {
+        let mut store = store_with(&[deployment("web", json!({"replicas": 1}))]);
+        let scaled = store
+            .apply(deployment("web", json!({"replicas": 3})), "test", false, T0)
+            .unwrap()
+            .object;
+        assert_eq!(
+            (
+                meta(&scaled, "generation"),
+                meta(&scaled, "resourceVersion")
+            ),
+            (&json!(2), &json!("2"))
+        );
+
+        let mut labelled = deployment("web", json!({"replicas": 3}));
+        labelled["metadata"]["labels"] = json!({"team": "a"});
+        let labelled = store.apply(labelled, "test", false, T0).unwrap().object;
+        assert_eq!(
+            (
+                meta(&labelled, "generation"),
+                meta(&labelled, "resourceVersion")
+            ),
+            (&json!(2), &json!("3"))
+        );
+        assert_eq!(
+            summary(&store.drain_events()),
+            ["Modified web", "Modified web"]
+        );
+    }
+
+    #[test]
+    fn a_dropped_field_is_removed_but_another_managers_field_stays() {
+        let mut store = store_with(&[deployment("web", json!({"replicas": 1, "paused": false}))]);
+        store
+            .apply(
+                deployment("web", json!({"minReadySeconds": 5})),
+                "autoscaler",
+                false,
+                T0,
+            )
+            .unwrap();
+        let web = store
+            .apply(deployment("web", json!({"replicas": 1})), "test", false, T0)
+            .unwrap()
+            .object;
+        assert_eq!(web["spec"], json!({"replicas": 1, "minReadySeconds": 5}));
+    }
+
+    #[test]
+    fn a_shared_field_survives_until_its_last_owner_drops_it() {
+        let mut store = store_with(&[deployment("web", json!({"replicas": 2}))]);
+        store
+            .apply(
+                deployment("web", json!({"replicas": 2})),
+                "other",
+                false,
+                T0,
+            )
+            .unwrap();
+        let web = store
+            .apply(deployment("web", json!({})), "test", false, T0)
+            .unwrap()
+            .object;
+        assert_eq!(web["spec"]["replicas"], 2);
+        let web = store
+            .apply(deployment("web", json!({})), "other", false, T0)
+            .unwrap()
+            .object;
+        assert_eq!(
+            web["spec"],
+            json!({}),
+            "the empty spec each manager sets is kept"
+        );
+    }
+
+    #[test]
+    fn conflicting_apply_fails_without_force_and_takes_over_with_it() {
+        let mut store = store_with(&[deployment("web", json!({"replicas": 1}))]);
+        let err = store
+            .apply(
+                deployment("web", json!({"replicas": 5})),
+                "autoscaler",
+                false,
+                T0,
+            )
+            .unwrap_err();
+        let StoreError::Conflict { key, message } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(key, "Deployment default/web");
+        assert!(
+            message.contains("spec.replicas is owned by field manager \"test\""),
+            "{message}"
+        );
+        assert!(
+            store.drain_events().is_empty(),
+            "a failed apply changes nothing"
+        );
+
+        let web = store
+            .apply(
+                deployment("web", json!({"replicas": 5})),
+                "autoscaler",
+                true,
+                T0,
+            )
+            .unwrap()
+            .object;
+        assert_eq!(web["spec"]["replicas"], 5);
+        // The field moved: the first manager now conflicts in turn.
+        assert!(
+            store
+                .apply(deployment("web", json!({"replicas": 1})), "test", false, T0)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn status_is_written_only_through_apply_status() {
+        let mut store = store_with(&[deployment("web", json!({"replicas": 1}))]);
+        let mut with_status = deployment("web", json!({"replicas": 1}));
+        with_status["status"] = json!({"readyReplicas": 9});
+        let outcome = store.apply(with_status, "test", false, T0).unwrap();
+        assert!(!outcome.changed && outcome.object.get("status").is_none());
+
+        let key = deployment_key("web");
+        let web = store
+            .apply_status(&key, json!({"readyReplicas": 1, "phase": "Up"}), "ctl", T0)
+            .unwrap();
+        assert_eq!(
+            (meta(&web, "generation"), meta(&web, "resourceVersion")),
+            (&json!(1), &json!("2"))
+        );
+        store
+            .apply_status(&key, json!({"conditions": []}), "other", T0)
+            .unwrap();
+        let web = store
+            .apply_status(&key, json!({"readyReplicas": 1}), "ctl", T0)
+            .unwrap();
+        assert_eq!(web["status"], json!({"readyReplicas": 1, "conditions": []}));
+        let same = store
+            .apply_status(&key, json!({"readyReplicas": 1}), "ctl", T0)
+            .unwrap();
+        assert_eq!(same, web, "an unchanged status is not a change");
+        assert_eq!(store.drain_events().len(), 3);
+        assert!(matches!(
+            store.apply_status(&key, json!("up"), "ctl", T0),
+            Err(StoreError::Invalid { .. })
+        ));
+        let missing = deployment_key("gone");
+        assert!(matches!(
+            store.apply_status(&missing, json!({}), "ctl", T0),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn delete_with_a_finalizer_waits_until_it_is_removed() {
+        let mut store = store_with(&[deployment("web", json!({}))]);
+        let key = deployment_key("web");
+        store
+            .add_finalizer(&key, "example.com/cleanup", T0)
+            .unwrap();
+        store
+            .add_finalizer(&key, "example.com/cleanup", T0)
+            .unwrap();
+        store
+            .delete(&key, Propagation::Background, T0 + 1_000)
+            .unwrap();
+        let web = store.get(&key).unwrap().clone();
+        assert_eq!(meta(&web, "deletionTimestamp"), "2023-11-14T22:13:21Z");
+        assert_eq!(meta(&web, "deletionGracePeriodSeconds"), 0);
+        assert_eq!(
+            meta(&web, "generation"),
+            2,
+            "marking for deletion bumps generation once"
+        );
+        store
+            .delete(&key, Propagation::Background, T0 + 9_000)
+            .unwrap();
+        assert_eq!(
+            store.get(&key),
+            Some(&web),
+            "a second delete changes nothing"
+        );
+
+        let err = store
+            .add_finalizer(&key, "example.com/late", T0)
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Invalid { .. }), "{err}");
+        store
+            .apply(
+                deployment("web", json!({"paused": true})),
+                "test",
+                false,
+                T0,
+            )
+            .unwrap();
+
+        store
+            .remove_finalizer(&key, "example.com/cleanup", T0)
+            .unwrap();
+        assert!(store.get(&key).is_none());
+        let events = store.drain_events();
+        assert_eq!(
+            summary(&events),
+            [
+                "Modified web",
+                "Modified web",
+                "Modified web",
+                "Deleted web"
+            ]
+        );
+        let last = &events[3].object;
+        assert!(last["metadata"].get("finalizers").is_none());
+        assert_eq!(
+            last["spec"]["paused"], true,
+            "Deleted carries the last state"
+        );
+        assert_eq!(
+            store.delete(&key, Propagation::Background, T0),
+            Ok(()),
+            "already gone is fine"
+        );
+    }
+
+    #[test]
+    fn remove_finalizer_leaves_other_controllers_finalizers() {
+        let mut store = store_with(&[deployment("web", json!({}))]);
+        let key = deployment_key("web");
+        store.add_finalizer(&key, "a.io/one", T0).unwrap();
+        store.add_finalizer(&key, "b.io/two", T0).unwrap();
+        store.delete(&key, Propagation::Background, T0).unwrap();
+        store.remove_finalizer(&key, "a.io/one", T0).unwrap();
+        store.remove_finalizer(&key, "a.io/one", T0).unwrap();
+        assert_eq!(
+            meta(store.get(&key).unwrap(), "finalizers"),
+            &json!(["b.io/two"])
+        );
+        assert_eq!(
+            store.drain_events().len(),
+            4,
+            "two adds, the mark, one removal"
+        );
+    }
+
+    #[test]
+    fn an_applied_finalizer_list_does_not_drop_added_finalizers() {
+        let mut with_finalizer = deployment("web", json!({}));
+        with_finalizer["metadata"]["finalizers"] = json!(["a.io/applied"]);
+        let mut store = store_with(&[with_finalizer.clone()]);
+        let key = deployment_key("web");
+        store.add_finalizer(&key, "b.io/added", T0).unwrap();
+        assert!(
+            !store
+                .apply(with_finalizer, "test", false, T0)
+                .unwrap()
+                .changed
+        );
+        let web = store
+            .apply(deployment("web", json!({})), "test", false, T0)
+            .unwrap()
+            .object;
+        assert_eq!(meta(&web, "finalizers"), &json!(["b.io/added"]));
+    }
+
+    #[test]
+    fn an_unknown_object_is_not_found_for_finalizers() {
+        let mut store = EmbeddedStore::new(1);
+        let key = deployment_key("nope");
+        assert_eq!(
+            store.add_finalizer(&key, "a.io/x", T0),
+            Err(StoreError::NotFound {
+                key: "Deployment default/nope".into()
+            })
+        );
+        assert!(matches!(
+            store.remove_finalizer(&key, "a.io/x", T0),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn lists_are_sorted_by_namespace_then_name_and_per_kind() {
+        let mut store = EmbeddedStore::new(10);
+        for (ns, name) in [("b", "x"), ("a", "z"), ("a", "y")] {
+            let object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}});
+            store.apply(object, "test", false, T0).unwrap();
+        }
+        store
+            .apply(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}),
+                "test",
+                false,
+                T0,
+            )
+            .unwrap();
+        let names: Vec<_> = store
+            .list(&KindRef::new("", "v1", "ConfigMap"))
+            .iter()
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o["metadata"]["namespace"].as_str().unwrap(),
+                    o["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(names, ["a/y", "a/z", "b/x"]);
+        assert_eq!(store.list(&KindRef::new("", "v1", "Namespace")).len(), 1);
+        assert!(store.list(&KindRef::new("", "v1", "Secret")).is_empty());
+    }
+
+    #[test]
+    fn the_store_refuses_to_grow_past_its_limit() {
+        let mut store = EmbeddedStore::new(2);
+        store
+            .apply(deployment("a", json!({})), "test", false, T0)
+            .unwrap();
+        store
+            .apply(deployment("b", json!({})), "test", false, T0)
+            .unwrap();
+        let err = store
+            .apply(deployment("c", json!({})), "test", false, T0)
+            .unwrap_err();
+        assert_eq!(err, StoreError::Full { limit: 2 });
+        assert_eq!(store.len(), 2);
+        assert!(
+            store
+                .apply(deployment("a", json!({"replicas": 2})), "test", false, T0)
+                .unwrap()
+                .changed,
+            "updates still work"
+        );
+        store
+            .delete(&deployment_key("a"), Propagation::Background, T0)
+            .unwrap();
+        assert!(
+            store
+                .apply(deployment("c", json!({})), "test", false, T0)
+                .unwrap()
+                .created
+        );
+    }
+
+    #[test]
+    fn the_event_log_keeps_the_newest_events_when_nobody_drains() {
+        let mut store = EmbeddedStore::new(10).with_event_limit(3);
+        for replicas in 0..5 {
+            store
+                .apply(
+                    deployment("web", json!({"replicas": replicas})),
+                    "test",
+                    false,
+                    T0,
+                )
+                .unwrap();
+        }
+        let events = store.drain_events();
+        let replicas: Vec<_> = events
+            .iter()
+            .map(|e| e.object["spec"]["replicas"].clone())
+            .collect();
+        assert_eq!(replicas, [json!(2), json!(3), json!(4)]);
+        assert_eq!(store.dropped_events(), 2);
+    }
+
+    #[test]
+    fn a_recreated_object_gets_a_new_uid() {
+        let mut store = store_with(&[deployment("web", json!({}))]);
+        let key = deployment_key("web");
+        store.delete(&key, Propagation::Background, T0).unwrap();
+        let again = store
+            .apply(deployment("web", json!({})), "test", false, T0)
+            .unwrap()
+            .object;
+        assert_eq!(meta(&again, "uid"), "00000000-0000-4000-8000-000000000002");
+    }
+
+    #[test]
+    fn identical_call_sequences_give_byte_identical_objects() {
+        fn run() -> String {
+            let mut store = EmbeddedStore::new(10);
+            let mut owner = deployment("web", json!({"replicas": 1}));
+            owner["metadata"]["labels"] = json!({"b": "2", "a": "1"});
+            let owner = store.apply(owner, "test", false, T0).unwrap().object;
+            let mut child = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web-1", "namespace": "default"}});
+            child["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": owner["metadata"]["uid"], "blockOwnerDeletion": true}]);
+            store.apply(child, "test", false, T0 + 1).unwrap();
+            store
+                .apply_status(&deployment_key("web"), json!({"ready": 1}), "ctl", T0 + 2)
+                .unwrap();
+            store
+                .add_finalizer(&deployment_key("web"), "a.io/x", T0 + 3)
+                .unwrap();
+            store
+                .delete(&deployment_key("web"), Propagation::Foreground, T0 + 4)
+                .unwrap();
+            let objects: Vec<Value> = store.list(&KindRef::new("apps", "v1", "Deployment"));
+            let events: Vec<Value> = store
+                .drain_events()
+                .into_iter()
+                .map(|e| json!([format!("{:?}", e.event_type), e.object]))
+                .collect();
+            serde_json::to_string(&json!({"objects": objects, "events": events})).unwrap()
+        }
+        assert_eq!(run(), run());
+    }
+
+    #[test]
+    fn names_and_versions_are_validated_like_the_api() {
+        assert!(is_dns1123_subdomain("web-1.example"));
+        assert!(!is_dns1123_subdomain("web..1"));
+        assert!(!is_dns1123_subdomain("-web"));
+        assert!(!is_dns1123_subdomain(&"a".repeat(254)));
+        assert!(is_dns1123_label("team-a") && !is_dns1123_label("team.a"));
+        assert!(valid_api_version("v1") && valid_api_version("apps/v1"));
+        assert!(!valid_api_version("a/b/c") && !valid_api_version("/v1"));
+        assert_eq!(
+            format_uid(0x1_0000_0000_0002),
+            "00000001-0000-4000-8000-000000000002"
+        );
+    }
+}

@@ -1,0 +1,12 @@
+//! Cluster backends: the narrow interface the engine drives, and its
+//! implementations (the embedded in-memory cluster; the Kubernetes API).
+
+pub mod backend;
+pub mod clock;
+pub mod embedded;
+
+pub use backend::{
+    BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchEvent, WatchEventType,
+    WatchStream,
+};
+pub use clock::{Clock, RealClock, VirtualClock};

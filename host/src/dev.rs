@@ -1,0 +1,270 @@
+//! `dev`: every plugin against the embedded cluster, on the real clock.
+//!
+//! The laptop loop: object YAML in a directory is the cluster's desired
+//! input (files created, changed or removed become creates, updates and
+//! deletes), each reconcile prints one line, and the primary objects with
+//! their status are shown as a table whenever things settle.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::cluster::embedded::EmbeddedCluster;
+use crate::cluster::{ObjectKey, RealClock};
+use crate::engine::{Engine, ReconcileRecord};
+use crate::manifests::{manifest_files, read_objects};
+use crate::plugin::LoadedPlugin;
+
+/// The objects of a manifest directory as last read, per file, so a rescan
+/// turns into exactly the creates, updates and deletes that happened.
+#[derive(Default)]
+pub struct ManifestDir {
+    files: BTreeMap<PathBuf, Vec<(ObjectKey, Value)>>,
+}
+
+impl ManifestDir {
+    /// Reads `dir` again and applies the differences to `cluster`; returns a
+    /// line per change (or per unreadable file).
+    pub fn sync(&mut self, dir: &Path, cluster: &EmbeddedCluster) -> Vec<String> {
+        let mut lines = Vec::new();
+        let files = manifest_files(dir).unwrap_or_default();
+        let mut seen = BTreeMap::new();
+        for file in &files {
+            match read_objects(file) {
+                Ok(objects) => {
+                    let keyed = objects
+                        .into_iter()
+                        .filter_map(|o| Some((ObjectKey::of(&o)?, o)))
+                        .collect();
+                    seen.insert(file.clone(), keyed);
+                }
+                Err(e) => {
+                    // Keep what the file held before: a half-saved file must
+                    // not delete its objects.
+                    lines.push(format!("error: {e}"));
+                    if let Some(old) = self.files.get(file) {
+                        seen.insert(file.clone(), old.clone());
+                    }
+                }
+            }
+        }
+        let old: BTreeMap<ObjectKey, Value> = self.files.values().flatten().cloned().collect();
+        let new: BTreeMap<ObjectKey, Value> = seen.values().flatten().cloned().collect();
+        for (key, object) in &new {
+            if old.get(key) == Some(object) {
+                continue;
+            }
+            let verb = if old.contains_key(key) {
+                "updated"
+            } else {
+                "created"
+            };
+            match cluster.apply_as_user(object.clone()) {
+                Ok(_) => lines.push(format!("{verb} {key} from {}", dir.display())),
+                Err(e) => lines.push(format!("error: cannot apply {key}: {e}")),
+            }
+        }
+        for key in old.keys().filter(|k| !new.contains_key(*k)) {
+            match cluster.delete_as_user(key) {
+                Ok(()) => lines.push(format!("deleted {key} (its file changed or is gone)")),
+                Err(e) => lines.push(format!("error: cannot delete {key}: {e}")),
+            }
+        }
+        self.files = seen;
+        lines
+    }
+}
+
+/// Options of one `dev` session.
+pub struct DevConfig {
+    pub objects_dir: PathBuf,
+    /// Stop once nothing is queued (for scripts and smoke tests).
+    pub until_settled: bool,
+}
+
+/// Runs the dev loop until Ctrl-C (or until settled, if asked).
+pub async fn run(
+    plugins: Vec<Arc<LoadedPlugin>>,
+    config: DevConfig,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<()> {
+    let cluster = Arc::new(EmbeddedCluster::new(Arc::new(RealClock)));
+    let mut manifests = ManifestDir::default();
+    for line in manifests.sync(&config.objects_dir, &cluster) {
+        writeln!(out, "{}", stamp(&line))?;
+    }
+    let engine = Arc::new(Engine::new(cluster.clone(), Arc::new(RealClock), plugins).await?);
+
+    // File changes arrive from the watcher thread; keep the watcher alive.
+    let (fs_tx, mut fs_rx) = mpsc::unbounded_channel();
+    let _watcher = watch_dir(&config.objects_dir, fs_tx);
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<ReconcileRecord>();
+    let mut table_shown = String::new();
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+
+    // Reconciles spawned whose record has not been printed yet.
+    let mut outstanding = 0usize;
+    loop {
+        while let Ok(record) = done_rx.try_recv() {
+            outstanding -= 1;
+            writeln!(out, "{}", stamp(&record.to_string()))?;
+        }
+        let changes = engine.pump();
+        while let Some((plugin, key)) = engine.next_ready() {
+            let (engine, tx) = (engine.clone(), done_tx.clone());
+            outstanding += 1;
+            tokio::spawn(async move {
+                let record = engine.reconcile(&plugin, key).await;
+                let _ = tx.send(record);
+            });
+        }
+        let idle = outstanding == 0 && changes == 0;
+        if idle {
+            let table = primaries_table(&engine);
+            if table != table_shown {
+                write!(out, "{table}")?;
+                table_shown = table;
+            }
+            if config.until_settled && engine.next_wakeup().is_none_or(|at| at > now_millis()) {
+                break;
+            }
+        }
+        let wait = engine
+            .next_wakeup()
+            .map(|at| Duration::from_millis(u64::try_from(at - now_millis()).unwrap_or(0)))
+            .unwrap_or(Duration::from_millis(200))
+            .clamp(Duration::from_millis(5), Duration::from_millis(200));
+        tokio::select! {
+            Some(record) = done_rx.recv() => {
+                outstanding -= 1;
+                writeln!(out, "{}", stamp(&record.to_string()))?;
+            }
+            Some(()) = fs_rx.recv() => {
+                while fs_rx.try_recv().is_ok() {}
+                for line in manifests.sync(&config.objects_dir, &cluster) {
+                    writeln!(out, "{}", stamp(&line))?;
+                }
+            }
+            _ = tokio::time::sleep(wait) => {}
+            _ = &mut ctrl_c => {
+                writeln!(out, "stopping: waiting for {outstanding} reconcile(s) in flight")?;
+                break;
+            }
+        }
+    }
+    // In-flight reconciles finish (each is bounded by its plugin deadline).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while engine.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+        if let Ok(Some(record)) =
+            tokio::time::timeout(Duration::from_millis(100), done_rx.recv()).await
+        {
+            writeln!(out, "{}", stamp(&record.to_string()))?;
+        }
+    }
+    Ok(())
+}
+
+fn now_millis() -> i64 {
+    use crate::cluster::Clock;
+    RealClock.now_millis()
+}
+
+fn stamp(line: &str) -> String {
+    let t = crate::cluster::clock::rfc3339(now_millis());
+    format!("{} {line}", &t[11..19])
+}
+
+/// Watches `dir` for changes, sending one message per debounced batch. A
+/// directory that cannot be watched is reported and the loop runs without.
+fn watch_dir(
+    dir: &Path,
+    tx: mpsc::UnboundedSender<()>,
+) -> Option<
+    notify_debouncer_full::Debouncer<
+        notify_debouncer_full::notify::RecommendedWatcher,
+        notify_debouncer_full::RecommendedCache,
+    >,
+> {
+    use notify_debouncer_full::notify::RecursiveMode;
+    let handler = move |result: notify_debouncer_full::DebounceEventResult| {
+        if result.is_ok_and(|events| !events.is_empty()) {
+            let _ = tx.send(());
+        }
+    };
+    let mut debouncer =
+        match notify_debouncer_full::new_debouncer(Duration::from_millis(200), None, handler) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("cannot watch {} for changes: {e}", dir.display());
+                return None;
+            }
+        };
+    if let Err(e) = debouncer.watch(dir, RecursiveMode::NonRecursive) {
+        tracing::warn!("cannot watch {} for changes: {e}", dir.display());
+        return None;
+    }
+    Some(debouncer)
+}
+
+/// The primary objects of every plugin, with their status, as a table.
+pub fn primaries_table<B: crate::cluster::ClusterBackend>(engine: &Engine<B>) -> String {
+    let mut rows = vec![[
+        "PLUGIN".to_string(),
+        "KIND".into(),
+        "NAMESPACE".into(),
+        "NAME".into(),
+        "STATUS".into(),
+    ]];
+    for plugin in engine.plugins() {
+        let m = plugin.metadata();
+        for object in engine.cache().list(&m.primary) {
+            let s = |p: &str| {
+                object
+                    .pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let mut status = object
+                .get("status")
+                .map(Value::to_string)
+                .unwrap_or_else(|| "-".into());
+            if object.pointer("/metadata/deletionTimestamp").is_some() {
+                status = format!("(deleting) {status}");
+            }
+            if status.chars().count() > 100 {
+                status = status.chars().take(97).collect::<String>() + "...";
+            }
+            rows.push([
+                m.name.clone(),
+                m.primary.kind.clone(),
+                s("/metadata/namespace"),
+                s("/metadata/name"),
+                status,
+            ]);
+        }
+    }
+    if rows.len() == 1 {
+        return "(no primary objects yet)\n".into();
+    }
+    let widths: Vec<usize> = (0..5)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}

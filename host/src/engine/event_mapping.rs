@@ -1,0 +1,130 @@
+//! Which primary objects a change concerns.
+//!
+//! A change to a primary concerns itself; to an owned child, its controller
+//! owner of the primary kind; to an object of a read kind, whatever the
+//! plugin's map rule names (always in the object's own namespace).
+
+use reconciler_sdk::{KindRef, MapRule, PluginMetadata};
+use serde_json::Value;
+
+use super::work_queue::PrimaryKey;
+
+fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
+    object.pointer(pointer).and_then(Value::as_str)
+}
+
+/// The primaries of `metadata`'s plugin that a change to `object` concerns.
+pub fn primaries_for(metadata: &PluginMetadata, object: &Value) -> Vec<PrimaryKey> {
+    let Some(kind) = KindRef::of_object(object) else {
+        return Vec::new();
+    };
+    let namespace = str_at(object, "/metadata/namespace").map(str::to_string);
+    let key = |name: &str| PrimaryKey {
+        namespace: namespace.clone(),
+        name: name.to_string(),
+    };
+    let mut keys = Vec::new();
+    if kind == metadata.primary
+        && let Some(name) = str_at(object, "/metadata/name")
+    {
+        keys.push(key(name));
+    }
+    if metadata.owns_kind(&kind) {
+        keys.extend(controller_of(object, &metadata.primary).map(|name| key(&name)));
+    }
+    for read in metadata.reads.iter().filter(|r| r.kind == kind) {
+        let name = match &read.maps_by {
+            MapRule::Label(k) => object
+                .pointer("/metadata/labels")
+                .and_then(|l| l.get(k))
+                .and_then(Value::as_str),
+            MapRule::Annotation(k) => object
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(k))
+                .and_then(Value::as_str),
+            MapRule::SameName => str_at(object, "/metadata/name"),
+            MapRule::None => None,
+        };
+        keys.extend(name.filter(|n| !n.is_empty()).map(key));
+    }
+    keys
+}
+
+/// The name of the controller owner of `object` of kind `owner_kind`.
+fn controller_of(object: &Value, owner_kind: &KindRef) -> Option<String> {
+    let refs = object.pointer("/metadata/ownerReferences")?.as_array()?;
+    refs.iter()
+        .find(|r| {
+            r.get("controller").and_then(Value::as_bool) == Some(true)
+                && r.get("kind").and_then(Value::as_str) == Some(owner_kind.kind.as_str())
+                && r.get("apiVersion").and_then(Value::as_str)
+                    == Some(owner_kind.api_version().as_str())
+        })
+        .and_then(|r| r.get("name")?.as_str().map(str::to_string))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn metadata() -> PluginMetadata {
+        PluginMetadata::new(
+            "podset",
+            "1",
+            KindRef::new("example.com", "v1alpha1", "PodSet"),
+        )
+        .owns(KindRef::new("apps", "v1", "Deployment"))
+        .reads(
+            KindRef::new("", "v1", "Pod"),
+            MapRule::Label("podset".into()),
+            true,
+        )
+        .reads(
+            KindRef::new("", "v1", "ConfigMap"),
+            MapRule::SameName,
+            false,
+        )
+        .reads(KindRef::new("", "v1", "Secret"), MapRule::None, false)
+    }
+
+    fn names(object: Value) -> Vec<String> {
+        primaries_for(&metadata(), &object)
+            .into_iter()
+            .map(|k| k.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn each_role_maps_to_its_primary() {
+        assert_eq!(
+            names(
+                json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet", "metadata": {"name": "a", "namespace": "d"}})
+            ),
+            ["d/a"]
+        );
+        let owned = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "namespace": "d",
+            "ownerReferences": [{"apiVersion": "example.com/v1alpha1", "kind": "PodSet", "name": "a", "uid": "u", "controller": true}]}});
+        assert_eq!(names(owned), ["d/a"]);
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "d", "labels": {"podset": "a"}}});
+        assert_eq!(names(pod), ["d/a"]);
+        assert_eq!(
+            names(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "d"}})
+            ),
+            ["d/a"]
+        );
+        assert!(names(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a", "namespace": "d"}})).is_empty());
+    }
+
+    #[test]
+    fn unrelated_objects_map_to_nothing() {
+        let unlabelled =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "d"}});
+        assert!(names(unlabelled).is_empty());
+        let not_controller = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "namespace": "d",
+            "ownerReferences": [{"apiVersion": "example.com/v1alpha1", "kind": "PodSet", "name": "a", "uid": "u"}]}});
+        assert!(names(not_controller).is_empty());
+    }
+}

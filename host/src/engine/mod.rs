@@ -1,0 +1,515 @@
+//! The reconcile engine: turns plugin responses into cluster changes.
+//!
+//! Built from small parts, each tested alone: [`shared_cache`] (one cache
+//! for all plugins), [`work_queue`] (per plugin: dedup, delays, backoff, one
+//! reconcile per object at a time), [`event_mapping`] (which primary a change
+//! concerns), [`plan`] (from a response to the calls that realise it). This
+//! module wires them to a [`ClusterBackend`] and a plugin runtime.
+//!
+//! One reconcile, as [`Engine::reconcile`] runs it:
+//! 1. read the primary from the cache (gone: forget it);
+//! 2. add the plugin's finalizer if it declares one and it is missing;
+//! 3. call the plugin in a fresh sandbox with the primary and its children;
+//! 4. plan: ownerReferences, no-op skips, pruning, status diff, finalizer;
+//! 5. apply in order (objects, deletions, status, events, finalizer last),
+//!    so a failure midway never releases the finalizer early;
+//! 6. requeue: after the requested delay; on any failure, an Event on the
+//!    primary and exponential backoff, and the next attempt starts again
+//!    from the cache, never from the half-done state.
+
+pub mod event_mapping;
+pub mod plan;
+pub mod record;
+pub mod shared_cache;
+pub mod work_queue;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use reconciler_sdk::{EventType, KindRef};
+use serde_json::Value;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tracing::Instrument;
+
+use self::plan::{DeleteReason, Observed, has_finalizer};
+pub use self::record::{Change, Outcome, ReconcileRecord};
+use self::shared_cache::SharedCache;
+use self::work_queue::{BackoffPolicy, PrimaryKey, WorkQueue};
+use crate::cluster::{
+    BackendError, Clock, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchEvent,
+};
+use crate::plugin::{LoadedPlugin, ReconcileInput};
+
+/// Reconciles per plugin at once when the plugin gives no hint.
+pub const DEFAULT_CONCURRENCY: u32 = 4;
+
+/// Why an engine cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("plugins {first} and {second} both reconcile {kind}: a primary kind has one plugin")]
+    PrimaryTaken {
+        kind: String,
+        first: String,
+        second: String,
+    },
+    #[error("two plugins are named {0}")]
+    DuplicateName(String),
+    #[error("cannot watch {kind}: {source}")]
+    Watch { kind: String, source: BackendError },
+}
+
+struct Controller {
+    plugin: Arc<LoadedPlugin>,
+    state: Mutex<ControllerState>,
+}
+
+#[derive(Default)]
+struct ControllerState {
+    queue: WorkQueue,
+    /// Fingerprints of what this host last applied, per object.
+    last_applied: HashMap<ObjectKey, u64>,
+}
+
+impl Controller {
+    fn state(&self) -> MutexGuard<'_, ControllerState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn concurrency(&self) -> usize {
+        self.plugin
+            .metadata()
+            .hints
+            .max_concurrent_reconciles
+            .unwrap_or(DEFAULT_CONCURRENCY) as usize
+    }
+}
+
+pub struct Engine<B: ClusterBackend> {
+    backend: Arc<B>,
+    clock: Arc<dyn Clock>,
+    cache: Arc<SharedCache>,
+    controllers: BTreeMap<String, Controller>,
+    watches: Mutex<Vec<(KindRef, UnboundedReceiver<WatchEvent>)>>,
+    backoff: BackoffPolicy,
+}
+
+impl<B: ClusterBackend> Engine<B> {
+    /// Watches every kind the plugins declare (once per kind), fills the
+    /// cache, and queues every existing primary object.
+    pub async fn new(
+        backend: Arc<B>,
+        clock: Arc<dyn Clock>,
+        plugins: Vec<Arc<LoadedPlugin>>,
+    ) -> Result<Self, EngineError> {
+        let mut controllers = BTreeMap::new();
+        let mut primaries: HashMap<KindRef, String> = HashMap::new();
+        for plugin in plugins {
+            let m = plugin.metadata();
+            if let Some(first) = primaries.get(&m.primary) {
+                return Err(EngineError::PrimaryTaken {
+                    kind: m.primary.to_string(),
+                    first: first.clone(),
+                    second: m.name.clone(),
+                });
+            }
+            primaries.insert(m.primary.clone(), m.name.clone());
+            let name = m.name.clone();
+            if controllers.contains_key(&name) {
+                return Err(EngineError::DuplicateName(name));
+            }
+            controllers.insert(
+                name,
+                Controller {
+                    plugin,
+                    state: Mutex::new(ControllerState::default()),
+                },
+            );
+        }
+        let engine = Self {
+            backend,
+            clock,
+            cache: Arc::new(SharedCache::new()),
+            controllers,
+            watches: Mutex::new(Vec::new()),
+            backoff: BackoffPolicy::default(),
+        };
+        let kinds: BTreeSet<KindRef> = engine
+            .controllers
+            .values()
+            .flat_map(|c| {
+                c.plugin
+                    .metadata()
+                    .declared_kinds()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let now = engine.clock.now_millis();
+        for kind in kinds {
+            let stream =
+                engine
+                    .backend
+                    .watch(&kind)
+                    .await
+                    .map_err(|source| EngineError::Watch {
+                        kind: kind.to_string(),
+                        source,
+                    })?;
+            for object in stream.initial {
+                engine.observe(
+                    &WatchEvent {
+                        event_type: crate::cluster::WatchEventType::Added,
+                        object,
+                    },
+                    now,
+                );
+            }
+            engine
+                .watches
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((kind, stream.events));
+        }
+        Ok(engine)
+    }
+
+    pub fn cache(&self) -> &Arc<SharedCache> {
+        &self.cache
+    }
+
+    pub fn backend(&self) -> &Arc<B> {
+        &self.backend
+    }
+
+    pub fn plugins(&self) -> impl Iterator<Item = &Arc<LoadedPlugin>> {
+        self.controllers.values().map(|c| &c.plugin)
+    }
+
+    fn observe(&self, event: &WatchEvent, now: i64) {
+        self.cache.observe(event);
+        for c in self.controllers.values() {
+            let keys = event_mapping::primaries_for(c.plugin.metadata(), &event.object);
+            if !keys.is_empty() {
+                let mut state = c.state();
+                for key in keys {
+                    state.queue.add(key, now);
+                }
+            }
+        }
+    }
+
+    /// Takes every watch event delivered so far into the cache and the
+    /// queues; returns how many there were.
+    pub fn pump(&self) -> usize {
+        let now = self.clock.now_millis();
+        let mut events = Vec::new();
+        {
+            let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+            for (_, rx) in watches.iter_mut() {
+                while let Ok(event) = rx.try_recv() {
+                    events.push(event);
+                }
+            }
+        }
+        for event in &events {
+            self.observe(event, now);
+        }
+        events.len()
+    }
+
+    /// The next object ready to reconcile, marked in flight: the earliest
+    /// ready across plugins (ties broken by plugin name, then object), among
+    /// plugins below their concurrency limit.
+    pub fn next_ready(&self) -> Option<(String, PrimaryKey)> {
+        let now = self.clock.now_millis();
+        let mut best: Option<(i64, &String)> = None;
+        for (name, c) in &self.controllers {
+            let state = c.state();
+            if state.queue.in_flight() >= c.concurrency() {
+                continue;
+            }
+            if let Some(at) = state.queue.next_ready_at().filter(|at| *at <= now)
+                && best.is_none_or(|(b, _)| at < b)
+            {
+                best = Some((at, name));
+            }
+        }
+        let (_, name) = best?;
+        let key = self.controllers[name].state().queue.pop_ready(now)?;
+        Some((name.clone(), key))
+    }
+
+    /// When the next delayed reconcile becomes ready, if any is waiting.
+    pub fn next_wakeup(&self) -> Option<i64> {
+        self.controllers
+            .values()
+            .filter_map(|c| c.state().queue.next_ready_at())
+            .min()
+    }
+
+    /// Reconciles currently running.
+    pub fn in_flight(&self) -> usize {
+        self.controllers
+            .values()
+            .map(|c| c.state().queue.in_flight())
+            .sum()
+    }
+
+    /// Runs one reconcile of `key` for `plugin` (taken from
+    /// [`Self::next_ready`]) and does its queue bookkeeping.
+    pub async fn reconcile(&self, plugin: &str, key: PrimaryKey) -> ReconcileRecord {
+        let controller = &self.controllers[plugin];
+        let metadata = controller.plugin.metadata();
+        let span = tracing::info_span!(
+            "reconcile",
+            plugin,
+            kind = %metadata.primary.kind,
+            namespace = key.namespace.as_deref().unwrap_or(""),
+            name = %key.name,
+        );
+        let at_millis = self.clock.now_millis();
+        let outcome = self.run(controller, &key).instrument(span.clone()).await;
+        let now = self.clock.now_millis();
+        let outcome = {
+            let mut state = controller.state();
+            match outcome {
+                Ok(Some((changes, requeue_after))) => {
+                    state.queue.succeed(&key);
+                    let requeue_at = requeue_after
+                        .map(|d| now + i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                    state.queue.done(&key, requeue_at);
+                    Outcome::Applied {
+                        changes,
+                        requeue_after,
+                    }
+                }
+                Ok(None) => {
+                    state.queue.forget(&key);
+                    state.queue.done(&key, None);
+                    Outcome::Gone
+                }
+                Err((reason, message)) => {
+                    let failures = state.queue.fail(&key);
+                    let retry_in = self.backoff.delay(failures);
+                    state.queue.done(
+                        &key,
+                        Some(now + i64::try_from(retry_in.as_millis()).unwrap_or(i64::MAX)),
+                    );
+                    Outcome::Failed {
+                        reason,
+                        message,
+                        failures,
+                        retry_in,
+                    }
+                }
+            }
+        };
+        let record = ReconcileRecord {
+            at_millis,
+            plugin: plugin.to_string(),
+            kind: metadata.primary.kind.clone(),
+            object: key,
+            outcome,
+        };
+        span.in_scope(|| match &record.outcome {
+            Outcome::Failed { .. } => tracing::warn!("{record}"),
+            _ => tracing::debug!("{record}"),
+        });
+        if let Outcome::Failed {
+            reason, message, ..
+        } = &record.outcome
+        {
+            self.warn_on_primary(controller, &record.object, reason, message)
+                .await;
+        }
+        record
+    }
+
+    /// The body of a reconcile. `Ok(None)`: the primary is gone.
+    /// `Err((reason, message))`: nothing more of it is applied.
+    async fn run(
+        &self,
+        controller: &Controller,
+        key: &PrimaryKey,
+    ) -> Result<Option<(Vec<Change>, Option<Duration>)>, (String, String)> {
+        let plugin = &controller.plugin;
+        let metadata = plugin.metadata();
+        let manager = metadata.field_manager();
+        let primary_key = ObjectKey::new(
+            metadata.primary.clone(),
+            key.namespace.as_deref(),
+            &key.name,
+        );
+        let Some(mut primary) = self.cache.get(&primary_key) else {
+            return Ok(None);
+        };
+        let deleting = primary
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|t| !t.is_null());
+        let mut changes = Vec::new();
+
+        if let Some(finalizer) = &metadata.finalizer
+            && !deleting
+            && !has_finalizer(&primary, finalizer)
+        {
+            self.backend
+                .add_finalizer(&primary_key, finalizer)
+                .await
+                .map_err(|e| backend_failure("adding the finalizer", e))?;
+            add_finalizer_locally(&mut primary, finalizer);
+            changes.push(Change::FinalizerAdded(finalizer.clone()));
+        }
+
+        let request = self.cache.request_for(&primary, &metadata.owns);
+        let input = ReconcileInput {
+            request,
+            primary_namespace: key.namespace.clone(),
+            object: key.to_string(),
+            reader: self.cache.clone(),
+            now_millis: self.clock.now_millis(),
+        };
+        let call_plugin = plugin.clone();
+        let response = tokio::task::spawn_blocking(move || call_plugin.reconcile(input))
+            .await
+            .map_err(|e| {
+                (
+                    "HostError".to_string(),
+                    format!("the plugin call panicked: {e}"),
+                )
+            })?
+            .map_err(|e| (e.reason().to_string(), e.to_string()))?;
+
+        let children = self.cache.children_of(&primary, &metadata.owns);
+        let plan = {
+            let current = |k: &ObjectKey| self.cache.get(k);
+            let last = controller.state().last_applied.clone();
+            let last_applied = |k: &ObjectKey| last.get(k).copied();
+            let observed = Observed {
+                metadata,
+                primary: &primary,
+                children: &children,
+                current: &current,
+                last_applied: &last_applied,
+            };
+            plan::plan(&observed, response)
+                .map_err(|e| ("InvalidPrimary".to_string(), e.to_string()))?
+        };
+
+        for apply in plan.applies {
+            self.backend
+                .apply(apply.object, &manager, true)
+                .await
+                .map_err(|e| backend_failure(&format!("applying {}", apply.key), e))?;
+            controller
+                .state()
+                .last_applied
+                .insert(apply.key.clone(), apply.fingerprint);
+            changes.push(if apply.creates {
+                Change::Created(apply.key)
+            } else {
+                Change::Updated(apply.key)
+            });
+        }
+        for (target, reason) in plan.deletes {
+            self.backend
+                .delete(&target, Propagation::Background)
+                .await
+                .map_err(|e| backend_failure(&format!("deleting {target}"), e))?;
+            controller.state().last_applied.remove(&target);
+            changes.push(match reason {
+                DeleteReason::Pruned => Change::Pruned(target),
+                DeleteReason::Requested => Change::Deleted(target),
+            });
+        }
+        if let Some(status) = plan.status {
+            self.backend
+                .apply_status(&primary_key, status, &manager)
+                .await
+                .map_err(|e| backend_failure("updating the status", e))?;
+            changes.push(Change::StatusUpdated);
+        }
+        for event in plan.events {
+            let record = EventRecord {
+                regarding: primary_key.clone(),
+                regarding_uid: uid_of(&primary),
+                event_type: event.event_type,
+                reason: event.reason.clone(),
+                message: event.message.clone(),
+                reporting_controller: manager.clone(),
+            };
+            // An Event that cannot be recorded is not worth failing a
+            // reconcile that already changed the cluster.
+            if let Err(e) = self.backend.record_event(record).await {
+                tracing::warn!("cannot record event {}: {e}", event.reason);
+            }
+            changes.push(Change::Event {
+                event_type: event.event_type,
+                reason: event.reason,
+                message: event.message,
+            });
+        }
+        if let Some(finalizer) = plan.remove_finalizer {
+            self.backend
+                .remove_finalizer(&primary_key, &finalizer)
+                .await
+                .map_err(|e| backend_failure("removing the finalizer", e))?;
+            changes.push(Change::FinalizerRemoved(finalizer));
+        }
+        Ok(Some((changes, plan.requeue_after)))
+    }
+
+    async fn warn_on_primary(
+        &self,
+        controller: &Controller,
+        key: &PrimaryKey,
+        reason: &str,
+        message: &str,
+    ) {
+        let metadata = controller.plugin.metadata();
+        let primary_key = ObjectKey::new(
+            metadata.primary.clone(),
+            key.namespace.as_deref(),
+            &key.name,
+        );
+        let record = EventRecord {
+            regarding_uid: self.cache.get(&primary_key).as_ref().and_then(uid_of),
+            regarding: primary_key,
+            event_type: EventType::Warning,
+            reason: reason.to_string(),
+            message: message.to_string(),
+            reporting_controller: metadata.field_manager(),
+        };
+        if let Err(e) = self.backend.record_event(record).await {
+            tracing::warn!(plugin = %metadata.name, object = %key, "cannot record the failure as an Event: {e}");
+        }
+    }
+}
+
+fn uid_of(object: &Value) -> Option<String> {
+    object
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+fn add_finalizer_locally(object: &mut Value, finalizer: &str) {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        let list = meta
+            .entry("finalizers")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Some(list) = list.as_array_mut() {
+            list.push(Value::String(finalizer.to_string()));
+        }
+    }
+}
+
+fn backend_failure(step: &str, e: BackendError) -> (String, String) {
+    let reason = match e {
+        BackendError::Conflict { .. } => "Conflict",
+        BackendError::Forbidden { .. } => "Forbidden",
+        BackendError::Invalid { .. } => "ApplyRejected",
+        _ => "ApplyFailed",
+    };
+    (reason.to_string(), format!("{step}: {e}"))
+}

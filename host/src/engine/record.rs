@@ -1,0 +1,109 @@
+//! What one reconcile did, for logs, `dev` output and `simulate` reports.
+
+use std::fmt;
+use std::time::Duration;
+
+use reconciler_sdk::EventType;
+
+use super::work_queue::PrimaryKey;
+use crate::cluster::ObjectKey;
+use crate::golden::duration_text::format_duration;
+
+/// One change the host made to the cluster on a plugin's behalf.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    Created(ObjectKey),
+    Updated(ObjectKey),
+    Deleted(ObjectKey),
+    Pruned(ObjectKey),
+    StatusUpdated,
+    Event {
+        event_type: EventType,
+        reason: String,
+        message: String,
+    },
+    FinalizerAdded(String),
+    FinalizerRemoved(String),
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::Created(k) => write!(f, "created {k}"),
+            Change::Updated(k) => write!(f, "updated {k}"),
+            Change::Deleted(k) => write!(f, "deleted {k}"),
+            Change::Pruned(k) => write!(f, "pruned {k}"),
+            Change::StatusUpdated => write!(f, "status updated"),
+            Change::Event {
+                event_type,
+                reason,
+                message,
+            } => write!(f, "event {event_type} {reason}: {message}"),
+            Change::FinalizerAdded(n) => write!(f, "finalizer {n} added"),
+            Change::FinalizerRemoved(n) => write!(f, "finalizer {n} removed"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The response was applied.
+    Applied {
+        changes: Vec<Change>,
+        requeue_after: Option<Duration>,
+    },
+    /// Nothing of the response was applied, or it stopped midway; retried
+    /// from a fresh read after `retry_in`.
+    Failed {
+        reason: String,
+        message: String,
+        failures: u32,
+        retry_in: Duration,
+    },
+    /// The primary no longer exists.
+    Gone,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReconcileRecord {
+    pub at_millis: i64,
+    pub plugin: String,
+    pub kind: String,
+    pub object: PrimaryKey,
+    pub outcome: Outcome,
+}
+
+impl fmt::Display for ReconcileRecord {
+    /// `podset PodSet default/web: created Deployment default/web; status updated`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {}: ", self.plugin, self.kind, self.object)?;
+        match &self.outcome {
+            Outcome::Applied {
+                changes,
+                requeue_after,
+            } => {
+                if changes.is_empty() {
+                    f.write_str("in sync")?;
+                } else {
+                    let text: Vec<String> = changes.iter().map(Change::to_string).collect();
+                    f.write_str(&text.join("; "))?;
+                }
+                if let Some(d) = requeue_after {
+                    write!(f, "; requeue in {}", format_duration(*d))?;
+                }
+                Ok(())
+            }
+            Outcome::Failed {
+                reason,
+                message,
+                failures,
+                retry_in,
+            } => write!(
+                f,
+                "FAILED ({reason}, {failures} in a row, retry in {}): {message}",
+                format_duration(*retry_in)
+            ),
+            Outcome::Gone => f.write_str("gone"),
+        }
+    }
+}

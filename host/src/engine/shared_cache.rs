@@ -1,0 +1,148 @@
+//! One cache for every plugin of a host, fed by one watch per kind.
+//!
+//! Plugins read it through the sandbox's cache import, the engine reads it to
+//! assemble requests and to skip no-op applies. Objects are stored without
+//! `managedFields` and the last-applied annotation: bookkeeping no plugin
+//! decides on, and most of an object's bytes.
+
+use std::sync::RwLock;
+
+use reconciler_sdk::KindRef;
+use reconciler_sdk::contract::{Projection, ReconcileRequest};
+use reconciler_sdk::memory_cache::MemoryCache;
+use serde_json::Value;
+
+use crate::cluster::{ObjectKey, WatchEvent, WatchEventType};
+use crate::plugin::ObjectReader;
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+#[derive(Default)]
+pub struct SharedCache {
+    objects: RwLock<MemoryCache>,
+}
+
+/// Drops what the cache never needs to keep.
+pub fn slim(mut object: Value) -> Value {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+        if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            annotations.remove(LAST_APPLIED);
+            if annotations.is_empty() {
+                meta.remove("annotations");
+            }
+        }
+    }
+    object
+}
+
+impl SharedCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, MemoryCache> {
+        self.objects.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, MemoryCache> {
+        self.objects.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies one watch event. Objects the cache cannot hold (no name) are
+    /// logged and skipped: one malformed object must not stop the watch.
+    pub fn observe(&self, event: &WatchEvent) {
+        match event.event_type {
+            WatchEventType::Added | WatchEventType::Modified => {
+                if let Err(e) = self.write().insert(slim(event.object.clone())) {
+                    tracing::warn!("skipping an object from the watch: {e}");
+                }
+            }
+            WatchEventType::Deleted => {
+                if let Some(key) = ObjectKey::of(&event.object) {
+                    self.write()
+                        .remove(&key.kind, key.namespace.as_deref(), &key.name);
+                }
+            }
+        }
+    }
+
+    pub fn get(&self, key: &ObjectKey) -> Option<Value> {
+        self.read()
+            .get(&key.kind, key.namespace.as_deref(), &key.name)
+            .cloned()
+    }
+
+    /// Every cached object of `kind`.
+    pub fn list(&self, kind: &KindRef) -> Vec<Value> {
+        let everything = reconciler_sdk::selector::LabelSelector::everything();
+        self.read().list(kind, None, &everything).cloned().collect()
+    }
+
+    /// The owned children of `primary` among `owns` kinds.
+    pub fn children_of(&self, primary: &Value, owns: &[KindRef]) -> Vec<Value> {
+        self.read().children_of(primary, owns).cloned().collect()
+    }
+
+    pub fn request_for(&self, primary: &Value, owns: &[KindRef]) -> ReconcileRequest {
+        self.read().request_for(primary, owns)
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl ObjectReader for SharedCache {
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+        projection: Projection,
+    ) -> Option<String> {
+        self.read().get_json(kind, namespace, name, projection)
+    }
+
+    fn list(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+        projection: Projection,
+    ) -> Result<Vec<String>, String> {
+        self.read().list_json(kind, namespace, selector, projection)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn cached_objects_lose_managed_fields_and_last_applied() {
+        let cache = SharedCache::new();
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "d",
+            "managedFields": [{"manager": "kubectl"}],
+            "annotations": {LAST_APPLIED: "{...}", "keep": "me"}}});
+        cache.observe(&WatchEvent {
+            event_type: WatchEventType::Added,
+            object,
+        });
+        let key = ObjectKey::new(KindRef::new("", "v1", "ConfigMap"), Some("d"), "c");
+        let cached = cache.get(&key).unwrap();
+        assert!(cached["metadata"].get("managedFields").is_none());
+        assert_eq!(cached["metadata"]["annotations"], json!({"keep": "me"}));
+        cache.observe(&WatchEvent {
+            event_type: WatchEventType::Deleted,
+            object: cached,
+        });
+        assert!(cache.get(&key).is_none());
+    }
+}

@@ -1,0 +1,73 @@
+//! `reconciler-host simulate` as a user runs it.
+
+use std::process::Command;
+
+use std::path::PathBuf;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The compiled example plugins (scripts/build-plugins puts them there).
+fn plugins_dir() -> PathBuf {
+    let dir = root().join("plugins");
+    assert!(
+        dir.join("podset.wasm").is_file(),
+        "build the plugins first: scripts/build-plugins"
+    );
+    dir
+}
+
+fn simulate(objects: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let plugins = plugins_dir();
+    let cache = tempfile::tempdir().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+        .args([
+            "--compile-cache",
+            cache.path().to_str().unwrap(),
+            "simulate",
+            "--plugins-dir",
+        ])
+        .arg(&plugins)
+        .arg("--objects")
+        .arg(objects)
+        .args(extra)
+        .output()
+        .expect("run reconciler-host")
+}
+
+#[test]
+fn the_same_input_prints_identical_output() {
+    let objects = root().join("examples");
+    let first = simulate(&objects, &["--advance", "1m"]);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let second = simulate(&objects, &["--advance", "1m"]);
+    assert_eq!(first.stdout, second.stdout);
+    let text = String::from_utf8(first.stdout).unwrap();
+    assert!(
+        text.contains("podset PodSet default/example: created Deployment default/example"),
+        "{text}"
+    );
+    assert!(text.contains("kind: Deployment"), "{text}");
+}
+
+#[test]
+fn a_bad_objects_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broken.yaml");
+    std::fs::write(&file, "apiVersion: v1\nkind: ConfigMap\nmetadata: {}\n").unwrap();
+    let out = simulate(&file, &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("broken.yaml: document 1: needs metadata.name"),
+        "{err}"
+    );
+}
