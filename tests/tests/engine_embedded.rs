@@ -241,3 +241,31 @@ async fn an_invalid_response_applies_nothing_and_is_an_event() {
             .is_none()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_never_settles_is_reported_by_name_and_object() {
+    use std::sync::Arc;
+
+    use reconciler_host::simulate::{SimulationConfig, simulate};
+
+    let plugins = vec![Arc::new(reconciler_tests::load(&test_plugin("hostile")))];
+    let objects = vec![hostile("flappy", "flap"), hostile("calm", "ok")];
+    let config = SimulationConfig {
+        max_rounds: 10,
+        ..SimulationConfig::default()
+    };
+    let (report, _) = simulate(plugins, objects, &config).await.unwrap();
+    let why = report
+        .unsettled
+        .clone()
+        .expect("reported as never settling");
+    assert!(
+        why.contains("plugin hostile never settles on Hostile default/flappy"),
+        "{why}"
+    );
+    assert!(why.contains("reconciled 11 times"), "{why}");
+    assert!(
+        report.render().contains("NOT SETTLED"),
+        "the report says so"
+    );
+}

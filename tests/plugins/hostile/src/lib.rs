@@ -76,6 +76,20 @@ impl Reconciler for Hostiles {
                 println!("{}", "spam ".repeat(100));
             },
             "error" => Err(Error::msg("asked to fail")),
+            "flap" => {
+                // Writes what it last observed into its own child, so every
+                // apply changes the child and triggers the next reconcile:
+                // a plugin that never settles.
+                let seen: Vec<serde_json::Value> =
+                    ctx.children_of_kind(&KindRef::new("", "v1", "ConfigMap"))?;
+                let version = seen
+                    .first()
+                    .and_then(|c| c.pointer("/metadata/resourceVersion"))
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("none")
+                    .to_string();
+                Response::new().apply(&config_map(&name, json!({"data": {"seen": version}})))
+            }
             "oversize" => {
                 let blob = "x".repeat(2 << 20);
                 Response::new().apply(&config_map(&name, json!({"data": {"blob": blob}})))
