@@ -16,9 +16,11 @@ use tokio::sync::mpsc;
 
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::cluster::{ObjectKey, RealClock};
+use crate::dir_watch::watch_dir;
 use crate::engine::{Engine, ReconcileRecord};
+use crate::hot_reload::PluginDirectory;
 use crate::manifests::{manifest_files, read_objects};
-use crate::plugin::LoadedPlugin;
+use crate::plugin::Sandbox;
 
 /// The objects of a manifest directory as last read, per file, so a rescan
 /// turns into exactly the creates, updates and deletes that happened.
@@ -82,27 +84,43 @@ impl ManifestDir {
 
 /// Options of one `dev` session.
 pub struct DevConfig {
+    pub plugins_dir: PathBuf,
     pub objects_dir: PathBuf,
     /// Stop once nothing is queued (for scripts and smoke tests).
     pub until_settled: bool,
 }
 
-/// Runs the dev loop until Ctrl-C (or until settled, if asked).
+/// Runs the dev loop until Ctrl-C (or until settled, if asked). Plugins are
+/// loaded from `config.plugins_dir` and hot-reloaded from it. Returns how
+/// many plugin versions were refused.
 pub async fn run(
-    plugins: Vec<Arc<LoadedPlugin>>,
+    sandbox: Arc<Sandbox>,
     config: DevConfig,
     out: &mut (dyn Write + Send),
-) -> anyhow::Result<()> {
+) -> anyhow::Result<u64> {
     let cluster = Arc::new(EmbeddedCluster::new(Arc::new(RealClock)));
     let mut manifests = ManifestDir::default();
     for line in manifests.sync(&config.objects_dir, &cluster) {
         writeln!(out, "{}", stamp(&line))?;
     }
-    let engine = Arc::new(Engine::new(cluster.clone(), Arc::new(RealClock), plugins).await?);
+    let engine = Arc::new(Engine::empty(cluster.clone(), Arc::new(RealClock)));
+    let mut plugins = PluginDirectory::new(&config.plugins_dir, sandbox);
+    for event in plugins.sync(&engine).await {
+        writeln!(out, "{}", stamp(&event.to_string()))?;
+    }
+    if engine.plugins().is_empty() {
+        writeln!(
+            out,
+            "no plugin serving yet: build some with scripts/build-plugins, or drop a .wasm into {}",
+            config.plugins_dir.display()
+        )?;
+    }
 
-    // File changes arrive from the watcher thread; keep the watcher alive.
+    // File changes arrive from the watcher threads; keep the watchers alive.
     let (fs_tx, mut fs_rx) = mpsc::unbounded_channel();
-    let _watcher = watch_dir(&config.objects_dir, fs_tx);
+    let _objects_watch = watch_dir(&config.objects_dir, fs_tx);
+    let (plugins_tx, mut plugins_rx) = mpsc::unbounded_channel();
+    let _plugins_watch = watch_dir(&config.plugins_dir, plugins_tx);
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<ReconcileRecord>();
     let mut table_shown = String::new();
     let ctrl_c = tokio::signal::ctrl_c();
@@ -145,6 +163,12 @@ pub async fn run(
                 outstanding -= 1;
                 writeln!(out, "{}", stamp(&record.to_string()))?;
             }
+            Some(()) = plugins_rx.recv() => {
+                while plugins_rx.try_recv().is_ok() {}
+                for event in plugins.sync(&engine).await {
+                    writeln!(out, "{}", stamp(&event.to_string()))?;
+                }
+            }
             Some(()) = fs_rx.recv() => {
                 while fs_rx.try_recv().is_ok() {}
                 for line in manifests.sync(&config.objects_dir, &cluster) {
@@ -167,7 +191,7 @@ pub async fn run(
             writeln!(out, "{}", stamp(&record.to_string()))?;
         }
     }
-    Ok(())
+    Ok(plugins.failures())
 }
 
 fn now_millis() -> i64 {
@@ -180,38 +204,6 @@ fn stamp(line: &str) -> String {
     format!("{} {line}", &t[11..19])
 }
 
-/// Watches `dir` for changes, sending one message per debounced batch. A
-/// directory that cannot be watched is reported and the loop runs without.
-fn watch_dir(
-    dir: &Path,
-    tx: mpsc::UnboundedSender<()>,
-) -> Option<
-    notify_debouncer_full::Debouncer<
-        notify_debouncer_full::notify::RecommendedWatcher,
-        notify_debouncer_full::RecommendedCache,
-    >,
-> {
-    use notify_debouncer_full::notify::RecursiveMode;
-    let handler = move |result: notify_debouncer_full::DebounceEventResult| {
-        if result.is_ok_and(|events| !events.is_empty()) {
-            let _ = tx.send(());
-        }
-    };
-    let mut debouncer =
-        match notify_debouncer_full::new_debouncer(Duration::from_millis(200), None, handler) {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!("cannot watch {} for changes: {e}", dir.display());
-                return None;
-            }
-        };
-    if let Err(e) = debouncer.watch(dir, RecursiveMode::NonRecursive) {
-        tracing::warn!("cannot watch {} for changes: {e}", dir.display());
-        return None;
-    }
-    Some(debouncer)
-}
-
 /// The primary objects of every plugin, with their status, as a table.
 pub fn primaries_table<B: crate::cluster::ClusterBackend>(engine: &Engine<B>) -> String {
     let mut rows = vec![[
@@ -221,7 +213,7 @@ pub fn primaries_table<B: crate::cluster::ClusterBackend>(engine: &Engine<B>) ->
         "NAME".into(),
         "STATUS".into(),
     ]];
-    for plugin in engine.plugins() {
+    for plugin in engine.plugins().iter() {
         let m = plugin.metadata();
         for object in engine.cache().list(&m.primary) {
             let s = |p: &str| {

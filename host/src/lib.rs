@@ -9,8 +9,10 @@
 pub mod cli;
 pub mod cluster;
 pub mod dev;
+pub mod dir_watch;
 pub mod engine;
 pub mod golden;
+pub mod hot_reload;
 pub mod manifests;
 pub mod plugin;
 pub mod simulate;

@@ -2,7 +2,7 @@
 //! one sandbox per test process.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use reconciler_host::plugin::{HostLimits, LoadedPlugin, Sandbox, SandboxConfig};
 
@@ -47,17 +47,19 @@ pub fn test_limits() -> HostLimits {
 }
 
 /// One sandbox for the whole test process, with its own compile cache.
-pub fn sandbox() -> &'static Sandbox {
-    static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
+pub fn sandbox() -> &'static Arc<Sandbox> {
+    static SANDBOX: OnceLock<Arc<Sandbox>> = OnceLock::new();
     SANDBOX.get_or_init(|| {
         let cache =
             std::env::temp_dir().join(format!("reconciler-host-tests-{}", std::process::id()));
-        Sandbox::new(SandboxConfig {
-            limits: test_limits(),
-            compile_cache: Some(cache),
-            ..SandboxConfig::default()
-        })
-        .expect("create the sandbox")
+        Arc::new(
+            Sandbox::new(SandboxConfig {
+                limits: test_limits(),
+                compile_cache: Some(cache),
+                ..SandboxConfig::default()
+            })
+            .expect("create the sandbox"),
+        )
     })
 }
 

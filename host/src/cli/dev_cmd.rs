@@ -21,36 +21,22 @@ pub struct DevArgs {
 }
 
 pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode> {
-    let sandbox = sandbox.sandbox()?;
-    let (plugins, failures) = crate::plugin::directory::load_dir(&sandbox, &args.plugins_dir)
-        .map_err(|e| anyhow::anyhow!("cannot read the plugins directory {}: {e} (build plugins with scripts/build-plugins)", args.plugins_dir.display()))?;
-    for failure in &failures {
-        eprintln!("error: {failure}");
-    }
-    for p in &plugins {
-        println!(
-            "loaded {} {} from {} (reconciles {})",
-            p.name(),
-            p.metadata().version,
-            p.path().display(),
-            p.metadata().primary
-        );
-    }
-    if plugins.is_empty() {
+    let sandbox = Arc::new(sandbox.sandbox()?);
+    if !args.plugins_dir.is_dir() {
         anyhow::bail!(
-            "no plugin loaded from {} (build them with scripts/build-plugins)",
+            "the plugins directory {} does not exist (build the example plugins with scripts/build-plugins)",
             args.plugins_dir.display()
         );
     }
     let runtime = tokio::runtime::Runtime::new()?;
     let config = DevConfig {
+        plugins_dir: args.plugins_dir,
         objects_dir: args.objects,
         until_settled: args.until_settled,
     };
-    let plugins = plugins.into_iter().map(Arc::new).collect();
     let mut out = std::io::stdout();
-    runtime.block_on(run(plugins, config, &mut out))?;
-    Ok(if failures.is_empty() {
+    let refused = runtime.block_on(run(sandbox, config, &mut out))?;
+    Ok(if refused == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

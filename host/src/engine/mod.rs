@@ -24,7 +24,7 @@ pub mod shared_cache;
 pub mod work_queue;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use reconciler_sdk::{EventType, KindRef};
@@ -53,14 +53,17 @@ pub enum EngineError {
         first: String,
         second: String,
     },
-    #[error("two plugins are named {0}")]
+    #[error("a plugin named {0} is already loaded")]
     DuplicateName(String),
+    #[error("no plugin named {0} is loaded")]
+    NotLoaded(String),
     #[error("cannot watch {kind}: {source}")]
     Watch { kind: String, source: BackendError },
 }
 
 struct Controller {
-    plugin: Arc<LoadedPlugin>,
+    /// Swapped whole on reload; a reconcile holds the version it started with.
+    plugin: RwLock<Arc<LoadedPlugin>>,
     state: Mutex<ControllerState>,
 }
 
@@ -72,12 +75,19 @@ struct ControllerState {
 }
 
 impl Controller {
+    fn plugin(&self) -> Arc<LoadedPlugin> {
+        self.plugin
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     fn state(&self) -> MutexGuard<'_, ControllerState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn concurrency(&self) -> usize {
-        self.plugin
+        self.plugin()
             .metadata()
             .hints
             .max_concurrent_reconciles
@@ -89,75 +99,156 @@ pub struct Engine<B: ClusterBackend> {
     backend: Arc<B>,
     clock: Arc<dyn Clock>,
     cache: Arc<SharedCache>,
-    controllers: BTreeMap<String, Controller>,
+    /// By plugin name.
+    controllers: RwLock<BTreeMap<String, Arc<Controller>>>,
+    watched: Mutex<BTreeSet<KindRef>>,
     watches: Mutex<Vec<(KindRef, UnboundedReceiver<WatchEvent>)>>,
     backoff: BackoffPolicy,
 }
 
 impl<B: ClusterBackend> Engine<B> {
-    /// Watches every kind the plugins declare (once per kind), fills the
-    /// cache, and queues every existing primary object.
+    /// An engine serving `plugins`: every kind they declare is watched (once
+    /// per kind), the cache filled, and every existing primary queued.
     pub async fn new(
         backend: Arc<B>,
         clock: Arc<dyn Clock>,
         plugins: Vec<Arc<LoadedPlugin>>,
     ) -> Result<Self, EngineError> {
-        let mut controllers = BTreeMap::new();
-        let mut primaries: HashMap<KindRef, String> = HashMap::new();
+        let engine = Self::empty(backend, clock);
         for plugin in plugins {
-            let m = plugin.metadata();
-            if let Some(first) = primaries.get(&m.primary) {
-                return Err(EngineError::PrimaryTaken {
-                    kind: m.primary.to_string(),
-                    first: first.clone(),
-                    second: m.name.clone(),
-                });
-            }
-            primaries.insert(m.primary.clone(), m.name.clone());
-            let name = m.name.clone();
-            if controllers.contains_key(&name) {
-                return Err(EngineError::DuplicateName(name));
-            }
-            controllers.insert(
-                name,
-                Controller {
-                    plugin,
-                    state: Mutex::new(ControllerState::default()),
-                },
-            );
+            engine.add_plugin(plugin).await?;
         }
-        let engine = Self {
+        Ok(engine)
+    }
+
+    /// An engine with no plugin yet.
+    pub fn empty(backend: Arc<B>, clock: Arc<dyn Clock>) -> Self {
+        Self {
             backend,
             clock,
             cache: Arc::new(SharedCache::new()),
-            controllers,
+            controllers: RwLock::new(BTreeMap::new()),
+            watched: Mutex::new(BTreeSet::new()),
             watches: Mutex::new(Vec::new()),
             backoff: BackoffPolicy::default(),
+        }
+    }
+
+    fn controllers(&self) -> Vec<(String, Arc<Controller>)> {
+        let map = self.controllers.read().unwrap_or_else(|e| e.into_inner());
+        map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    fn controller(&self, name: &str) -> Option<Arc<Controller>> {
+        let map = self.controllers.read().unwrap_or_else(|e| e.into_inner());
+        map.get(name).cloned()
+    }
+
+    /// The plugin (other than `except`) whose primary kind is `kind`.
+    fn primary_owner(&self, kind: &KindRef, except: &str) -> Option<String> {
+        self.controllers()
+            .into_iter()
+            .find(|(name, c)| name != except && &c.plugin().metadata().primary == kind)
+            .map(|(name, _)| name)
+    }
+
+    /// Starts serving a new plugin: checks its name and primary kind are
+    /// free, watches its kinds, and queues its existing primaries.
+    pub async fn add_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<(), EngineError> {
+        let m = plugin.metadata();
+        if self.controller(&m.name).is_some() {
+            return Err(EngineError::DuplicateName(m.name.clone()));
+        }
+        if let Some(first) = self.primary_owner(&m.primary, &m.name) {
+            return Err(EngineError::PrimaryTaken {
+                kind: m.primary.to_string(),
+                first,
+                second: m.name.clone(),
+            });
+        }
+        self.watch_kinds(&plugin).await?;
+        let controller = Controller {
+            plugin: RwLock::new(plugin.clone()),
+            state: Mutex::new(ControllerState::default()),
         };
-        let kinds: BTreeSet<KindRef> = engine
+        self.controllers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(m.name.clone(), Arc::new(controller));
+        self.queue_all(&m.name);
+        Ok(())
+    }
+
+    /// Swaps in a new version of a plugin of the same name, between
+    /// reconciles: calls already running finish on the old version. New
+    /// kinds are watched, and every primary is reconciled once with the new
+    /// version. Returns the old version.
+    pub async fn replace_plugin(
+        &self,
+        plugin: Arc<LoadedPlugin>,
+    ) -> Result<Arc<LoadedPlugin>, EngineError> {
+        let m = plugin.metadata();
+        let Some(controller) = self.controller(&m.name) else {
+            return Err(EngineError::NotLoaded(m.name.clone()));
+        };
+        if let Some(first) = self.primary_owner(&m.primary, &m.name) {
+            return Err(EngineError::PrimaryTaken {
+                kind: m.primary.to_string(),
+                first,
+                second: m.name.clone(),
+            });
+        }
+        self.watch_kinds(&plugin).await?;
+        let name = m.name.clone();
+        let old = std::mem::replace(
+            &mut *controller.plugin.write().unwrap_or_else(|e| e.into_inner()),
+            plugin,
+        );
+        // What the old version applied says nothing about the new one.
+        controller.state().last_applied.clear();
+        self.queue_all(&name);
+        Ok(old)
+    }
+
+    /// Stops serving a plugin. Its queue is dropped; reconciles already
+    /// running finish. Nothing is deleted and no finalizer is removed: its
+    /// objects stay as they are until a plugin serves them again.
+    pub fn remove_plugin(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
+        let removed = self
             .controllers
-            .values()
-            .flat_map(|c| {
-                c.plugin
-                    .metadata()
-                    .declared_kinds()
-                    .cloned()
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let now = engine.clock.now_millis();
-        for kind in kinds {
-            let stream =
-                engine
-                    .backend
-                    .watch(&kind)
-                    .await
-                    .map_err(|source| EngineError::Watch {
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        removed.map(|c| c.plugin())
+    }
+
+    /// Watches every kind `plugin` declares that is not watched yet.
+    async fn watch_kinds(&self, plugin: &LoadedPlugin) -> Result<(), EngineError> {
+        let now = self.clock.now_millis();
+        for kind in plugin.metadata().declared_kinds() {
+            if !self
+                .watched
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(kind.clone())
+            {
+                continue;
+            }
+            let stream = match self.backend.watch(kind).await {
+                Ok(stream) => stream,
+                Err(source) => {
+                    self.watched
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(kind);
+                    return Err(EngineError::Watch {
                         kind: kind.to_string(),
                         source,
-                    })?;
+                    });
+                }
+            };
             for object in stream.initial {
-                engine.observe(
+                self.observe(
                     &WatchEvent {
                         event_type: crate::cluster::WatchEventType::Added,
                         object,
@@ -165,13 +256,37 @@ impl<B: ClusterBackend> Engine<B> {
                     now,
                 );
             }
-            engine
-                .watches
+            self.watches
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push((kind, stream.events));
+                .push((kind.clone(), stream.events));
         }
-        Ok(engine)
+        Ok(())
+    }
+
+    /// Queues every cached primary of a plugin for a reconcile now.
+    fn queue_all(&self, name: &str) {
+        let Some(controller) = self.controller(name) else {
+            return;
+        };
+        let primary = controller.plugin().metadata().primary.clone();
+        let now = self.clock.now_millis();
+        let mut state = controller.state();
+        for object in self.cache.list(&primary) {
+            let namespace = object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            if let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str) {
+                state.queue.add(
+                    PrimaryKey {
+                        namespace,
+                        name: name.to_string(),
+                    },
+                    now,
+                );
+            }
+        }
     }
 
     pub fn cache(&self) -> &Arc<SharedCache> {
@@ -182,14 +297,18 @@ impl<B: ClusterBackend> Engine<B> {
         &self.backend
     }
 
-    pub fn plugins(&self) -> impl Iterator<Item = &Arc<LoadedPlugin>> {
-        self.controllers.values().map(|c| &c.plugin)
+    /// The plugins served now, by name.
+    pub fn plugins(&self) -> Vec<Arc<LoadedPlugin>> {
+        self.controllers()
+            .into_iter()
+            .map(|(_, c)| c.plugin())
+            .collect()
     }
 
     fn observe(&self, event: &WatchEvent, now: i64) {
         self.cache.observe(event);
-        for c in self.controllers.values() {
-            let keys = event_mapping::primaries_for(c.plugin.metadata(), &event.object);
+        for (_, c) in self.controllers() {
+            let keys = event_mapping::primaries_for(c.plugin().metadata(), &event.object);
             if !keys.is_empty() {
                 let mut state = c.state();
                 for key in keys {
@@ -223,44 +342,55 @@ impl<B: ClusterBackend> Engine<B> {
     /// plugins below their concurrency limit.
     pub fn next_ready(&self) -> Option<(String, PrimaryKey)> {
         let now = self.clock.now_millis();
-        let mut best: Option<(i64, &String)> = None;
-        for (name, c) in &self.controllers {
+        let controllers = self.controllers();
+        let mut best: Option<(i64, &Arc<Controller>, &String)> = None;
+        for (name, c) in &controllers {
             let state = c.state();
             if state.queue.in_flight() >= c.concurrency() {
                 continue;
             }
             if let Some(at) = state.queue.next_ready_at().filter(|at| *at <= now)
-                && best.is_none_or(|(b, _)| at < b)
+                && best.is_none_or(|(b, _, _)| at < b)
             {
-                best = Some((at, name));
+                best = Some((at, c, name));
             }
         }
-        let (_, name) = best?;
-        let key = self.controllers[name].state().queue.pop_ready(now)?;
+        let (_, controller, name) = best?;
+        let key = controller.state().queue.pop_ready(now)?;
         Some((name.clone(), key))
     }
 
     /// When the next delayed reconcile becomes ready, if any is waiting.
     pub fn next_wakeup(&self) -> Option<i64> {
-        self.controllers
-            .values()
-            .filter_map(|c| c.state().queue.next_ready_at())
+        self.controllers()
+            .iter()
+            .filter_map(|(_, c)| c.state().queue.next_ready_at())
             .min()
     }
 
     /// Reconciles currently running.
     pub fn in_flight(&self) -> usize {
-        self.controllers
-            .values()
-            .map(|c| c.state().queue.in_flight())
+        self.controllers()
+            .iter()
+            .map(|(_, c)| c.state().queue.in_flight())
             .sum()
     }
 
     /// Runs one reconcile of `key` for `plugin` (taken from
     /// [`Self::next_ready`]) and does its queue bookkeeping.
     pub async fn reconcile(&self, plugin: &str, key: PrimaryKey) -> ReconcileRecord {
-        let controller = &self.controllers[plugin];
-        let metadata = controller.plugin.metadata();
+        let Some(controller) = self.controller(plugin) else {
+            return ReconcileRecord {
+                at_millis: self.clock.now_millis(),
+                plugin: plugin.to_string(),
+                kind: String::new(),
+                object: key,
+                outcome: Outcome::Unloaded,
+            };
+        };
+        let controller = &controller;
+        let loaded = controller.plugin();
+        let metadata = loaded.metadata();
         let span = tracing::info_span!(
             "reconcile",
             plugin,
@@ -269,7 +399,10 @@ impl<B: ClusterBackend> Engine<B> {
             name = %key.name,
         );
         let at_millis = self.clock.now_millis();
-        let outcome = self.run(controller, &key).instrument(span.clone()).await;
+        let outcome = self
+            .run(controller, &loaded, &key)
+            .instrument(span.clone())
+            .await;
         let now = self.clock.now_millis();
         let outcome = {
             let mut state = controller.state();
@@ -320,7 +453,7 @@ impl<B: ClusterBackend> Engine<B> {
             reason, message, ..
         } = &record.outcome
         {
-            self.warn_on_primary(controller, &record.object, reason, message)
+            self.warn_on_primary(&loaded, &record.object, reason, message)
                 .await;
         }
         record
@@ -331,9 +464,9 @@ impl<B: ClusterBackend> Engine<B> {
     async fn run(
         &self,
         controller: &Controller,
+        plugin: &Arc<LoadedPlugin>,
         key: &PrimaryKey,
     ) -> Result<Option<(Vec<Change>, Option<Duration>)>, (String, String)> {
-        let plugin = &controller.plugin;
         let metadata = plugin.metadata();
         let manager = metadata.field_manager();
         let primary_key = ObjectKey::new(
@@ -461,12 +594,12 @@ impl<B: ClusterBackend> Engine<B> {
 
     async fn warn_on_primary(
         &self,
-        controller: &Controller,
+        plugin: &LoadedPlugin,
         key: &PrimaryKey,
         reason: &str,
         message: &str,
     ) {
-        let metadata = controller.plugin.metadata();
+        let metadata = plugin.metadata();
         let primary_key = ObjectKey::new(
             metadata.primary.clone(),
             key.namespace.as_deref(),

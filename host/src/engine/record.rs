@@ -62,6 +62,8 @@ pub enum Outcome {
     },
     /// The primary no longer exists.
     Gone,
+    /// The plugin was unloaded before the reconcile started.
+    Unloaded,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,6 +106,7 @@ impl fmt::Display for ReconcileRecord {
                 format_duration(*retry_in)
             ),
             Outcome::Gone => f.write_str("gone"),
+            Outcome::Unloaded => f.write_str("skipped: the plugin was unloaded"),
         }
     }
 }

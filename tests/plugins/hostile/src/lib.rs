@@ -19,8 +19,25 @@ pub type Hostile = Object<HostileSpec>;
 
 pub struct Hostiles;
 
+// Built three ways for the hot-reload tests: as is; with `v2`, a new version
+// that behaves differently; with `rival`, another plugin that claims the
+// same primary kind.
+#[cfg(not(any(feature = "v2", feature = "rival")))]
+const NAME: &str = "hostile";
+#[cfg(not(any(feature = "v2", feature = "rival")))]
+const VERSION: &str = "0.1.0";
+#[cfg(feature = "v2")]
+const NAME: &str = "hostile";
+#[cfg(feature = "v2")]
+const VERSION: &str = "0.2.0";
+#[cfg(feature = "rival")]
+const NAME: &str = "rival";
+#[cfg(feature = "rival")]
+const VERSION: &str = "0.1.0";
+
 fn config_map(name: &str, extra: serde_json::Value) -> serde_json::Value {
-    let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}});
+    let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+        "data": {"k": "v", "version": VERSION}});
     if let (Some(cm), Some(extra)) = (cm.as_object_mut(), extra.as_object()) {
         for (k, v) in extra {
             cm.insert(k.clone(), v.clone());
@@ -34,8 +51,8 @@ impl Reconciler for Hostiles {
 
     fn metadata() -> PluginMetadata {
         PluginMetadata::new(
-            "hostile",
-            "0.1.0",
+            NAME,
+            VERSION,
             KindRef::new("hostile.example.com", "v1", "Hostile"),
         )
         .owns(KindRef::new("", "v1", "ConfigMap"))

@@ -1,0 +1,51 @@
+//! Watching a directory for changes, debounced.
+//!
+//! Callers rescan the whole directory on every batch instead of interpreting
+//! individual events: editors write-and-rename, `cp` writes in several
+//! chunks, and Kubernetes ConfigMap volumes swap a `..data` symlink without
+//! any visible file name changing. A rescan that compares content handles
+//! all of them the same way.
+
+use std::path::Path;
+use std::time::Duration;
+
+use notify_debouncer_full::notify::{RecommendedWatcher, RecursiveMode};
+use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// How long a directory must be quiet before a batch is delivered.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// Keeps the watch alive while held.
+pub type DirWatch = Debouncer<RecommendedWatcher, RecommendedCache>;
+
+/// Sends `()` on `tx` after every debounced batch of changes in `dir`. A
+/// directory that cannot be watched is logged and `None` returned: the
+/// caller keeps running, without live updates.
+pub fn watch_dir(dir: &Path, tx: UnboundedSender<()>) -> Option<DirWatch> {
+    let handler = move |result: DebounceEventResult| match result {
+        Ok(events) if !events.is_empty() => {
+            let _ = tx.send(());
+        }
+        Ok(_) => {}
+        Err(errors) => {
+            for e in errors {
+                tracing::warn!("watching for changes: {e}");
+            }
+            // Something may have changed unseen: rescan.
+            let _ = tx.send(());
+        }
+    };
+    let mut debouncer = match notify_debouncer_full::new_debouncer(DEBOUNCE, None, handler) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!("cannot watch {} for changes: {e}", dir.display());
+            return None;
+        }
+    };
+    if let Err(e) = debouncer.watch(dir, RecursiveMode::NonRecursive) {
+        tracing::warn!("cannot watch {} for changes: {e}", dir.display());
+        return None;
+    }
+    Some(debouncer)
+}

@@ -1,0 +1,342 @@
+//! Hot reload: keeping the engine in line with a plugins directory.
+//!
+//! [`PluginDirectory::sync`] rescans the directory and compares each
+//! `*.wasm` file's content hash with the version being served from it:
+//! - a new file is loaded, validated and started;
+//! - a changed file is compiled and validated first, and only then swapped
+//!   in between reconciles (calls in flight finish on the old version);
+//!   every object of the plugin is then reconciled once by the new version;
+//! - a removed file stops its plugin: nothing is deleted, no finalizer is
+//!   removed, the objects wait for a plugin to serve them again.
+//!
+//! A version that fails to load, or that claims a primary kind another
+//! plugin holds, leaves whatever was serving in place, is reported once per
+//! content hash (naming the file and the reason) and counted. A file whose
+//! content changes while it is read is still being written: it is skipped
+//! without an error, and the write's next event brings it back.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::cluster::ClusterBackend;
+use crate::engine::Engine;
+use crate::plugin::Sandbox;
+use crate::plugin::directory::plugin_files;
+
+/// One change to what the host serves, or a version it refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReloadEvent {
+    Loaded {
+        file: PathBuf,
+        name: String,
+        version: String,
+        sha256: String,
+    },
+    Reloaded {
+        file: PathBuf,
+        name: String,
+        old_version: String,
+        old_sha256: String,
+        version: String,
+        sha256: String,
+    },
+    Unloaded {
+        file: PathBuf,
+        name: String,
+    },
+    Failed {
+        file: PathBuf,
+        reason: String,
+    },
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
+impl fmt::Display for ReloadEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReloadEvent::Loaded {
+                file,
+                name,
+                version,
+                sha256,
+            } => {
+                write!(
+                    f,
+                    "loaded plugin {name} {version} ({}) from {}",
+                    short(sha256),
+                    file.display()
+                )
+            }
+            ReloadEvent::Reloaded {
+                file,
+                name,
+                old_version,
+                old_sha256,
+                version,
+                sha256,
+            } => write!(
+                f,
+                "reloaded plugin {name}: {old_version} ({}) -> {version} ({}) from {}",
+                short(old_sha256),
+                short(sha256),
+                file.display()
+            ),
+            ReloadEvent::Unloaded { file, name } => {
+                write!(
+                    f,
+                    "unloaded plugin {name}: {} is gone (its objects are left as they are)",
+                    file.display()
+                )
+            }
+            ReloadEvent::Failed { file, reason } => {
+                write!(
+                    f,
+                    "error: {}: {reason} (whatever was serving keeps serving)",
+                    file.display()
+                )
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Served {
+    name: String,
+    version: String,
+    sha256: String,
+}
+
+/// The plugins directory as the engine serves it.
+pub struct PluginDirectory {
+    dir: PathBuf,
+    sandbox: Arc<Sandbox>,
+    served: BTreeMap<PathBuf, Served>,
+    /// The content hash of a refused version per file (reported once), and
+    /// whether it was refused only because another plugin held its kind or
+    /// name, which a later change elsewhere can resolve.
+    refused: BTreeMap<PathBuf, (String, bool)>,
+    failures: u64,
+}
+
+impl PluginDirectory {
+    pub fn new(dir: impl Into<PathBuf>, sandbox: Arc<Sandbox>) -> Self {
+        Self {
+            dir: dir.into(),
+            sandbox,
+            served: BTreeMap::new(),
+            refused: BTreeMap::new(),
+            failures: 0,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Versions refused so far (failed to load, or claimed a taken kind).
+    pub fn failures(&self) -> u64 {
+        self.failures
+    }
+
+    /// Rescans the directory and brings `engine` in line with it.
+    pub async fn sync<B: ClusterBackend>(&mut self, engine: &Engine<B>) -> Vec<ReloadEvent> {
+        let mut events = Vec::new();
+        // Refused earlier only because another plugin held their kind.
+        let waiting: BTreeMap<PathBuf, String> = self
+            .refused
+            .iter()
+            .filter(|(_, (_, conflict))| *conflict)
+            .map(|(f, (sha, _))| (f.clone(), sha.clone()))
+            .collect();
+        let files = match plugin_files(&self.dir) {
+            Ok(files) => files,
+            Err(e) => {
+                // An unreadable directory (a volume being remounted) is not a
+                // reason to stop serving what is loaded.
+                tracing::warn!(
+                    "cannot read the plugins directory {}: {e}",
+                    self.dir.display()
+                );
+                return events;
+            }
+        };
+        for file in &files {
+            if let Some(event) = self.sync_file(file, engine).await {
+                events.push(event);
+            }
+        }
+        let gone: Vec<PathBuf> = self
+            .served
+            .keys()
+            .filter(|f| !files.contains(f))
+            .cloned()
+            .collect();
+        for file in gone {
+            if let Some(served) = self.served.remove(&file) {
+                engine.remove_plugin(&served.name);
+                events.push(ReloadEvent::Unloaded {
+                    file,
+                    name: served.name,
+                });
+            }
+        }
+        self.refused.retain(|f, _| files.contains(f));
+        // A plugin that was refused because another held its kind gets
+        // another chance once what is served has changed.
+        let changed = events
+            .iter()
+            .any(|e| !matches!(e, ReloadEvent::Failed { .. }));
+        if changed {
+            for (file, sha) in waiting {
+                if self
+                    .refused
+                    .get(&file)
+                    .is_some_and(|(refused, _)| *refused == sha)
+                {
+                    self.refused.remove(&file);
+                    if let Some(event) = self.sync_file(&file, engine).await {
+                        events.push(event);
+                    }
+                }
+            }
+        }
+        for event in &events {
+            match event {
+                ReloadEvent::Failed { .. } => tracing::error!("{event}"),
+                _ => tracing::info!("{event}"),
+            }
+        }
+        events
+    }
+
+    async fn sync_file<B: ClusterBackend>(
+        &mut self,
+        file: &Path,
+        engine: &Engine<B>,
+    ) -> Option<ReloadEvent> {
+        let bytes = std::fs::read(file).ok()?;
+        let sha256 = hex(&Sha256::digest(&bytes));
+        if self.served.get(file).is_some_and(|s| s.sha256 == sha256)
+            || self
+                .refused
+                .get(file)
+                .is_some_and(|(refused, _)| *refused == sha256)
+        {
+            return None;
+        }
+        let sandbox = self.sandbox.clone();
+        let path = file.to_path_buf();
+        let loaded = tokio::task::spawn_blocking(move || sandbox.load_bytes(&path, &bytes)).await;
+        let plugin = match loaded {
+            Ok(Ok((plugin, _))) => Arc::new(plugin),
+            Ok(Err(e)) => {
+                if still_being_written(file, &sha256) {
+                    return None;
+                }
+                return Some(self.refuse(file, sha256, e.reason.to_string(), false));
+            }
+            Err(e) => {
+                return Some(self.refuse(file, sha256, format!("loading panicked: {e}"), false));
+            }
+        };
+        let served = Served {
+            name: plugin.name().to_string(),
+            version: plugin.metadata().version.clone(),
+            sha256: sha256.clone(),
+        };
+        match self.served.get(file).cloned() {
+            Some(old) if old.name == served.name => {
+                match engine.replace_plugin(plugin.clone()).await {
+                    Ok(_) => {
+                        self.served.insert(file.to_path_buf(), served.clone());
+                        self.refused.remove(file);
+                        Some(ReloadEvent::Reloaded {
+                            file: file.to_path_buf(),
+                            name: served.name,
+                            old_version: old.version,
+                            old_sha256: old.sha256,
+                            version: served.version,
+                            sha256,
+                        })
+                    }
+                    Err(e) => Some(self.refuse(file, sha256, e.to_string(), true)),
+                }
+            }
+            previous => {
+                // A new file, or a file that now holds a differently named
+                // plugin. The old one steps aside (the new one may well take
+                // over its primary kind) and comes back if the new one cannot
+                // start.
+                let stepped_aside = previous
+                    .as_ref()
+                    .and_then(|old| engine.remove_plugin(&old.name));
+                match engine.add_plugin(plugin.clone()).await {
+                    Ok(()) => {
+                        self.served.insert(file.to_path_buf(), served.clone());
+                        self.refused.remove(file);
+                        Some(ReloadEvent::Loaded {
+                            file: file.to_path_buf(),
+                            name: served.name,
+                            version: served.version,
+                            sha256,
+                        })
+                    }
+                    Err(e) => {
+                        if let Some(old) = stepped_aside
+                            && let Err(again) = engine.add_plugin(old).await
+                        {
+                            tracing::error!(
+                                "cannot restore the previous plugin of {}: {again}",
+                                file.display()
+                            );
+                            self.served.remove(file);
+                        }
+                        Some(self.refuse(file, sha256, e.to_string(), true))
+                    }
+                }
+            }
+        }
+    }
+
+    fn refuse(
+        &mut self,
+        file: &Path,
+        sha256: String,
+        reason: String,
+        conflict: bool,
+    ) -> ReloadEvent {
+        self.failures += 1;
+        self.refused.insert(file.to_path_buf(), (sha256, conflict));
+        ReloadEvent::Failed {
+            file: file.to_path_buf(),
+            reason,
+        }
+    }
+
+    /// The plugins loaded from this directory, by file.
+    pub fn served(&self) -> impl Iterator<Item = (&Path, &str)> {
+        self.served
+            .iter()
+            .map(|(f, s)| (f.as_path(), s.name.as_str()))
+    }
+}
+
+/// Whether `file` no longer has the content that was read: a write in
+/// progress, not a broken plugin.
+fn still_being_written(file: &Path, read_sha256: &str) -> bool {
+    match std::fs::read(file) {
+        Ok(now) => hex(&Sha256::digest(&now)) != read_sha256,
+        Err(_) => true,
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
