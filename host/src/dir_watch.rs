@@ -13,8 +13,13 @@ use notify_debouncer_full::notify::{RecommendedWatcher, RecursiveMode};
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache};
 use tokio::sync::mpsc::UnboundedSender;
 
-/// How long a directory must be quiet before a batch is delivered.
-pub const DEBOUNCE: Duration = Duration::from_millis(200);
+/// How long a directory must be quiet before a batch is delivered. Short,
+/// because a rescan is cheap and safe: files are compared by content, a file
+/// still being written fails validation or changes under the read and is
+/// picked up by its next event. So the window only merges bursts; it is not
+/// what protects against half-written files, and every millisecond of it is
+/// added to the time a new plugin version takes to go live.
+pub const DEBOUNCE: Duration = Duration::from_millis(25);
 
 /// Keeps the watch alive while held.
 pub type DirWatch = Debouncer<RecommendedWatcher, RecommendedCache>;
