@@ -1,12 +1,15 @@
 //! A plugin's queue of primary objects to reconcile.
 //!
 //! Keyed by namespace/name, so many events about one object collapse into one
-//! reconcile. Each key has the time it becomes ready (now, after a requeue
-//! delay, or after a backoff); an object is never handed out twice at once.
-//! Ordering is deterministic (ready time, then key), which is what makes
-//! `simulate` reproducible.
+//! reconcile. A key may be scheduled at several times: now (a change), later
+//! (a requested requeue, a backoff). A reconcile consumes every time that is
+//! due, and leaves later ones in place, so a requeue the plugin asked for
+//! still fires even if a change made the object run earlier. An object is
+//! never handed out twice at once; a change seen while it runs makes it run
+//! again right after. Ordering is deterministic (time, then key), which is
+//! what makes `simulate` reproducible.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 /// A primary object: namespace (empty for cluster-scoped) and name.
@@ -52,13 +55,9 @@ impl BackoffPolicy {
 
 #[derive(Debug, Default)]
 pub struct WorkQueue {
-    /// When each waiting key becomes ready (epoch millis).
-    ready_at: HashMap<PrimaryKey, i64>,
-    /// The same, ordered for picking.
+    /// Every (time, key) a key is scheduled at, epoch millis.
     order: BTreeSet<(i64, PrimaryKey)>,
     in_flight: BTreeSet<PrimaryKey>,
-    /// Keys that changed while in flight: run again right after.
-    dirty: BTreeMap<PrimaryKey, i64>,
     failures: HashMap<PrimaryKey, u32>,
 }
 
@@ -67,52 +66,45 @@ impl WorkQueue {
         Self::default()
     }
 
-    /// Schedules `key` at `at`, or earlier if it is already scheduled sooner.
+    /// Schedules `key` at `at` (in addition to any time it already has).
     pub fn add(&mut self, key: PrimaryKey, at: i64) {
-        if self.in_flight.contains(&key) {
-            let when = self.dirty.entry(key).or_insert(at);
-            *when = (*when).min(at);
-            return;
-        }
-        match self.ready_at.get(&key) {
-            Some(&existing) if existing <= at => {}
-            Some(&existing) => {
-                self.order.remove(&(existing, key.clone()));
-                self.order.insert((at, key.clone()));
-                self.ready_at.insert(key, at);
-            }
-            None => {
-                self.order.insert((at, key.clone()));
-                self.ready_at.insert(key, at);
-            }
-        }
+        self.order.insert((at, key));
     }
 
-    /// The earliest key ready at `now`, marked in flight.
+    /// The earliest due time of a key not in flight.
+    fn first_due(&self) -> Option<&(i64, PrimaryKey)> {
+        self.order.iter().find(|(_, k)| !self.in_flight.contains(k))
+    }
+
+    /// The earliest key ready at `now`, marked in flight. Every time of that
+    /// key up to `now` is consumed; later ones stay.
     pub fn pop_ready(&mut self, now: i64) -> Option<PrimaryKey> {
-        let (at, key) = self.order.first().cloned()?;
+        let (at, key) = self.first_due().cloned()?;
         if at > now {
             return None;
         }
-        self.order.remove(&(at, key.clone()));
-        self.ready_at.remove(&key);
+        let due: Vec<(i64, PrimaryKey)> = self
+            .order
+            .iter()
+            .filter(|(t, k)| *t <= now && k == &key)
+            .cloned()
+            .collect();
+        for entry in due {
+            self.order.remove(&entry);
+        }
         self.in_flight.insert(key.clone());
         Some(key)
     }
 
-    /// When the next waiting key becomes ready.
+    /// When the next key not in flight becomes ready.
     pub fn next_ready_at(&self) -> Option<i64> {
-        self.order.first().map(|(at, _)| *at)
+        self.first_due().map(|(at, _)| *at)
     }
 
-    /// Finishes a reconcile of `key`. `requeue_at` schedules it again (a
-    /// requested requeue or a backoff); a change seen while it ran schedules
-    /// it at once.
+    /// Finishes a reconcile of `key`; `requeue_at` schedules it again (a
+    /// requested requeue or a backoff).
     pub fn done(&mut self, key: &PrimaryKey, requeue_at: Option<i64>) {
         self.in_flight.remove(key);
-        if let Some(at) = self.dirty.remove(key) {
-            self.add(key.clone(), at);
-        }
         if let Some(at) = requeue_at {
             self.add(key.clone(), at);
         }
@@ -132,20 +124,23 @@ impl WorkQueue {
 
     /// Forgets `key` entirely (its object is gone).
     pub fn forget(&mut self, key: &PrimaryKey) {
-        if let Some(at) = self.ready_at.remove(key) {
-            self.order.remove(&(at, key.clone()));
-        }
+        self.order.retain(|(_, k)| k != key);
         self.failures.remove(key);
-        self.dirty.remove(key);
     }
 
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
 
-    /// Keys waiting (ready or not), not counting those in flight.
+    /// Distinct keys waiting, not counting those in flight.
     pub fn depth(&self) -> usize {
-        self.order.len()
+        let waiting: BTreeSet<&PrimaryKey> = self
+            .order
+            .iter()
+            .map(|(_, k)| k)
+            .filter(|k| !self.in_flight.contains(*k))
+            .collect();
+        waiting.len()
     }
 }
 
@@ -166,6 +161,7 @@ mod tests {
         q.add(key("a"), 0);
         q.add(key("a"), 0);
         q.add(key("b"), 0);
+        assert_eq!(q.depth(), 2);
         assert_eq!(q.pop_ready(0), Some(key("a")));
         assert_eq!(q.pop_ready(0), Some(key("b")));
         assert_eq!(q.pop_ready(0), None);
@@ -183,13 +179,27 @@ mod tests {
     }
 
     #[test]
-    fn delayed_keys_wait_for_their_time_and_earlier_wins() {
+    fn a_requested_requeue_survives_an_earlier_reconcile() {
         let mut q = WorkQueue::new();
-        q.add(key("a"), 100);
-        assert_eq!(q.pop_ready(50), None);
-        assert_eq!(q.next_ready_at(), Some(100));
+        q.add(key("a"), 0);
+        assert_eq!(q.pop_ready(0), Some(key("a")));
+        q.done(&key("a"), Some(60_000));
+        // A change makes it run at once; the requeue a minute later stays.
         q.add(key("a"), 10);
-        assert_eq!(q.pop_ready(50), Some(key("a")));
+        assert_eq!(q.pop_ready(10), Some(key("a")));
+        q.done(&key("a"), None);
+        assert_eq!(q.pop_ready(59_999), None);
+        assert_eq!(q.next_ready_at(), Some(60_000));
+        assert_eq!(q.pop_ready(60_000), Some(key("a")));
+    }
+
+    #[test]
+    fn forgetting_drops_every_time_of_a_key() {
+        let mut q = WorkQueue::new();
+        q.add(key("a"), 5);
+        q.add(key("a"), 500);
+        q.forget(&key("a"));
+        assert_eq!(q.next_ready_at(), None);
     }
 
     #[test]

@@ -1,3 +1,4 @@
+#![cfg(not(target_arch = "wasm32"))]
 //! The podset logic, natively through the SDK harness: no Wasm involved.
 
 use std::collections::BTreeMap;
