@@ -135,6 +135,10 @@ pub async fn run(
             _ => break,
         }
     }
+    // Advancing by a duration ends at that time, even if nothing was due.
+    if unsettled.is_none() && clock.now_millis() < end {
+        clock.set(end);
+    }
     SimulationReport {
         start_millis: config.start_millis,
         records,
