@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use podset::PodSets;
 use reconciler_host::plugin::response_rules::validate_response;
 use reconciler_host::plugin::{CompileSource, ReconcileInput, Sandbox, SandboxConfig};
-use reconciler_sdk::contract::{LogLevel, Projection, ReconcileRequest};
+use reconciler_sdk::contract::{Projection, ReconcileRequest};
 use reconciler_sdk::memory_cache::MemoryCache;
-use reconciler_sdk::{HostApi, KindRef, PluginMetadata, Reconciler};
+use reconciler_sdk::testing::Harness;
+use reconciler_sdk::{KindRef, Reconciler};
 use serde_json::{Value, json};
 
 fn main() -> anyhow::Result<()> {
@@ -70,10 +71,12 @@ fn main() -> anyhow::Result<()> {
             .expect("reconcile");
     });
     let metadata = PodSets::metadata();
-    let native_host = NativeHost {
-        cache: cache.clone(),
-        metadata: metadata.clone(),
-    };
+    // The SDK's test harness is the native host: same cache rules, same
+    // metadata-only projection of Pods.
+    let mut native_host = Harness::<PodSets>::new();
+    for object in cache.iter() {
+        native_host.insert(object);
+    }
     let native_times = measure(iterations, || {
         reconciler_sdk::dispatch::<PodSets>(&request, &native_host).expect("reconcile");
     });
@@ -177,39 +180,6 @@ fn stored_bytes(cache: &MemoryCache) -> usize {
         .filter(|v| v["kind"] == "Pod")
         .map(|v| v.to_string().len())
         .sum()
-}
-
-struct NativeHost {
-    cache: Arc<MemoryCache>,
-    metadata: PluginMetadata,
-}
-
-impl HostApi for NativeHost {
-    fn get(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Option<String>, String> {
-        self.metadata.check_readable(kind)?;
-        Ok(self
-            .cache
-            .get_json(kind, namespace, name, self.metadata.projection_of(kind)))
-    }
-    fn list(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        selector: &str,
-    ) -> Result<Vec<String>, String> {
-        self.metadata.check_readable(kind)?;
-        self.cache
-            .list_json(kind, namespace, selector, self.metadata.projection_of(kind))
-    }
-    fn now_millis(&self) -> i64 {
-        0
-    }
-    fn log(&self, _: LogLevel, _: &str, _: &[(String, String)]) {}
 }
 
 fn measure(iterations: usize, mut f: impl FnMut()) -> Vec<Duration> {
