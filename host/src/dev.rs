@@ -260,3 +260,68 @@ pub fn primaries_table<B: crate::cluster::ClusterBackend>(engine: &Engine<B>) ->
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use reconciler_sdk::KindRef;
+
+    use super::*;
+    use crate::cluster::VirtualClock;
+
+    fn config_map(size: u32) -> String {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings, namespace: default}}\ndata: {{size: \"{size}\"}}\n"
+        )
+    }
+
+    #[test]
+    fn file_changes_become_creates_updates_and_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = EmbeddedCluster::new(Arc::new(VirtualClock::at(0)));
+        let key = ObjectKey::new(
+            KindRef::new("", "v1", "ConfigMap"),
+            Some("default"),
+            "settings",
+        );
+        let get = |c: &EmbeddedCluster| {
+            c.objects()
+                .into_iter()
+                .find(|o| ObjectKey::of(o).as_ref() == Some(&key))
+        };
+        let mut manifests = ManifestDir::default();
+        let file = dir.path().join("settings.yaml");
+
+        std::fs::write(&file, config_map(1)).unwrap();
+        let lines = manifests.sync(dir.path(), &cluster);
+        assert!(
+            lines[0].starts_with("created ConfigMap default/settings"),
+            "{lines:?}"
+        );
+        assert!(
+            manifests.sync(dir.path(), &cluster).is_empty(),
+            "nothing changed, nothing applied"
+        );
+
+        std::fs::write(&file, config_map(2)).unwrap();
+        let lines = manifests.sync(dir.path(), &cluster);
+        assert!(
+            lines[0].starts_with("updated ConfigMap default/settings"),
+            "{lines:?}"
+        );
+        assert_eq!(get(&cluster).unwrap()["data"]["size"], "2");
+
+        // A half-saved file is an error, and its objects stay.
+        std::fs::write(&file, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name").unwrap();
+        let lines = manifests.sync(dir.path(), &cluster);
+        assert!(lines[0].starts_with("error: "), "{lines:?}");
+        assert!(get(&cluster).is_some());
+
+        std::fs::remove_file(&file).unwrap();
+        let lines = manifests.sync(dir.path(), &cluster);
+        assert!(
+            lines[0].starts_with("deleted ConfigMap default/settings"),
+            "{lines:?}"
+        );
+        assert!(get(&cluster).is_none());
+    }
+}
