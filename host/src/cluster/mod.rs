@@ -4,6 +4,7 @@
 pub mod backend;
 pub mod clock;
 pub mod embedded;
+pub mod kubernetes;
 
 pub use backend::{
     BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchEvent, WatchEventType,

@@ -1,0 +1,153 @@
+//! Recording events.k8s.io/v1 Events about objects.
+//!
+//! Events are how a controller tells a person what it did (`kubectl
+//! describe` shows them). Each record is a new Event: series aggregation is
+//! left to the server side, which keeps this path to a single request.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use kube::api::{Api, PostParams};
+use reconciler_sdk::EventType;
+use reconciler_sdk::k8s_openapi::api::core::v1::ObjectReference;
+use reconciler_sdk::k8s_openapi::api::events::v1::Event;
+use reconciler_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use reconciler_sdk::k8s_openapi::jiff::Timestamp;
+
+use super::{KubernetesBackend, errors, truncate_at_char};
+use crate::cluster::backend::{BackendError, EventRecord};
+
+/// The API limits an Event's note to 1 kB.
+const NOTE_LIMIT: usize = 1024;
+
+/// Makes Event names unique within this process even within one nanosecond.
+static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+
+fn event_name(object: &str, now: Timestamp) -> String {
+    let sequence = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    format!("{object}.{:x}{sequence:x}", now.as_nanosecond())
+}
+
+pub(crate) fn build(record: &EventRecord, instance: &str, now: Timestamp) -> Event {
+    let namespace = record
+        .regarding
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_string());
+    let mut note = record.message.clone();
+    truncate_at_char(&mut note, NOTE_LIMIT);
+    let mut controller = record.reporting_controller.clone();
+    truncate_at_char(&mut controller, 128);
+    Event {
+        metadata: ObjectMeta {
+            name: Some(event_name(&record.regarding.name, now)),
+            namespace: Some(namespace),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(now)),
+        action: Some(record.reason.clone()),
+        reason: Some(record.reason.clone()),
+        note: Some(note),
+        type_: Some(
+            match record.event_type {
+                EventType::Normal => "Normal",
+                EventType::Warning => "Warning",
+            }
+            .to_string(),
+        ),
+        reporting_controller: Some(controller),
+        reporting_instance: Some(instance.to_string()),
+        regarding: Some(ObjectReference {
+            api_version: Some(record.regarding.kind.api_version()),
+            kind: Some(record.regarding.kind.kind.clone()),
+            name: Some(record.regarding.name.clone()),
+            namespace: record.regarding.namespace.clone(),
+            uid: record.regarding_uid.clone(),
+            ..ObjectReference::default()
+        }),
+        ..Event::default()
+    }
+}
+
+pub(crate) async fn record(
+    backend: &KubernetesBackend,
+    record: EventRecord,
+) -> Result<(), BackendError> {
+    let event = build(&record, &backend.reporting_instance, Timestamp::now());
+    let namespace = event.metadata.namespace.clone().unwrap_or_default();
+    let api: Api<Event> = Api::namespaced(backend.client.clone(), &namespace);
+    match api.create(&PostParams::default(), &event).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let request = errors::Request {
+                verb: "create",
+                group: "events.k8s.io",
+                resource: "events".into(),
+                namespace: Some(&namespace),
+                target: format!("Event about {}", record.regarding),
+            };
+            Err(errors::map(e, &request))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{self, next};
+    use crate::cluster::backend::{ClusterBackend, EventRecord, ObjectKey};
+    use reconciler_sdk::{EventType, KindRef};
+
+    fn record(namespace: Option<&str>) -> EventRecord {
+        EventRecord {
+            regarding: ObjectKey::new(testing::podset_kind(), namespace, "web"),
+            regarding_uid: Some("uid-podset".into()),
+            event_type: EventType::Warning,
+            reason: "ScaledDown".into(),
+            message: "scaled to 1".into(),
+            reporting_controller: "reconciler-host/podset".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn creates_event_in_object_namespace() {
+        let (backend, mut api) = testing::backend();
+        // The server answers with the Event it was sent.
+        let server =
+            tokio::spawn(async move { next(&mut api, |seen| (201, seen.body.clone())).await });
+        backend
+            .record_event(record(Some("team")))
+            .await
+            .expect("recorded");
+        let seen = server.await.unwrap();
+        assert_eq!(seen.method, http::Method::POST);
+        assert_eq!(seen.path, "/apis/events.k8s.io/v1/namespaces/team/events");
+        let body = seen.body;
+        assert!(
+            body["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("web.")
+        );
+        assert_eq!(body["reportingController"], "reconciler-host/podset");
+        assert_eq!(body["reportingInstance"], "pod-0");
+        assert_eq!(body["action"], "ScaledDown");
+        assert_eq!(body["reason"], "ScaledDown");
+        assert_eq!(body["type"], "Warning");
+        assert_eq!(body["note"], "scaled to 1");
+        assert_eq!(body["regarding"]["uid"], "uid-podset");
+        assert_eq!(body["regarding"]["kind"], "PodSet");
+        assert!(body["eventTime"].is_string());
+        assert!(body.get("series").is_none());
+    }
+
+    #[test]
+    fn cluster_scoped_objects_get_events_in_default_and_unique_names() {
+        let mut r = record(None);
+        r.regarding = ObjectKey::new(KindRef::new("", "v1", "Namespace"), None, "team");
+        let now = reconciler_sdk::k8s_openapi::jiff::Timestamp::now();
+        let a = super::build(&r, "pod-0", now);
+        let b = super::build(&r, "pod-0", now);
+        assert_eq!(a.metadata.namespace.as_deref(), Some("default"));
+        assert_ne!(a.metadata.name, b.metadata.name);
+        assert_eq!(a.regarding.unwrap().namespace, None);
+    }
+}

@@ -1,0 +1,458 @@
+//! Watching a kind: one consistent list, then every change, for as long as
+//! the engine listens.
+//!
+//! kube's `watcher` does the protocol work (paged list, watch from the
+//! list's resourceVersion, resuming from the last seen version when a watch
+//! ends, re-listing after 410 Gone, bookmarks). What it does not do is tell
+//! the engine what a re-list changed: after a gap, objects may have been
+//! modified or deleted without a watch event. So the forwarding task keeps
+//! the last state of every object it has reported and, when a re-list
+//! completes, reports objects that changed and, as Deleted, those that are
+//! gone. Errors after the first list are retried with kube's default backoff;
+//! errors before it are returned to the caller.
+
+use std::collections::{HashMap, HashSet};
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use reconciler_sdk::KindRef;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use super::discovery::Resolved;
+use super::{errors, to_value};
+use crate::cluster::backend::{BackendError, WatchEvent, WatchEventType, WatchStream};
+
+/// Namespace and name.
+type Key = (Option<String>, String);
+
+fn key_of(object: &Value) -> Key {
+    let text = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    (
+        text("/metadata/namespace"),
+        text("/metadata/name").unwrap_or_default(),
+    )
+}
+
+fn resource_version(object: &Value) -> Option<&str> {
+    object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+}
+
+/// Turns watcher events into the engine's events.
+#[derive(Default)]
+struct Forwarder {
+    /// The last state reported of every object that exists.
+    known: HashMap<Key, Value>,
+    /// Keys listed so far in the re-list under way.
+    relisted: Option<HashSet<Key>>,
+    /// The first list, until it is complete and handed to the caller.
+    initial: Option<Vec<Value>>,
+}
+
+impl Forwarder {
+    fn new() -> Self {
+        Self {
+            initial: Some(Vec::new()),
+            ..Self::default()
+        }
+    }
+
+    fn listing_first(&self) -> bool {
+        self.initial.is_some()
+    }
+
+    /// Handles one watcher event; returns the events to send and, when the
+    /// first list completes, that list.
+    fn handle(&mut self, event: Event<Value>) -> (Vec<WatchEvent>, Option<Vec<Value>>) {
+        let mut out = Vec::new();
+        match event {
+            Event::Init => {
+                if let Some(initial) = &mut self.initial {
+                    // The first list restarted: start it over.
+                    initial.clear();
+                    self.known.clear();
+                }
+                self.relisted = Some(HashSet::new());
+            }
+            Event::InitApply(object) => {
+                let key = key_of(&object);
+                if let Some(relisted) = &mut self.relisted {
+                    relisted.insert(key.clone());
+                }
+                if let Some(initial) = &mut self.initial {
+                    initial.push(object.clone());
+                    self.known.insert(key, object);
+                } else {
+                    out.extend(self.upsert(key, object));
+                }
+            }
+            Event::InitDone => {
+                if let Some(listed) = self.relisted.take() {
+                    let vanished: Vec<Key> = self
+                        .known
+                        .keys()
+                        .filter(|k| !listed.contains(*k))
+                        .cloned()
+                        .collect();
+                    for key in vanished {
+                        if let Some(last) = self.known.remove(&key) {
+                            out.push(WatchEvent {
+                                event_type: WatchEventType::Deleted,
+                                object: last,
+                            });
+                        }
+                    }
+                }
+                return (out, self.initial.take());
+            }
+            Event::Apply(object) => {
+                let key = key_of(&object);
+                out.extend(self.upsert(key, object));
+            }
+            Event::Delete(object) => {
+                self.known.remove(&key_of(&object));
+                out.push(WatchEvent {
+                    event_type: WatchEventType::Deleted,
+                    object,
+                });
+            }
+        }
+        (out, None)
+    }
+
+    /// Added for a new object, Modified for a changed one, nothing when a
+    /// re-list shows an object at the version already reported.
+    fn upsert(&mut self, key: Key, object: Value) -> Option<WatchEvent> {
+        let event_type = match self.known.get(&key) {
+            None => WatchEventType::Added,
+            Some(old)
+                if resource_version(old).is_some()
+                    && resource_version(old) == resource_version(&object) =>
+            {
+                return None;
+            }
+            Some(_) => WatchEventType::Modified,
+        };
+        self.known.insert(key, object.clone());
+        Some(WatchEvent { event_type, object })
+    }
+}
+
+/// What a failed list or watch asked for, for error messages.
+struct Target {
+    group: String,
+    resource: String,
+    kind: String,
+}
+
+impl Target {
+    fn map(&self, error: watcher::Error) -> BackendError {
+        let (verb, kube_error) = match error {
+            watcher::Error::InitialListFailed(e) => ("list", e),
+            watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => ("watch", e),
+            watcher::Error::WatchError(status) => {
+                return errors::from_status(status.code, &status.message, &self.request("watch"));
+            }
+            watcher::Error::NoResourceVersion => {
+                return BackendError::Invalid {
+                    key: self.kind.clone(),
+                    message: "the list has no resourceVersion: is watch supported?".into(),
+                };
+            }
+        };
+        errors::map(kube_error, &self.request(verb))
+    }
+
+    fn request(&self, verb: &'static str) -> errors::Request<'_> {
+        errors::Request {
+            verb,
+            group: &self.group,
+            resource: self.resource.clone(),
+            namespace: None,
+            target: self.kind.clone(),
+        }
+    }
+}
+
+/// Lists `kind` in all namespaces and starts forwarding its changes.
+pub(crate) async fn start(
+    client: kube::Client,
+    kind: KindRef,
+    resolved: Resolved,
+) -> Result<WatchStream, BackendError> {
+    let api: Api<DynamicObject> = Api::all_with(client, &resolved.resource);
+    let target = Target {
+        group: kind.group.clone(),
+        resource: resolved.resource.plural.clone(),
+        kind: format!("{} {}", kind.api_version(), kind.kind),
+    };
+    let (events, receiver) = mpsc::unbounded_channel();
+    let (ready, first_list) = oneshot::channel();
+    tokio::spawn(forward(api, resolved.resource, target, events, ready));
+    match first_list.await {
+        Ok(Ok(initial)) => Ok(WatchStream {
+            initial,
+            events: receiver,
+        }),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(BackendError::Transient(
+            "the watch ended before its first list".into(),
+        )),
+    }
+}
+
+type Ready = oneshot::Sender<Result<Vec<Value>, BackendError>>;
+
+async fn forward(
+    api: Api<DynamicObject>,
+    resource: ApiResource,
+    target: Target,
+    events: mpsc::UnboundedSender<WatchEvent>,
+    ready: Ready,
+) {
+    let config = watcher::Config::default().any_semantic();
+    let stream = watcher::watcher(api, config).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let mut forwarder = Forwarder::new();
+    let mut ready = Some(ready);
+    loop {
+        let item = tokio::select! {
+            () = events.closed() => return,
+            item = stream.next() => item,
+        };
+        match item {
+            Some(Ok(event)) => {
+                let event = convert(event, &resource);
+                let (out, initial) = forwarder.handle(event);
+                if let Some(initial) = initial
+                    && let Some(ready) = ready.take()
+                    && ready.send(Ok(initial)).is_err()
+                {
+                    return;
+                }
+                for event in out {
+                    if events.send(event).is_err() {
+                        return;
+                    }
+                }
+            }
+            Some(Err(error)) => {
+                let error = target.map(error);
+                if forwarder.listing_first() {
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(Err(error));
+                    }
+                    return;
+                }
+                tracing::warn!(kind = %target.kind, %error, "watch failed; retrying with backoff");
+            }
+            None => return,
+        }
+    }
+}
+
+fn convert(event: Event<DynamicObject>, resource: &ApiResource) -> Event<Value> {
+    let value = |o| to_value(o, resource);
+    match event {
+        Event::Apply(o) => Event::Apply(value(o)),
+        Event::Delete(o) => Event::Delete(value(o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(value(o)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+
+    use super::super::testing::{self, Handle, next_raw, respond};
+    use crate::cluster::backend::{ClusterBackend, WatchEvent, WatchEventType};
+
+    /// A Deployment as a list item: no apiVersion or kind.
+    fn item(name: &str, rv: &str) -> Value {
+        json!({
+            "metadata": {
+                "name": name, "namespace": "default", "resourceVersion": rv,
+                "managedFields": [{"manager": "kubectl"}],
+            },
+            "spec": {"replicas": 1},
+        })
+    }
+
+    fn list(rv: &str, items: &[Value]) -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "DeploymentList",
+            "metadata": {"resourceVersion": rv}, "items": items,
+        })
+    }
+
+    /// A watch response: one JSON event a line, then the stream ends.
+    async fn watch_events(api: &mut Handle, events: &[(&str, Value)]) -> testing::Seen {
+        let body: String = events
+            .iter()
+            .map(|(kind, object)| {
+                let mut object = object.clone();
+                object["apiVersion"] = json!("apps/v1");
+                object["kind"] = json!("Deployment");
+                format!("{}\n", json!({"type": kind, "object": object}))
+            })
+            .collect();
+        next_raw(api, |_| (200, body)).await
+    }
+
+    async fn recv(stream: &mut crate::cluster::backend::WatchStream) -> WatchEvent {
+        tokio::time::timeout(Duration::from_secs(20), stream.events.recv())
+            .await
+            .expect("an event in time")
+            .expect("the watch is running")
+    }
+
+    fn summary(event: &WatchEvent) -> (WatchEventType, String, String) {
+        let text = |p: &str| {
+            event
+                .object
+                .pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        (
+            event.event_type,
+            text("/metadata/name"),
+            text("/metadata/resourceVersion"),
+        )
+    }
+
+    #[tokio::test]
+    async fn watch_lists_then_resumes_after_the_stream_ends() {
+        let (backend, mut api) = testing::backend();
+        let server = tokio::spawn(async move {
+            let list = respond(&mut api, 200, list("10", &[item("a", "9")])).await;
+            let first = watch_events(&mut api, &[("ADDED", item("b", "11"))]).await;
+            // The first watch ended; the second resumes where it stopped.
+            let second = watch_events(
+                &mut api,
+                &[("MODIFIED", item("a", "12")), ("DELETED", item("b", "13"))],
+            )
+            .await;
+            (list, first, second, api)
+        });
+
+        let mut stream = backend
+            .watch(&testing::deployment_kind())
+            .await
+            .expect("watch");
+        assert_eq!(stream.initial.len(), 1);
+        let a = &stream.initial[0];
+        assert_eq!(a["kind"], "Deployment");
+        assert_eq!(a["apiVersion"], "apps/v1");
+        assert!(a["metadata"].get("managedFields").is_none());
+
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(summary(&recv(&mut stream).await));
+        }
+        let s = |t, n: &str, rv: &str| (t, n.to_string(), rv.to_string());
+        assert_eq!(
+            got,
+            vec![
+                s(WatchEventType::Added, "b", "11"),
+                s(WatchEventType::Modified, "a", "12"),
+                s(WatchEventType::Deleted, "b", "13"),
+            ]
+        );
+
+        let (list, first, second, _api) = server.await.unwrap();
+        assert_eq!(list.path, "/apis/apps/v1/deployments");
+        assert!(!list.query.contains("watch=true"));
+        assert!(first.query.contains("watch=true"));
+        assert!(first.query.contains("resourceVersion=10"));
+        assert!(first.query.contains("allowWatchBookmarks=true"));
+        assert!(second.query.contains("watch=true"));
+        assert!(
+            second.query.contains("resourceVersion=11"),
+            "{}",
+            second.query
+        );
+    }
+
+    #[tokio::test]
+    async fn relist_after_gone_reports_changes_and_vanished_objects() {
+        let (backend, mut api) = testing::backend();
+        let server = tokio::spawn(async move {
+            respond(
+                &mut api,
+                200,
+                list("2", &[item("a", "1"), item("b", "2"), item("c", "2")]),
+            )
+            .await;
+            let gone = json!({
+                "type": "ERROR",
+                "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                           "code": 410, "reason": "Expired", "message": "too old"},
+            });
+            next_raw(&mut api, |_| (200, format!("{gone}\n"))).await;
+            // The re-list: a changed, b gone, c unchanged, d new.
+            let relist = respond(
+                &mut api,
+                200,
+                list("6", &[item("a", "5"), item("c", "2"), item("d", "6")]),
+            )
+            .await;
+            watch_events(&mut api, &[("MODIFIED", item("d", "7"))]).await;
+            (relist, api)
+        });
+
+        let mut stream = backend
+            .watch(&testing::deployment_kind())
+            .await
+            .expect("watch");
+        assert_eq!(stream.initial.len(), 3);
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            got.push(summary(&recv(&mut stream).await));
+        }
+        let s = |t, n: &str, rv: &str| (t, n.to_string(), rv.to_string());
+        assert_eq!(
+            got,
+            vec![
+                s(WatchEventType::Modified, "a", "5"),
+                s(WatchEventType::Added, "d", "6"),
+                s(WatchEventType::Deleted, "b", "2"),
+                s(WatchEventType::Modified, "d", "7"),
+            ]
+        );
+        let (relist, _api) = server.await.unwrap();
+        assert!(!relist.query.contains("watch=true"));
+    }
+
+    #[tokio::test]
+    async fn forbidden_first_list_is_returned() {
+        let (backend, mut api) = testing::backend();
+        let server = tokio::spawn(async move {
+            respond(&mut api, 403, testing::failure(403, "Forbidden", "no")).await;
+        });
+        let result = backend.watch(&testing::deployment_kind()).await;
+        let Err(crate::cluster::backend::BackendError::Forbidden { message }) = result else {
+            panic!("expected Forbidden");
+        };
+        assert!(
+            message.contains("\"list\"") && message.contains("\"deployments\""),
+            "{message}"
+        );
+        assert!(message.contains("cluster-wide"), "{message}");
+        server.await.unwrap();
+    }
+}
