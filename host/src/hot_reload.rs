@@ -20,12 +20,11 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
-
 use crate::cluster::ClusterBackend;
 use crate::engine::Engine;
 use crate::plugin::Sandbox;
 use crate::plugin::directory::plugin_files;
+use crate::plugin::sandbox::content_hash;
 
 /// One change to what the host serves, or a version it refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -222,7 +221,7 @@ impl PluginDirectory {
         engine: &Engine<B>,
     ) -> Option<ReloadEvent> {
         let bytes = std::fs::read(file).ok()?;
-        let sha256 = hex(&Sha256::digest(&bytes));
+        let sha256 = content_hash(&bytes);
         if self.served.get(file).is_some_and(|s| s.sha256 == sha256)
             || self
                 .refused
@@ -332,11 +331,7 @@ impl PluginDirectory {
 /// progress, not a broken plugin.
 fn still_being_written(file: &Path, read_sha256: &str) -> bool {
     match std::fs::read(file) {
-        Ok(now) => hex(&Sha256::digest(&now)) != read_sha256,
+        Ok(now) => content_hash(&now) != read_sha256,
         Err(_) => true,
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

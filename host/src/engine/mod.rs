@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
+use reconciler_sdk::memory_cache::is_deleting;
 use reconciler_sdk::{EventType, KindRef};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -477,9 +478,7 @@ impl<B: ClusterBackend> Engine<B> {
         let Some(mut primary) = self.cache.get(&primary_key) else {
             return Ok(None);
         };
-        let deleting = primary
-            .pointer("/metadata/deletionTimestamp")
-            .is_some_and(|t| !t.is_null());
+        let deleting = is_deleting(&primary);
         let mut changes = Vec::new();
 
         if let Some(finalizer) = &metadata.finalizer
@@ -516,8 +515,9 @@ impl<B: ClusterBackend> Engine<B> {
         let children = self.cache.children_of(&primary, &metadata.owns);
         let plan = {
             let current = |k: &ObjectKey| self.cache.get(k);
-            let last = controller.state().last_applied.clone();
-            let last_applied = |k: &ObjectKey| last.get(k).copied();
+            // Looked up per object, not copied: the map holds every object
+            // this plugin ever applied.
+            let last_applied = |k: &ObjectKey| controller.state().last_applied.get(k).copied();
             let observed = Observed {
                 metadata,
                 primary: &primary,

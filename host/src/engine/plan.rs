@@ -16,6 +16,7 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use reconciler_sdk::contract::Event;
+use reconciler_sdk::memory_cache::is_deleting;
 use reconciler_sdk::{KindRef, PluginMetadata};
 use serde_json::{Value, json};
 
@@ -129,9 +130,7 @@ pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, No
         let Some(key) = ObjectKey::of(child) else {
             continue;
         };
-        let deleting = child
-            .pointer("/metadata/deletionTimestamp")
-            .is_some_and(|t| !t.is_null());
+        let deleting = is_deleting(child);
         let requested = plan.deletes.iter().any(|(k, _)| k == &key);
         if !desired_owned.contains(&key) && !deleting && !requested {
             plan.deletes.push((key, DeleteReason::Pruned));
@@ -145,9 +144,7 @@ pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, No
         }
     }
 
-    let deleting = primary
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null());
+    let deleting = is_deleting(primary);
     if let Some(finalizer) = &observed.metadata.finalizer
         && deleting
         && response.finalized

@@ -10,6 +10,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::bindings::kind_from_wit;
 use super::bindings::reconciler::plugin::{cache, clock, log, types};
 use super::object_reader::ObjectReader;
 
@@ -141,14 +142,6 @@ impl wasmtime_wasi::HostWallClock for FixedWallClock {
 
     fn now(&self) -> Duration {
         Duration::from_millis(u64::try_from(self.0).unwrap_or(0))
-    }
-}
-
-fn kind_from_wit(k: types::KindRef) -> KindRef {
-    KindRef {
-        group: k.group,
-        version: k.version,
-        kind: k.kind,
     }
 }
 

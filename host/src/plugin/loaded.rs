@@ -7,12 +7,12 @@ use std::sync::Arc;
 use reconciler_sdk::contract::{
     Event, EventType, Hints, ObjectRef, ReadKind, ReconcileRequest, ReconcileResponse,
 };
-use reconciler_sdk::{KindRef, MapRule, PluginMetadata};
+use reconciler_sdk::{MapRule, PluginMetadata};
 use wasmtime::component::ResourceTable;
 use wasmtime::{Store, Trap};
 use wasmtime_wasi::WasiCtxBuilder;
 
-use super::bindings::{PluginPre, guest, types};
+use super::bindings::{PluginPre, guest, kind_from_wit, types};
 use super::call_state::{CallState, FixedWallClock, GuestOutput, MemoryCap, ReconcileScope};
 use super::errors::CallError;
 use super::limits::SandboxLimits;
@@ -224,14 +224,6 @@ fn root_cause(error: &wasmtime::Error) -> String {
     match error.downcast_ref::<Trap>() {
         Some(trap) => trap.to_string(),
         None => format!("{error:#}"),
-    }
-}
-
-fn kind_from_wit(k: types::KindRef) -> KindRef {
-    KindRef {
-        group: k.group,
-        version: k.version,
-        kind: k.kind,
     }
 }
 

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use reconciler_sdk::contract::{Event, ObjectRef, ReconcileResponse};
+use reconciler_sdk::memory_cache::{name_of, namespace_of};
 use reconciler_sdk::{KindRef, PluginMetadata};
 use serde_json::{Map, Value};
 
@@ -65,8 +66,8 @@ pub fn validate_response(
         let desired = check_object(metadata, primary_ns, i, text)?;
         let key = (
             desired.kind.clone(),
-            namespace_of(&desired.object),
-            name_of(&desired.object),
+            namespace_of(&desired.object).map(str::to_string),
+            name_of(&desired.object).unwrap_or_default().to_string(),
         );
         if !seen.insert(key) {
             return Err(InvalidResponse {
@@ -225,21 +226,11 @@ fn resolve_namespace(
     }
 }
 
-fn namespace_of(v: &Value) -> Option<String> {
-    v.pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-}
-
-fn name_of(v: &Value) -> String {
-    v.pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
-}
-
 fn describe(i: usize, kind: &KindRef, object: &Value) -> String {
-    format!("apply[{i}] ({kind} {})", name_of(object))
+    format!(
+        "apply[{i}] ({kind} {})",
+        name_of(object).unwrap_or_default()
+    )
 }
 
 fn json_type(v: &Value) -> &'static str {

@@ -170,7 +170,7 @@ impl Sandbox {
     ) -> Result<(LoadedPlugin, LoadReport), LoadError> {
         let started = Instant::now();
         check_header(bytes).map_err(|r| fail(path, r))?;
-        let sha256 = hex(&Sha256::digest(bytes));
+        let sha256 = content_hash(bytes);
 
         let compile_started = Instant::now();
         let (component, source) = match &self.compile_cache {
@@ -243,6 +243,11 @@ fn check_header(bytes: &[u8]) -> Result<(), LoadFailure> {
     Ok(())
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// SHA-256 of a plugin file, hex: how plugins are identified in logs, the
+/// compile cache and hot reload.
+pub fn content_hash(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -64,6 +64,13 @@ pub fn namespace_of(object: &Value) -> Option<&str> {
     object.pointer("/metadata/namespace")?.as_str()
 }
 
+/// Whether a JSON object has a deletionTimestamp: it is being deleted.
+pub fn is_deleting(object: &Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+}
+
 /// `metadata.labels` of a JSON object (string values only).
 pub fn labels_of(object: &Value) -> BTreeMap<String, String> {
     object
@@ -214,9 +221,7 @@ impl MemoryCache {
                 .children(primary, owns)
                 .map(|e| e.json.to_string())
                 .collect(),
-            deleting: primary
-                .pointer("/metadata/deletionTimestamp")
-                .is_some_and(|t| !t.is_null()),
+            deleting: is_deleting(primary),
         }
     }
 

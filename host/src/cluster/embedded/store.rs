@@ -604,11 +604,7 @@ pub(super) fn finalizers(object: &Value) -> Vec<&str> {
         .collect()
 }
 
-pub(super) fn is_deleting(object: &Value) -> bool {
-    object
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null())
-}
+pub(super) use reconciler_sdk::memory_cache::is_deleting;
 
 /// `object` with `finalizer` appended (if missing).
 pub(super) fn with_finalizer(object: &Value, finalizer: &str) -> Value {
