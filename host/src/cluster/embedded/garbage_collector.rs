@@ -282,7 +282,7 @@ mod tests {
 
     use super::*;
     use crate::cluster::backend::WatchEventType;
-    use crate::cluster::embedded::store::StoreEvent;
+    use crate::cluster::embedded::store::tests::summary;
 
     const T0: i64 = 1_700_000_000_000;
 
@@ -310,19 +310,6 @@ mod tests {
 
     fn key_of(object: &Value) -> ObjectKey {
         ObjectKey::of(object).unwrap()
-    }
-
-    fn summary(events: &[StoreEvent]) -> Vec<String> {
-        events
-            .iter()
-            .map(|e| {
-                format!(
-                    "{:?} {}",
-                    e.event_type,
-                    e.object["metadata"]["name"].as_str().unwrap_or("?")
-                )
-            })
-            .collect()
     }
 
     /// A Deployment, its ReplicaSet and the ReplicaSet's Pod-like child.

@@ -911,7 +911,7 @@ fn is_dns1123_subdomain(name: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use serde_json::json;
 
     use super::*;
@@ -947,7 +947,8 @@ mod tests {
         &object["metadata"][field]
     }
 
-    fn summary(events: &[StoreEvent]) -> Vec<String> {
+    /// `Added web`, `Deleted web-1`: an event log as a test reads it.
+    pub(in crate::cluster::embedded) fn summary(events: &[StoreEvent]) -> Vec<String> {
         events
             .iter()
             .map(|e| {
