@@ -17,7 +17,8 @@ use tokio::sync::mpsc;
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::cluster::{ObjectKey, RealClock};
 use crate::dir_watch::watch_dir;
-use crate::engine::{Engine, ReconcileRecord};
+use crate::dispatch::Dispatcher;
+use crate::engine::Engine;
 use crate::hot_reload::PluginDirectory;
 use crate::manifests::{manifest_files, read_objects};
 use crate::plugin::Sandbox;
@@ -121,29 +122,17 @@ pub async fn run(
     let _objects_watch = watch_dir(&config.objects_dir, fs_tx);
     let (plugins_tx, mut plugins_rx) = mpsc::unbounded_channel();
     let _plugins_watch = watch_dir(&config.plugins_dir, plugins_tx);
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<ReconcileRecord>();
+    let mut dispatcher = Dispatcher::new(engine.clone());
     let mut table_shown = String::new();
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
 
-    // Reconciles spawned whose record has not been printed yet.
-    let mut outstanding = 0usize;
     loop {
-        while let Ok(record) = done_rx.try_recv() {
-            outstanding -= 1;
+        while let Some(record) = dispatcher.try_finished() {
             writeln!(out, "{}", stamp(&record.to_string()))?;
         }
-        let changes = engine.pump();
-        while let Some((plugin, key)) = engine.next_ready() {
-            let (engine, tx) = (engine.clone(), done_tx.clone());
-            outstanding += 1;
-            tokio::spawn(async move {
-                let record = engine.reconcile(&plugin, key).await;
-                let _ = tx.send(record);
-            });
-        }
-        let idle = outstanding == 0 && changes == 0;
-        if idle {
+        let changes = dispatcher.dispatch();
+        if dispatcher.outstanding() == 0 && changes == 0 {
             let table = primaries_table(&engine);
             if table != table_shown {
                 write!(out, "{table}")?;
@@ -153,14 +142,9 @@ pub async fn run(
                 break;
             }
         }
-        let wait = engine
-            .next_wakeup()
-            .map(|at| Duration::from_millis(u64::try_from(at - now_millis()).unwrap_or(0)))
-            .unwrap_or(Duration::from_millis(200))
-            .clamp(Duration::from_millis(5), Duration::from_millis(200));
+        let wait = dispatcher.idle_wait();
         tokio::select! {
-            Some(record) = done_rx.recv() => {
-                outstanding -= 1;
+            record = dispatcher.finished() => {
                 writeln!(out, "{}", stamp(&record.to_string()))?;
             }
             Some(()) = plugins_rx.recv() => {
@@ -177,19 +161,15 @@ pub async fn run(
             }
             _ = tokio::time::sleep(wait) => {}
             _ = &mut ctrl_c => {
-                writeln!(out, "stopping: waiting for {outstanding} reconcile(s) in flight")?;
+                writeln!(out, "stopping: waiting for {} reconcile(s) in flight", dispatcher.outstanding())?;
                 break;
             }
         }
     }
     // In-flight reconciles finish (each is bounded by its plugin deadline).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    while engine.in_flight() > 0 && tokio::time::Instant::now() < deadline {
-        if let Ok(Some(record)) =
-            tokio::time::timeout(Duration::from_millis(100), done_rx.recv()).await
-        {
-            writeln!(out, "{}", stamp(&record.to_string()))?;
-        }
+    let (records, _) = dispatcher.drain(Duration::from_secs(15)).await;
+    for record in records {
+        writeln!(out, "{}", stamp(&record.to_string()))?;
     }
     Ok(plugins.failures())
 }

@@ -11,7 +11,10 @@
 //!
 //! A version that fails to load, or that claims a primary kind another
 //! plugin holds, leaves whatever was serving in place, is reported once per
-//! content hash (naming the file and the reason) and counted. A file whose
+//! content hash (naming the file and the reason) and counted. A version
+//! whose kinds cannot be watched yet (a CRD not installed, RBAC missing, the
+//! API down) is reported once too, and [`PluginDirectory::retry_waiting`]
+//! tries it again until it starts; the other plugins run meanwhile. A file whose
 //! content changes while it is read is still being written: it is skipped
 //! without an error, and the write's next event brings it back.
 
@@ -21,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::cluster::ClusterBackend;
-use crate::engine::Engine;
+use crate::engine::{Engine, EngineError};
 use crate::plugin::Sandbox;
 use crate::plugin::directory::plugin_files;
 use crate::plugin::sandbox::content_hash;
@@ -50,6 +53,8 @@ pub enum ReloadEvent {
     Failed {
         file: PathBuf,
         reason: String,
+        /// Retried by [`PluginDirectory::retry_waiting`] until it starts.
+        retrying: bool,
     },
 }
 
@@ -94,10 +99,25 @@ impl fmt::Display for ReloadEvent {
                     file.display()
                 )
             }
-            ReloadEvent::Failed { file, reason } => {
+            ReloadEvent::Failed {
+                file,
+                reason,
+                retrying: false,
+            } => {
                 write!(
                     f,
                     "error: {}: {reason} (whatever was serving keeps serving)",
+                    file.display()
+                )
+            }
+            ReloadEvent::Failed {
+                file,
+                reason,
+                retrying: true,
+            } => {
+                write!(
+                    f,
+                    "error: {}: {reason} (it waits and is retried; whatever was serving keeps serving)",
                     file.display()
                 )
             }
@@ -112,15 +132,27 @@ struct Served {
     sha256: String,
 }
 
+/// Why a version was refused, which says when it is tried again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    /// The version itself cannot serve: only a new version is tried.
+    Broken,
+    /// Another plugin holds its kind or name: tried again when what is
+    /// served changes.
+    Conflict,
+    /// A kind it declares cannot be watched yet: tried again by
+    /// [`PluginDirectory::retry_waiting`].
+    Unwatchable,
+}
+
 /// The plugins directory as the engine serves it.
 pub struct PluginDirectory {
     dir: PathBuf,
     sandbox: Arc<Sandbox>,
     served: BTreeMap<PathBuf, Served>,
     /// The content hash of a refused version per file (reported once), and
-    /// whether it was refused only because another plugin held its kind or
-    /// name, which a later change elsewhere can resolve.
-    refused: BTreeMap<PathBuf, (String, bool)>,
+    /// why it was refused.
+    refused: BTreeMap<PathBuf, (String, Refusal)>,
     failures: u64,
 }
 
@@ -151,7 +183,7 @@ impl PluginDirectory {
         let waiting: BTreeMap<PathBuf, String> = self
             .refused
             .iter()
-            .filter(|(_, (_, conflict))| *conflict)
+            .filter(|(_, (_, why))| *why == Refusal::Conflict)
             .map(|(f, (sha, _))| (f.clone(), sha.clone()))
             .collect();
         let files = match plugin_files(&self.dir) {
@@ -215,6 +247,52 @@ impl PluginDirectory {
         events
     }
 
+    /// Whether some version waits for its kinds to become watchable.
+    pub fn waiting(&self) -> bool {
+        self.refused
+            .values()
+            .any(|(_, why)| *why == Refusal::Unwatchable)
+    }
+
+    /// Tries again every version whose kinds could not be watched. One that
+    /// still cannot is not reported again (it was, once); one that now
+    /// starts is reported as loaded or reloaded.
+    pub async fn retry_waiting<B: ClusterBackend>(
+        &mut self,
+        engine: &Engine<B>,
+    ) -> Vec<ReloadEvent> {
+        let waiting: Vec<(PathBuf, String)> = self
+            .refused
+            .iter()
+            .filter(|(_, (_, why))| *why == Refusal::Unwatchable)
+            .map(|(f, (sha, _))| (f.clone(), sha.clone()))
+            .collect();
+        let mut events = Vec::new();
+        for (file, sha) in waiting {
+            self.refused.remove(&file);
+            let failures = self.failures;
+            match self.sync_file(&file, engine).await {
+                Some(ReloadEvent::Failed {
+                    reason,
+                    retrying: true,
+                    ..
+                }) if self.refused.get(&file).is_some_and(|(s, _)| *s == sha) => {
+                    self.failures = failures;
+                    tracing::debug!("{}: still waiting: {reason}", file.display());
+                }
+                Some(event) => {
+                    match &event {
+                        ReloadEvent::Failed { .. } => tracing::error!("{event}"),
+                        _ => tracing::info!("{event}"),
+                    }
+                    events.push(event);
+                }
+                None => {}
+            }
+        }
+        events
+    }
+
     async fn sync_file<B: ClusterBackend>(
         &mut self,
         file: &Path,
@@ -239,10 +317,15 @@ impl PluginDirectory {
                 if still_being_written(file, &sha256) {
                     return None;
                 }
-                return Some(self.refuse(file, sha256, e.reason.to_string(), false));
+                return Some(self.refuse(file, sha256, e.reason.to_string(), Refusal::Broken));
             }
             Err(e) => {
-                return Some(self.refuse(file, sha256, format!("loading panicked: {e}"), false));
+                return Some(self.refuse(
+                    file,
+                    sha256,
+                    format!("loading panicked: {e}"),
+                    Refusal::Broken,
+                ));
             }
         };
         let served = Served {
@@ -265,7 +348,7 @@ impl PluginDirectory {
                             sha256,
                         })
                     }
-                    Err(e) => Some(self.refuse(file, sha256, e.to_string(), true)),
+                    Err(e) => Some(self.refuse(file, sha256, e.to_string(), refusal_for(&e))),
                 }
             }
             previous => {
@@ -297,25 +380,20 @@ impl PluginDirectory {
                             );
                             self.served.remove(file);
                         }
-                        Some(self.refuse(file, sha256, e.to_string(), true))
+                        Some(self.refuse(file, sha256, e.to_string(), refusal_for(&e)))
                     }
                 }
             }
         }
     }
 
-    fn refuse(
-        &mut self,
-        file: &Path,
-        sha256: String,
-        reason: String,
-        conflict: bool,
-    ) -> ReloadEvent {
+    fn refuse(&mut self, file: &Path, sha256: String, reason: String, why: Refusal) -> ReloadEvent {
         self.failures += 1;
-        self.refused.insert(file.to_path_buf(), (sha256, conflict));
+        self.refused.insert(file.to_path_buf(), (sha256, why));
         ReloadEvent::Failed {
             file: file.to_path_buf(),
             reason,
+            retrying: why == Refusal::Unwatchable,
         }
     }
 
@@ -324,6 +402,15 @@ impl PluginDirectory {
         self.served
             .iter()
             .map(|(f, s)| (f.as_path(), s.name.as_str()))
+    }
+}
+
+fn refusal_for(error: &EngineError) -> Refusal {
+    match error {
+        EngineError::Watch { .. } => Refusal::Unwatchable,
+        EngineError::PrimaryTaken { .. }
+        | EngineError::DuplicateName(_)
+        | EngineError::NotLoaded(_) => Refusal::Conflict,
     }
 }
 

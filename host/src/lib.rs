@@ -8,11 +8,14 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod crd_install;
 pub mod dev;
 pub mod dir_watch;
+pub mod dispatch;
 pub mod engine;
 pub mod golden;
 pub mod hot_reload;
 pub mod manifests;
 pub mod plugin;
+pub mod run;
 pub mod simulate;

@@ -174,7 +174,7 @@ async fn a_corrupt_version_leaves_the_old_one_serving_and_is_reported_once() {
     .unwrap();
     let events = host.sync().await;
     match events.as_slice() {
-        [ReloadEvent::Failed { file, reason }] => {
+        [ReloadEvent::Failed { file, reason, .. }] => {
             assert!(file.ends_with("hostile.wasm"));
             assert!(reason.contains("cannot compile"), "{reason}");
             assert!(events[0].to_string().contains("keeps serving"));
@@ -308,7 +308,7 @@ async fn two_plugins_racing_for_one_primary_kind() {
         [("hostile".to_string(), "0.1.0".to_string())]
     );
     let refusal = events.iter().find_map(|e| match e {
-        ReloadEvent::Failed { file, reason } => Some((file.clone(), reason.clone())),
+        ReloadEvent::Failed { file, reason, .. } => Some((file.clone(), reason.clone())),
         _ => None,
     });
     let (file, reason) = refusal.expect("the rival is refused");

@@ -2,6 +2,7 @@
 
 mod dev_cmd;
 mod inspect_cmd;
+mod run_cmd;
 mod simulate_cmd;
 mod test_cmd;
 
@@ -21,6 +22,7 @@ The host owns watches, caches and apply logic; each plugin (a component built fo
 against wit/reconciler.wit) decides the desired state of one kind.",
     after_help = "Examples:\n  \
 reconciler-host dev\n  \
+reconciler-host run --plugins-dir plugins --install-crds crds\n  \
 reconciler-host simulate --objects examples/ --advance 1h\n  \
 reconciler-host test plugins/podset.wasm plugins/podset/cases\n  \
 reconciler-host inspect plugins/podset.wasm\n\n\
@@ -42,6 +44,19 @@ there creates, updates or deletes its objects. Each reconcile prints one line; t
 status are shown as a table whenever they change. Stop with Ctrl-C."
     )]
     Dev(dev_cmd::DevArgs),
+    /// Run plugins as controllers of a Kubernetes cluster (KUBECONFIG or the pod's service account).
+    #[command(
+        after_help = "Each plugin's kinds are found by discovery and watched once per kind, shared by all \
+plugins; a plugin's first reconcile waits until its caches are filled. A plugin whose kinds the cluster does \
+not serve yet is reported once and tried again every --kind-retry-secs while the others run. Objects are \
+written by server-side apply with the field manager reconciler-host/<plugin>; status goes through the status \
+subresource; Events through events.k8s.io. Plugins are hot-reloaded from --plugins-dir.\n\n\
+Examples:\n  \
+reconciler-host run --install-crds crds\n  \
+reconciler-host run -n team-a -n team-b --selector 'podset:tier=prod'\n\n\
+SIGTERM or SIGINT stops it: no new reconciles, the ones in flight finish within --shutdown-timeout-secs."
+    )]
+    Run(run_cmd::RunArgs),
     /// Run plugins against the embedded cluster on a virtual clock and print what happened.
     #[command(
         after_help = "Prints every reconcile, every Event and the resulting objects as YAML. Deterministic: \
@@ -151,6 +166,7 @@ impl SandboxArgs {
 pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Dev(args) => dev_cmd::run_cmd(&cli.sandbox, args),
+        Command::Run(args) => run_cmd::run_cmd(&cli.sandbox, args),
         Command::Simulate(args) => simulate_cmd::run(&cli.sandbox, args),
         Command::Test(args) => test_cmd::run(&cli.sandbox, args),
         Command::Inspect(args) => inspect_cmd::run(&cli.sandbox, args),

@@ -5,6 +5,7 @@
 //! the same engine, and each can be tested alone. Objects are JSON
 //! (`serde_json::Value`) as the API server speaks them.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
 
@@ -73,6 +74,65 @@ pub struct WatchStream {
     pub events: UnboundedReceiver<WatchEvent>,
 }
 
+/// The annotation `kubectl apply` keeps a whole copy of the object in.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// `object` without `metadata.managedFields` and kubectl's last-applied
+/// annotation: together often larger than the rest of the object, and of no
+/// use to a reconcile (the host never decides on another manager's intent).
+/// Backends and caches drop them as early as they can.
+pub fn slimmed(mut object: Value) -> Value {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+        if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
+            annotations.remove(LAST_APPLIED);
+            if annotations.is_empty() {
+                meta.remove("annotations");
+            }
+        }
+    }
+    object
+}
+
+/// Which part of a kind a watch covers.
+///
+/// Namespaces restrict what a host sees (and so what it needs RBAC for);
+/// metadata-only watches keep only `apiVersion`, `kind` and `metadata` of
+/// each object, for kinds every plugin reads only for their labels, names
+/// and owners. Both cut the memory a cache holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WatchScope {
+    /// Namespaces watched for namespaced kinds; empty means every namespace.
+    /// Cluster-scoped kinds are always watched whole.
+    pub namespaces: BTreeSet<String>,
+    pub metadata_only: bool,
+}
+
+impl WatchScope {
+    /// Whether `object` falls in the scope's namespaces.
+    pub fn admits(&self, object: &Value) -> bool {
+        match object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+        {
+            Some(ns) => self.namespaces.is_empty() || self.namespaces.contains(ns),
+            None => true,
+        }
+    }
+
+    /// `object` as the scope delivers it.
+    pub fn project(&self, object: Value) -> Value {
+        if !self.metadata_only {
+            return object;
+        }
+        let Value::Object(mut map) = object else {
+            return object;
+        };
+        map.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata"));
+        Value::Object(map)
+    }
+}
+
 /// How deleting an owner treats its dependents (the API's propagationPolicy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Propagation {
@@ -110,7 +170,7 @@ pub enum BackendError {
     Invalid { key: String, message: String },
     #[error("forbidden: {message}")]
     Forbidden { message: String },
-    #[error("the cluster does not serve {kind}")]
+    #[error("the cluster does not serve {kind} (is its CustomResourceDefinition installed?)")]
     UnknownKind { kind: String },
     #[error("transient error, will retry: {0}")]
     Transient(String),
@@ -123,10 +183,11 @@ pub enum BackendError {
 /// other managers own are kept. An apply that changes nothing changes nothing
 /// (no new resourceVersion, no watch event).
 pub trait ClusterBackend: Send + Sync + 'static {
-    /// Lists a kind and watches it from that point on.
+    /// Lists a kind and watches it from that point on, within `scope`.
     fn watch(
         &self,
         kind: &KindRef,
+        scope: &WatchScope,
     ) -> impl Future<Output = Result<WatchStream, BackendError>> + Send;
 
     /// A fresh read of one object.

@@ -8,6 +8,6 @@ pub mod kubernetes;
 
 pub use backend::{
     BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchEvent, WatchEventType,
-    WatchStream,
+    WatchScope, WatchStream,
 };
 pub use clock::{Clock, RealClock, VirtualClock};

@@ -20,6 +20,7 @@
 pub mod event_mapping;
 pub mod plan;
 pub mod record;
+pub mod scope;
 pub mod shared_cache;
 pub mod work_queue;
 
@@ -27,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
+use reconciler_sdk::contract::Projection;
 use reconciler_sdk::memory_cache::is_deleting;
 use reconciler_sdk::{EventType, KindRef};
 use serde_json::Value;
@@ -35,10 +37,12 @@ use tracing::Instrument;
 
 use self::plan::{DeleteReason, Observed, has_finalizer};
 pub use self::record::{Change, Outcome, ReconcileRecord};
+pub use self::scope::{PrimarySelectors, ServeScope};
 use self::shared_cache::SharedCache;
 use self::work_queue::{BackoffPolicy, PrimaryKey, WorkQueue};
 use crate::cluster::{
     BackendError, Clock, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchEvent,
+    WatchEventType, WatchScope,
 };
 use crate::plugin::{LoadedPlugin, ReconcileInput};
 
@@ -102,9 +106,11 @@ pub struct Engine<B: ClusterBackend> {
     cache: Arc<SharedCache>,
     /// By plugin name.
     controllers: RwLock<BTreeMap<String, Arc<Controller>>>,
-    watched: Mutex<BTreeSet<KindRef>>,
+    /// Kinds watched, and whether as metadata only.
+    watched: Mutex<BTreeMap<KindRef, bool>>,
     watches: Mutex<Vec<(KindRef, UnboundedReceiver<WatchEvent>)>>,
     backoff: BackoffPolicy,
+    scope: ServeScope,
 }
 
 impl<B: ClusterBackend> Engine<B> {
@@ -122,16 +128,22 @@ impl<B: ClusterBackend> Engine<B> {
         Ok(engine)
     }
 
-    /// An engine with no plugin yet.
+    /// An engine with no plugin yet, serving the whole cluster.
     pub fn empty(backend: Arc<B>, clock: Arc<dyn Clock>) -> Self {
+        Self::scoped(backend, clock, ServeScope::default())
+    }
+
+    /// An engine with no plugin yet, serving `scope`.
+    pub fn scoped(backend: Arc<B>, clock: Arc<dyn Clock>, scope: ServeScope) -> Self {
         Self {
             backend,
             clock,
             cache: Arc::new(SharedCache::new()),
             controllers: RwLock::new(BTreeMap::new()),
-            watched: Mutex::new(BTreeSet::new()),
+            watched: Mutex::new(BTreeMap::new()),
             watches: Mutex::new(Vec::new()),
             backoff: BackoffPolicy::default(),
+            scope,
         }
     }
 
@@ -223,46 +235,95 @@ impl<B: ClusterBackend> Engine<B> {
         removed.map(|c| c.plugin())
     }
 
-    /// Watches every kind `plugin` declares that is not watched yet.
+    /// Watches every kind `plugin` declares that is not watched yet. A kind
+    /// is watched as metadata only while every plugin declaring it reads it
+    /// so; a plugin wanting whole objects of such a kind re-watches it whole.
     async fn watch_kinds(&self, plugin: &LoadedPlugin) -> Result<(), EngineError> {
-        let now = self.clock.now_millis();
+        let name = &plugin.metadata().name;
         for kind in plugin.metadata().declared_kinds() {
-            if !self
-                .watched
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(kind.clone())
-            {
-                continue;
-            }
-            let stream = match self.backend.watch(kind).await {
+            let metadata_only = plugin.metadata().projection_of(kind) == Projection::MetadataOnly
+                && self.controllers().iter().all(|(other, c)| {
+                    other == name
+                        || !c.plugin().metadata().declared_kinds().any(|k| k == kind)
+                        || c.plugin().metadata().projection_of(kind) == Projection::MetadataOnly
+                });
+            let watched_as = self.lock_watched().get(kind).copied();
+            let rewatch = match watched_as {
+                // Whole objects serve everyone; metadata serves metadata.
+                Some(meta) if !meta || metadata_only => continue,
+                Some(_) => true,
+                None => false,
+            };
+            self.lock_watched().insert(kind.clone(), metadata_only);
+            let scope = WatchScope {
+                namespaces: self.scope.namespaces.clone(),
+                metadata_only,
+            };
+            let stream = match self.backend.watch(kind, &scope).await {
                 Ok(stream) => stream,
                 Err(source) => {
-                    self.watched
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .remove(kind);
+                    let mut watched = self.lock_watched();
+                    match watched_as {
+                        Some(before) => watched.insert(kind.clone(), before),
+                        None => watched.remove(kind),
+                    };
                     return Err(EngineError::Watch {
                         kind: kind.to_string(),
                         source,
                     });
                 }
             };
-            for object in stream.initial {
-                self.observe(
-                    &WatchEvent {
-                        event_type: crate::cluster::WatchEventType::Added,
-                        object,
-                    },
-                    now,
-                );
-            }
-            self.watches
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((kind.clone(), stream.events));
+            self.take_list(kind, stream.initial, rewatch);
+            let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+            // A re-watch replaces the old stream, whose task then stops.
+            watches.retain(|(k, _)| k != kind);
+            watches.push((kind.clone(), stream.events));
         }
         Ok(())
+    }
+
+    /// Takes a watch's first list into the cache. After a re-watch, cached
+    /// objects missing from the list are gone.
+    fn take_list(&self, kind: &KindRef, list: Vec<Value>, rewatch: bool) {
+        let now = self.clock.now_millis();
+        if rewatch {
+            let listed: BTreeSet<ObjectKey> = list.iter().filter_map(ObjectKey::of).collect();
+            for object in self.cache.list(kind) {
+                if ObjectKey::of(&object).is_some_and(|k| !listed.contains(&k)) {
+                    let event = WatchEvent {
+                        event_type: WatchEventType::Deleted,
+                        object,
+                    };
+                    self.observe(&event, now);
+                }
+            }
+        }
+        for object in list {
+            let event = WatchEvent {
+                event_type: WatchEventType::Added,
+                object,
+            };
+            self.observe(&event, now);
+        }
+    }
+
+    fn lock_watched(&self) -> MutexGuard<'_, BTreeMap<KindRef, bool>> {
+        self.watched.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Kinds watched so far, and whether as metadata only.
+    pub fn watched_kinds(&self) -> BTreeMap<KindRef, bool> {
+        self.lock_watched().clone()
+    }
+
+    /// Whether `plugin` reconciles the primary `key` names: it is cached
+    /// and matches the plugin's selector. A primary no longer cached passes,
+    /// so its reconcile can find it gone.
+    fn in_scope(&self, plugin: &str, primary: &KindRef, key: &PrimaryKey) -> bool {
+        let key = ObjectKey::new(primary.clone(), key.namespace.as_deref(), &key.name);
+        self.cache
+            .get(&key)
+            .is_none_or(|object| self.scope.selectors.admits(plugin, &object))
     }
 
     /// Queues every cached primary of a plugin for a reconcile now.
@@ -274,6 +335,9 @@ impl<B: ClusterBackend> Engine<B> {
         let now = self.clock.now_millis();
         let mut state = controller.state();
         for object in self.cache.list(&primary) {
+            if !self.scope.selectors.admits(name, &object) {
+                continue;
+            }
             let namespace = object
                 .pointer("/metadata/namespace")
                 .and_then(Value::as_str)
@@ -308,8 +372,13 @@ impl<B: ClusterBackend> Engine<B> {
 
     fn observe(&self, event: &WatchEvent, now: i64) {
         self.cache.observe(event);
-        for (_, c) in self.controllers() {
-            let keys = event_mapping::primaries_for(c.plugin().metadata(), &event.object);
+        for (name, c) in self.controllers() {
+            let plugin = c.plugin();
+            let keys = event_mapping::primaries_for(plugin.metadata(), &event.object);
+            let keys: Vec<PrimaryKey> = keys
+                .into_iter()
+                .filter(|key| self.in_scope(&name, &plugin.metadata().primary, key))
+                .collect();
             if !keys.is_empty() {
                 let mut state = c.state();
                 for key in keys {
@@ -478,6 +547,11 @@ impl<B: ClusterBackend> Engine<B> {
         let Some(mut primary) = self.cache.get(&primary_key) else {
             return Ok(None);
         };
+        // Its labels may have left the selector since it was queued: it is
+        // then no longer this host's to reconcile, like a gone object.
+        if !self.scope.selectors.admits(&metadata.name, &primary) {
+            return Ok(None);
+        }
         let deleting = is_deleting(&primary);
         let mut changes = Vec::new();
 

@@ -12,28 +12,13 @@ use reconciler_sdk::contract::{Projection, ReconcileRequest};
 use reconciler_sdk::memory_cache::MemoryCache;
 use serde_json::Value;
 
+use crate::cluster::backend::slimmed;
 use crate::cluster::{ObjectKey, WatchEvent, WatchEventType};
 use crate::plugin::ObjectReader;
-
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 #[derive(Default)]
 pub struct SharedCache {
     objects: RwLock<MemoryCache>,
-}
-
-/// Drops what the cache never needs to keep.
-pub fn slim(mut object: Value) -> Value {
-    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
-        if let Some(annotations) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
-            annotations.remove(LAST_APPLIED);
-            if annotations.is_empty() {
-                meta.remove("annotations");
-            }
-        }
-    }
-    object
 }
 
 impl SharedCache {
@@ -54,7 +39,7 @@ impl SharedCache {
     pub fn observe(&self, event: &WatchEvent) {
         match event.event_type {
             WatchEventType::Added | WatchEventType::Modified => {
-                if let Err(e) = self.write().insert(slim(event.object.clone())) {
+                if let Err(e) = self.write().insert(slimmed(event.object.clone())) {
                     tracing::warn!("skipping an object from the watch: {e}");
                 }
             }
@@ -124,6 +109,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::cluster::backend::LAST_APPLIED;
 
     #[test]
     fn cached_objects_lose_managed_fields_and_last_applied() {

@@ -22,7 +22,8 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use self::store::{EmbeddedStore, StoreError};
 use super::backend::{
-    BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchEvent, WatchStream,
+    BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchEvent, WatchScope,
+    WatchStream,
 };
 use super::clock::Clock;
 
@@ -45,9 +46,16 @@ pub struct EmbeddedCluster {
     clock: Arc<dyn Clock>,
 }
 
+/// One open watch.
+struct Subscriber {
+    kind: KindRef,
+    scope: WatchScope,
+    events: UnboundedSender<WatchEvent>,
+}
+
 struct Inner {
     store: EmbeddedStore,
-    subscribers: Vec<(KindRef, UnboundedSender<WatchEvent>)>,
+    subscribers: Vec<Subscriber>,
     kinds: BTreeSet<KindRef>,
     events: Vec<RecordedEvent>,
 }
@@ -89,12 +97,13 @@ impl EmbeddedCluster {
                 continue;
             };
             inner.kinds.insert(kind.clone());
-            inner.subscribers.retain(|(k, tx)| {
-                k != &kind
-                    || tx
+            inner.subscribers.retain(|s| {
+                s.kind != kind
+                    || !s.scope.admits(&event.object)
+                    || s.events
                         .send(WatchEvent {
                             event_type: event.event_type,
-                            object: event.object.clone(),
+                            object: s.scope.project(event.object.clone()),
                         })
                         .is_ok()
             });
@@ -141,11 +150,21 @@ fn into_backend_error(e: StoreError) -> BackendError {
 }
 
 impl ClusterBackend for EmbeddedCluster {
-    async fn watch(&self, kind: &KindRef) -> Result<WatchStream, BackendError> {
+    async fn watch(&self, kind: &KindRef, scope: &WatchScope) -> Result<WatchStream, BackendError> {
         let (tx, rx) = unbounded_channel();
         let mut inner = self.lock();
-        let initial = inner.store.list(kind);
-        inner.subscribers.push((kind.clone(), tx));
+        let initial = inner
+            .store
+            .list(kind)
+            .into_iter()
+            .filter(|o| scope.admits(o))
+            .map(|o| scope.project(o))
+            .collect();
+        inner.subscribers.push(Subscriber {
+            kind: kind.clone(),
+            scope: scope.clone(),
+            events: tx,
+        });
         Ok(WatchStream {
             initial,
             events: rx,

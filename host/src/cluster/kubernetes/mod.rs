@@ -21,13 +21,16 @@ mod watch;
 
 use std::sync::Arc;
 
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PropagationPolicy};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, PartialObjectMeta, PropagationPolicy,
+};
 use kube::discovery::Scope;
 use reconciler_sdk::KindRef;
 use serde_json::Value;
 
 use crate::cluster::backend::{
-    BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchStream,
+    BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchScope, WatchStream,
+    slimmed,
 };
 use discovery::{KindCache, Resolved};
 
@@ -123,8 +126,7 @@ fn request<'a>(
 }
 
 /// An object as the engine wants it: JSON with apiVersion and kind (list
-/// items lack them) and without `metadata.managedFields`, which is large and
-/// of no use to a reconcile.
+/// items lack them), slimmed before anything keeps a copy.
 fn to_value(object: DynamicObject, resource: &ApiResource) -> Value {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(map) = value.as_object_mut() {
@@ -132,11 +134,18 @@ fn to_value(object: DynamicObject, resource: &ApiResource) -> Value {
             .or_insert_with(|| Value::String(resource.api_version.clone()));
         map.entry("kind")
             .or_insert_with(|| Value::String(resource.kind.clone()));
-        if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("managedFields");
-        }
     }
-    value
+    slimmed(value)
+}
+
+/// A metadata-only object as the engine wants it: under the kind it is
+/// watched as, not `meta.k8s.io/v1 PartialObjectMetadata`.
+fn meta_to_value(object: PartialObjectMeta<DynamicObject>, resource: &ApiResource) -> Value {
+    slimmed(serde_json::json!({
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": object.metadata,
+    }))
 }
 
 fn truncate_at_char(s: &mut String, max: usize) {
@@ -150,9 +159,9 @@ fn truncate_at_char(s: &mut String, max: usize) {
 }
 
 impl ClusterBackend for KubernetesBackend {
-    async fn watch(&self, kind: &KindRef) -> Result<WatchStream, BackendError> {
+    async fn watch(&self, kind: &KindRef, scope: &WatchScope) -> Result<WatchStream, BackendError> {
         let resolved = self.resolve(kind).await?;
-        watch::start(self.client.clone(), kind.clone(), resolved).await
+        watch::start(self.client.clone(), kind.clone(), resolved, scope).await
     }
 
     async fn get(&self, key: &ObjectKey) -> Result<Option<Value>, BackendError> {

@@ -14,7 +14,8 @@
 use std::collections::{HashMap, HashSet};
 
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject};
+use futures::stream::BoxStream;
+use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use reconciler_sdk::KindRef;
@@ -22,8 +23,8 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::discovery::Resolved;
-use super::{errors, to_value};
-use crate::cluster::backend::{BackendError, WatchEvent, WatchEventType, WatchStream};
+use super::{errors, meta_to_value, to_value};
+use crate::cluster::backend::{BackendError, WatchEvent, WatchEventType, WatchScope, WatchStream};
 
 /// Namespace and name.
 type Key = (Option<String>, String);
@@ -152,6 +153,7 @@ struct Target {
     group: String,
     resource: String,
     kind: String,
+    namespace: Option<String>,
 }
 
 impl Target {
@@ -177,51 +179,107 @@ impl Target {
             verb,
             group: &self.group,
             resource: self.resource.clone(),
-            namespace: None,
+            namespace: self.namespace.as_deref(),
             target: self.kind.clone(),
         }
     }
 }
 
-/// Lists `kind` in all namespaces and starts forwarding its changes.
+/// Lists `kind` within `scope` and starts forwarding its changes: one
+/// watcher per namespace of the scope (or one for the whole cluster), all
+/// feeding the same stream.
 pub(crate) async fn start(
     client: kube::Client,
     kind: KindRef,
     resolved: Resolved,
+    scope: &WatchScope,
 ) -> Result<WatchStream, BackendError> {
-    let api: Api<DynamicObject> = Api::all_with(client, &resolved.resource);
-    let target = Target {
-        group: kind.group.clone(),
-        resource: resolved.resource.plural.clone(),
-        kind: format!("{} {}", kind.api_version(), kind.kind),
+    let namespaces: Vec<Option<&str>> = if resolved.namespaced && !scope.namespaces.is_empty() {
+        scope
+            .namespaces
+            .iter()
+            .map(|ns| Some(ns.as_str()))
+            .collect()
+    } else {
+        vec![None]
     };
     let (events, receiver) = mpsc::unbounded_channel();
-    let (ready, first_list) = oneshot::channel();
-    tokio::spawn(forward(api, resolved.resource, target, events, ready));
-    match first_list.await {
-        Ok(Ok(initial)) => Ok(WatchStream {
-            initial,
-            events: receiver,
-        }),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(BackendError::Transient(
-            "the watch ended before its first list".into(),
-        )),
+    let mut lists = Vec::new();
+    for namespace in namespaces {
+        let target = Target {
+            group: kind.group.clone(),
+            resource: resolved.resource.plural.clone(),
+            kind: format!("{} {}", kind.api_version(), kind.kind),
+            namespace: namespace.map(str::to_string),
+        };
+        let stream = watcher_events(&client, &resolved.resource, namespace, scope.metadata_only);
+        let (ready, first_list) = oneshot::channel();
+        tokio::spawn(forward(stream, target, events.clone(), ready));
+        lists.push(first_list);
     }
+    let mut initial = Vec::new();
+    for first_list in lists {
+        match first_list.await {
+            Ok(Ok(objects)) => initial.extend(objects),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(BackendError::Transient(
+                    "the watch ended before its first list".into(),
+                ));
+            }
+        }
+    }
+    Ok(WatchStream {
+        initial,
+        events: receiver,
+    })
 }
 
 type Ready = oneshot::Sender<Result<Vec<Value>, BackendError>>;
+type Events = BoxStream<'static, Result<Event<Value>, watcher::Error>>;
+
+/// kube's watcher of one namespace (or all), its objects already turned
+/// into the engine's JSON. Metadata-only watches ask the server for
+/// `PartialObjectMetadata`, so full objects never cross the wire.
+fn watcher_events(
+    client: &kube::Client,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+    metadata_only: bool,
+) -> Events {
+    // Bookmarks are on by default; kube also reconnects a watch that stays
+    // silent past the server's timeout plus a margin, so a dead connection
+    // cannot leave a zombie watch.
+    let config = watcher::Config::default().any_semantic();
+    let resource = resource.clone();
+    if metadata_only {
+        let api: Api<PartialObjectMeta<DynamicObject>> = match namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        watcher::watcher(api, config)
+            .default_backoff()
+            .map(move |r| r.map(|e| convert(e, |o| meta_to_value(o, &resource))))
+            .boxed()
+    } else {
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        watcher::watcher(api, config)
+            .default_backoff()
+            .map(move |r| r.map(|e| convert(e, |o| to_value(o, &resource))))
+            .boxed()
+    }
+}
 
 async fn forward(
-    api: Api<DynamicObject>,
-    resource: ApiResource,
+    stream: Events,
     target: Target,
     events: mpsc::UnboundedSender<WatchEvent>,
     ready: Ready,
 ) {
-    let config = watcher::Config::default().any_semantic();
-    let stream = watcher::watcher(api, config).default_backoff();
-    let mut stream = std::pin::pin!(stream);
+    let mut stream = stream;
     let mut forwarder = Forwarder::new();
     let mut ready = Some(ready);
     loop {
@@ -231,7 +289,6 @@ async fn forward(
         };
         match item {
             Some(Ok(event)) => {
-                let event = convert(event, &resource);
                 let (out, initial) = forwarder.handle(event);
                 if let Some(initial) = initial
                     && let Some(ready) = ready.take()
@@ -253,15 +310,14 @@ async fn forward(
                     }
                     return;
                 }
-                tracing::warn!(kind = %target.kind, %error, "watch failed; retrying with backoff");
+                tracing::warn!(kind = %target.kind, namespace = target.namespace.as_deref().unwrap_or(""), %error, "watch failed; retrying with backoff");
             }
             None => return,
         }
     }
 }
 
-fn convert(event: Event<DynamicObject>, resource: &ApiResource) -> Event<Value> {
-    let value = |o| to_value(o, resource);
+fn convert<K>(event: Event<K>, value: impl Fn(K) -> Value) -> Event<Value> {
     match event {
         Event::Apply(o) => Event::Apply(value(o)),
         Event::Delete(o) => Event::Delete(value(o)),
@@ -278,7 +334,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::super::testing::{self, Handle, next_raw, respond};
-    use crate::cluster::backend::{ClusterBackend, WatchEvent, WatchEventType};
+    use crate::cluster::backend::{ClusterBackend, WatchEvent, WatchEventType, WatchScope};
 
     /// A Deployment as a list item: no apiVersion or kind.
     fn item(name: &str, rv: &str) -> Value {
@@ -351,7 +407,7 @@ mod tests {
         });
 
         let mut stream = backend
-            .watch(&testing::deployment_kind())
+            .watch(&testing::deployment_kind(), &WatchScope::default())
             .await
             .expect("watch");
         assert_eq!(stream.initial.len(), 1);
@@ -416,7 +472,7 @@ mod tests {
         });
 
         let mut stream = backend
-            .watch(&testing::deployment_kind())
+            .watch(&testing::deployment_kind(), &WatchScope::default())
             .await
             .expect("watch");
         assert_eq!(stream.initial.len(), 3);
@@ -444,7 +500,9 @@ mod tests {
         let server = tokio::spawn(async move {
             respond(&mut api, 403, testing::failure(403, "Forbidden", "no")).await;
         });
-        let result = backend.watch(&testing::deployment_kind()).await;
+        let result = backend
+            .watch(&testing::deployment_kind(), &WatchScope::default())
+            .await;
         let Err(crate::cluster::backend::BackendError::Forbidden { message }) = result else {
             panic!("expected Forbidden");
         };

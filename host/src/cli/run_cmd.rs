@@ -1,0 +1,67 @@
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::SandboxArgs;
+use crate::engine::{PrimarySelectors, ServeScope};
+use crate::run::{RunConfig, connect, run, shutdown_signal};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Directory of compiled plugins (*.wasm), watched for new, changed and removed plugins.
+    #[arg(long, default_value = "plugins", value_name = "DIR")]
+    pub plugins_dir: PathBuf,
+    /// Serve only this namespace (repeatable). Every namespaced kind is watched in these
+    /// namespaces only, so the host needs RBAC there only; cluster-scoped kinds are watched whole.
+    #[arg(long, short = 'n', value_name = "NAMESPACE")]
+    pub namespace: Vec<String>,
+    /// Reconcile only primaries whose labels match, e.g. `tier=prod` (every plugin) or
+    /// `podset:team in (a,b)` (one plugin; overrides the one for all). Repeatable.
+    #[arg(long, value_name = "[PLUGIN:]SELECTOR")]
+    pub selector: Vec<String>,
+    /// Server-side apply the CustomResourceDefinitions in DIR (YAML files) at start and wait
+    /// until they are established, before any plugin starts.
+    #[arg(long, value_name = "DIR")]
+    pub install_crds: Option<PathBuf>,
+    /// On SIGTERM or SIGINT, how long reconciles in flight may take to finish.
+    #[arg(long, default_value_t = 25, value_name = "SECS")]
+    pub shutdown_timeout_secs: u64,
+    /// How often a plugin whose kinds the cluster does not serve yet (or RBAC forbids) is tried again.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub kind_retry_secs: u64,
+}
+
+pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
+    if !args.plugins_dir.is_dir() {
+        anyhow::bail!(
+            "the plugins directory {} does not exist (build the example plugins with scripts/build-plugins, or mount a plugins volume there)",
+            args.plugins_dir.display()
+        );
+    }
+    if args.kind_retry_secs == 0 {
+        anyhow::bail!("--kind-retry-secs must be at least 1");
+    }
+    let selectors = PrimarySelectors::parse(args.selector.iter().map(String::as_str))?;
+    let namespaces: BTreeSet<String> = args.namespace.into_iter().collect();
+    let sandbox = Arc::new(sandbox.sandbox()?);
+    let config = RunConfig {
+        plugins_dir: args.plugins_dir,
+        scope: ServeScope {
+            namespaces,
+            selectors,
+        },
+        install_crds: args.install_crds,
+        shutdown_timeout: Duration::from_secs(args.shutdown_timeout_secs),
+        retry_every: Duration::from_secs(args.kind_retry_secs),
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let client = connect().await?;
+        run(sandbox, client, config, shutdown_signal()).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,113 @@
+//! Running an engine's reconciles on the real clock: the loop body shared
+//! by `dev` and `run`.
+//!
+//! The engine decides what is ready; the dispatcher takes watch events in,
+//! spawns every ready reconcile as its own task (the engine caps each
+//! plugin's concurrency), collects what they did, and says how long the
+//! caller may sleep before something else can become ready. Commands add
+//! their own wake-ups (file changes, signals) around it with `select!`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::cluster::{Clock, ClusterBackend, RealClock};
+use crate::engine::{Engine, ReconcileRecord};
+
+/// The longest a loop sleeps without looking at the watches: the latency
+/// of a change arriving while nothing else is due.
+const POLL: Duration = Duration::from_millis(50);
+
+pub struct Dispatcher<B: ClusterBackend> {
+    engine: Arc<Engine<B>>,
+    done_tx: mpsc::UnboundedSender<ReconcileRecord>,
+    done_rx: mpsc::UnboundedReceiver<ReconcileRecord>,
+    /// Reconciles spawned whose record has not been collected.
+    outstanding: usize,
+}
+
+impl<B: ClusterBackend> Dispatcher<B> {
+    pub fn new(engine: Arc<Engine<B>>) -> Self {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        Self {
+            engine,
+            done_tx,
+            done_rx,
+            outstanding: 0,
+        }
+    }
+
+    pub fn engine(&self) -> &Arc<Engine<B>> {
+        &self.engine
+    }
+
+    /// Takes in the watch events delivered so far and starts every
+    /// reconcile that is ready; returns how many events there were.
+    pub fn dispatch(&mut self) -> usize {
+        let changes = self.engine.pump();
+        while let Some((plugin, key)) = self.engine.next_ready() {
+            let (engine, tx) = (self.engine.clone(), self.done_tx.clone());
+            self.outstanding += 1;
+            tokio::spawn(async move {
+                let record = engine.reconcile(&plugin, key).await;
+                let _ = tx.send(record);
+            });
+        }
+        changes
+    }
+
+    /// Reconciles started and not yet collected.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding
+    }
+
+    /// A record already finished, without waiting.
+    pub fn try_finished(&mut self) -> Option<ReconcileRecord> {
+        let record = self.done_rx.try_recv().ok()?;
+        self.outstanding -= 1;
+        Some(record)
+    }
+
+    /// The next record to finish. Cancel-safe, for `select!`; pending for
+    /// ever when nothing is outstanding.
+    pub async fn finished(&mut self) -> ReconcileRecord {
+        if self.outstanding == 0 {
+            return std::future::pending().await;
+        }
+        // The dispatcher holds a sender, so the channel never closes.
+        let record = self
+            .done_rx
+            .recv()
+            .await
+            .expect("the dispatcher holds a sender");
+        self.outstanding -= 1;
+        record
+    }
+
+    /// How long to sleep before a delayed reconcile is due or the watches
+    /// should be looked at again.
+    pub fn idle_wait(&self) -> Duration {
+        let now = RealClock.now_millis();
+        self.engine
+            .next_wakeup()
+            .map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0)))
+            .unwrap_or(POLL)
+            .clamp(Duration::from_millis(1), POLL)
+    }
+
+    /// Waits, up to `within`, for the reconciles already started to finish;
+    /// starts no new ones. Returns the records collected and how many were
+    /// still running when time ran out.
+    pub async fn drain(&mut self, within: Duration) -> (Vec<ReconcileRecord>, usize) {
+        let mut records = Vec::new();
+        let deadline = tokio::time::Instant::now() + within;
+        while self.outstanding > 0 {
+            match tokio::time::timeout_at(deadline, self.finished()).await {
+                Ok(record) => records.push(record),
+                Err(_) => break,
+            }
+        }
+        (records, self.outstanding)
+    }
+}
