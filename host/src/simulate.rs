@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::cluster::embedded::{EmbeddedCluster, RecordedEvent};
-use crate::cluster::{Clock, VirtualClock};
+use crate::cluster::{Clock, ClusterBackend, VirtualClock};
 use crate::engine::{Engine, EngineError, ReconcileRecord};
 use crate::golden::duration_text::format_duration;
 use crate::plugin::LoadedPlugin;
@@ -98,8 +98,8 @@ pub async fn simulate(
 }
 
 /// Drives an engine on a virtual clock until it settles.
-pub async fn run(
-    engine: &Engine<EmbeddedCluster>,
+pub async fn run<B: ClusterBackend>(
+    engine: &Engine<B>,
     clock: &VirtualClock,
     config: &SimulationConfig,
 ) -> SimulationReport {

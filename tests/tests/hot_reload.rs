@@ -5,10 +5,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use reconciler_host::cluster::ClusterBackend;
 use reconciler_host::cluster::VirtualClock;
 use reconciler_host::cluster::embedded::EmbeddedCluster;
-use reconciler_host::engine::{Engine, ReconcileRecord};
+use reconciler_host::cluster::{
+    BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchScope, WatchStream,
+};
+use reconciler_host::engine::{Engine, PrimarySelectors, ReconcileRecord, ServeScope};
 use reconciler_host::hot_reload::{PluginDirectory, ReloadEvent};
 use reconciler_host::simulate::{SimulationConfig, run};
 use reconciler_tests::world::key;
@@ -348,4 +350,242 @@ async fn the_directory_watcher_reports_a_rename_into_place() {
         got.expect("a batch arrives within the debounce window"),
         Some(())
     );
+}
+
+/// The embedded cluster, except that it does not serve one kind until told
+/// to: a CRD installed after the host started.
+struct Gated {
+    cluster: EmbeddedCluster,
+    kind: reconciler_sdk::KindRef,
+    open: std::sync::atomic::AtomicBool,
+}
+
+impl ClusterBackend for Gated {
+    async fn watch(
+        &self,
+        kind: &reconciler_sdk::KindRef,
+        scope: &WatchScope,
+    ) -> Result<WatchStream, BackendError> {
+        if *kind == self.kind && !self.open.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(BackendError::UnknownKind {
+                kind: format!("{} {}", kind.api_version(), kind.kind),
+            });
+        }
+        self.cluster.watch(kind, scope).await
+    }
+    async fn get(&self, key: &ObjectKey) -> Result<Option<Value>, BackendError> {
+        self.cluster.get(key).await
+    }
+    async fn apply(
+        &self,
+        object: Value,
+        manager: &str,
+        force: bool,
+    ) -> Result<Value, BackendError> {
+        self.cluster.apply(object, manager, force).await
+    }
+    async fn apply_status(
+        &self,
+        key: &ObjectKey,
+        status: Value,
+        manager: &str,
+    ) -> Result<Value, BackendError> {
+        self.cluster.apply_status(key, status, manager).await
+    }
+    async fn delete(&self, key: &ObjectKey, propagation: Propagation) -> Result<(), BackendError> {
+        self.cluster.delete(key, propagation).await
+    }
+    async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
+        self.cluster.add_finalizer(key, finalizer).await
+    }
+    async fn remove_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
+        self.cluster.remove_finalizer(key, finalizer).await
+    }
+    async fn record_event(&self, event: EventRecord) -> Result<(), BackendError> {
+        self.cluster.record_event(event).await
+    }
+}
+
+#[tokio::test]
+async fn a_plugin_whose_kind_is_not_served_waits_while_the_others_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(test_plugin("hostile"), dir.path().join("hostile.wasm")).unwrap();
+    std::fs::copy(
+        reconciler_tests::example_plugin("podset"),
+        dir.path().join("podset.wasm"),
+    )
+    .unwrap();
+    let clock = VirtualClock::at(reconciler_sdk::testing::DEFAULT_NOW_MILLIS);
+    let backend = Arc::new(Gated {
+        cluster: EmbeddedCluster::new(Arc::new(clock.clone())),
+        kind: reconciler_sdk::KindRef::new("example.com", "v1alpha1", "PodSet"),
+        open: false.into(),
+    });
+    let engine = Engine::empty(backend.clone(), Arc::new(clock.clone()));
+    let mut plugins = PluginDirectory::new(dir.path(), sandbox().clone());
+    let settle = async |engine: &Engine<Gated>| {
+        let config = SimulationConfig {
+            start_millis: reconciler_host::cluster::Clock::now_millis(&clock),
+            ..SimulationConfig::default()
+        };
+        run(engine, &clock, &config).await.records
+    };
+
+    let events = plugins.sync(&engine).await;
+    assert_eq!(
+        loaded(&events),
+        [("hostile".to_string(), "0.1.0".to_string())]
+    );
+    let waiting: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            ReloadEvent::Failed {
+                retrying: true,
+                file,
+                ..
+            } if file.ends_with("podset.wasm") => Some(e.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(waiting.len(), 1, "{events:?}");
+    assert!(
+        waiting[0].contains("does not serve example.com/v1alpha1 PodSet")
+            && waiting[0].contains("CustomResourceDefinition")
+            && waiting[0].contains("retried"),
+        "{}",
+        waiting[0]
+    );
+    assert!(plugins.waiting());
+
+    // Still not served: tried again quietly, not reported or counted again.
+    assert!(plugins.retry_waiting(&engine).await.is_empty());
+    assert_eq!(plugins.failures(), 1);
+
+    // The other plugin runs meanwhile.
+    backend.cluster.apply_as_user(hostile("calm")).unwrap();
+    let records = settle(&engine).await;
+    assert!(
+        records
+            .iter()
+            .any(|r| r.plugin == "hostile" && r.object.name == "calm"),
+        "{records:?}"
+    );
+
+    // The CRD arrives: the next retry starts the plugin, which reconciles.
+    backend
+        .open
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let events = plugins.retry_waiting(&engine).await;
+    assert_eq!(
+        loaded(&events),
+        [("podset".to_string(), "0.1.0".to_string())]
+    );
+    assert!(!plugins.waiting());
+    backend
+        .cluster
+        .apply_as_user(
+            json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+            "metadata": {"name": "web", "namespace": "default"}, "spec": {"size": 1}}),
+        )
+        .unwrap();
+    settle(&engine).await;
+    let deployment = backend
+        .cluster
+        .get(&key("apps", "v1", "Deployment", "default", "web"))
+        .await
+        .unwrap();
+    assert!(
+        deployment.is_some(),
+        "podset serves once its kind is served"
+    );
+}
+
+fn pod() -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default", "labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_read_as_metadata_is_watched_whole_once_a_plugin_needs_it() {
+    let mut host = Host::new();
+    host.cluster.apply_as_user(pod()).unwrap();
+    let pod_kind = reconciler_sdk::KindRef::new("", "v1", "Pod");
+    let pod_key = key("", "v1", "Pod", "default", "p");
+
+    host.drop_in(&test_plugin("hostile"), "hostile.wasm");
+    host.sync().await;
+    assert_eq!(host.engine.watched_kinds().get(&pod_kind), Some(&true));
+    let cached = host.engine.cache().get(&pod_key).unwrap();
+    assert_eq!(cached["metadata"]["labels"]["app"], "x");
+    assert!(cached.get("spec").is_none(), "metadata only: {cached}");
+
+    // v2 reads Pods whole: the watch is replaced and the cache refilled.
+    host.drop_in(&test_plugin("hostile-v2"), "hostile.wasm");
+    let events = host.sync().await;
+    assert!(
+        matches!(events[..], [ReloadEvent::Reloaded { .. }]),
+        "{events:?}"
+    );
+    assert_eq!(host.engine.watched_kinds().get(&pod_kind), Some(&false));
+    let cached = host.engine.cache().get(&pod_key).unwrap();
+    assert_eq!(cached["spec"]["containers"][0]["image"], "busybox");
+
+    // Changes keep arriving through the new watch.
+    host.cluster.delete_as_user(&pod_key).unwrap();
+    host.engine.pump();
+    assert!(host.engine.cache().get(&pod_key).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_and_selectors_restrict_what_is_reconciled() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(test_plugin("hostile"), dir.path().join("hostile.wasm")).unwrap();
+    let clock = VirtualClock::at(reconciler_sdk::testing::DEFAULT_NOW_MILLIS);
+    let cluster = Arc::new(EmbeddedCluster::new(Arc::new(clock.clone())));
+    let scope = ServeScope {
+        namespaces: ["team".to_string()].into(),
+        selectors: PrimarySelectors::parse(["hostile:tier=prod"]).unwrap(),
+    };
+    let engine = Engine::scoped(cluster.clone(), Arc::new(clock.clone()), scope);
+    let mut plugins = PluginDirectory::new(dir.path(), sandbox().clone());
+    plugins.sync(&engine).await;
+    let object = |namespace: &str, name: &str, tier: &str| {
+        json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"tier": tier}},
+            "spec": {"mode": "ok"}})
+    };
+    cluster.apply_as_user(object("team", "a", "prod")).unwrap();
+    cluster.apply_as_user(object("team", "b", "dev")).unwrap();
+    cluster
+        .apply_as_user(object("default", "c", "prod"))
+        .unwrap();
+    let settle = async || {
+        let config = SimulationConfig {
+            start_millis: reconciler_host::cluster::Clock::now_millis(&clock),
+            ..SimulationConfig::default()
+        };
+        let records = run(&engine, &clock, &config).await.records;
+        let mut names: Vec<String> = records.iter().map(|r| r.object.to_string()).collect();
+        names.sort();
+        names.dedup();
+        names
+    };
+    assert_eq!(settle().await, ["team/a"]);
+    assert!(
+        engine
+            .cache()
+            .list(&reconciler_sdk::KindRef::new(
+                "hostile.example.com",
+                "v1",
+                "Hostile"
+            ))
+            .iter()
+            .all(|o| o["metadata"]["namespace"] == "team"),
+        "other namespaces are not even cached"
+    );
+
+    // A primary relabelled into the selector is picked up.
+    cluster.apply_as_user(object("team", "b", "prod")).unwrap();
+    assert_eq!(settle().await, ["team/b"]);
 }

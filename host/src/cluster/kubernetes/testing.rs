@@ -37,6 +37,7 @@ pub(crate) struct Seen {
     pub path: String,
     pub query: String,
     pub content_type: Option<String>,
+    pub accept: Option<String>,
     pub body: Value,
 }
 
@@ -73,6 +74,11 @@ pub(crate) async fn next_raw(
         content_type: parts
             .headers
             .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        accept: parts
+            .headers
+            .get(http::header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),

@@ -513,4 +513,82 @@ mod tests {
         assert!(message.contains("cluster-wide"), "{message}");
         server.await.unwrap();
     }
+
+    #[tokio::test]
+    async fn namespaced_scope_lists_each_namespace() {
+        let (backend, mut api) = testing::backend();
+        let server = tokio::spawn(async move {
+            let mut paths = Vec::new();
+            for _ in 0..2 {
+                let seen = testing::next(&mut api, |seen| {
+                    let name = if seen.path.contains("/namespaces/a/") {
+                        "in-a"
+                    } else {
+                        "in-b"
+                    };
+                    (200, list("5", &[item(name, "4")]))
+                })
+                .await;
+                paths.push(seen.path);
+            }
+            paths.sort();
+            (paths, api)
+        });
+        let scope = WatchScope {
+            namespaces: ["a".to_string(), "b".to_string()].into(),
+            metadata_only: false,
+        };
+        let stream = backend
+            .watch(&testing::deployment_kind(), &scope)
+            .await
+            .expect("watch");
+        let mut names: Vec<&str> = stream
+            .initial
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["in-a", "in-b"]);
+        let (paths, _api) = server.await.unwrap();
+        assert_eq!(
+            paths,
+            [
+                "/apis/apps/v1/namespaces/a/deployments",
+                "/apis/apps/v1/namespaces/b/deployments"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn metadata_only_scope_asks_for_metadata_and_keeps_the_kind() {
+        let (backend, mut api) = testing::backend();
+        let server = tokio::spawn(async move {
+            let mut pod = item("p", "3");
+            pod["metadata"]["annotations"] = json!({
+                "kubectl.kubernetes.io/last-applied-configuration": "{}", "keep": "me"});
+            let mut meta_list = list("3", &[pod]);
+            meta_list["kind"] = json!("PartialObjectMetadataList");
+            meta_list["apiVersion"] = json!("meta.k8s.io/v1");
+            let seen = respond(&mut api, 200, meta_list).await;
+            (seen, api)
+        });
+        let scope = WatchScope {
+            namespaces: Default::default(),
+            metadata_only: true,
+        };
+        let stream = backend
+            .watch(&testing::deployment_kind(), &scope)
+            .await
+            .expect("watch");
+        let (seen, _api) = server.await.unwrap();
+        let accept = seen.accept.unwrap_or_default();
+        assert!(accept.contains("as=PartialObjectMetadataList"), "{accept}");
+        let object = &stream.initial[0];
+        assert_eq!(object["apiVersion"], "apps/v1");
+        assert_eq!(object["kind"], "Deployment");
+        assert!(object.get("spec").is_none());
+        let meta = &object["metadata"];
+        assert!(meta.get("managedFields").is_none());
+        assert_eq!(meta["annotations"], json!({"keep": "me"}));
+    }
 }

@@ -5,7 +5,9 @@
 //! wasm32-wasip2 and checks that the host turns each into a clear error for
 //! that one object and keeps serving.
 
-use reconciler_sdk::{Context, Error, KindRef, Object, PluginMetadata, Reconciler, Response};
+use reconciler_sdk::{
+    Context, Error, KindRef, MapRule, Object, PluginMetadata, Reconciler, Response,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -56,6 +58,13 @@ impl Reconciler for Hostiles {
             KindRef::new("hostile.example.com", "v1", "Hostile"),
         )
         .owns(KindRef::new("", "v1", "ConfigMap"))
+        // Pods are read as metadata by the first version and whole by v2,
+        // so a reload can be seen to change how the host watches them.
+        .reads(
+            KindRef::new("", "v1", "Pod"),
+            MapRule::None,
+            !cfg!(feature = "v2"),
+        )
         .finalizer("hostile.example.com/cleanup")
     }
 
