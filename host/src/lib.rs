@@ -17,5 +17,6 @@ pub mod golden;
 pub mod hot_reload;
 pub mod manifests;
 pub mod plugin;
+pub mod rbac;
 pub mod run;
 pub mod simulate;

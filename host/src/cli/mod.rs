@@ -2,6 +2,7 @@
 
 mod dev_cmd;
 mod inspect_cmd;
+mod rbac_cmd;
 mod run_cmd;
 mod simulate_cmd;
 mod test_cmd;
@@ -69,6 +70,14 @@ the same plugins and input print byte-identical output. Exits non-zero if a plug
 expected response. See plugins/podset/cases/ for examples. Exits non-zero if any case fails."
     )]
     Test(test_cmd::TestArgs),
+    /// Print the least-privilege ClusterRole the plugins of a directory need.
+    #[command(
+        after_help = "Derived from what each plugin declares: get/list/watch on every kind; create/patch/delete \
+on owned kinds; patch on written kinds; patch and update on primaries' status; patch on primaries for a \
+finalizer; create/patch on events.k8s.io Events; get/create/update/patch on the leader-election Lease.\n\n\
+Example:\n  reconciler-host rbac --plugins-dir plugins --crds crds > deploy/cluster-role.yaml"
+    )]
+    Rbac(rbac_cmd::RbacArgs),
     /// Print what a compiled plugin declares: kinds, finalizer, hints and the limits it would run under.
     Inspect(inspect_cmd::InspectArgs),
 }
@@ -170,5 +179,6 @@ pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Simulate(args) => simulate_cmd::run(&cli.sandbox, args),
         Command::Test(args) => test_cmd::run(&cli.sandbox, args),
         Command::Inspect(args) => inspect_cmd::run(&cli.sandbox, args),
+        Command::Rbac(args) => rbac_cmd::run(&cli.sandbox, args),
     }
 }

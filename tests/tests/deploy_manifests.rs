@@ -1,0 +1,29 @@
+//! The manifests in deploy/ that are derived from code stay in step with it.
+
+use reconciler_host::rbac::{Plurals, cluster_role};
+use reconciler_tests::{example_plugin, load, root};
+
+const EXAMPLES: [&str; 5] = [
+    "kubernetescluster",
+    "memcached",
+    "podset",
+    "rollout_restarter",
+    "rollout_schedules",
+];
+
+#[test]
+fn the_cluster_role_in_deploy_is_what_rbac_generates_for_the_example_plugins() {
+    let metadata: Vec<_> = EXAMPLES
+        .iter()
+        .map(|name| load(&example_plugin(name)).metadata().clone())
+        .collect();
+    let plurals = Plurals::from_crds(&root().join("crds")).unwrap();
+    let generated = cluster_role(&metadata, &plurals, "reconciler-host");
+    let path = root().join("deploy/cluster-role.yaml");
+    let checked_in = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        generated == checked_in,
+        "{} is stale; regenerate it with\n  cargo run -p reconciler-host -- rbac --plugins-dir plugins --crds crds > deploy/cluster-role.yaml\n--- generated:\n{generated}",
+        path.display()
+    );
+}
