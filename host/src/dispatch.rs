@@ -19,8 +19,12 @@ use crate::engine::{Engine, ReconcileRecord};
 /// of a change arriving while nothing else is due.
 const POLL: Duration = Duration::from_millis(50);
 
+/// Told of every finished reconcile and how long it took (metrics).
+pub type OnFinished = Arc<dyn Fn(&ReconcileRecord, Duration) + Send + Sync>;
+
 pub struct Dispatcher<B: ClusterBackend> {
     engine: Arc<Engine<B>>,
+    on_finished: Option<OnFinished>,
     done_tx: mpsc::UnboundedSender<ReconcileRecord>,
     done_rx: mpsc::UnboundedReceiver<ReconcileRecord>,
     /// Reconciles spawned whose record has not been collected.
@@ -32,10 +36,17 @@ impl<B: ClusterBackend> Dispatcher<B> {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Self {
             engine,
+            on_finished: None,
             done_tx,
             done_rx,
             outstanding: 0,
         }
+    }
+
+    /// Calls `hook` with every finished reconcile, in its task.
+    pub fn on_finished(mut self, hook: OnFinished) -> Self {
+        self.on_finished = Some(hook);
+        self
     }
 
     pub fn engine(&self) -> &Arc<Engine<B>> {
@@ -48,9 +59,14 @@ impl<B: ClusterBackend> Dispatcher<B> {
         let changes = self.engine.pump();
         while let Some((plugin, key)) = self.engine.next_ready() {
             let (engine, tx) = (self.engine.clone(), self.done_tx.clone());
+            let hook = self.on_finished.clone();
             self.outstanding += 1;
             tokio::spawn(async move {
+                let started = std::time::Instant::now();
                 let record = engine.reconcile(&plugin, key).await;
+                if let Some(hook) = hook {
+                    hook(&record, started.elapsed());
+                }
                 let _ = tx.send(record);
             });
         }

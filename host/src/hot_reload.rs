@@ -23,7 +23,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::cluster::ClusterBackend;
+use reconciler_sdk::{KindRef, PluginMetadata};
+
+use crate::cluster::clock::rfc3339;
+use crate::cluster::{Clock, ClusterBackend, RealClock};
 use crate::engine::{Engine, EngineError};
 use crate::plugin::Sandbox;
 use crate::plugin::directory::plugin_files;
@@ -130,6 +133,54 @@ struct Served {
     name: String,
     version: String,
     sha256: String,
+    metadata: PluginMetadata,
+    loaded_at_millis: i64,
+}
+
+/// A version refused, reported once.
+#[derive(Clone, Debug)]
+struct Refused {
+    sha256: String,
+    why: Refusal,
+    reason: String,
+}
+
+/// One plugin file, for `/plugins`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginStatus {
+    pub file: String,
+    /// What is served from the file; `None` when no version of it serves.
+    pub name: Option<String>,
+    pub version: Option<String>,
+    pub sha256: Option<String>,
+    pub kinds: Option<PluginKinds>,
+    pub loaded_at: Option<String>,
+    /// Why the file's latest refused version was refused, while it is.
+    pub last_reload_error: Option<String>,
+    /// The refused version waits for its kinds to be served and is retried.
+    pub waiting_for_kinds: bool,
+}
+
+/// A plugin's kinds by role, as `group/version Kind` text.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PluginKinds {
+    pub primary: String,
+    pub owns: Vec<String>,
+    pub reads: Vec<String>,
+    pub writes: Vec<String>,
+}
+
+impl PluginKinds {
+    fn of(metadata: &PluginMetadata) -> Self {
+        let text = |k: &KindRef| k.to_string();
+        Self {
+            primary: text(&metadata.primary),
+            owns: metadata.owns.iter().map(text).collect(),
+            reads: metadata.reads.iter().map(|r| text(&r.kind)).collect(),
+            writes: metadata.writes.iter().map(text).collect(),
+        }
+    }
 }
 
 /// Why a version was refused, which says when it is tried again.
@@ -152,7 +203,7 @@ pub struct PluginDirectory {
     served: BTreeMap<PathBuf, Served>,
     /// The content hash of a refused version per file (reported once), and
     /// why it was refused.
-    refused: BTreeMap<PathBuf, (String, Refusal)>,
+    refused: BTreeMap<PathBuf, Refused>,
     failures: u64,
 }
 
@@ -183,8 +234,8 @@ impl PluginDirectory {
         let waiting: BTreeMap<PathBuf, String> = self
             .refused
             .iter()
-            .filter(|(_, (_, why))| *why == Refusal::Conflict)
-            .map(|(f, (sha, _))| (f.clone(), sha.clone()))
+            .filter(|(_, r)| r.why == Refusal::Conflict)
+            .map(|(f, r)| (f.clone(), r.sha256.clone()))
             .collect();
         let files = match plugin_files(&self.dir) {
             Ok(files) => files,
@@ -229,7 +280,7 @@ impl PluginDirectory {
                 if self
                     .refused
                     .get(&file)
-                    .is_some_and(|(refused, _)| *refused == sha)
+                    .is_some_and(|refused| refused.sha256 == sha)
                 {
                     self.refused.remove(&file);
                     if let Some(event) = self.sync_file(&file, engine).await {
@@ -249,9 +300,7 @@ impl PluginDirectory {
 
     /// Whether some version waits for its kinds to become watchable.
     pub fn waiting(&self) -> bool {
-        self.refused
-            .values()
-            .any(|(_, why)| *why == Refusal::Unwatchable)
+        self.refused.values().any(|r| r.why == Refusal::Unwatchable)
     }
 
     /// Tries again every version whose kinds could not be watched. One that
@@ -264,8 +313,8 @@ impl PluginDirectory {
         let waiting: Vec<(PathBuf, String)> = self
             .refused
             .iter()
-            .filter(|(_, (_, why))| *why == Refusal::Unwatchable)
-            .map(|(f, (sha, _))| (f.clone(), sha.clone()))
+            .filter(|(_, r)| r.why == Refusal::Unwatchable)
+            .map(|(f, r)| (f.clone(), r.sha256.clone()))
             .collect();
         let mut events = Vec::new();
         for (file, sha) in waiting {
@@ -276,7 +325,7 @@ impl PluginDirectory {
                     reason,
                     retrying: true,
                     ..
-                }) if self.refused.get(&file).is_some_and(|(s, _)| *s == sha) => {
+                }) if self.refused.get(&file).is_some_and(|r| r.sha256 == sha) => {
                     self.failures = failures;
                     tracing::debug!("{}: still waiting: {reason}", file.display());
                 }
@@ -304,7 +353,7 @@ impl PluginDirectory {
             || self
                 .refused
                 .get(file)
-                .is_some_and(|(refused, _)| *refused == sha256)
+                .is_some_and(|refused| refused.sha256 == sha256)
         {
             return None;
         }
@@ -332,6 +381,8 @@ impl PluginDirectory {
             name: plugin.name().to_string(),
             version: plugin.metadata().version.clone(),
             sha256: sha256.clone(),
+            metadata: plugin.metadata().clone(),
+            loaded_at_millis: RealClock.now_millis(),
         };
         match self.served.get(file).cloned() {
             Some(old) if old.name == served.name => {
@@ -389,12 +440,43 @@ impl PluginDirectory {
 
     fn refuse(&mut self, file: &Path, sha256: String, reason: String, why: Refusal) -> ReloadEvent {
         self.failures += 1;
-        self.refused.insert(file.to_path_buf(), (sha256, why));
+        self.refused.insert(
+            file.to_path_buf(),
+            Refused {
+                sha256,
+                why,
+                reason: reason.clone(),
+            },
+        );
         ReloadEvent::Failed {
             file: file.to_path_buf(),
             reason,
             retrying: why == Refusal::Unwatchable,
         }
+    }
+
+    /// Each plugin file as it stands: what it serves, since when, and the
+    /// last version of it that was refused and why.
+    pub fn status(&self) -> Vec<PluginStatus> {
+        let files: std::collections::BTreeSet<&PathBuf> =
+            self.served.keys().chain(self.refused.keys()).collect();
+        files
+            .into_iter()
+            .map(|file| {
+                let served = self.served.get(file);
+                let refused = self.refused.get(file);
+                PluginStatus {
+                    file: file.display().to_string(),
+                    name: served.map(|s| s.name.clone()),
+                    version: served.map(|s| s.version.clone()),
+                    sha256: served.map(|s| s.sha256.clone()),
+                    kinds: served.map(|s| PluginKinds::of(&s.metadata)),
+                    loaded_at: served.map(|s| rfc3339(s.loaded_at_millis)),
+                    last_reload_error: refused.map(|r| r.reason.clone()),
+                    waiting_for_kinds: refused.is_some_and(|r| r.why == Refusal::Unwatchable),
+                }
+            })
+            .collect()
     }
 
     /// The plugins loaded from this directory, by file.

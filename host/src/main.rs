@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use reconciler_host::cli::{Cli, Command, run};
+use reconciler_host::cli::{Cli, Command, LogFormat, run};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -12,12 +12,20 @@ fn main() -> ExitCode {
     } else {
         "info"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        // Spans' fields (plugin, kind, namespace, name) ride along on each line.
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -9,6 +9,7 @@
 //! start reconciles every object again from a fresh list).
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +23,8 @@ use crate::crd_install::install_crds;
 use crate::dir_watch::watch_dir;
 use crate::dispatch::Dispatcher;
 use crate::engine::{Engine, Outcome, ReconcileRecord, ServeScope};
-use crate::hot_reload::PluginDirectory;
+use crate::hot_reload::{PluginDirectory, ReloadEvent};
+use crate::http_server::{HostStatus, serve};
 use crate::plugin::Sandbox;
 
 /// Options of one `run`.
@@ -35,6 +37,8 @@ pub struct RunConfig {
     pub shutdown_timeout: Duration,
     /// How often plugins whose kinds cannot be watched are tried again.
     pub retry_every: Duration,
+    /// Where to serve /healthz, /readyz, /plugins and /metrics; `None`: nowhere.
+    pub http_listen: Option<SocketAddr>,
 }
 
 /// How long `--install-crds` waits for the CRDs to be established.
@@ -48,15 +52,34 @@ pub async fn run(
     config: RunConfig,
     shutdown: impl Future<Output = &'static str>,
 ) -> anyhow::Result<()> {
+    let status = Arc::new(HostStatus::new());
+    if let Some(addr) = config.http_listen {
+        serve(addr, status.clone()).await?;
+    }
     let backend = Arc::new(KubernetesBackend::new(client));
     if let Some(dir) = &config.install_crds {
+        status.not_ready("installing CRDs");
         let names = install_crds(&*backend, dir, CRD_WAIT).await?;
         tracing::info!("installed {} CRD(s) from {}", names.len(), dir.display());
     }
     let selectors = config.scope.selectors.clone();
     let engine = Arc::new(Engine::scoped(backend, Arc::new(RealClock), config.scope));
+    let sampler_engine = engine.clone();
+    status.set_sampler(move || {
+        (
+            sampler_engine.queue_stats(),
+            sampler_engine.cache().counts_by_kind(),
+        )
+    });
     let mut plugins = PluginDirectory::new(&config.plugins_dir, sandbox);
-    plugins.sync(&engine).await;
+    status.not_ready("loading plugins and filling their caches");
+    let events = plugins.sync(&engine).await;
+    publish(&status, &plugins, &events);
+    // Every plugin present at start serves from filled caches (a plugin's
+    // first list completes before it is added); ones waiting for their
+    // kinds do not hold readiness back, or one missing CRD would keep the
+    // whole host out of service.
+    status.set_ready();
     for name in selectors.named_plugins() {
         if !engine.plugins().iter().any(|p| p.name() == name) {
             tracing::warn!(
@@ -76,7 +99,12 @@ pub async fn run(
     let mut retry = tokio::time::interval(config.retry_every);
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     retry.reset();
-    let mut dispatcher = Dispatcher::new(engine.clone());
+    let metrics_status = status.clone();
+    let mut dispatcher = Dispatcher::new(engine.clone()).on_finished(Arc::new(
+        move |record: &ReconcileRecord, took: Duration| {
+            metrics_status.metrics.reconciled(record, took)
+        },
+    ));
     tokio::pin!(shutdown);
 
     let signal = loop {
@@ -89,15 +117,18 @@ pub async fn run(
             record = dispatcher.finished() => log_record(&record),
             Some(()) = plugins_rx.recv() => {
                 while plugins_rx.try_recv().is_ok() {}
-                plugins.sync(&engine).await;
+                let events = plugins.sync(&engine).await;
+                publish(&status, &plugins, &events);
             }
             _ = retry.tick(), if plugins.waiting() => {
-                plugins.retry_waiting(&engine).await;
+                let events = plugins.retry_waiting(&engine).await;
+                publish(&status, &plugins, &events);
             }
             _ = tokio::time::sleep(wait) => {}
             signal = &mut shutdown => break signal,
         }
     };
+    status.not_ready("stopping");
     tracing::info!(
         "{signal}: stopping; no new reconciles, waiting up to {}s for {} in flight",
         config.shutdown_timeout.as_secs(),
@@ -159,6 +190,12 @@ fn supported_version(major: &str, minor: &str) -> bool {
         // An unparseable version is not a reason to warn.
         _ => true,
     }
+}
+
+/// Makes what a rescan did visible at /plugins and /metrics.
+fn publish(status: &HostStatus, plugins: &PluginDirectory, events: &[ReloadEvent]) {
+    status.metrics.reloaded(events);
+    status.set_plugins(plugins.status());
 }
 
 fn log_record(record: &ReconcileRecord) {

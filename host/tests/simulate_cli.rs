@@ -71,3 +71,30 @@ fn a_bad_objects_file_is_named() {
         "{err}"
     );
 }
+
+#[test]
+fn json_logs_are_one_object_a_line_with_the_reconcile_span() {
+    let output = Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+        .env("RUST_LOG", "debug")
+        .args(["--log-format", "json", "--no-compile-cache", "simulate"])
+        .arg("--plugins-dir")
+        .arg(plugins_dir())
+        .arg("--objects")
+        .arg(root().join("examples/podset.yaml"))
+        .output()
+        .expect("run reconciler-host");
+    assert!(output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let reconcile = lines
+        .iter()
+        .find(|l| l["span"]["name"] == "reconcile")
+        .unwrap_or_else(|| panic!("no line inside a reconcile span:\n{stderr}"));
+    assert_eq!(reconcile["span"]["plugin"], "podset");
+    assert_eq!(reconcile["span"]["kind"], "PodSet");
+    assert_eq!(reconcile["span"]["namespace"], "default");
+    assert_eq!(reconcile["span"]["object_name"], "example");
+}

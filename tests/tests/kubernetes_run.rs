@@ -197,6 +197,28 @@ fn panic_unless_event(seen: &Seen) {
     assert!(is_event(seen), "expected an Event, got {}", seen.describe());
 }
 
+/// A loopback address with a port nobody listens on.
+fn free_port() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// GET over a plain socket: status code and body.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    let code = answer[9..12].parse().unwrap();
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    (code, body.to_string())
+}
+
 fn stored_deployment(replicas: i64) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment",
            "metadata": {"name": "web", "namespace": "default", "uid": "uid-dep",
@@ -239,12 +261,14 @@ async fn podset_reconcile_against_a_mocked_api() {
     let client = kube::Client::new(service, "default");
     let mut api = FakeApi::start(handle);
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let http = free_port();
     let config = RunConfig {
         plugins_dir: plugins.path().to_path_buf(),
         scope: ServeScope::default(),
         install_crds: None,
         shutdown_timeout: Duration::from_secs(10),
         retry_every: Duration::from_secs(30),
+        http_listen: Some(http),
     };
     let host = tokio::spawn(run(Arc::clone(sandbox()), client, config, async move {
         let _ = stop_rx.await;
@@ -270,6 +294,25 @@ async fn podset_reconcile_against_a_mocked_api() {
         "one Warning Event for the conflict"
     );
     assert!(warning_notes(&events)[0].contains("conflict"), "{events:?}");
+
+    // The endpoints show the plugin, readiness and what happened so far.
+    let (code, ready) = http_get(http, "/readyz").await;
+    assert_eq!((code, ready.as_str()), (200, "ok\n"));
+    let (_, plugins) = http_get(http, "/plugins").await;
+    let plugins: Value = serde_json::from_str(&plugins).unwrap();
+    assert_eq!(plugins[0]["name"], "podset");
+    assert_eq!(
+        plugins[0]["kinds"]["primary"],
+        "example.com/v1alpha1 PodSet"
+    );
+    let (_, metrics) = http_get(http, "/metrics").await;
+    for line in [
+        "controller_runtime_reconcile_total{controller=\"podset\",result=\"error\"} 1",
+        "reconciler_host_plugin_loads_total{plugin=\"podset\"} 1",
+        "reconciler_host_cache_objects{group=\"\",version=\"v1\",kind=\"Pod\"} 2",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    }
 
     // Status through the status subresource, with the pods the cache holds.
     let (seen, send) = api.next_write(&mut events).await;

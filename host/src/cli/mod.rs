@@ -34,6 +34,16 @@ pub struct Cli {
     pub command: Command,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+    /// How logs (stderr) are written: `text` for people, `json` (one object a line, with the
+    /// reconcile's plugin, kind, namespace and name) for log collectors.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,4 +1,5 @@
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -33,6 +34,26 @@ pub struct RunArgs {
     /// How often a plugin whose kinds the cluster does not serve yet (or RBAC forbids) is tried again.
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub kind_retry_secs: u64,
+    /// Where to serve /healthz, /readyz, /plugins (JSON) and /metrics (Prometheus); `off` for nowhere.
+    /// In a pod, listen on all interfaces: `0.0.0.0:8080`.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR", value_parser = parse_listen)]
+    pub http_listen: Listen,
+}
+
+/// `--http-listen`: an address, or `off`.
+#[derive(Clone, Debug)]
+pub enum Listen {
+    Off,
+    At(SocketAddr),
+}
+
+fn parse_listen(text: &str) -> Result<Listen, String> {
+    if text == "off" {
+        return Ok(Listen::Off);
+    }
+    text.parse()
+        .map(Listen::At)
+        .map_err(|e| format!("{e}: give HOST:PORT (e.g. 0.0.0.0:8080) or off"))
 }
 
 pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -57,6 +78,10 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         install_crds: args.install_crds,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout_secs),
         retry_every: Duration::from_secs(args.kind_retry_secs),
+        http_listen: match args.http_listen {
+            Listen::Off => None,
+            Listen::At(addr) => Some(addr),
+        },
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {

@@ -100,6 +100,16 @@ impl Controller {
     }
 }
 
+/// One plugin's work queue at a moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueStats {
+    pub plugin: String,
+    /// Objects waiting (now or later), not counting those in flight.
+    pub depth: usize,
+    pub in_flight: usize,
+    pub concurrency: usize,
+}
+
 pub struct Engine<B: ClusterBackend> {
     backend: Arc<B>,
     clock: Arc<dyn Clock>,
@@ -438,6 +448,23 @@ impl<B: ClusterBackend> Engine<B> {
             .min()
     }
 
+    /// Each plugin's queue as metrics see it.
+    pub fn queue_stats(&self) -> Vec<QueueStats> {
+        self.controllers()
+            .into_iter()
+            .map(|(plugin, c)| {
+                let concurrency = c.concurrency();
+                let state = c.state();
+                QueueStats {
+                    plugin,
+                    depth: state.queue.depth(),
+                    in_flight: state.queue.in_flight(),
+                    concurrency,
+                }
+            })
+            .collect()
+    }
+
     /// Reconciles currently running.
     pub fn in_flight(&self) -> usize {
         self.controllers()
@@ -461,12 +488,14 @@ impl<B: ClusterBackend> Engine<B> {
         let controller = &controller;
         let loaded = controller.plugin();
         let metadata = loaded.metadata();
+        // `object_name`, not `name`: JSON logs already give the span's own
+        // name under that key.
         let span = tracing::info_span!(
             "reconcile",
             plugin,
             kind = %metadata.primary.kind,
             namespace = key.namespace.as_deref().unwrap_or(""),
-            name = %key.name,
+            object_name = %key.name,
         );
         let at_millis = self.clock.now_millis();
         let outcome = self

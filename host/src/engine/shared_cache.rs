@@ -73,6 +73,11 @@ impl SharedCache {
         self.read().request_for(primary, owns)
     }
 
+    /// How many objects of each kind are cached.
+    pub fn counts_by_kind(&self) -> Vec<(KindRef, usize)> {
+        self.read().counts_by_kind()
+    }
+
     pub fn len(&self) -> usize {
         self.read().len()
     }

@@ -141,6 +141,18 @@ impl MemoryCache {
         self.entries.is_empty()
     }
 
+    /// How many objects of each kind are held.
+    pub fn counts_by_kind(&self) -> Vec<(KindRef, usize)> {
+        let mut counts: Vec<(KindRef, usize)> = Vec::new();
+        for entry in &self.entries {
+            match counts.last_mut() {
+                Some((kind, n)) if *kind == entry.kind => *n += 1,
+                _ => counts.push((entry.kind.clone(), 1)),
+            }
+        }
+        counts
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Value> {
         self.entries.iter().map(|e| &e.value)
     }

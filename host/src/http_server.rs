@@ -1,0 +1,235 @@
+//! The host's HTTP endpoints: `/healthz`, `/readyz`, `/plugins`, `/metrics`.
+//!
+//! They read a [`HostStatus`] that the run loop keeps up to date, so
+//! serving a request never waits on the loop, and a scrape sees the queues
+//! and the cache as they are at that moment.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use reconciler_sdk::KindRef;
+
+use crate::engine::QueueStats;
+use crate::hot_reload::PluginStatus;
+use crate::metrics::Metrics;
+
+/// What the gauges are set from at each scrape: the engine's queues and
+/// cache, once there is an engine.
+type Sampler = Box<dyn Fn() -> (Vec<QueueStats>, Vec<(KindRef, usize)>) + Send + Sync>;
+
+/// What the endpoints report, shared with the run loop.
+#[derive(Default)]
+pub struct HostStatus {
+    pub metrics: Metrics,
+    ready: AtomicBool,
+    /// Why the host is not ready, while it is not.
+    waiting_for: Mutex<String>,
+    plugins: Mutex<Vec<PluginStatus>>,
+    sampler: OnceLock<Sampler>,
+}
+
+impl HostStatus {
+    pub fn new() -> Self {
+        let status = Self::default();
+        status.not_ready("starting");
+        status
+    }
+
+    /// Ready: the plugins present at start serve from filled caches (or
+    /// this replica is a standby, which has nothing to fill).
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::SeqCst);
+    }
+
+    pub fn not_ready(&self, why: &str) {
+        *self.waiting_for.lock().unwrap_or_else(|e| e.into_inner()) = why.to_string();
+        self.ready.store(false, Ordering::SeqCst);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    pub fn set_plugins(&self, plugins: Vec<PluginStatus>) {
+        *self.plugins.lock().unwrap_or_else(|e| e.into_inner()) = plugins;
+    }
+
+    /// Where scrapes read queues and cache sizes from; set once.
+    pub fn set_sampler(
+        &self,
+        sampler: impl Fn() -> (Vec<QueueStats>, Vec<(KindRef, usize)>) + Send + Sync + 'static,
+    ) {
+        let _ = self.sampler.set(Box::new(sampler));
+    }
+
+    fn metrics_text(&self) -> String {
+        let (queues, cache) = self.sampler.get().map(|s| s()).unwrap_or_default();
+        self.metrics.encode(&queues, &cache)
+    }
+}
+
+/// The endpoints as a router, for serving and for tests.
+pub fn router(status: Arc<HostStatus>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/plugins", get(plugins))
+        .route("/metrics", get(metrics))
+        .with_state(status)
+}
+
+async fn readyz(State(status): State<Arc<HostStatus>>) -> Response {
+    if status.is_ready() {
+        "ok\n".into_response()
+    } else {
+        let why = status
+            .waiting_for
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+            .into_response()
+    }
+}
+
+async fn plugins(State(status): State<Arc<HostStatus>>) -> Json<Vec<PluginStatus>> {
+    Json(
+        status
+            .plugins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
+    )
+}
+
+async fn metrics(State(status): State<Arc<HostStatus>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        status.metrics_text(),
+    )
+        .into_response()
+}
+
+/// Listens on `addr` and serves the endpoints until the process ends.
+/// Binding happens before this returns, so a taken port is an error at
+/// start, not a log line later. Returns the address bound (port 0 picks one).
+pub async fn serve(addr: SocketAddr, status: Arc<HostStatus>) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!("cannot listen on {addr} for /healthz, /readyz, /plugins and /metrics (choose another with --http-listen)")
+    })?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router(status)).await {
+            tracing::error!("the HTTP endpoints stopped: {e}");
+        }
+    });
+    tracing::info!("serving /healthz, /readyz, /plugins and /metrics on http://{bound}");
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::Request;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    async fn get_text(status: &Arc<HostStatus>, path: &str) -> (StatusCode, String) {
+        let response = router(status.clone())
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let code = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (code, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn readiness_follows_the_host_and_says_why_not() {
+        let status = Arc::new(HostStatus::new());
+        assert_eq!(get_text(&status, "/healthz").await.0, StatusCode::OK);
+        let (code, text) = get_text(&status, "/readyz").await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(text, "not ready: starting\n");
+        status.set_ready();
+        assert_eq!(get_text(&status, "/readyz").await.0, StatusCode::OK);
+        status.not_ready("waiting for leadership");
+        let (code, text) = get_text(&status, "/readyz").await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(text.contains("leadership"));
+    }
+
+    #[tokio::test]
+    async fn plugins_and_metrics_report_what_the_loop_published() {
+        let status = Arc::new(HostStatus::new());
+        status.set_plugins(vec![PluginStatus {
+            file: "plugins/podset.wasm".into(),
+            name: Some("podset".into()),
+            version: Some("0.1.0".into()),
+            sha256: Some("ab12".into()),
+            kinds: None,
+            loaded_at: Some("2026-01-01T00:00:00Z".into()),
+            last_reload_error: None,
+            waiting_for_kinds: false,
+        }]);
+        status.set_sampler(|| {
+            (
+                vec![QueueStats {
+                    plugin: "podset".into(),
+                    depth: 3,
+                    in_flight: 0,
+                    concurrency: 4,
+                }],
+                vec![],
+            )
+        });
+        let (code, text) = get_text(&status, "/plugins").await;
+        assert_eq!(code, StatusCode::OK);
+        let plugins: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(plugins[0]["name"], "podset");
+        assert_eq!(plugins[0]["sha256"], "ab12");
+        assert_eq!(plugins[0]["lastReloadError"], serde_json::Value::Null);
+        let (_, text) = get_text(&status, "/metrics").await;
+        assert!(
+            text.contains("workqueue_depth{name=\"podset\",controller=\"podset\"} 3"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn serve_answers_on_a_real_socket_and_a_taken_port_is_an_error() {
+        let status = Arc::new(HostStatus::new());
+        let addr = serve("127.0.0.1:0".parse().unwrap(), status.clone())
+            .await
+            .unwrap();
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("ok\n"), "{answer}");
+
+        let err = serve(addr, status).await.unwrap_err();
+        assert!(err.to_string().contains("--http-listen"), "{err:#}");
+    }
+}
