@@ -27,3 +27,35 @@ fn the_cluster_role_in_deploy_is_what_rbac_generates_for_the_example_plugins() {
         path.display()
     );
 }
+
+fn manifest(name: &str) -> serde_json::Value {
+    let path = root().join("deploy").join(name);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn kustomization_lists_every_manifest_in_deploy() {
+    let kustomization = manifest("kustomization.yaml");
+    let mut listed: Vec<String> = kustomization["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_string())
+        .collect();
+    listed.sort();
+    let mut present: Vec<String> = std::fs::read_dir(root().join("deploy"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect();
+    present.sort();
+    assert_eq!(listed, present);
+    for name in &present {
+        let object = manifest(name);
+        assert!(
+            object["apiVersion"].is_string() && object["kind"].is_string(),
+            "{name}"
+        );
+    }
+}
