@@ -392,8 +392,13 @@ impl ClusterBackend for Gated {
     ) -> Result<Value, BackendError> {
         self.cluster.apply_status(key, status, manager).await
     }
-    async fn delete(&self, key: &ObjectKey, propagation: Propagation) -> Result<(), BackendError> {
-        self.cluster.delete(key, propagation).await
+    async fn delete(
+        &self,
+        key: &ObjectKey,
+        propagation: Propagation,
+        uid: Option<&str>,
+    ) -> Result<(), BackendError> {
+        self.cluster.delete(key, propagation, uid).await
     }
     async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
         self.cluster.add_finalizer(key, finalizer).await

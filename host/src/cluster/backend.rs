@@ -216,11 +216,14 @@ pub trait ClusterBackend: Send + Sync + 'static {
 
     /// Deletes an object. Deleting one that is already gone is not an error.
     /// An object with finalizers gets a deletionTimestamp and stays until
-    /// they are all removed.
+    /// they are all removed. With `uid`, only the object with that uid is
+    /// deleted: one created under the same name since it was seen is left
+    /// alone (as the one meant is gone, that is not an error either).
     fn delete(
         &self,
         key: &ObjectKey,
         propagation: Propagation,
+        uid: Option<&str>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
     /// Adds `finalizer` to the object if it is not there.

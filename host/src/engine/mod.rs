@@ -648,8 +648,11 @@ impl<B: ClusterBackend> Engine<B> {
             });
         }
         for (target, reason) in plan.deletes {
+            // The object as this reconcile saw it, not a namesake created
+            // since.
+            let uid = self.cache.get(&target).as_ref().and_then(uid_of);
             self.backend
-                .delete(&target, Propagation::Background)
+                .delete(&target, Propagation::Background, uid.as_deref())
                 .await
                 .map_err(|e| backend_failure(&format!("deleting {target}"), e))?;
             controller.state().last_applied.remove(&target);

@@ -193,8 +193,22 @@ impl ClusterBackend for EmbeddedCluster {
         self.mutate(|s, now| s.apply_status(key, status, field_manager, now))
     }
 
-    async fn delete(&self, key: &ObjectKey, propagation: Propagation) -> Result<(), BackendError> {
-        self.mutate(|s, now| s.delete(key, propagation, now))
+    async fn delete(
+        &self,
+        key: &ObjectKey,
+        propagation: Propagation,
+        uid: Option<&str>,
+    ) -> Result<(), BackendError> {
+        self.mutate(|s, now| {
+            let current_uid = s
+                .get(key)
+                .and_then(|o| o.pointer("/metadata/uid"))
+                .and_then(Value::as_str);
+            if uid.is_some_and(|uid| current_uid != Some(uid)) {
+                return Ok(());
+            }
+            s.delete(key, propagation, now)
+        })
     }
 
     async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
@@ -216,5 +230,41 @@ impl ClusterBackend for EmbeddedCluster {
             record: event,
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::cluster::VirtualClock;
+
+    #[tokio::test]
+    async fn a_delete_with_a_uid_leaves_a_namesake_alone() {
+        let cluster = EmbeddedCluster::new(Arc::new(VirtualClock::at(0)));
+        let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "default"}});
+        let first = cluster.apply_as_user(config_map.clone()).unwrap();
+        let key = ObjectKey::of(&first).unwrap();
+        let first_uid = first["metadata"]["uid"].as_str().unwrap().to_string();
+        cluster.delete_as_user(&key).unwrap();
+        let second = cluster.apply_as_user(config_map).unwrap();
+        assert_ne!(second["metadata"]["uid"], first_uid.as_str());
+
+        cluster
+            .delete(&key, Propagation::Background, Some(&first_uid))
+            .await
+            .unwrap();
+        assert!(
+            cluster.get(&key).await.unwrap().is_some(),
+            "the namesake stays"
+        );
+        let second_uid = second["metadata"]["uid"].as_str().unwrap();
+        cluster
+            .delete(&key, Propagation::Background, Some(second_uid))
+            .await
+            .unwrap();
+        assert!(cluster.get(&key).await.unwrap().is_none());
     }
 }

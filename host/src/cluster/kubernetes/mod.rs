@@ -22,7 +22,8 @@ mod watch;
 use std::sync::Arc;
 
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, PartialObjectMeta, PropagationPolicy,
+    Api, ApiResource, DeleteParams, DynamicObject, PartialObjectMeta, Preconditions,
+    PropagationPolicy,
 };
 use kube::discovery::Scope;
 use reconciler_sdk::KindRef;
@@ -191,7 +192,12 @@ impl ClusterBackend for KubernetesBackend {
         apply::apply_status(self, key, status, field_manager).await
     }
 
-    async fn delete(&self, key: &ObjectKey, propagation: Propagation) -> Result<(), BackendError> {
+    async fn delete(
+        &self,
+        key: &ObjectKey,
+        propagation: Propagation,
+        uid: Option<&str>,
+    ) -> Result<(), BackendError> {
         let resolved = self.resolve(&key.kind).await?;
         let api = self.api_for(&resolved, key)?;
         let params = DeleteParams {
@@ -200,11 +206,18 @@ impl ClusterBackend for KubernetesBackend {
                 Propagation::Foreground => PropagationPolicy::Foreground,
                 Propagation::Orphan => PropagationPolicy::Orphan,
             }),
+            preconditions: uid.map(|uid| Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
             ..DeleteParams::default()
         };
         match api.delete(&key.name, &params).await {
             Ok(_) => Ok(()),
             Err(e) if errors::code(&e) == Some(404) => Ok(()),
+            // The uid precondition failed: the object meant is gone, and
+            // another has its name.
+            Err(e) if uid.is_some() && errors::code(&e) == Some(409) => Ok(()),
             Err(e) => Err(errors::map(e, &request("delete", &resolved, key, None))),
         }
     }
@@ -271,13 +284,20 @@ mod tests {
             first
         });
         let key = ObjectKey::new(testing::deployment_kind(), Some("default"), "web");
-        backend.delete(&key, Propagation::Foreground).await.unwrap();
-        backend.delete(&key, Propagation::Background).await.unwrap();
-        let err = backend.delete(&key, Propagation::Orphan).await;
+        backend
+            .delete(&key, Propagation::Foreground, Some("uid-web"))
+            .await
+            .unwrap();
+        backend
+            .delete(&key, Propagation::Background, None)
+            .await
+            .unwrap();
+        let err = backend.delete(&key, Propagation::Orphan, None).await;
         assert!(matches!(err, Err(BackendError::Transient(_))), "{err:?}");
         let first = server.await.unwrap();
         assert_eq!(first.method, http::Method::DELETE);
         assert_eq!(first.body["propagationPolicy"], "Foreground");
+        assert_eq!(first.body["preconditions"]["uid"], "uid-web");
     }
 
     #[tokio::test]
