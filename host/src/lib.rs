@@ -15,6 +15,7 @@ pub mod dispatch;
 pub mod engine;
 pub mod golden;
 pub mod hot_reload;
+pub mod leader_election;
 pub mod manifests;
 pub mod plugin;
 pub mod rbac;

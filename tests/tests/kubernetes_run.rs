@@ -245,6 +245,7 @@ async fn podset_reconcile_against_a_mocked_api() {
         install_crds: None,
         shutdown_timeout: Duration::from_secs(10),
         retry_every: Duration::from_secs(30),
+        leader_election: None,
     };
     let host = tokio::spawn(run(Arc::clone(sandbox()), client, config, async move {
         let _ = stop_rx.await;
