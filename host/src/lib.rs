@@ -16,6 +16,7 @@ pub mod engine;
 pub mod golden;
 pub mod hot_reload;
 pub mod http_server;
+pub mod leader_election;
 pub mod manifests;
 pub mod metrics;
 pub mod plugin;

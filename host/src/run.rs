@@ -7,6 +7,12 @@
 //! finish within a bound, and nothing is applied half (each reconcile
 //! applies its steps in an order that is safe to stop between, and the next
 //! start reconciles every object again from a fresh list).
+//!
+//! With leader election (`--leader-election`), replicas take turns: each
+//! waits for the Lease before it installs CRDs, watches or reconciles
+//! anything; the leader stops dispatching and exits with an error the
+//! moment it loses the Lease (so a restart makes it a standby), and gives
+//! the Lease up after draining on SIGTERM so a standby takes over at once.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,6 +31,7 @@ use crate::dispatch::Dispatcher;
 use crate::engine::{Engine, Outcome, ReconcileRecord, ServeScope};
 use crate::hot_reload::{PluginDirectory, ReloadEvent};
 use crate::http_server::{HostStatus, serve};
+use crate::leader_election::{LeaderElectionConfig, Leadership, LeadershipLost, acquire};
 use crate::plugin::Sandbox;
 
 /// Options of one `run`.
@@ -39,6 +46,15 @@ pub struct RunConfig {
     pub retry_every: Duration,
     /// Where to serve /healthz, /readyz, /plugins and /metrics; `None`: nowhere.
     pub http_listen: Option<SocketAddr>,
+    /// Reconcile only while holding this Lease. `None` (the default of
+    /// `run`) starts at once: one process on a laptop has nobody to share with.
+    pub leader_election: Option<LeaderElectionConfig>,
+}
+
+/// Why the loop of [`run`] stopped.
+enum Stop {
+    Signal(&'static str),
+    Lost(LeadershipLost),
 }
 
 /// How long `--install-crds` waits for the CRDs to be established.
@@ -49,18 +65,44 @@ const CRD_WAIT: Duration = Duration::from_secs(60);
 pub async fn run(
     sandbox: Arc<Sandbox>,
     client: kube::Client,
-    config: RunConfig,
+    mut config: RunConfig,
     shutdown: impl Future<Output = &'static str>,
 ) -> anyhow::Result<()> {
     let status = Arc::new(HostStatus::new());
     if let Some(addr) = config.http_listen {
         serve(addr, status.clone()).await?;
     }
+    tokio::pin!(shutdown);
+    // Before anything writes to the cluster (CRDs included) or fills a cache.
+    let mut leadership = match config.leader_election.take() {
+        None => None,
+        Some(election) => {
+            // A standby is ready: it has nothing to fill, and a standby that
+            // never turned ready would stall every rolling update.
+            status.set_ready();
+            tokio::select! {
+                acquired = acquire(client.clone(), election) => {
+                    Some(acquired.context("leader election")?)
+                }
+                signal = &mut shutdown => {
+                    tracing::info!("{signal}: stopping while waiting for leadership");
+                    return Ok(());
+                }
+            }
+        }
+    };
     let backend = Arc::new(KubernetesBackend::new(client));
     if let Some(dir) = &config.install_crds {
         status.not_ready("installing CRDs");
-        let names = install_crds(&*backend, dir, CRD_WAIT).await?;
-        tracing::info!("installed {} CRD(s) from {}", names.len(), dir.display());
+        match install_crds(&*backend, dir, CRD_WAIT).await {
+            Ok(names) => {
+                tracing::info!("installed {} CRD(s) from {}", names.len(), dir.display())
+            }
+            Err(e) => {
+                release(leadership).await;
+                return Err(e);
+            }
+        }
     }
     let selectors = config.scope.selectors.clone();
     let engine = Arc::new(Engine::scoped(backend, Arc::new(RealClock), config.scope));
@@ -105,9 +147,13 @@ pub async fn run(
             metrics_status.metrics.reconciled(record, took)
         },
     ));
-    tokio::pin!(shutdown);
 
-    let signal = loop {
+    let stop = loop {
+        // Checked before every dispatch, not only when the select! below
+        // notices: a lost Lease must never start another reconcile.
+        if let Some(Err(lost)) = leadership.as_ref().map(Leadership::check) {
+            break Stop::Lost(lost);
+        }
         while let Some(record) = dispatcher.try_finished() {
             log_record(&record);
         }
@@ -125,16 +171,28 @@ pub async fn run(
                 publish(&status, &plugins, &events);
             }
             _ = tokio::time::sleep(wait) => {}
-            signal = &mut shutdown => break signal,
+            signal = &mut shutdown => break Stop::Signal(signal),
+            lost = leadership_lost(&mut leadership) => break Stop::Lost(lost),
         }
     };
     status.not_ready("stopping");
+    let signal = match stop {
+        Stop::Signal(signal) => signal,
+        Stop::Lost(lost) => return Err(lost_leadership(lost, dispatcher.outstanding())),
+    };
     tracing::info!(
         "{signal}: stopping; no new reconciles, waiting up to {}s for {} in flight",
         config.shutdown_timeout.as_secs(),
         dispatcher.outstanding()
     );
-    let (records, abandoned) = dispatcher.drain(config.shutdown_timeout).await;
+    let drained = tokio::select! {
+        drained = dispatcher.drain(config.shutdown_timeout) => drained,
+        // The reconciles in flight must not outlive the Lease either.
+        lost = leadership_lost(&mut leadership) => {
+            return Err(lost_leadership(lost, dispatcher.outstanding()));
+        }
+    };
+    let (records, abandoned) = drained;
     for record in &records {
         log_record(record);
     }
@@ -146,7 +204,34 @@ pub async fn run(
     } else {
         tracing::info!("stopped cleanly");
     }
+    release(leadership).await;
     Ok(())
+}
+
+/// Resolves when leadership is lost; never without leader election.
+async fn leadership_lost(leadership: &mut Option<Leadership>) -> LeadershipLost {
+    match leadership {
+        Some(leadership) => leadership.lost().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The error `run` exits with when it lost the Lease: exiting (non-zero)
+/// is what ends the reconciles in flight, and a restart comes back as a
+/// standby.
+fn lost_leadership(lost: LeadershipLost, in_flight: usize) -> anyhow::Error {
+    anyhow::Error::new(lost).context(format!(
+        "lost leadership: stopped reconciling ({in_flight} in flight abandoned); exiting to restart as a standby"
+    ))
+}
+
+/// Gives the Lease up, if held, so a standby need not wait for it to expire.
+async fn release(leadership: Option<Leadership>) {
+    if let Some(leadership) = leadership
+        && let Err(e) = leadership.release().await
+    {
+        tracing::warn!("{:#}", anyhow::Error::new(e));
+    }
 }
 
 /// A client from kube's default configuration (KUBECONFIG or the pod's
@@ -234,7 +319,109 @@ pub async fn shutdown_signal() -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::supported_version;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::sync::oneshot;
+    use tokio::task::JoinHandle;
+    use tokio::time::timeout;
+
+    use super::{RunConfig, run, supported_version};
+    use crate::engine::ServeScope;
+    use crate::leader_election::LeaderElectionConfig;
+    use crate::leader_election::testing::{LeaseServer, NAME, NAMESPACE, held_by};
+    use crate::plugin::{Sandbox, SandboxConfig};
+
+    const ME: &str = "pod-a_00000000000a";
+
+    fn election() -> LeaderElectionConfig {
+        LeaderElectionConfig {
+            identity: ME.to_string(),
+            ..LeaderElectionConfig::new(NAMESPACE, NAME)
+        }
+    }
+
+    /// `run --leader-election` over an empty plugins directory: what it
+    /// does with the Lease is all it does.
+    fn start(
+        lease: Option<serde_json::Value>,
+    ) -> (
+        JoinHandle<anyhow::Result<()>>,
+        LeaseServer,
+        oneshot::Sender<()>,
+        tempfile::TempDir,
+    ) {
+        let plugins = tempfile::tempdir().unwrap();
+        let sandbox = Sandbox::new(SandboxConfig {
+            compile_cache: None,
+            max_instances: 1,
+            ..SandboxConfig::default()
+        })
+        .unwrap();
+        let (client, server) = LeaseServer::start(lease);
+        let config = RunConfig {
+            plugins_dir: plugins.path().to_path_buf(),
+            scope: ServeScope::default(),
+            install_crds: None,
+            shutdown_timeout: Duration::from_secs(10),
+            retry_every: Duration::from_secs(30),
+            http_listen: None,
+            leader_election: Some(election()),
+        };
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let host = tokio::spawn(run(Arc::new(sandbox), client, config, async move {
+            let _ = stop_rx.await;
+            "SIGTERM"
+        }));
+        (host, server, stop_tx, plugins)
+    }
+
+    async fn until_leading(server: &LeaseServer) {
+        while server.holder().as_deref() != Some(ME) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_waits_without_touching_the_cluster_and_stops_on_a_signal() {
+        let (mut host, server, stop, _plugins) = start(Some(held_by("pod-b_1", Duration::ZERO)));
+
+        assert!(timeout(Duration::from_secs(60), &mut host).await.is_err());
+        assert!(server.writes().is_empty(), "{:#?}", server.writes());
+        assert!(server.others().is_empty(), "{:?}", server.others());
+
+        stop.send(()).unwrap();
+        host.await.unwrap().expect("a clean stop");
+        assert_eq!(server.holder().as_deref(), Some("pod-b_1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn losing_the_lease_ends_run_with_an_error() {
+        let (host, server, _stop, _plugins) = start(None);
+        until_leading(&server).await;
+
+        server.set_lease(Some(held_by("pod-b_1", Duration::ZERO)));
+        let result = timeout(election().renew_deadline, host)
+            .await
+            .expect("stopped before the renew deadline")
+            .unwrap();
+
+        let message = format!("{:#}", result.expect_err("an error, to exit non-zero"));
+        assert!(
+            message.contains("lost leadership") && message.contains("held by pod-b_1"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_signal_releases_the_lease_after_draining() {
+        let (host, server, stop, _plugins) = start(None);
+        until_leading(&server).await;
+
+        stop.send(()).unwrap();
+        host.await.unwrap().expect("a clean stop");
+        assert_eq!(server.holder(), None, "{:#?}", server.lease());
+    }
 
     #[test]
     fn versions_from_1_28_on_are_supported() {

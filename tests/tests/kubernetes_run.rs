@@ -269,6 +269,7 @@ async fn podset_reconcile_against_a_mocked_api() {
         shutdown_timeout: Duration::from_secs(10),
         retry_every: Duration::from_secs(30),
         http_listen: Some(http),
+        leader_election: None,
     };
     let host = tokio::spawn(run(Arc::clone(sandbox()), client, config, async move {
         let _ = stop_rx.await;

@@ -64,8 +64,10 @@ written by server-side apply with the field manager reconciler-host/<plugin>; st
 subresource; Events through events.k8s.io. Plugins are hot-reloaded from --plugins-dir.\n\n\
 Examples:\n  \
 reconciler-host run --install-crds crds\n  \
-reconciler-host run -n team-a -n team-b --selector 'podset:tier=prod'\n\n\
-SIGTERM or SIGINT stops it: no new reconciles, the ones in flight finish within --shutdown-timeout-secs."
+reconciler-host run -n team-a -n team-b --selector 'podset:tier=prod'\n  \
+reconciler-host run --leader-election   (in a Deployment with several replicas)\n\n\
+SIGTERM or SIGINT stops it: no new reconciles, the ones in flight finish within --shutdown-timeout-secs. \
+With --leader-election it then releases the Lease; losing the Lease stops it at once with a non-zero exit."
     )]
     Run(run_cmd::RunArgs),
     /// Run plugins against the embedded cluster on a virtual clock and print what happened.

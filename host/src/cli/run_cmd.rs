@@ -9,6 +9,7 @@ use clap::Args;
 
 use super::SandboxArgs;
 use crate::engine::{PrimarySelectors, ServeScope};
+use crate::leader_election::{DEFAULT_LEASE_NAME, LeaderElectionConfig, default_namespace};
 use crate::run::{RunConfig, connect, run, shutdown_signal};
 
 #[derive(Debug, Args)]
@@ -38,6 +39,19 @@ pub struct RunArgs {
     /// In a pod, listen on all interfaces: `0.0.0.0:8080`.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR", value_parser = parse_listen)]
     pub http_listen: Listen,
+    /// Reconcile only while holding a coordination.k8s.io Lease, so that of several replicas
+    /// one reconciles at a time and the others wait as standbys. Off by default (one process
+    /// on a laptop needs no Lease).
+    #[arg(long)]
+    pub leader_election: bool,
+    /// Namespace of the Lease [default: $POD_NAMESPACE, else the service account's
+    /// namespace, else "default"].
+    #[arg(long, value_name = "NAMESPACE", requires = "leader_election")]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the Lease. Replicas that share it take turns; hosts that serve different
+    /// plugins or namespaces need different ones.
+    #[arg(long, default_value = DEFAULT_LEASE_NAME, value_name = "NAME", requires = "leader_election")]
+    pub leader_election_id: String,
 }
 
 /// `--http-listen`: an address, or `off`.
@@ -82,6 +96,13 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
             Listen::Off => None,
             Listen::At(addr) => Some(addr),
         },
+        leader_election: args.leader_election.then(|| {
+            LeaderElectionConfig::new(
+                args.leader_election_namespace
+                    .unwrap_or_else(default_namespace),
+                args.leader_election_id,
+            )
+        }),
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
@@ -89,4 +110,42 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         run(sandbox, client, config, shutdown_signal()).await
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command};
+
+    fn run_args(args: &[&str]) -> Result<super::RunArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["reconciler-host", "run"].iter().chain(args))?;
+        match cli.command {
+            Command::Run(args) => Ok(args),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn leader_election_is_off_unless_asked_for() {
+        let args = run_args(&[]).unwrap();
+        assert!(!args.leader_election);
+        assert_eq!(args.leader_election_id, "reconciler-host");
+
+        let args = run_args(&[
+            "--leader-election",
+            "--leader-election-namespace",
+            "ops",
+            "--leader-election-id",
+            "podsets",
+        ])
+        .unwrap();
+        assert!(args.leader_election);
+        assert_eq!(args.leader_election_namespace.as_deref(), Some("ops"));
+        assert_eq!(args.leader_election_id, "podsets");
+
+        // Naming a Lease without electing would silently do nothing.
+        assert!(run_args(&["--leader-election-id", "podsets"]).is_err());
+        assert!(run_args(&["--leader-election-namespace", "ops"]).is_err());
+    }
 }
