@@ -59,3 +59,29 @@ fn kustomization_lists_every_manifest_in_deploy() {
         );
     }
 }
+
+#[test]
+fn the_deployment_runs_the_host_with_flags_it_has() {
+    let deployment = manifest("deployment.yaml");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let parsed = <reconciler_host::cli::Cli as clap::Parser>::try_parse_from(
+        std::iter::once("reconciler-host").chain(args.iter().copied()),
+    );
+    assert!(parsed.is_ok(), "{args:?}: {}", parsed.unwrap_err());
+    assert!(args.contains(&"--leader-election"), "{args:?}");
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"],
+        true
+    );
+    assert!(container["resources"]["limits"]["memory"].is_string());
+}
