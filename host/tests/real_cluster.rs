@@ -792,6 +792,9 @@ impl Host {
             .arg(crds_dir)
             .arg("--namespace")
             .arg(ns)
+            // Any free port: 8080 may be taken on the machine running the test.
+            .arg("--http-listen")
+            .arg("127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file)
