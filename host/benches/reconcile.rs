@@ -75,7 +75,7 @@ fn main() -> anyhow::Result<()> {
     // metadata-only projection of Pods.
     let mut native_host = Harness::<PodSets>::new();
     for object in cache.iter() {
-        native_host.insert(object);
+        native_host.insert(&object);
     }
     let native_times = measure(iterations, || {
         reconciler_sdk::dispatch::<PodSets>(&request, &native_host).expect("reconcile");

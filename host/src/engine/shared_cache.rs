@@ -55,18 +55,17 @@ impl SharedCache {
     pub fn get(&self, key: &ObjectKey) -> Option<Value> {
         self.read()
             .get(&key.kind, key.namespace.as_deref(), &key.name)
-            .cloned()
     }
 
     /// Every cached object of `kind`.
     pub fn list(&self, kind: &KindRef) -> Vec<Value> {
         let everything = reconciler_sdk::selector::LabelSelector::everything();
-        self.read().list(kind, None, &everything).cloned().collect()
+        self.read().list(kind, None, &everything).collect()
     }
 
     /// The owned children of `primary` among `owns` kinds.
     pub fn children_of(&self, primary: &Value, owns: &[KindRef]) -> Vec<Value> {
-        self.read().children_of(primary, owns).cloned().collect()
+        self.read().children_of(primary, owns).collect()
     }
 
     pub fn request_for(&self, primary: &Value, owns: &[KindRef]) -> ReconcileRequest {

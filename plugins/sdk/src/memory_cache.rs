@@ -13,24 +13,39 @@ use serde_json::Value;
 use crate::contract::{KindRef, Projection, ReconcileRequest};
 use crate::selector::LabelSelector;
 
-/// Objects kept sorted by kind, namespace and name, each with its JSON text
-/// and labels extracted once at insert: a `list` then filters without
-/// parsing and answers by copying text, which is what crosses the boundary.
+/// Objects kept sorted by kind, namespace and name, each as JSON text with
+/// its labels and controller extracted once at insert: a `list` filters
+/// without parsing and answers by copying text, which is what crosses the
+/// boundary.
+///
+/// Text, not a parsed `Value`: a parsed Pod takes several times the memory
+/// of its text (every string, map node and number boxed), and a host caches
+/// thousands of objects but reads few of them per reconcile; those are
+/// parsed when read.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryCache {
-    entries: Vec<Entry>,
+    entries: BTreeMap<EntryKey, Entry>,
 }
+
+/// Kind, namespace, name: the cache's order and the contract's.
+type EntryKey = (KindRef, Option<String>, String);
 
 #[derive(Clone, Debug)]
 struct Entry {
-    kind: KindRef,
-    namespace: Option<String>,
-    name: String,
     labels: BTreeMap<String, String>,
     json: Arc<str>,
-    /// The [`Projection::MetadataOnly`] form.
+    /// The [`Projection::MetadataOnly`] form; the same text as `json` for
+    /// objects that are metadata only already.
     metadata_json: Arc<str>,
-    value: Value,
+    /// Controller ownerReferences, to find a primary's children unparsed.
+    controllers: Box<[OwnerRef]>,
+}
+
+#[derive(Clone, Debug)]
+struct OwnerRef {
+    kind: Option<String>,
+    name: Option<String>,
+    uid: Option<String>,
 }
 
 impl Entry {
@@ -41,9 +56,46 @@ impl Entry {
         }
     }
 
-    fn key(&self) -> (&KindRef, Option<&str>, &str) {
-        (&self.kind, self.namespace.as_deref(), &self.name)
+    fn value(&self) -> Value {
+        serde_json::from_str(&self.json).expect("the cache holds JSON it wrote itself")
     }
+
+    /// [`is_controlled_by`], from what was extracted at insert.
+    fn is_controlled_by(&self, owner: &Value) -> bool {
+        self.controllers.iter().any(|r| r.points_at(owner))
+    }
+}
+
+impl OwnerRef {
+    /// By uid when both sides have one, otherwise by kind and name.
+    fn points_at(&self, owner: &Value) -> bool {
+        let owner_uid = owner.pointer("/metadata/uid").and_then(Value::as_str);
+        match (self.uid.as_deref(), owner_uid) {
+            (Some(a), Some(b)) => a == b,
+            _ => {
+                self.kind.as_deref() == owner.get("kind").and_then(Value::as_str)
+                    && self.name.as_deref() == name_of(owner)
+            }
+        }
+    }
+}
+
+fn controller_refs(object: &Value) -> Box<[OwnerRef]> {
+    let text = |r: &Value, field: &str| r.get(field).and_then(Value::as_str).map(str::to_string);
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+                .map(|r| OwnerRef {
+                    kind: text(r, "kind"),
+                    name: text(r, "name"),
+                    uid: text(r, "uid"),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// An object the cache cannot hold, named by its position or name.
@@ -103,34 +155,36 @@ impl MemoryCache {
         let name = name_of(&object)
             .filter(|n| !n.is_empty())
             .ok_or_else(|| fail("metadata.name must be a non-empty string"))?;
-        let entry = Entry {
-            name: name.to_string(),
-            namespace: namespace_of(&object).map(str::to_string),
-            labels: labels_of(&object),
-            json: object.to_string().into(),
-            metadata_json: metadata_only(&object).to_string().into(),
+        let key = (
             kind,
-            value: object,
+            namespace_of(&object).map(str::to_string),
+            name.to_string(),
+        );
+        let metadata = metadata_only(&object);
+        let json: Arc<str> = object.to_string().into();
+        let metadata_json = if metadata == object {
+            json.clone()
+        } else {
+            metadata.to_string().into()
         };
-        match self.entries.binary_search_by(|e| e.key().cmp(&entry.key())) {
-            Ok(i) => self.entries[i] = entry,
-            Err(i) => self.entries.insert(i, entry),
-        }
+        let entry = Entry {
+            labels: labels_of(&object),
+            json,
+            metadata_json,
+            controllers: controller_refs(&object),
+        };
+        self.entries.insert(key, entry);
         Ok(())
     }
 
     /// Removes an object; whether it was there.
     pub fn remove(&mut self, kind: &KindRef, namespace: Option<&str>, name: &str) -> bool {
-        match self
-            .entries
-            .binary_search_by(|e| e.key().cmp(&(kind, namespace, name)))
-        {
-            Ok(i) => {
-                self.entries.remove(i);
-                true
-            }
-            Err(_) => false,
-        }
+        let key = (
+            kind.clone(),
+            namespace.map(str::to_string),
+            name.to_string(),
+        );
+        self.entries.remove(&key).is_some()
     }
 
     pub fn len(&self) -> usize {
@@ -144,42 +198,55 @@ impl MemoryCache {
     /// How many objects of each kind are held.
     pub fn counts_by_kind(&self) -> Vec<(KindRef, usize)> {
         let mut counts: Vec<(KindRef, usize)> = Vec::new();
-        for entry in &self.entries {
+        for (kind, _, _) in self.entries.keys() {
             match counts.last_mut() {
-                Some((kind, n)) if *kind == entry.kind => *n += 1,
-                _ => counts.push((entry.kind.clone(), 1)),
+                Some((counted, n)) if counted == kind => *n += 1,
+                _ => counts.push((kind.clone(), 1)),
             }
         }
         counts
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Value> {
-        self.entries.iter().map(|e| &e.value)
+    /// Every object, parsed, in the cache's order.
+    pub fn iter(&self) -> impl Iterator<Item = Value> + '_ {
+        self.entries.values().map(Entry::value)
     }
 
-    /// The entries of one kind: a contiguous run, found by binary search.
-    fn of_kind<'a>(&'a self, kind: &KindRef) -> &'a [Entry] {
-        let start = self.entries.partition_point(|e| &e.kind < kind);
-        let len = self.entries[start..].partition_point(|e| &e.kind == kind);
-        &self.entries[start..start + len]
+    /// The entries of one kind, in namespace and name order.
+    fn of_kind<'a>(
+        &'a self,
+        kind: &KindRef,
+    ) -> impl Iterator<Item = (&'a EntryKey, &'a Entry)> + 'a {
+        let kind = kind.clone();
+        let start = (kind.clone(), None, String::new());
+        self.entries
+            .range(start..)
+            .take_while(move |((k, _, _), _)| *k == kind)
     }
 
-    pub fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<&Value> {
-        self.of_kind(kind)
-            .iter()
-            .find(|e| e.namespace.as_deref() == namespace && e.name == name)
-            .map(|e| &e.value)
+    fn entry(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<&Entry> {
+        let key = (
+            kind.clone(),
+            namespace.map(str::to_string),
+            name.to_string(),
+        );
+        self.entries.get(&key)
+    }
+
+    /// One object, parsed.
+    pub fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<Value> {
+        self.entry(kind, namespace, name).map(Entry::value)
     }
 
     /// Objects of `kind`, in `namespace` (all namespaces when `None`), whose
-    /// labels match `selector`; ordered by namespace, then name.
+    /// labels match `selector`; ordered by namespace, then name; parsed.
     pub fn list<'a>(
         &'a self,
         kind: &KindRef,
         namespace: Option<&'a str>,
         selector: &'a LabelSelector,
-    ) -> impl Iterator<Item = &'a Value> + 'a {
-        self.select(kind, namespace, selector).map(|e| &e.value)
+    ) -> impl Iterator<Item = Value> + 'a {
+        self.select(kind, namespace, selector).map(Entry::value)
     }
 
     fn select<'a>(
@@ -188,10 +255,12 @@ impl MemoryCache {
         namespace: Option<&'a str>,
         selector: &'a LabelSelector,
     ) -> impl Iterator<Item = &'a Entry> + 'a {
-        self.of_kind(kind).iter().filter(move |e| {
-            namespace.is_none_or(|ns| e.namespace.as_deref() == Some(ns))
-                && selector.matches(&e.labels)
-        })
+        self.of_kind(kind)
+            .filter(move |((_, ns, _), e)| {
+                namespace.is_none_or(|wanted| ns.as_deref() == Some(wanted))
+                    && selector.matches(&e.labels)
+            })
+            .map(|(_, e)| e)
     }
 
     /// [`Self::get`] as the cache import answers it: JSON text.
@@ -202,9 +271,7 @@ impl MemoryCache {
         name: &str,
         projection: Projection,
     ) -> Option<String> {
-        self.of_kind(kind)
-            .iter()
-            .find(|e| e.namespace.as_deref() == namespace && e.name == name)
+        self.entry(kind, namespace, name)
             .map(|e| e.text(projection))
     }
 
@@ -239,13 +306,13 @@ impl MemoryCache {
 
     /// The owned children of `primary`: objects of one of the `owns` kinds in
     /// the primary's namespace whose controller ownerReference points at it
-    /// (by uid when both sides have one, otherwise by kind and name).
+    /// (by uid when both sides have one, otherwise by kind and name); parsed.
     pub fn children_of<'a>(
         &'a self,
         primary: &'a Value,
         owns: &[KindRef],
-    ) -> impl Iterator<Item = &'a Value> + 'a {
-        self.children(primary, owns).map(|e| &e.value)
+    ) -> impl Iterator<Item = Value> + 'a {
+        self.children(primary, owns).map(Entry::value)
     }
 
     /// Children in the contract's order: kind, then namespace, then name.
@@ -256,13 +323,29 @@ impl MemoryCache {
     ) -> impl Iterator<Item = &'a Entry> + 'a {
         let mut kinds = owns.to_vec();
         kinds.sort();
-        kinds
-            .into_iter()
-            .flat_map(move |kind| self.of_kind(&kind))
-            .filter(move |e| {
-                e.namespace.as_deref() == namespace_of(primary)
-                    && is_controlled_by(&e.value, primary)
-            })
+        kinds.dedup();
+        let namespace = namespace_of(primary);
+        kinds.into_iter().flat_map(move |kind| {
+            let in_namespace: Vec<&'a Entry> = match namespace {
+                // One namespace: a range of the map, not the whole kind.
+                Some(ns) => {
+                    let start = (kind.clone(), Some(ns.to_string()), String::new());
+                    self.entries
+                        .range(start..)
+                        .take_while(|((k, n, _), _)| *k == kind && n.as_deref() == Some(ns))
+                        .map(|(_, e)| e)
+                        .collect()
+                }
+                None => self
+                    .of_kind(&kind)
+                    .filter(|((_, n, _), _)| n.is_none())
+                    .map(|(_, e)| e)
+                    .collect(),
+            };
+            in_namespace
+                .into_iter()
+                .filter(move |e| e.is_controlled_by(primary))
+        })
     }
 }
 
@@ -282,28 +365,7 @@ pub fn metadata_only(object: &Value) -> Value {
 
 /// Whether `object` has a controller ownerReference to `owner`.
 pub fn is_controlled_by(object: &Value, owner: &Value) -> bool {
-    let Some(refs) = object
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-    else {
-        return false;
-    };
-    let owner_uid = owner.pointer("/metadata/uid").and_then(Value::as_str);
-    refs.iter().any(|r| {
-        let controller = r
-            .get("controller")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let ref_uid = r.get("uid").and_then(Value::as_str);
-        let same = match (ref_uid, owner_uid) {
-            (Some(a), Some(b)) => a == b,
-            _ => {
-                r.get("kind").and_then(Value::as_str) == owner.get("kind").and_then(Value::as_str)
-                    && r.get("name").and_then(Value::as_str) == name_of(owner)
-            }
-        };
-        controller && same
-    })
+    controller_refs(object).iter().any(|r| r.points_at(owner))
 }
 
 #[cfg(test)]
@@ -332,12 +394,12 @@ mod tests {
         let everything = LabelSelector::everything();
         let names: Vec<_> = cache
             .list(&kind, Some("a"), &web)
-            .filter_map(name_of)
+            .filter_map(|o| name_of(&o).map(str::to_string))
             .collect();
         assert_eq!(names, ["b", "z"]);
         let all: Vec<_> = cache
             .list(&kind, None, &everything)
-            .filter_map(name_of)
+            .filter_map(|o| name_of(&o).map(str::to_string))
             .collect();
         assert_eq!(all, ["b", "d", "z", "c"]);
         assert!(cache.get(&kind, Some("b"), "c").is_some());
@@ -370,7 +432,7 @@ mod tests {
         let owns = [KindRef::new("apps", "v1", "Deployment")];
         let names: Vec<_> = cache
             .children_of(&owner, &owns)
-            .filter_map(name_of)
+            .filter_map(|o| name_of(&o).map(str::to_string))
             .collect();
         assert_eq!(names, ["mine"]);
     }
