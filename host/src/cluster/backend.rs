@@ -56,7 +56,10 @@ impl fmt::Display for ObjectKey {
 pub enum WatchEventType {
     Added,
     Modified,
-    /// The object is gone; the event carries its last state.
+    /// The object is gone; the event carries its last state. (When only a
+    /// re-list after a watch gap shows it gone, the Kubernetes backend sends
+    /// its last apiVersion, kind and metadata: all that is read of a deleted
+    /// object.)
     Deleted,
 }
 

@@ -6,12 +6,13 @@
 //! ends, re-listing after 410 Gone, bookmarks). What it does not do is tell
 //! the engine what a re-list changed: after a gap, objects may have been
 //! modified or deleted without a watch event. So the forwarding task keeps
-//! the last state of every object it has reported and, when a re-list
-//! completes, reports objects that changed and, as Deleted, those that are
-//! gone. Errors after the first list are retried with kube's default backoff;
-//! errors before it are returned to the caller.
+//! the resourceVersion and metadata of every object it has reported and,
+//! when a re-list completes, reports objects that changed and, as Deleted
+//! (with that metadata), those that are gone. Errors after the first list
+//! are retried with kube's default backoff; errors before it are returned to
+//! the caller.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -48,11 +49,47 @@ fn resource_version(object: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
+/// What the forwarder remembers of an object it reported: its version, to
+/// stay quiet when a re-list shows it unchanged, and its apiVersion, kind and
+/// metadata as JSON text, to report it Deleted when a re-list no longer shows
+/// it. Not the object itself: the engine's cache holds that, and a second
+/// `Value` tree per object nearly doubled the host's memory per object
+/// (~30 KiB for a typical Pod, against ~0.5 KiB of metadata text; see
+/// BENCHMARKS.md). The
+/// metadata is all the engine reads of a deleted object: its key for the
+/// cache, and labels, annotations and ownerReferences to find the primaries
+/// it concerns.
+struct Seen {
+    resource_version: Option<Box<str>>,
+    last_metadata: Box<str>,
+}
+
+impl Seen {
+    fn of(object: &Value) -> Self {
+        let part = |name| object.get(name).filter(|v| !v.is_null());
+        let last: BTreeMap<&str, &Value> = ["apiVersion", "kind", "metadata"]
+            .into_iter()
+            .filter_map(|name| Some((name, part(name)?)))
+            .collect();
+        Self {
+            resource_version: resource_version(object).map(Into::into),
+            last_metadata: serde_json::to_string(&last)
+                .expect("a JSON value serialises")
+                .into(),
+        }
+    }
+
+    /// The object as a Deleted event carries it after a re-list.
+    fn tombstone(&self) -> Value {
+        serde_json::from_str(&self.last_metadata).expect("JSON written by `Seen::of`")
+    }
+}
+
 /// Turns watcher events into the engine's events.
 #[derive(Default)]
 struct Forwarder {
-    /// The last state reported of every object that exists.
-    known: HashMap<Key, Value>,
+    /// Every object that exists, as last reported.
+    known: HashMap<Key, Seen>,
     /// Keys listed so far in the re-list under way.
     relisted: Option<HashSet<Key>>,
     /// The first list, until it is complete and handed to the caller.
@@ -90,8 +127,8 @@ impl Forwarder {
                     relisted.insert(key.clone());
                 }
                 if let Some(initial) = &mut self.initial {
-                    initial.push(object.clone());
-                    self.known.insert(key, object);
+                    self.known.insert(key, Seen::of(&object));
+                    initial.push(object);
                 } else {
                     out.extend(self.upsert(key, object));
                 }
@@ -108,7 +145,7 @@ impl Forwarder {
                         if let Some(last) = self.known.remove(&key) {
                             out.push(WatchEvent {
                                 event_type: WatchEventType::Deleted,
-                                object: last,
+                                object: last.tombstone(),
                             });
                         }
                     }
@@ -136,14 +173,14 @@ impl Forwarder {
         let event_type = match self.known.get(&key) {
             None => WatchEventType::Added,
             Some(old)
-                if resource_version(old).is_some()
-                    && resource_version(old) == resource_version(&object) =>
+                if old.resource_version.is_some()
+                    && old.resource_version.as_deref() == resource_version(&object) =>
             {
                 return None;
             }
             Some(_) => WatchEventType::Modified,
         };
-        self.known.insert(key, object.clone());
+        self.known.insert(key, Seen::of(&object));
         Some(WatchEvent { event_type, object })
     }
 }
@@ -476,10 +513,16 @@ mod tests {
             .await
             .expect("watch");
         assert_eq!(stream.initial.len(), 3);
-        let mut got = Vec::new();
+        let mut events = Vec::new();
         for _ in 0..4 {
-            got.push(summary(&recv(&mut stream).await));
+            events.push(recv(&mut stream).await);
         }
+        // What vanished in the gap is reported with its last metadata.
+        let gone = &events[2].object;
+        assert_eq!(gone["kind"], "Deployment");
+        assert_eq!(gone["apiVersion"], "apps/v1");
+        assert_eq!(gone["metadata"]["namespace"], "default");
+        let got: Vec<_> = events.iter().map(summary).collect();
         let s = |t, n: &str, rv: &str| (t, n.to_string(), rv.to_string());
         assert_eq!(
             got,
