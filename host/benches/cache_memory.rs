@@ -154,6 +154,15 @@ fn parent() -> anyhow::Result<()> {
         );
     }
     let podset = vec![all[0].clone()];
+    // A test plugin that reads Pods whole: the cost of a kind cached in full,
+    // as a controller that decides on Pods' specs or status would have it.
+    let whole_pods = root.join("target/test-plugins/hostile-v2.wasm");
+    ensure!(
+        whole_pods.is_file(),
+        "{} is missing: run scripts/build-plugins first",
+        whole_pods.display()
+    );
+    let whole_pods = vec![whole_pods];
 
     // Children load plugins as a restarted host does: from a warm cache.
     let work = tempfile::tempdir()?;
@@ -162,7 +171,7 @@ fn parent() -> anyhow::Result<()> {
         compile_cache: Some(cache_dir.clone()),
         ..SandboxConfig::default()
     })?;
-    for wasm in &all {
+    for wasm in all.iter().chain(&whole_pods) {
         sandbox.load(wasm)?;
     }
     drop(sandbox);
@@ -195,10 +204,12 @@ fn parent() -> anyhow::Result<()> {
             false,
         ),
         run("podset only, idle", "host", &podset, 0, true),
+        run("Pods read whole, idle", "host", &whole_pods, 0, true),
     ];
     for &n in &sizes {
         runs.push(run("podset only", "host", &podset, n, true));
         runs.push(run("all 5 plugins", "host", &all, n, true));
+        runs.push(run("Pods read whole", "host", &whole_pods, n, true));
     }
 
     let mut results = Vec::new();
@@ -527,9 +538,19 @@ fn mocked_api(pods: Option<PathBuf>) -> kube::Client {
                 watching.push(respond);
                 continue;
             }
+            let form = if request
+                .headers()
+                .get(http::header::ACCEPT)
+                .and_then(|a| a.to_str().ok())
+                .is_some_and(|a| a.contains("as=PartialObjectMetadataList"))
+            {
+                Form::Metadata
+            } else {
+                Form::Whole
+            };
             let body = match (&pods, request.method()) {
                 (Some(file), &http::Method::GET) if path == "/api/v1/pods" => {
-                    pod_list_body(file, query)
+                    pod_list_body(&form_file(file, form), query)
                 }
                 (_, &http::Method::GET) if is_cluster_wide_list(&path) => {
                     br#"{"apiVersion":"v1","kind":"List","metadata":{"resourceVersion":"1"},"items":[]}"#
@@ -629,9 +650,31 @@ fn page_file(list: &Path, page: usize) -> PathBuf {
     list.with_extension(format!("page-{page}.json"))
 }
 
-/// Writes a PodList of `n` Pods to `path`, and the same list in pages of
-/// `PAGE` beside it; one Pod at a time, so the parent stays small.
+/// The two forms the API server lists Pods in: whole, or as
+/// PartialObjectMetadata when the client asks for metadata only (as the
+/// host does for a kind every plugin reads metadata-only, like podset's Pods).
+#[derive(Clone, Copy)]
+enum Form {
+    Whole,
+    Metadata,
+}
+
+fn form_file(list: &Path, form: Form) -> PathBuf {
+    match form {
+        Form::Whole => list.to_path_buf(),
+        Form::Metadata => list.with_extension("metadata.json"),
+    }
+}
+
+/// Writes the list of `n` Pods in both forms.
 fn write_pod_list(path: &Path, n: usize) -> anyhow::Result<()> {
+    write_pod_list_as(&form_file(path, Form::Whole), n, Form::Whole)?;
+    write_pod_list_as(&form_file(path, Form::Metadata), n, Form::Metadata)
+}
+
+/// Writes a list of `n` Pods in `form` to `path`, and the same list in pages
+/// of `PAGE` beside it; one Pod at a time, so the parent stays small.
+fn write_pod_list_as(path: &Path, n: usize, form: Form) -> anyhow::Result<()> {
     let create = |path: &Path| -> anyhow::Result<_> {
         let file = std::fs::File::create(path).with_context(|| path.display().to_string())?;
         Ok(std::io::BufWriter::new(file))
@@ -644,8 +687,12 @@ fn write_pod_list(path: &Path, n: usize) -> anyhow::Result<()> {
                 n - page * PAGE
             )
         });
+        let (api_version, kind) = match form {
+            Form::Whole => ("v1", "PodList"),
+            Form::Metadata => ("meta.k8s.io/v1", "PartialObjectMetadataList"),
+        };
         format!(
-            r#"{{"apiVersion":"v1","kind":"PodList","metadata":{{"resourceVersion":"{rv}"{more}}},"items":["#
+            r#"{{"apiVersion":"{api_version}","kind":"{kind}","metadata":{{"resourceVersion":"{rv}"{more}}},"items":["#
         )
     };
     let mut whole = create(path)?;
@@ -660,6 +707,9 @@ fn write_pod_list(path: &Path, n: usize) -> anyhow::Result<()> {
             if let Some(map) = item.as_object_mut() {
                 map.remove("apiVersion");
                 map.remove("kind");
+                if let Form::Metadata = form {
+                    map.retain(|k, _| k == "metadata");
+                }
             }
             let text = serde_json::to_vec(&item)?;
             for (w, first) in [(&mut whole, i == 0), (&mut out, i == page * PAGE)] {

@@ -70,10 +70,26 @@ pub struct WatchEvent {
     pub object: Value,
 }
 
+/// One object of a first list, held as JSON text until the engine takes
+/// it: a first list holds every object of a kind at once, and text takes a
+/// fraction of the memory of a parsed tree (a Pod: ~3 KiB against ~30 KiB).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedObject(Box<str>);
+
+impl ListedObject {
+    pub fn new(object: &Value) -> Self {
+        Self(object.to_string().into())
+    }
+
+    pub fn value(&self) -> Value {
+        serde_json::from_str(&self.0).expect("JSON written by ListedObject::new")
+    }
+}
+
 /// A consistent list of a kind followed by every change after it: no event
 /// between the list and the first watch event is lost.
 pub struct WatchStream {
-    pub initial: Vec<Value>,
+    pub initial: Vec<ListedObject>,
     pub events: UnboundedReceiver<WatchEvent>,
 }
 

@@ -41,8 +41,8 @@ pub use self::scope::{PrimarySelectors, ServeScope};
 use self::shared_cache::SharedCache;
 use self::work_queue::{BackoffPolicy, PrimaryKey, WorkQueue};
 use crate::cluster::{
-    BackendError, Clock, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchEvent,
-    WatchEventType, WatchScope,
+    BackendError, Clock, ClusterBackend, EventRecord, ListedObject, ObjectKey, Propagation,
+    WatchEvent, WatchEventType, WatchScope,
 };
 use crate::plugin::{LoadedPlugin, ReconcileInput};
 
@@ -294,10 +294,22 @@ impl<B: ClusterBackend> Engine<B> {
 
     /// Takes a watch's first list into the cache. After a re-watch, cached
     /// objects missing from the list are gone.
-    fn take_list(&self, kind: &KindRef, list: Vec<Value>, rewatch: bool) {
+    fn take_list(&self, kind: &KindRef, list: Vec<ListedObject>, rewatch: bool) {
         let now = self.clock.now_millis();
+        let mut listed = BTreeSet::new();
+        // One object parsed at a time: the list stays text until cached.
+        for object in list {
+            let object = object.value();
+            if rewatch && let Some(key) = ObjectKey::of(&object) {
+                listed.insert(key);
+            }
+            let event = WatchEvent {
+                event_type: WatchEventType::Added,
+                object,
+            };
+            self.observe(&event, now);
+        }
         if rewatch {
-            let listed: BTreeSet<ObjectKey> = list.iter().filter_map(ObjectKey::of).collect();
             for object in self.cache.list(kind) {
                 if ObjectKey::of(&object).is_some_and(|k| !listed.contains(&k)) {
                     let event = WatchEvent {
@@ -307,13 +319,6 @@ impl<B: ClusterBackend> Engine<B> {
                     self.observe(&event, now);
                 }
             }
-        }
-        for object in list {
-            let event = WatchEvent {
-                event_type: WatchEventType::Added,
-                object,
-            };
-            self.observe(&event, now);
         }
     }
 

@@ -22,8 +22,8 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use self::store::{EmbeddedStore, StoreError};
 use super::backend::{
-    BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchEvent, WatchScope,
-    WatchStream,
+    BackendError, ClusterBackend, EventRecord, ListedObject, ObjectKey, Propagation, WatchEvent,
+    WatchScope, WatchStream,
 };
 use super::clock::Clock;
 
@@ -158,7 +158,7 @@ impl ClusterBackend for EmbeddedCluster {
             .list(kind)
             .into_iter()
             .filter(|o| scope.admits(o))
-            .map(|o| scope.project(o))
+            .map(|o| ListedObject::new(&scope.project(o)))
             .collect();
         inner.subscribers.push(Subscriber {
             kind: kind.clone(),

@@ -25,7 +25,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::discovery::Resolved;
 use super::{errors, meta_to_value, to_value};
-use crate::cluster::backend::{BackendError, WatchEvent, WatchEventType, WatchScope, WatchStream};
+use crate::cluster::backend::{
+    BackendError, ListedObject, WatchEvent, WatchEventType, WatchScope, WatchStream,
+};
 
 /// Namespace and name.
 type Key = (Option<String>, String);
@@ -93,7 +95,7 @@ struct Forwarder {
     /// Keys listed so far in the re-list under way.
     relisted: Option<HashSet<Key>>,
     /// The first list, until it is complete and handed to the caller.
-    initial: Option<Vec<Value>>,
+    initial: Option<Vec<ListedObject>>,
 }
 
 impl Forwarder {
@@ -110,7 +112,7 @@ impl Forwarder {
 
     /// Handles one watcher event; returns the events to send and, when the
     /// first list completes, that list.
-    fn handle(&mut self, event: Event<Value>) -> (Vec<WatchEvent>, Option<Vec<Value>>) {
+    fn handle(&mut self, event: Event<Value>) -> (Vec<WatchEvent>, Option<Vec<ListedObject>>) {
         let mut out = Vec::new();
         match event {
             Event::Init => {
@@ -128,7 +130,7 @@ impl Forwarder {
                 }
                 if let Some(initial) = &mut self.initial {
                     self.known.insert(key, Seen::of(&object));
-                    initial.push(object);
+                    initial.push(ListedObject::new(&object));
                 } else {
                     out.extend(self.upsert(key, object));
                 }
@@ -272,7 +274,7 @@ pub(crate) async fn start(
     })
 }
 
-type Ready = oneshot::Sender<Result<Vec<Value>, BackendError>>;
+type Ready = oneshot::Sender<Result<Vec<ListedObject>, BackendError>>;
 type Events = BoxStream<'static, Result<Event<Value>, watcher::Error>>;
 
 /// kube's watcher of one namespace (or all), its objects already turned
@@ -448,7 +450,7 @@ mod tests {
             .await
             .expect("watch");
         assert_eq!(stream.initial.len(), 1);
-        let a = &stream.initial[0];
+        let a = &stream.initial[0].value();
         assert_eq!(a["kind"], "Deployment");
         assert_eq!(a["apiVersion"], "apps/v1");
         assert!(a["metadata"].get("managedFields").is_none());
@@ -585,10 +587,10 @@ mod tests {
             .watch(&testing::deployment_kind(), &scope)
             .await
             .expect("watch");
-        let mut names: Vec<&str> = stream
+        let mut names: Vec<String> = stream
             .initial
             .iter()
-            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .map(|o| o.value()["metadata"]["name"].as_str().unwrap().to_string())
             .collect();
         names.sort();
         assert_eq!(names, ["in-a", "in-b"]);
@@ -626,7 +628,7 @@ mod tests {
         let (seen, _api) = server.await.unwrap();
         let accept = seen.accept.unwrap_or_default();
         assert!(accept.contains("as=PartialObjectMetadataList"), "{accept}");
-        let object = &stream.initial[0];
+        let object = &stream.initial[0].value();
         assert_eq!(object["apiVersion"], "apps/v1");
         assert_eq!(object["kind"], "Deployment");
         assert!(object.get("spec").is_none());
