@@ -9,9 +9,10 @@
 //! warm compile cache, the Kubernetes backend on a mocked API server, and an
 //! engine that has listed every declared kind. It then lets things settle and
 //! reads VmRSS and VmHWM from /proc/self/status. The mocked server answers
-//! lists of Pods from files the parent wrote, page by page as asked (kube's
-//! watcher asks for pages of 500 and then leaves out resourceVersion=0, so a
-//! real API server pages the list too); lists of other kinds are empty, and
+//! lists of Pods from files the parent wrote, page by page as asked (the
+//! host's watch asks for pages of 100, and with a limit kube leaves out
+//! resourceVersion=0, so a real API server pages the list too); lists of
+//! other kinds are empty, and
 //! watches are never answered, so the host sits idle as on a quiet cluster.
 //!
 //! Children also report live heap bytes, counted by a global allocator
@@ -643,8 +644,8 @@ fn proc_status() -> anyhow::Result<HashMap<String, u64>> {
 // ---------------------------------------------------------------------------
 // Pods shaped like `kubectl get pod -o json` prints those of a Deployment.
 
-/// Objects per page of a paged list: what kube's watcher asks for by default.
-const PAGE: usize = 500;
+/// Pods per list page: what the host's watch asks for (`LIST_PAGE` in the backend).
+const PAGE: usize = 100;
 
 fn page_file(list: &Path, page: usize) -> PathBuf {
     list.with_extension(format!("page-{page}.json"))

@@ -274,6 +274,9 @@ pub(crate) async fn start(
     })
 }
 
+/// Objects per list request: kube's default is 500, as client-go's.
+pub(crate) const LIST_PAGE: u32 = 100;
+
 type Ready = oneshot::Sender<Result<Vec<ListedObject>, BackendError>>;
 type Events = BoxStream<'static, Result<Event<Value>, watcher::Error>>;
 
@@ -289,7 +292,13 @@ fn watcher_events(
     // Bookmarks are on by default; kube also reconnects a watch that stays
     // silent past the server's timeout plus a margin, so a dead connection
     // cannot leave a zombie watch.
-    let config = watcher::Config::default().any_semantic();
+    //
+    // Lists come in pages of LIST_PAGE: each page is decoded whole before
+    // its objects are handed on, and that transient, not the cache, set
+    // the peak memory of a host with a thousand Pods (BENCHMARKS.md).
+    let config = watcher::Config::default()
+        .any_semantic()
+        .page_size(LIST_PAGE);
     let resource = resource.clone();
     if metadata_only {
         let api: Api<PartialObjectMeta<DynamicObject>> = match namespace {
