@@ -45,9 +45,11 @@ use anyhow::{Context, bail, ensure};
 use http::{Request, Response};
 use kube::client::Body;
 use reconciler_host::cluster::RealClock;
+use reconciler_host::cluster::backend::slimmed;
 use reconciler_host::cluster::kubernetes::KubernetesBackend;
 use reconciler_host::engine::Engine;
 use reconciler_host::plugin::{LoadedPlugin, Sandbox, SandboxConfig};
+use reconciler_sdk::memory_cache::metadata_only;
 use serde_json::{Value, json};
 
 /// Counts live heap bytes so a child can tell its data from allocator slack.
@@ -283,18 +285,13 @@ fn print_report(runs: &[Run], results: &[Measured]) {
     let one = pod(0);
     let served = one.to_string().len();
     let cached = slimmed(one.clone()).to_string().len();
-    let metadata_only =
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": slimmed(one)["metadata"]})
-            .to_string()
-            .len();
+    let metadata_text = metadata_only(&one).to_string().len();
     println!(
         "one Pod as JSON: {served} bytes as served (with managedFields), {cached} without \
-         managedFields, {metadata_only} as apiVersion/kind/metadata only"
+         managedFields, {metadata_text} as apiVersion/kind/metadata only"
     );
     let (tree_heap, tree) = heap_of(|| slimmed(pod(0)));
-    let (metadata_heap, _metadata) = heap_of(
-        || json!({"apiVersion": "v1", "kind": "Pod", "metadata": tree["metadata"].clone()}),
-    );
+    let (metadata_heap, _metadata) = heap_of(|| metadata_only(&tree));
     let (text_heap, _text) = heap_of(|| tree.to_string().into_boxed_str());
     let (objects, strings) = allocations(&tree);
     println!(
@@ -603,14 +600,6 @@ fn pod_list_body(file: &Path, query: &str) -> Vec<u8> {
         }
     };
     std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-}
-
-/// Without managedFields, as the backend's list conversion leaves it.
-fn slimmed(mut pod: Value) -> Value {
-    if let Some(meta) = pod.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
-    }
-    pod
 }
 
 /// Hands free memory in every malloc arena back to the kernel.

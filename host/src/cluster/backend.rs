@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
 
+use reconciler_sdk::memory_cache::metadata_only;
 use reconciler_sdk::{EventType, KindRef};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -141,14 +142,11 @@ impl WatchScope {
 
     /// `object` as the scope delivers it.
     pub fn project(&self, object: Value) -> Value {
-        if !self.metadata_only {
-            return object;
+        if self.metadata_only {
+            metadata_only(&object)
+        } else {
+            object
         }
-        let Value::Object(mut map) = object else {
-            return object;
-        };
-        map.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata"));
-        Value::Object(map)
     }
 }
 

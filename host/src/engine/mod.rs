@@ -335,10 +335,14 @@ impl<B: ClusterBackend> Engine<B> {
     /// and matches the plugin's selector. A primary no longer cached passes,
     /// so its reconcile can find it gone.
     fn in_scope(&self, plugin: &str, primary: &KindRef, key: &PrimaryKey) -> bool {
+        // Without a selector, nothing to read: this runs for every watch event.
+        let Some(selector) = self.scope.selectors.for_plugin(plugin) else {
+            return true;
+        };
         let key = ObjectKey::new(primary.clone(), key.namespace.as_deref(), &key.name);
         self.cache
             .get(&key)
-            .is_none_or(|object| self.scope.selectors.admits(plugin, &object))
+            .is_none_or(|object| selector.matches_object(&object))
     }
 
     /// Queues every cached primary of a plugin for a reconcile now.

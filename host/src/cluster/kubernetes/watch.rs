@@ -12,7 +12,7 @@
 //! are retried with kube's default backoff; errors before it are returned to
 //! the caller.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -20,6 +20,7 @@ use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use reconciler_sdk::KindRef;
+use reconciler_sdk::memory_cache::metadata_only;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -57,33 +58,25 @@ fn resource_version(object: &Value) -> Option<&str> {
 /// it. Not the object itself: the engine's cache holds that, and a second
 /// `Value` tree per object nearly doubled the host's memory per object
 /// (~30 KiB for a typical Pod, against ~0.5 KiB of metadata text; see
-/// BENCHMARKS.md). The
-/// metadata is all the engine reads of a deleted object: its key for the
-/// cache, and labels, annotations and ownerReferences to find the primaries
-/// it concerns.
+/// BENCHMARKS.md). The metadata is all the engine reads of a deleted object:
+/// its key for the cache, and labels, annotations and ownerReferences to find
+/// the primaries it concerns.
 struct Seen {
     resource_version: Option<Box<str>>,
-    last_metadata: Box<str>,
+    last_metadata: ListedObject,
 }
 
 impl Seen {
     fn of(object: &Value) -> Self {
-        let part = |name| object.get(name).filter(|v| !v.is_null());
-        let last: BTreeMap<&str, &Value> = ["apiVersion", "kind", "metadata"]
-            .into_iter()
-            .filter_map(|name| Some((name, part(name)?)))
-            .collect();
         Self {
             resource_version: resource_version(object).map(Into::into),
-            last_metadata: serde_json::to_string(&last)
-                .expect("a JSON value serialises")
-                .into(),
+            last_metadata: ListedObject::new(&metadata_only(object)),
         }
     }
 
     /// The object as a Deleted event carries it after a re-list.
     fn tombstone(&self) -> Value {
-        serde_json::from_str(&self.last_metadata).expect("JSON written by `Seen::of`")
+        self.last_metadata.value()
     }
 }
 
