@@ -46,12 +46,14 @@ pub fn test_limits() -> HostLimits {
     }
 }
 
-/// One sandbox for the whole test process, with its own compile cache.
+/// One sandbox for the whole test process. Its compile cache is shared by
+/// every test binary and kept in the target directory, so it is reused across
+/// runs and removed by `cargo clean`; entries are keyed by content and written
+/// atomically, so concurrent test processes cannot see a partial one.
 pub fn sandbox() -> &'static Arc<Sandbox> {
     static SANDBOX: OnceLock<Arc<Sandbox>> = OnceLock::new();
     SANDBOX.get_or_init(|| {
-        let cache =
-            std::env::temp_dir().join(format!("reconciler-host-tests-{}", std::process::id()));
+        let cache = test_compile_cache_dir();
         Arc::new(
             Sandbox::new(SandboxConfig {
                 limits: test_limits(),
@@ -61,6 +63,16 @@ pub fn sandbox() -> &'static Arc<Sandbox> {
             .expect("create the sandbox"),
         )
     })
+}
+
+/// `target/<profile>/test-compile-cache`, found from the running test binary
+/// (`target/<profile>/deps/<test>`), so it follows `CARGO_TARGET_DIR`.
+fn test_compile_cache_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.ancestors()
+        .nth(2)
+        .unwrap_or_else(|| Path::new("."))
+        .join("test-compile-cache")
 }
 
 /// A plugin loaded into [`sandbox`], panicking with the load error.
