@@ -234,49 +234,6 @@ async fn release(leadership: Option<Leadership>) {
     }
 }
 
-/// A client from kube's default configuration (KUBECONFIG or the pod's
-/// service account), checked by asking the server its version.
-pub async fn connect() -> anyhow::Result<kube::Client> {
-    // kube's error repeats its causes; its top line says it all.
-    let client = kube::Client::try_default().await.map_err(|e| {
-        anyhow::anyhow!(
-            "cannot configure a Kubernetes client: set KUBECONFIG (or have ~/.kube/config), or run in a pod with a service account: {e}"
-        )
-    })?;
-    let version = client
-        .apiserver_version()
-        .await
-        .context("cannot reach the Kubernetes API server")?;
-    tracing::info!(
-        "connected to Kubernetes {} ({})",
-        version.git_version,
-        version.platform
-    );
-    if !supported_version(&version.major, &version.minor) {
-        tracing::warn!(
-            "Kubernetes {}.{} is older than 1.28, the oldest version this host supports",
-            version.major,
-            version.minor
-        );
-    }
-    Ok(client)
-}
-
-/// Whether a server's major.minor is 1.28 or newer. Minor versions may
-/// carry a suffix (`28+` on some managed clusters).
-fn supported_version(major: &str, minor: &str) -> bool {
-    let number = |s: &str| {
-        s.trim_end_matches(|c: char| !c.is_ascii_digit())
-            .parse::<u32>()
-            .ok()
-    };
-    match (number(major), number(minor)) {
-        (Some(major), Some(minor)) => (major, minor) >= (1, 28),
-        // An unparseable version is not a reason to warn.
-        _ => true,
-    }
-}
-
 /// Makes what a rescan did visible at /plugins and /metrics.
 fn publish(status: &HostStatus, plugins: &PluginDirectory, events: &[ReloadEvent]) {
     status.metrics.reloaded(events);
@@ -326,7 +283,7 @@ mod tests {
     use tokio::task::JoinHandle;
     use tokio::time::timeout;
 
-    use super::{RunConfig, run, supported_version};
+    use super::{RunConfig, run};
     use crate::engine::ServeScope;
     use crate::leader_election::LeaderElectionConfig;
     use crate::leader_election::testing::{LeaseServer, NAME, NAMESPACE, held_by};
@@ -421,13 +378,5 @@ mod tests {
         stop.send(()).unwrap();
         host.await.unwrap().expect("a clean stop");
         assert_eq!(server.holder(), None, "{:#?}", server.lease());
-    }
-
-    #[test]
-    fn versions_from_1_28_on_are_supported() {
-        assert!(supported_version("1", "28"));
-        assert!(supported_version("1", "33+"));
-        assert!(!supported_version("1", "27"));
-        assert!(supported_version("", ""));
     }
 }

@@ -8,9 +8,10 @@ use std::time::Duration;
 use clap::Args;
 
 use super::SandboxArgs;
+use crate::api_client::{DEFAULT_REQUEST_TIMEOUT, connect};
 use crate::engine::{PrimarySelectors, ServeScope};
 use crate::leader_election::{DEFAULT_LEASE_NAME, LeaderElectionConfig, default_namespace};
-use crate::run::{RunConfig, connect, run, shutdown_signal};
+use crate::run::{RunConfig, run, shutdown_signal};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -32,6 +33,11 @@ pub struct RunArgs {
     /// On SIGTERM or SIGINT, how long reconciles in flight may take to finish.
     #[arg(long, default_value_t = 25, value_name = "SECS")]
     pub shutdown_timeout_secs: u64,
+    /// How long a request to the API server may wait for its answer to start before it is
+    /// given up and retried; 0 for no limit. A dead connection otherwise stalls a watch or a
+    /// reconcile for good. Watches answer at once and then stream, so this does not cut them.
+    #[arg(long, default_value_t = DEFAULT_REQUEST_TIMEOUT.as_secs(), value_name = "SECS")]
+    pub request_timeout_secs: u64,
     /// How often a plugin whose kinds the cluster does not serve yet (or RBAC forbids) is tried again.
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub kind_retry_secs: u64,
@@ -82,6 +88,8 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     }
     let selectors = PrimarySelectors::parse(args.selector.iter().map(String::as_str))?;
     let namespaces: BTreeSet<String> = args.namespace.into_iter().collect();
+    let request_timeout =
+        (args.request_timeout_secs > 0).then(|| Duration::from_secs(args.request_timeout_secs));
     let sandbox = Arc::new(sandbox.sandbox()?);
     let config = RunConfig {
         plugins_dir: args.plugins_dir,
@@ -106,7 +114,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let client = connect().await?;
+        let client = connect(request_timeout).await?;
         run(sandbox, client, config, shutdown_signal()).await
     })?;
     Ok(ExitCode::SUCCESS)

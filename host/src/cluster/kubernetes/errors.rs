@@ -52,6 +52,12 @@ pub(crate) fn map(err: kube::Error, request: &Request<'_>) -> BackendError {
             key: request.target.clone(),
             message: format!("cannot build request: {e}"),
         },
+        kube::Error::Service(e) if e.is::<tower::timeout::error::Elapsed>() => {
+            BackendError::Transient(format!(
+                "{} {}: the API server did not answer within the request timeout (--request-timeout-secs)",
+                request.verb, request.target
+            ))
+        }
         // Transport, timeouts, TLS, token refresh, broken streams: all of these
         // may succeed on a later attempt.
         other => BackendError::Transient(format!("{} {}: {other}", request.verb, request.target)),

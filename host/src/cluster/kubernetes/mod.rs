@@ -319,4 +319,49 @@ mod tests {
         assert_eq!(seen.path, "/api/v1/namespaces/team");
         assert!(!seen.query.contains("force"));
     }
+
+    /// A request the server never answers ends at the client's request
+    /// timeout (the layer `run` puts on its client) as a transient error that
+    /// says so, instead of holding the reconcile forever.
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_request_is_a_transient_error_naming_the_timeout() {
+        use std::time::Duration;
+
+        let (service, mut api) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let service = tower::ServiceBuilder::new()
+            .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(60)))
+            .service(service);
+        let backend = super::KubernetesBackend::with_reporting_instance(
+            kube::Client::new(service, "default"),
+            "pod-0",
+        );
+        backend.remember_kind(testing::deployment_kind(), "deployments", true);
+        let server = tokio::spawn(async move {
+            // Take the request and hold on to it without answering.
+            let (request, pending) = api.next_request().await.expect("a request");
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop(pending);
+            request.uri().path().to_string()
+        });
+
+        let deployment = testing::stored_deployment("web", "1");
+        let started = tokio::time::Instant::now();
+        let err = backend
+            .apply(deployment, "reconciler-host/podset", true)
+            .await
+            .expect_err("nothing answered");
+        let BackendError::Transient(message) = &err else {
+            panic!("expected a transient error, got {err:?}");
+        };
+        assert!(
+            message.contains("did not answer within the request timeout")
+                && message.contains("Deployment default/web"),
+            "{message}"
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
+        server.abort();
+    }
 }
