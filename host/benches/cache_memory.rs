@@ -128,7 +128,19 @@ struct Run {
     what: &'static str,
     plugins: Vec<PathBuf>,
     pods: usize,
-    compile_cache: bool,
+    compile_cache: CacheUse,
+}
+
+/// Where a child's plugins come from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CacheUse {
+    /// A compile cache the parent filled: a restarted host.
+    Warm,
+    /// An empty compile cache directory: a new pod, whose cache is an
+    /// emptyDir (deploy/deployment.yaml). Plugins are compiled and stored.
+    Empty,
+    /// No compile cache at all: compiled on every start.
+    Off,
 }
 
 /// What a child measured: kB figures from /proc, bytes from the allocator.
@@ -195,24 +207,43 @@ fn parent() -> anyhow::Result<()> {
             "floor",
             &[],
             0,
-            true,
+            CacheUse::Warm,
         ),
-        run("sandbox, no plugin", "sandbox", &[], 0, true),
-        run("all 5 plugins, idle", "host", &all, 0, true),
+        run("sandbox, no plugin", "sandbox", &[], 0, CacheUse::Warm),
+        run("all 5 plugins, idle", "host", &all, 0, CacheUse::Warm),
+        run(
+            "all 5 plugins, idle, compiled at start into an empty compile cache",
+            "host",
+            &all,
+            0,
+            CacheUse::Empty,
+        ),
         run(
             "all 5 plugins, idle, compiled at start (no compile cache)",
             "host",
             &all,
             0,
-            false,
+            CacheUse::Off,
         ),
-        run("podset only, idle", "host", &podset, 0, true),
-        run("Pods read whole, idle", "host", &whole_pods, 0, true),
+        run("podset only, idle", "host", &podset, 0, CacheUse::Warm),
+        run(
+            "Pods read whole, idle",
+            "host",
+            &whole_pods,
+            0,
+            CacheUse::Warm,
+        ),
     ];
     for &n in &sizes {
-        runs.push(run("podset only", "host", &podset, n, true));
-        runs.push(run("all 5 plugins", "host", &all, n, true));
-        runs.push(run("Pods read whole", "host", &whole_pods, n, true));
+        runs.push(run("podset only", "host", &podset, n, CacheUse::Warm));
+        runs.push(run("all 5 plugins", "host", &all, n, CacheUse::Warm));
+        runs.push(run(
+            "Pods read whole",
+            "host",
+            &whole_pods,
+            n,
+            CacheUse::Warm,
+        ));
     }
 
     let mut results = Vec::new();
@@ -245,10 +276,17 @@ fn spawn_child(run: &Run, work: &Path, cache_dir: &Path) -> anyhow::Result<Measu
     } else {
         pods_file(work, run.pods).display().to_string()
     };
-    let cache = if run.compile_cache {
-        cache_dir.display().to_string()
-    } else {
-        "-".to_string()
+    let cache = match run.compile_cache {
+        CacheUse::Warm => cache_dir.display().to_string(),
+        CacheUse::Empty => {
+            let empty = work.join("empty-compile-cache");
+            if empty.exists() {
+                std::fs::remove_dir_all(&empty)?;
+            }
+            std::fs::create_dir(&empty)?;
+            empty.display().to_string()
+        }
+        CacheUse::Off => "-".to_string(),
     };
     let output = Command::new(std::env::current_exe()?)
         .args(["--child", run.what, &plugins, &pods, &cache])
@@ -393,7 +431,12 @@ fn allocations(value: &Value) -> (usize, usize) {
 fn baseline<'a>(runs: &[Run], results: &'a [Measured], i: usize) -> Option<&'a Measured> {
     let r = &runs[i];
     runs.iter()
-        .position(|b| b.what == "host" && b.pods == 0 && b.compile_cache && b.plugins == r.plugins)
+        .position(|b| {
+            b.what == "host"
+                && b.pods == 0
+                && b.compile_cache == CacheUse::Warm
+                && b.plugins == r.plugins
+        })
         .map(|j| &results[j])
 }
 

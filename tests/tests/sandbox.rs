@@ -195,6 +195,55 @@ fn files_that_are_not_plugins_are_refused_naming_the_file() {
     host_still_serves();
 }
 
+/// A plugin's Deployment for a PodSet of `size`, from `plugin`.
+fn podset_replicas(plugin: &LoadedPlugin, size: u64) -> Value {
+    let primary = json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": "web", "namespace": "default"}, "spec": {"size": size}});
+    let response = call(plugin, primary, MemoryCache::new()).expect("podset reconciles");
+    response.apply[0].object["spec"]["replicas"].clone()
+}
+
+/// Compiling happens on an engine of its own and the result is loaded into
+/// the sandbox's engine: with no cache, into an empty cache, and from that
+/// cache in a new process-like sandbox, the plugin must work the same.
+#[test]
+fn a_plugin_compiled_now_runs_as_one_from_the_cache() {
+    use reconciler_host::plugin::{CompileSource, Sandbox, SandboxConfig};
+
+    let path = example_plugin("podset");
+    let config = |cache| SandboxConfig {
+        limits: reconciler_tests::test_limits(),
+        compile_cache: cache,
+        ..SandboxConfig::default()
+    };
+
+    let uncached = Sandbox::new(config(None)).unwrap();
+    let (plugin, report) = uncached.load_with_report(&path).unwrap();
+    assert_eq!(report.source, CompileSource::Compiled);
+    assert_eq!(podset_replicas(&plugin, 3), 3);
+
+    let dir = tempfile::tempdir().unwrap();
+    let first = Sandbox::new(config(Some(dir.path().to_path_buf()))).unwrap();
+    let (plugin, report) = first.load_with_report(&path).unwrap();
+    assert_eq!(report.source, CompileSource::Compiled);
+    assert_eq!(podset_replicas(&plugin, 4), 4);
+    let entries: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        entries.len(),
+        1,
+        "one entry, no temporary files: {entries:?}"
+    );
+    assert!(entries[0].ends_with(".cwasm"), "{entries:?}");
+
+    let restarted = Sandbox::new(config(Some(dir.path().to_path_buf()))).unwrap();
+    let (plugin, report) = restarted.load_with_report(&path).unwrap();
+    assert_eq!(report.source, CompileSource::Cached);
+    assert_eq!(podset_replicas(&plugin, 5), 5);
+}
+
 #[test]
 fn a_second_load_uses_the_compile_cache() {
     let path = example_plugin("podset");

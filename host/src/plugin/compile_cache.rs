@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+use super::compiler::Compiler;
+
 #[derive(Clone, Debug)]
 pub struct CompileCache {
     dir: PathBuf,
@@ -57,12 +59,14 @@ impl CompileCache {
             .join(format!("{wasm_sha256}-{:016x}.cwasm", h.finish()))
     }
 
-    /// The component for these bytes: from the cache, or compiled and cached.
-    /// A cache that cannot be written only costs a recompile next time, so
-    /// write failures are logged, not returned.
-    pub fn load_or_compile(
+    /// The component for these bytes: from the cache, or compiled (by
+    /// `compiler`, for `engine`) and cached. A cache that cannot be written
+    /// only costs a recompile next time, so write failures are logged, not
+    /// returned.
+    pub(crate) fn load_or_compile(
         &self,
         engine: &Engine,
+        compiler: &Compiler,
         wasm: &[u8],
         wasm_sha256: &str,
     ) -> wasmtime::Result<(Component, CompileSource)> {
@@ -79,21 +83,34 @@ impl CompileCache {
                 }
             }
         }
-        let component = Component::new(engine, wasm)?;
-        if let Err(e) = self.store(&entry, &component) {
-            tracing::warn!(dir = %self.dir.display(), "cannot write the compile cache: {e:#}");
-        }
+        let artifact = compiler.precompile(wasm)?;
+        // SAFETY (both loads): `artifact` was serialized just now by
+        // `compiler`, whose code-generation settings are `engine`'s (wasmtime
+        // checks they match), and `entry` is that artifact as `store` wrote it.
+        // Loaded from the file, as on a cache hit, its code is file-backed:
+        // the kernel can drop those pages and read them again.
+        let component = match self.store(&entry, &artifact) {
+            Ok(()) => unsafe { Component::deserialize_file(engine, &entry) }?,
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), "cannot write the compile cache: {e:#}");
+                unsafe { Component::deserialize(engine, &artifact) }?
+            }
+        };
         Ok((component, CompileSource::Compiled))
     }
 
-    fn store(&self, entry: &Path, component: &Component) -> anyhow::Result<()> {
+    fn store(&self, entry: &Path, artifact: &[u8]) -> anyhow::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
-        let bytes = component.serialize()?;
-        let mut tmp = tempfile_in(&self.dir)?;
-        tmp.1.write_all(&bytes)?;
-        tmp.1.sync_all()?;
-        std::fs::rename(&tmp.0, entry)?;
-        Ok(())
+        let (tmp, mut file) = tempfile_in(&self.dir)?;
+        let written = file
+            .write_all(artifact)
+            .and_then(|()| file.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, entry));
+        if written.is_err() {
+            // A full disk must not also fill the directory with partial files.
+            let _ = std::fs::remove_file(&tmp);
+        }
+        Ok(written?)
     }
 }
 

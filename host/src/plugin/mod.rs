@@ -4,6 +4,7 @@
 mod bindings;
 mod call_state;
 pub mod compile_cache;
+mod compiler;
 pub mod contract_version;
 pub mod directory;
 pub mod errors;

@@ -27,6 +27,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use super::bindings::PluginPre;
 use super::call_state::CallState;
 use super::compile_cache::{CompileCache, CompileSource};
+use super::compiler::Compiler;
 use super::contract_version::check_exports;
 use super::errors::{LoadError, LoadFailure};
 use super::limits::{HostLimits, SandboxLimits};
@@ -97,6 +98,7 @@ pub struct Sandbox {
     linker: Linker<CallState>,
     limits: HostLimits,
     compile_cache: Option<CompileCache>,
+    compiler: Compiler,
     ticker: Arc<EpochTicker>,
 }
 
@@ -120,10 +122,13 @@ impl Sandbox {
             .total_memories(n * 2)
             .total_tables(n * 4)
             .max_memory_size(max_memory);
-        let mut wasm = Config::new();
-        wasm.epoch_interruption(true)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
-            .wasm_component_model(true);
+        // Code generation: shared by the running engine and the short-lived
+        // ones that compile (compiler.rs).
+        let mut codegen = Config::new();
+        codegen.epoch_interruption(true).wasm_component_model(true);
+        let compiler = Compiler::new(codegen.clone());
+        let mut wasm = codegen;
+        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&wasm)?;
 
         let mut linker = Linker::new(&engine);
@@ -139,6 +144,7 @@ impl Sandbox {
             linker,
             limits: config.limits,
             compile_cache: config.compile_cache.map(CompileCache::new),
+            compiler,
             ticker,
         })
     }
@@ -174,8 +180,13 @@ impl Sandbox {
 
         let compile_started = Instant::now();
         let (component, source) = match &self.compile_cache {
-            Some(cache) => cache.load_or_compile(&self.engine, bytes, &sha256),
-            None => Component::new(&self.engine, bytes).map(|c| (c, CompileSource::Compiled)),
+            Some(cache) => cache.load_or_compile(&self.engine, &self.compiler, bytes, &sha256),
+            None => self.compiler.precompile(bytes).and_then(|artifact| {
+                // SAFETY: `artifact` was serialized just now by `self.compiler`,
+                // whose settings are this engine's; wasmtime checks they match.
+                let component = unsafe { Component::deserialize(&self.engine, &artifact) }?;
+                Ok((component, CompileSource::Compiled))
+            }),
         }
         .map_err(|e| fail(path, LoadFailure::Compile(format!("{e:#}"))))?;
         let compile = compile_started.elapsed();

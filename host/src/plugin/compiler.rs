@@ -1,0 +1,52 @@
+//! Compiling plugins on an engine that lives only for the compile.
+//!
+//! Cranelift keeps the contexts it compiled with in the engine, to reuse
+//! them: after the five example plugins that is ~15 MiB of heap, held for
+//! good by a host that compiles again only when a plugin changes, and it
+//! tripled the idle memory of a host started without a warm compile cache
+//! (BENCHMARKS.md). So a plugin is compiled on a short-lived engine with the
+//! same code-generation settings as the one that runs it, serialized, and
+//! loaded into the long-lived engine as a compile-cache entry is. The
+//! short-lived engine's memory is freed with it and handed back to the
+//! kernel.
+
+use wasmtime::{Config, Engine};
+
+/// Compiles components for engines built from the same settings.
+#[derive(Clone)]
+pub(crate) struct Compiler {
+    /// The running engine's settings without its instance allocator: the
+    /// pooling allocator reserves address space for every slot up front,
+    /// which a compile does not need, and it does not change generated code.
+    config: Config,
+}
+
+impl Compiler {
+    pub(crate) fn new(config: Config) -> Self {
+        Self { config }
+    }
+
+    /// `wasm` compiled and serialized; loadable (`Component::deserialize`)
+    /// by any engine whose code-generation settings match `config`'s, which
+    /// wasmtime checks when it loads it.
+    pub(crate) fn precompile(&self, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        let engine = Engine::new(&self.config)?;
+        let artifact = engine.precompile_component(wasm);
+        drop(engine);
+        release_freed_memory();
+        artifact
+    }
+}
+
+/// Gives memory the allocator holds but no one uses back to the kernel. glibc
+/// keeps freed memory in its arenas; a compile frees tens of MiB at once.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_freed_memory() {
+    // SAFETY: malloc_trim takes no pointers and may be called at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_freed_memory() {}
