@@ -84,16 +84,15 @@ impl CompileCache {
             }
         }
         let artifact = compiler.precompile(wasm)?;
-        // SAFETY (both loads): `artifact` was serialized just now by
-        // `compiler`, whose code-generation settings are `engine`'s (wasmtime
-        // checks they match), and `entry` is that artifact as `store` wrote it.
         // Loaded from the file, as on a cache hit, its code is file-backed:
         // the kernel can drop those pages and read them again.
-        let component = match self.store(&entry, &artifact) {
+        let component = match self.store(&entry, artifact.bytes()) {
+            // SAFETY: `entry` is `artifact` as `store` just wrote it, and
+            // wasmtime checks that `engine`'s settings match the compiler's.
             Ok(()) => unsafe { Component::deserialize_file(engine, &entry) }?,
             Err(e) => {
                 tracing::warn!(dir = %self.dir.display(), "cannot write the compile cache: {e:#}");
-                unsafe { Component::deserialize(engine, &artifact) }?
+                artifact.load(engine)?
             }
         };
         Ok((component, CompileSource::Compiled))

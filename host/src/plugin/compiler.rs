@@ -10,6 +10,7 @@
 //! short-lived engine's memory is freed with it and handed back to the
 //! kernel.
 
+use wasmtime::component::Component;
 use wasmtime::{Config, Engine};
 
 /// Compiles components for engines built from the same settings.
@@ -26,15 +27,32 @@ impl Compiler {
         Self { config }
     }
 
-    /// `wasm` compiled and serialized; loadable (`Component::deserialize`)
-    /// by any engine whose code-generation settings match `config`'s, which
-    /// wasmtime checks when it loads it.
-    pub(crate) fn precompile(&self, wasm: &[u8]) -> wasmtime::Result<Vec<u8>> {
+    /// `wasm` compiled and serialized, for an engine whose code-generation
+    /// settings match `config`'s.
+    pub(crate) fn precompile(&self, wasm: &[u8]) -> wasmtime::Result<Artifact> {
         let engine = Engine::new(&self.config)?;
         let artifact = engine.precompile_component(wasm);
         drop(engine);
         release_freed_memory();
-        artifact
+        artifact.map(Artifact)
+    }
+}
+
+/// A component serialized by a [`Compiler`]: only `precompile` makes one,
+/// which is what makes loading it sound.
+pub(crate) struct Artifact(Vec<u8>);
+
+impl Artifact {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The component, loaded into `engine`.
+    pub(crate) fn load(&self, engine: &Engine) -> wasmtime::Result<Component> {
+        // SAFETY: the bytes are wasmtime's own serialization (see
+        // `Compiler::precompile`), never read from outside; wasmtime checks
+        // that `engine`'s code-generation settings match the compiler's.
+        unsafe { Component::deserialize(engine, &self.0) }
     }
 }
 

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use reconciler_sdk::PluginMetadata;
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings::PluginPre;
@@ -181,12 +181,11 @@ impl Sandbox {
         let compile_started = Instant::now();
         let (component, source) = match &self.compile_cache {
             Some(cache) => cache.load_or_compile(&self.engine, &self.compiler, bytes, &sha256),
-            None => self.compiler.precompile(bytes).and_then(|artifact| {
-                // SAFETY: `artifact` was serialized just now by `self.compiler`,
-                // whose settings are this engine's; wasmtime checks they match.
-                let component = unsafe { Component::deserialize(&self.engine, &artifact) }?;
-                Ok((component, CompileSource::Compiled))
-            }),
+            None => self
+                .compiler
+                .precompile(bytes)
+                .and_then(|artifact| artifact.load(&self.engine))
+                .map(|component| (component, CompileSource::Compiled)),
         }
         .map_err(|e| fail(path, LoadFailure::Compile(format!("{e:#}"))))?;
         let compile = compile_started.elapsed();
