@@ -165,7 +165,7 @@ spec:
                 if cluster.get(&crd_key()).await.ok().flatten().is_some() {
                     let status = json!({"conditions": [condition]});
                     cluster
-                        .apply_status(&crd_key(), status, "apiextensions-controller")
+                        .apply_status(&crd_key(), status, "apiextensions-controller", None)
                         .await
                         .unwrap();
                     return;

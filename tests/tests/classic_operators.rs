@@ -36,7 +36,7 @@ async fn finish_job(world: &World, job: &str, succeeded: bool) {
     let job = key("batch", "v1", "Job", "default", job);
     world
         .cluster
-        .apply_status(&job, status, "job-controller")
+        .apply_status(&job, status, "job-controller", None)
         .await
         .expect("job status");
 }

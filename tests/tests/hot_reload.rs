@@ -361,6 +361,12 @@ struct Gated {
 }
 
 impl ClusterBackend for Gated {
+    async fn kind_scope(
+        &self,
+        kind: &reconciler_sdk::KindRef,
+    ) -> Result<reconciler_host::cluster::KindScope, BackendError> {
+        self.cluster.kind_scope(kind).await
+    }
     async fn watch(
         &self,
         kind: &reconciler_sdk::KindRef,
@@ -389,8 +395,11 @@ impl ClusterBackend for Gated {
         key: &ObjectKey,
         status: Value,
         manager: &str,
+        resource_version: Option<&str>,
     ) -> Result<Value, BackendError> {
-        self.cluster.apply_status(key, status, manager).await
+        self.cluster
+            .apply_status(key, status, manager, resource_version)
+            .await
     }
     async fn delete(
         &self,
@@ -400,7 +409,7 @@ impl ClusterBackend for Gated {
     ) -> Result<(), BackendError> {
         self.cluster.delete(key, propagation, uid).await
     }
-    async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
+    async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<Value, BackendError> {
         self.cluster.add_finalizer(key, finalizer).await
     }
     async fn remove_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {

@@ -162,6 +162,16 @@ pub enum Propagation {
     Orphan,
 }
 
+/// Whether objects of a kind live in a namespace, as the API server serves
+/// it. A cluster-scoped object cannot have a namespaced owner (the garbage
+/// collector treats such an owner as absent), so the engine refuses a
+/// namespaced primary's plugin that owns or writes a cluster-scoped kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KindScope {
+    Namespaced,
+    Cluster,
+}
+
 /// An Event to record about an object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventRecord {
@@ -189,6 +199,12 @@ pub enum BackendError {
     Forbidden { message: String },
     #[error("the cluster does not serve {kind} (is its CustomResourceDefinition installed?)")]
     UnknownKind { kind: String },
+    /// A create refused because the namespace is being deleted: nothing
+    /// new can be made there, on a real API server or the embedded one.
+    #[error(
+        "{key}: namespace {namespace} is being terminated, no new objects can be created in it"
+    )]
+    NamespaceTerminating { key: String, namespace: String },
     #[error("transient error, will retry: {0}")]
     Transient(String),
 }
@@ -200,6 +216,12 @@ pub enum BackendError {
 /// other managers own are kept. An apply that changes nothing changes nothing
 /// (no new resourceVersion, no watch event).
 pub trait ClusterBackend: Send + Sync + 'static {
+    /// Whether `kind` is namespaced or cluster-scoped.
+    fn kind_scope(
+        &self,
+        kind: &KindRef,
+    ) -> impl Future<Output = Result<KindScope, BackendError>> + Send;
+
     /// Lists a kind and watches it from that point on, within `scope`.
     fn watch(
         &self,
@@ -223,12 +245,18 @@ pub trait ClusterBackend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Value, BackendError>> + Send;
 
     /// Server-side apply of `.status` through the status subresource: the
-    /// manager's status fields become exactly `status`.
+    /// manager's status fields become exactly `status`. With
+    /// `resource_version`, the write happens only if the object is still at
+    /// that version (else `Conflict`): a status computed from one object never
+    /// lands on a newer one, nor on a namesake created since (server-side
+    /// apply ignores a `metadata.uid` in the body, so the version is the
+    /// precondition the API offers).
     fn apply_status(
         &self,
         key: &ObjectKey,
         status: Value,
         field_manager: &str,
+        resource_version: Option<&str>,
     ) -> impl Future<Output = Result<Value, BackendError>> + Send;
 
     /// Deletes an object. Deleting one that is already gone is not an error.
@@ -243,12 +271,13 @@ pub trait ClusterBackend: Send + Sync + 'static {
         uid: Option<&str>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
-    /// Adds `finalizer` to the object if it is not there.
+    /// Adds `finalizer` to the object if it is not there. Returns the object
+    /// as stored afterwards.
     fn add_finalizer(
         &self,
         key: &ObjectKey,
         finalizer: &str,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    ) -> impl Future<Output = Result<Value, BackendError>> + Send;
 
     /// Removes `finalizer` from the object, and only that entry: another
     /// controller's finalizers are never touched.

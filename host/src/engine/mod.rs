@@ -597,11 +597,11 @@ impl<B: ClusterBackend> Engine<B> {
             && !deleting
             && !has_finalizer(&primary, finalizer)
         {
-            self.backend
+            primary = self
+                .backend
                 .add_finalizer(&primary_key, finalizer)
                 .await
                 .map_err(|e| backend_failure("adding the finalizer", e))?;
-            add_finalizer_locally(&mut primary, finalizer);
             changes.push(Change::FinalizerAdded(finalizer.clone()));
         }
 
@@ -672,7 +672,12 @@ impl<B: ClusterBackend> Engine<B> {
         }
         if let Some(status) = plan.status {
             self.backend
-                .apply_status(&primary_key, status, &manager)
+                .apply_status(
+                    &primary_key,
+                    status,
+                    &manager,
+                    resource_version_of(&primary),
+                )
                 .await
                 .map_err(|e| backend_failure("updating the status", e))?;
             changes.push(Change::StatusUpdated);
@@ -741,15 +746,10 @@ fn uid_of(object: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-fn add_finalizer_locally(object: &mut Value, finalizer: &str) {
-    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        let list = meta
-            .entry("finalizers")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if let Some(list) = list.as_array_mut() {
-            list.push(Value::String(finalizer.to_string()));
-        }
-    }
+fn resource_version_of(object: &Value) -> Option<&str> {
+    object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
 }
 
 fn backend_failure(step: &str, e: BackendError) -> (String, String) {

@@ -22,8 +22,8 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use self::store::{EmbeddedStore, StoreError};
 use super::backend::{
-    BackendError, ClusterBackend, EventRecord, ListedObject, ObjectKey, Propagation, WatchEvent,
-    WatchScope, WatchStream,
+    BackendError, ClusterBackend, EventRecord, KindScope, ListedObject, ObjectKey, Propagation,
+    WatchEvent, WatchScope, WatchStream,
 };
 use super::clock::Clock;
 
@@ -150,6 +150,10 @@ fn into_backend_error(e: StoreError) -> BackendError {
 }
 
 impl ClusterBackend for EmbeddedCluster {
+    async fn kind_scope(&self, kind: &KindRef) -> Result<KindScope, BackendError> {
+        Ok(self.lock().store.kind_scope(kind))
+    }
+
     async fn watch(&self, kind: &KindRef, scope: &WatchScope) -> Result<WatchStream, BackendError> {
         let (tx, rx) = unbounded_channel();
         let mut inner = self.lock();
@@ -189,8 +193,9 @@ impl ClusterBackend for EmbeddedCluster {
         key: &ObjectKey,
         status: Value,
         field_manager: &str,
+        resource_version: Option<&str>,
     ) -> Result<Value, BackendError> {
-        self.mutate(|s, now| s.apply_status(key, status, field_manager, now))
+        self.mutate(|s, now| s.apply_status(key, status, field_manager, resource_version, now))
     }
 
     async fn delete(
@@ -211,7 +216,7 @@ impl ClusterBackend for EmbeddedCluster {
         })
     }
 
-    async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
+    async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<Value, BackendError> {
         self.mutate(|s, now| s.add_finalizer(key, finalizer, now))
     }
 

@@ -57,11 +57,31 @@ use serde_json::{Map, Value, json};
 
 use super::field_set::{FieldConflict, FieldPath, Manager, Operation, Ownership, Segment};
 use super::garbage_collector::GcTask;
-use crate::cluster::backend::{ObjectKey, Propagation, WatchEventType};
+use crate::cluster::backend::{KindScope, ObjectKey, Propagation, WatchEventType};
 use crate::cluster::clock::rfc3339;
 
 /// Undrained events kept at most; older ones are dropped first.
 pub const EVENT_LOG_LIMIT: usize = 100_000;
+
+/// Built-in kinds an API server serves cluster-scoped, by group and kind.
+const CLUSTER_SCOPED_BUILTINS: &[(&str, &str)] = &[
+    ("", "Namespace"),
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    ("storage.k8s.io", "StorageClass"),
+    ("scheduling.k8s.io", "PriorityClass"),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+    ),
+];
 
 /// The manager recorded for finalizers added with [`EmbeddedStore::add_finalizer`].
 pub const FINALIZER_MANAGER: &str = "embedded-cluster/finalizers";
@@ -163,6 +183,19 @@ impl EmbeddedStore {
 
     /// Every object of `kind`, sorted by namespace (cluster-scoped first),
     /// then name.
+    /// Whether objects of `kind` live in a namespace. Kinds the embedded
+    /// cluster knows nothing about are served as namespaced.
+    pub fn kind_scope(&self, kind: &KindRef) -> KindScope {
+        if CLUSTER_SCOPED_BUILTINS
+            .iter()
+            .any(|(group, k)| *group == kind.group && *k == kind.kind)
+        {
+            KindScope::Cluster
+        } else {
+            KindScope::Namespaced
+        }
+    }
+
     pub fn list(&self, kind: &KindRef) -> Vec<Value> {
         let first = ObjectKey {
             kind: kind.clone(),
@@ -229,6 +262,7 @@ impl EmbeddedStore {
         key: &ObjectKey,
         status: Value,
         field_manager: &str,
+        resource_version: Option<&str>,
         now_millis: i64,
     ) -> Result<Value, StoreError> {
         if !status.is_object() {
@@ -236,6 +270,21 @@ impl EmbeddedStore {
         }
         require_manager(key, field_manager)?;
         let entry = self.objects.get(key).ok_or_else(|| not_found(key))?;
+        if let Some(expected) = resource_version {
+            let current = entry
+                .object
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str);
+            if current != Some(expected) {
+                return Err(StoreError::Conflict {
+                    key: key.to_string(),
+                    message: format!(
+                        "the object has been modified (resourceVersion {} is not {expected}); please apply your changes to the latest version and try again",
+                        current.unwrap_or("none")
+                    ),
+                });
+            }
+        }
         let manager = Manager::new(field_manager, Operation::ApplyStatus);
         let config = json!({ "status": status });
         let merge = entry
@@ -273,11 +322,11 @@ impl EmbeddedStore {
         key: &ObjectKey,
         finalizer: &str,
         now_millis: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Value, StoreError> {
         require_finalizer(key, finalizer)?;
         let entry = self.objects.get(key).ok_or_else(|| not_found(key))?;
         if finalizers(&entry.object).contains(&finalizer) {
-            return Ok(());
+            return Ok(entry.object.clone());
         }
         if is_deleting(&entry.object) {
             return Err(invalid(
@@ -291,9 +340,9 @@ impl EmbeddedStore {
             Manager::new(FINALIZER_MANAGER, Operation::Update),
             finalizer_path(finalizer),
         );
-        self.replace(key, object, Some(ownership));
+        let stored = self.replace(key, object, Some(ownership));
         self.run_gc(now_millis);
-        Ok(())
+        Ok(stored)
     }
 
     /// Removes exactly `finalizer`, never another entry. Removing the last
@@ -1165,31 +1214,37 @@ pub(super) mod tests {
 
         let key = deployment_key("web");
         let web = store
-            .apply_status(&key, json!({"readyReplicas": 1, "phase": "Up"}), "ctl", T0)
+            .apply_status(
+                &key,
+                json!({"readyReplicas": 1, "phase": "Up"}),
+                "ctl",
+                None,
+                T0,
+            )
             .unwrap();
         assert_eq!(
             (meta(&web, "generation"), meta(&web, "resourceVersion")),
             (&json!(1), &json!("2"))
         );
         store
-            .apply_status(&key, json!({"conditions": []}), "other", T0)
+            .apply_status(&key, json!({"conditions": []}), "other", None, T0)
             .unwrap();
         let web = store
-            .apply_status(&key, json!({"readyReplicas": 1}), "ctl", T0)
+            .apply_status(&key, json!({"readyReplicas": 1}), "ctl", None, T0)
             .unwrap();
         assert_eq!(web["status"], json!({"readyReplicas": 1, "conditions": []}));
         let same = store
-            .apply_status(&key, json!({"readyReplicas": 1}), "ctl", T0)
+            .apply_status(&key, json!({"readyReplicas": 1}), "ctl", None, T0)
             .unwrap();
         assert_eq!(same, web, "an unchanged status is not a change");
         assert_eq!(store.drain_events().len(), 3);
         assert!(matches!(
-            store.apply_status(&key, json!("up"), "ctl", T0),
+            store.apply_status(&key, json!("up"), "ctl", None, T0),
             Err(StoreError::Invalid { .. })
         ));
         let missing = deployment_key("gone");
         assert!(matches!(
-            store.apply_status(&missing, json!({}), "ctl", T0),
+            store.apply_status(&missing, json!({}), "ctl", None, T0),
             Err(StoreError::NotFound { .. })
         ));
     }
@@ -1428,7 +1483,13 @@ pub(super) mod tests {
             child["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": owner["metadata"]["uid"], "blockOwnerDeletion": true}]);
             store.apply(child, "test", false, T0 + 1).unwrap();
             store
-                .apply_status(&deployment_key("web"), json!({"ready": 1}), "ctl", T0 + 2)
+                .apply_status(
+                    &deployment_key("web"),
+                    json!({"ready": 1}),
+                    "ctl",
+                    None,
+                    T0 + 2,
+                )
                 .unwrap();
             store
                 .add_finalizer(&deployment_key("web"), "a.io/x", T0 + 3)

@@ -42,10 +42,16 @@ pub(crate) async fn apply_status(
     key: &ObjectKey,
     status: Value,
     field_manager: &str,
+    resource_version: Option<&str>,
 ) -> Result<Value, BackendError> {
     let resolved = backend.resolve(&key.kind).await?;
     let api = backend.api_for(&resolved, key)?;
     let mut metadata = json!({ "name": key.name });
+    // The API server checks a resourceVersion in an apply body (409 when
+    // the object moved on) but ignores a uid there.
+    if let Some(rv) = resource_version {
+        metadata["resourceVersion"] = json!(rv);
+    }
     if resolved.namespaced
         && let Some(ns) = &key.namespace
     {
@@ -115,7 +121,12 @@ mod tests {
 
         let key = ObjectKey::new(testing::podset_kind(), Some("default"), "web");
         backend
-            .apply_status(&key, json!({"readyReplicas": 2}), "reconciler-host/podset")
+            .apply_status(
+                &key,
+                json!({"readyReplicas": 2}),
+                "reconciler-host/podset",
+                None,
+            )
             .await
             .expect("apply status");
 

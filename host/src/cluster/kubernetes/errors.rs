@@ -40,6 +40,12 @@ impl Request<'_> {
 /// Maps a kube client error for `request` to the engine's error kinds.
 pub(crate) fn map(err: kube::Error, request: &Request<'_>) -> BackendError {
     match err {
+        kube::Error::Api(status) if is_namespace_terminating(&status) => {
+            BackendError::NamespaceTerminating {
+                key: request.target.clone(),
+                namespace: request.namespace.unwrap_or_default().to_string(),
+            }
+        }
         kube::Error::Api(status) => from_status(status.code, &status.message, request),
         kube::Error::Discovery(e) => BackendError::UnknownKind {
             kind: format!("{} ({e})", request.target),
@@ -62,6 +68,16 @@ pub(crate) fn map(err: kube::Error, request: &Request<'_>) -> BackendError {
         // may succeed on a later attempt.
         other => BackendError::Transient(format!("{} {}: {other}", request.verb, request.target)),
     }
+}
+
+/// A 403 for a create in a namespace being deleted: not an RBAC problem,
+/// and retrying cannot help. The API server says so in a cause.
+fn is_namespace_terminating(status: &kube::core::Status) -> bool {
+    status.code == 403
+        && status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
 }
 
 /// Maps an HTTP status code (from a response or a watch error event).

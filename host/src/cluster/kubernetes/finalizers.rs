@@ -9,7 +9,7 @@
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::{KubernetesBackend, errors, request};
+use super::{KubernetesBackend, errors, request, to_value};
 use crate::cluster::backend::{BackendError, ObjectKey};
 
 /// How often a patch whose guard failed is retried with a fresh read.
@@ -56,15 +56,13 @@ pub(crate) async fn add(
     backend: &KubernetesBackend,
     key: &ObjectKey,
     finalizer: &str,
-) -> Result<(), BackendError> {
+) -> Result<Value, BackendError> {
     edit(backend, key, |current| {
         (!current.iter().any(|f| f == finalizer)).then(|| add_patch(current, finalizer))
     })
-    .await
-    .and_then(|found| {
-        found.then_some(()).ok_or_else(|| BackendError::NotFound {
-            key: key.to_string(),
-        })
+    .await?
+    .ok_or_else(|| BackendError::NotFound {
+        key: key.to_string(),
     })
 }
 
@@ -85,23 +83,24 @@ pub(crate) async fn remove(
 }
 
 /// Reads the object, asks `plan` for a guarded patch (none: nothing to do)
-/// and sends it, re-reading when the guard fails. `Ok(false)`: no such object.
+/// and sends it, re-reading when the guard fails. Returns the object as
+/// stored afterwards; `Ok(None)`: no such object.
 async fn edit(
     backend: &KubernetesBackend,
     key: &ObjectKey,
     plan: impl Fn(&[String]) -> Option<Value>,
-) -> Result<bool, BackendError> {
+) -> Result<Option<Value>, BackendError> {
     let resolved = backend.resolve(&key.kind).await?;
     let api = backend.api_for(&resolved, key)?;
     let mut last_error = None;
     for _ in 0..ATTEMPTS {
         let object = match api.get_opt(&key.name).await {
-            Ok(Some(object)) => serde_json::to_value(object).unwrap_or(Value::Null),
-            Ok(None) => return Ok(false),
+            Ok(Some(object)) => to_value(object, &resolved.resource),
+            Ok(None) => return Ok(None),
             Err(e) => return Err(errors::map(e, &request("get", &resolved, key, None))),
         };
         let Some(patch) = plan(&finalizers(&object)) else {
-            return Ok(true);
+            return Ok(Some(object));
         };
         let patch = serde_json::from_value(patch).expect("a well-formed JSON patch");
         match api
@@ -112,12 +111,12 @@ async fn edit(
             )
             .await
         {
-            Ok(_) => return Ok(true),
+            Ok(stored) => return Ok(Some(to_value(stored, &resolved.resource))),
             // The guard failed (422), or the object changed (409): read again.
             Err(e) if matches!(errors::code(&e), Some(409 | 422)) => {
                 last_error = Some(errors::map(e, &request("patch", &resolved, key, None)));
             }
-            Err(e) if errors::code(&e) == Some(404) => return Ok(false),
+            Err(e) if errors::code(&e) == Some(404) => return Ok(None),
             Err(e) => return Err(errors::map(e, &request("patch", &resolved, key, None))),
         }
     }

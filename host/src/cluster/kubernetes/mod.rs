@@ -30,8 +30,8 @@ use reconciler_sdk::KindRef;
 use serde_json::Value;
 
 use crate::cluster::backend::{
-    BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchScope, WatchStream,
-    slimmed,
+    BackendError, ClusterBackend, EventRecord, KindScope, ObjectKey, Propagation, WatchScope,
+    WatchStream, slimmed,
 };
 use discovery::{KindCache, Resolved};
 
@@ -160,6 +160,14 @@ fn truncate_at_char(s: &mut String, max: usize) {
 }
 
 impl ClusterBackend for KubernetesBackend {
+    async fn kind_scope(&self, kind: &KindRef) -> Result<KindScope, BackendError> {
+        Ok(if self.resolve(kind).await?.namespaced {
+            KindScope::Namespaced
+        } else {
+            KindScope::Cluster
+        })
+    }
+
     async fn watch(&self, kind: &KindRef, scope: &WatchScope) -> Result<WatchStream, BackendError> {
         let resolved = self.resolve(kind).await?;
         watch::start(self.client.clone(), kind.clone(), resolved, scope).await
@@ -188,8 +196,9 @@ impl ClusterBackend for KubernetesBackend {
         key: &ObjectKey,
         status: Value,
         field_manager: &str,
+        resource_version: Option<&str>,
     ) -> Result<Value, BackendError> {
-        apply::apply_status(self, key, status, field_manager).await
+        apply::apply_status(self, key, status, field_manager, resource_version).await
     }
 
     async fn delete(
@@ -222,7 +231,7 @@ impl ClusterBackend for KubernetesBackend {
         }
     }
 
-    async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
+    async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<Value, BackendError> {
         finalizers::add(self, key, finalizer).await
     }
 

@@ -5,6 +5,11 @@
 //! wasm32-wasip2 and checks that the host turns each into a clear error for
 //! that one object and keeps serving.
 
+mod finalizers;
+mod metadata_rules;
+mod ownership;
+mod scope;
+
 use reconciler_sdk::{
     Context, Error, KindRef, MapRule, Object, PluginMetadata, Reconciler, Response,
 };
@@ -37,7 +42,7 @@ const NAME: &str = "rival";
 #[cfg(feature = "rival")]
 const VERSION: &str = "0.1.0";
 
-fn config_map(name: &str, extra: serde_json::Value) -> serde_json::Value {
+pub(crate) fn config_map(name: &str, extra: serde_json::Value) -> serde_json::Value {
     let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
         "data": {"k": "v", "version": VERSION}});
     if let (Some(cm), Some(extra)) = (cm.as_object_mut(), extra.as_object()) {
@@ -65,6 +70,9 @@ impl Reconciler for Hostiles {
             MapRule::None,
             !cfg!(feature = "v2"),
         )
+        // Patched without owning: the capability tests try to sneak
+        // ownership and host-owned fields in through a written kind.
+        .writes(KindRef::new("", "v1", "ServiceAccount"))
         .finalizer("hostile.example.com/cleanup")
     }
 
@@ -83,7 +91,17 @@ impl Reconciler for Hostiles {
             let response = Response::new().apply(&config_map(&name, json!({})))?;
             return Ok(if done { response.finalized() } else { response });
         }
-        match hostile.spec.mode.as_str() {
+        // Attempts to reach past the declarations, one module per area of
+        // the capability rules.
+        let mode = hostile.spec.mode.as_str();
+        if let Some(response) = ownership::attempt(mode, &hostile, ctx)
+            .or_else(|| metadata_rules::attempt(mode, &hostile, ctx))
+            .or_else(|| scope::attempt(mode, &hostile, ctx))
+            .or_else(|| finalizers::attempt(mode, &hostile, ctx))
+        {
+            return response;
+        }
+        match mode {
             "loop" => {
                 let mut n: u64 = 0;
                 loop {
