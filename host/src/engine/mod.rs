@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use reconciler_sdk::contract::Projection;
+use reconciler_sdk::contract::{Projection, ReconcileRequest};
 use reconciler_sdk::memory_cache::is_deleting;
 use reconciler_sdk::{EventType, KindRef};
 use serde_json::Value;
@@ -597,6 +597,8 @@ impl<B: ClusterBackend> Engine<B> {
             && !deleting
             && !has_finalizer(&primary, finalizer)
         {
+            // The stored object, so the status precondition below names the
+            // version this write made.
             primary = self
                 .backend
                 .add_finalizer(&primary_key, finalizer)
@@ -605,7 +607,14 @@ impl<B: ClusterBackend> Engine<B> {
             changes.push(Change::FinalizerAdded(finalizer.clone()));
         }
 
-        let request = self.cache.request_for(&primary, &metadata.owns);
+        // One snapshot of the children: what the plugin is shown is what
+        // it may delete, and what is pruned, each by the uid seen here.
+        let children = self.cache.children_of(&primary, &metadata.owns);
+        let request = ReconcileRequest {
+            primary: primary.to_string(),
+            children: children.iter().map(Value::to_string).collect(),
+            deleting,
+        };
         let input = ReconcileInput {
             request,
             primary_namespace: key.namespace.clone(),
@@ -624,7 +633,6 @@ impl<B: ClusterBackend> Engine<B> {
             })?
             .map_err(|e| (e.reason().to_string(), e.to_string()))?;
 
-        let children = self.cache.children_of(&primary, &metadata.owns);
         let plan = {
             let current = |k: &ObjectKey| self.cache.get(k);
             // Looked up per object, not copied: the map holds every object
@@ -637,15 +645,29 @@ impl<B: ClusterBackend> Engine<B> {
                 current: &current,
                 last_applied: &last_applied,
             };
-            plan::plan(&observed, response)
-                .map_err(|e| ("InvalidPrimary".to_string(), e.to_string()))?
+            plan::plan(&observed, response).map_err(|e| (e.reason().to_string(), e.to_string()))?
         };
 
+        // A deleting primary in a namespace being deleted: nothing new can
+        // be created there, so a cleanup that needs new objects can never
+        // run. Its creates are skipped and its finalizer released below,
+        // rather than holding the namespace's deletion forever.
+        let mut refused_in_terminating = Vec::new();
         for apply in plan.applies {
-            self.backend
-                .apply(apply.object, &manager, true)
-                .await
-                .map_err(|e| backend_failure(&format!("applying {}", apply.key), e))?;
+            match self.backend.apply(apply.object, &manager, true).await {
+                Ok(_) => {}
+                Err(BackendError::NamespaceTerminating { .. }) if deleting => {
+                    refused_in_terminating.push(apply.key);
+                    continue;
+                }
+                Err(e) => {
+                    return Err(partial_failure(
+                        &format!("applying {}", apply.key),
+                        e,
+                        &changes,
+                    ));
+                }
+            }
             controller
                 .state()
                 .last_applied
@@ -656,22 +678,20 @@ impl<B: ClusterBackend> Engine<B> {
                 Change::Updated(apply.key)
             });
         }
-        for (target, reason) in plan.deletes {
-            // The object as this reconcile saw it, not a namesake created
-            // since.
-            let uid = self.cache.get(&target).as_ref().and_then(uid_of);
+        for delete in plan.deletes {
             self.backend
-                .delete(&target, Propagation::Background, uid.as_deref())
+                .delete(&delete.key, Propagation::Background, delete.uid.as_deref())
                 .await
-                .map_err(|e| backend_failure(&format!("deleting {target}"), e))?;
-            controller.state().last_applied.remove(&target);
-            changes.push(match reason {
-                DeleteReason::Pruned => Change::Pruned(target),
-                DeleteReason::Requested => Change::Deleted(target),
+                .map_err(|e| partial_failure(&format!("deleting {}", delete.key), e, &changes))?;
+            controller.state().last_applied.remove(&delete.key);
+            changes.push(match delete.reason {
+                DeleteReason::Pruned => Change::Pruned(delete.key),
+                DeleteReason::Requested => Change::Deleted(delete.key),
             });
         }
         if let Some(status) = plan.status {
-            self.backend
+            match self
+                .backend
                 .apply_status(
                     &primary_key,
                     status,
@@ -679,8 +699,19 @@ impl<B: ClusterBackend> Engine<B> {
                     resource_version_of(&primary),
                 )
                 .await
-                .map_err(|e| backend_failure("updating the status", e))?;
-            changes.push(Change::StatusUpdated);
+            {
+                Ok(_) => changes.push(Change::StatusUpdated),
+                // The primary changed since it was read (or was deleted and
+                // made again under its name): this status describes an
+                // older object. Its watch event queues a reconcile of the
+                // new one, which decides afresh; nothing more of this one
+                // is done.
+                Err(BackendError::Conflict { .. }) => {
+                    changes.push(Change::StatusStale);
+                    return Ok(Some((changes, plan.requeue_after)));
+                }
+                Err(e) => return Err(partial_failure("updating the status", e, &changes)),
+            }
         }
         for event in plan.events {
             let record = EventRecord {
@@ -702,11 +733,36 @@ impl<B: ClusterBackend> Engine<B> {
                 message: event.message,
             });
         }
-        if let Some(finalizer) = plan.remove_finalizer {
+        let release = match (&metadata.finalizer, plan.remove_finalizer) {
+            (_, Some(finalizer)) => Some(finalizer),
+            (Some(finalizer), None)
+                if !refused_in_terminating.is_empty() && has_finalizer(&primary, finalizer) =>
+            {
+                Some(finalizer.clone())
+            }
+            _ => None,
+        };
+        if !refused_in_terminating.is_empty() {
+            let refused: Vec<String> = refused_in_terminating
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            // No Event: a terminating namespace refuses new Events too.
+            tracing::warn!(
+                "namespace {} is being deleted and refuses new objects ({}); the cleanup cannot create them, so the finalizer {} is removed to let the deletion finish",
+                key.namespace.as_deref().unwrap_or(""),
+                refused.join(", "),
+                release.as_deref().unwrap_or("(none)"),
+            );
+            changes.push(Change::RefusedInTerminatingNamespace(
+                refused_in_terminating,
+            ));
+        }
+        if let Some(finalizer) = release {
             self.backend
                 .remove_finalizer(&primary_key, &finalizer)
                 .await
-                .map_err(|e| backend_failure("removing the finalizer", e))?;
+                .map_err(|e| partial_failure("removing the finalizer", e, &changes))?;
             changes.push(Change::FinalizerRemoved(finalizer));
         }
         Ok(Some((changes, plan.requeue_after)))
@@ -757,7 +813,30 @@ fn backend_failure(step: &str, e: BackendError) -> (String, String) {
         BackendError::Conflict { .. } => "Conflict",
         BackendError::Forbidden { .. } => "Forbidden",
         BackendError::Invalid { .. } => "ApplyRejected",
+        BackendError::NamespaceTerminating { .. } => "NamespaceTerminating",
         _ => "ApplyFailed",
     };
     (reason.to_string(), format!("{step}: {e}"))
+}
+
+/// A failure after part of a response reached the cluster: the message says
+/// what was done before it, so the Event tells the whole story. The next
+/// attempt starts again from a fresh read.
+fn partial_failure(step: &str, e: BackendError, done: &[Change]) -> (String, String) {
+    let (reason, message) = backend_failure(step, e);
+    let writes: Vec<String> = done
+        .iter()
+        .filter(|c| !matches!(c, Change::Event { .. }))
+        .map(ToString::to_string)
+        .collect();
+    if writes.is_empty() {
+        return (reason, message);
+    }
+    (
+        reason,
+        format!(
+            "{message} (partial apply: {} done before this failed; the rest was not applied and the reconcile is retried)",
+            writes.join(", ")
+        ),
+    )
 }

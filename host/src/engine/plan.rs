@@ -7,11 +7,19 @@
 //!   and this host already applied exactly this desired object (a native
 //!   controller re-sends the same apply after every event; this host sends
 //!   nothing);
+//! - an owned object that exists is applied only if this primary controls
+//!   it: one controlled by someone else is never taken over, and one with
+//!   no controller is never adopted silently (controller-runtime's
+//!   `AlreadyOwnedError`);
+//! - a requested delete names one of the children the reconcile observed
+//!   (controller ownerReference to this primary, by uid);
 //! - owned children the plugin no longer returns are pruned;
+//! - deletes and prunes carry the uid of the object the reconcile saw, so a
+//!   namesake created since is left alone;
 //! - status is written only when it differs;
 //! - the finalizer is released only when the plugin says cleanup is done.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
@@ -35,6 +43,16 @@ pub struct PlannedApply {
     pub fingerprint: u64,
 }
 
+/// One delete to send: of exactly the object the reconcile observed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedDelete {
+    pub key: ObjectKey,
+    /// The uid observed; the delete is a no-op if the name now belongs to
+    /// another object.
+    pub uid: Option<String>,
+    pub reason: DeleteReason,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeleteReason {
     /// The plugin no longer returns this owned child.
@@ -48,7 +66,7 @@ pub struct Plan {
     pub applies: Vec<PlannedApply>,
     /// Applies skipped because the cluster already matches.
     pub unchanged: Vec<ObjectKey>,
-    pub deletes: Vec<(ObjectKey, DeleteReason)>,
+    pub deletes: Vec<PlannedDelete>,
     /// The new status, only when it differs from the primary's.
     pub status: Option<Value>,
     pub events: Vec<Event>,
@@ -70,7 +88,7 @@ impl Plan {
 pub struct Observed<'a> {
     pub metadata: &'a PluginMetadata,
     pub primary: &'a Value,
-    /// The primary's owned children, as cached.
+    /// The primary's owned children, exactly as the plugin was shown them.
     pub children: &'a [Value],
     /// The cached state of an object the plugin wants applied.
     pub current: &'a dyn Fn(&ObjectKey) -> Option<Value>,
@@ -78,13 +96,48 @@ pub struct Observed<'a> {
     pub last_applied: &'a dyn Fn(&ObjectKey) -> Option<u64>,
 }
 
-/// A primary that cannot own anything: it has no uid yet.
+/// Why a response cannot be carried out, though every item is well formed:
+/// the whole response is refused before anything is applied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the primary has no metadata.uid, so its children cannot reference it")]
-pub struct NoUid;
+pub enum Refusal {
+    #[error("the primary has no metadata.uid, so its children cannot reference it")]
+    NoUid,
+    /// A delete of an object that is not one of this primary's children.
+    #[error("invalid response: {item}: not controlled by {primary}")]
+    NotControlled { item: String, primary: String },
+    /// An owned object that exists and is controlled by someone else.
+    #[error(
+        "{item}: already controlled by {controller}; a plugin never takes over an object another controller owns (rename the object, or have its controller give it up)"
+    )]
+    AlreadyOwned { item: String, controller: String },
+    /// An owned object that exists with no controller.
+    #[error(
+        "{item}: exists and has no controller, and the host does not adopt objects silently. {how_to_resolve}"
+    )]
+    NotAdopted {
+        item: String,
+        how_to_resolve: String,
+    },
+}
 
-pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, NoUid> {
+impl Refusal {
+    /// A short, stable name for Event reasons and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::NoUid => "InvalidPrimary",
+            Refusal::NotControlled { .. } => "InvalidResponse",
+            Refusal::AlreadyOwned { .. } => "AlreadyOwned",
+            Refusal::NotAdopted { .. } => "AdoptionRefused",
+        }
+    }
+}
+
+pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, Refusal> {
     let primary = observed.primary;
+    let primary_uid = primary
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .ok_or(Refusal::NoUid)?;
     let mut plan = Plan {
         events: response.events,
         requeue_after: response.requeue_after,
@@ -92,7 +145,7 @@ pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, No
     };
 
     let mut desired_owned = BTreeSet::new();
-    for desired in response.apply {
+    for (index, desired) in response.apply.into_iter().enumerate() {
         let mut object = desired.object;
         if desired.role == WriteRole::Owned {
             set_controller_reference(&mut object, primary)?;
@@ -100,11 +153,14 @@ pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, No
         let Some(key) = ObjectKey::of(&object) else {
             continue;
         };
+        let current = (observed.current)(&key);
         if desired.role == WriteRole::Owned {
+            if let Some(current) = &current {
+                check_adoption(index, &key, current, primary, primary_uid)?;
+            }
             desired_owned.insert(key.clone());
         }
         let fingerprint = fingerprint(&object);
-        let current = (observed.current)(&key);
         let matches = current.as_ref().is_some_and(|c| is_subset(&object, c));
         if matches && (observed.last_applied)(&key) == Some(fingerprint) {
             plan.unchanged.push(key);
@@ -119,21 +175,37 @@ pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, No
         });
     }
 
-    for r in response.delete {
+    // The children the plugin was shown, by key: the only objects it may
+    // delete, each with the uid it saw.
+    let children: BTreeMap<ObjectKey, &Value> = observed
+        .children
+        .iter()
+        .filter_map(|c| ObjectKey::of(c).map(|k| (k, c)))
+        .collect();
+    for (index, r) in response.delete.into_iter().enumerate() {
         let kind = KindRef::from_api_version(&r.api_version, &r.kind);
-        plan.deletes.push((
-            ObjectKey::new(kind, r.namespace.as_deref(), &r.name),
-            DeleteReason::Requested,
-        ));
-    }
-    for child in observed.children {
-        let Some(key) = ObjectKey::of(child) else {
-            continue;
+        let key = ObjectKey::new(kind, r.namespace.as_deref(), &r.name);
+        let Some(child) = children.get(&key) else {
+            return Err(Refusal::NotControlled {
+                item: format!("delete[{index}] ({} {} {})", r.api_version, r.kind, r.name),
+                primary: primary_name(primary),
+            });
         };
+        plan.deletes.push(PlannedDelete {
+            uid: uid_of(child),
+            key,
+            reason: DeleteReason::Requested,
+        });
+    }
+    for (key, child) in children {
         let deleting = is_deleting(child);
-        let requested = plan.deletes.iter().any(|(k, _)| k == &key);
+        let requested = plan.deletes.iter().any(|d| d.key == key);
         if !desired_owned.contains(&key) && !deleting && !requested {
-            plan.deletes.push((key, DeleteReason::Pruned));
+            plan.deletes.push(PlannedDelete {
+                uid: uid_of(child),
+                key,
+                reason: DeleteReason::Pruned,
+            });
         }
     }
 
@@ -163,13 +235,113 @@ pub fn has_finalizer(object: &Value, finalizer: &str) -> bool {
         .is_some_and(|f| f.iter().any(|v| v.as_str() == Some(finalizer)))
 }
 
+/// Refuses to apply an owned object over an existing one this primary does
+/// not control: applying would make the primary a second controller (the
+/// API server refuses that) or adopt an object someone made by hand.
+fn check_adoption(
+    index: usize,
+    key: &ObjectKey,
+    current: &Value,
+    primary: &Value,
+    primary_uid: &str,
+) -> Result<(), Refusal> {
+    let item = format!(
+        "apply[{index}] ({} {})",
+        key.kind.api_version(),
+        describe_key(key)
+    );
+    let controller = current
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .and_then(|refs| {
+            refs.iter()
+                .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        });
+    match controller {
+        Some(r) if r.get("uid").and_then(Value::as_str) == Some(primary_uid) => Ok(()),
+        Some(r) => {
+            let text = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or("?");
+            Err(Refusal::AlreadyOwned {
+                item,
+                controller: format!("{} {} (uid {})", text("kind"), text("name"), text("uid")),
+            })
+        }
+        None => Err(Refusal::NotAdopted {
+            item,
+            how_to_resolve: how_to_adopt(key, current, primary, primary_uid),
+        }),
+    }
+}
+
+/// `Deployment web` or `Deployment team/web`, as items name objects.
+fn describe_key(key: &ObjectKey) -> String {
+    format!("{} {}", key.kind.kind, key.name)
+}
+
+/// The kubectl commands that let the primary take the object: delete it so
+/// the host creates it, or make the primary its controller by hand.
+fn how_to_adopt(key: &ObjectKey, current: &Value, primary: &Value, primary_uid: &str) -> String {
+    let mut resource = key.kind.kind.to_lowercase();
+    if !key.kind.group.is_empty() {
+        resource = format!("{resource}.{}", key.kind.group);
+    }
+    let ns = key
+        .namespace
+        .as_deref()
+        .map(|ns| format!(" -n {ns}"))
+        .unwrap_or_default();
+    let reference = json!({
+        "apiVersion": primary.get("apiVersion"),
+        "kind": primary.get("kind"),
+        "name": primary.pointer("/metadata/name"),
+        "uid": primary_uid,
+        "controller": true,
+        "blockOwnerDeletion": true,
+    });
+    let has_refs = current
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|r| !r.is_empty());
+    let patch = if has_refs {
+        format!(
+            "--type=json -p '{}'",
+            json!([{"op": "add", "path": "/metadata/ownerReferences/-", "value": reference}])
+        )
+    } else {
+        format!(
+            "--type=merge -p '{}'",
+            json!({"metadata": {"ownerReferences": [reference]}})
+        )
+    };
+    format!(
+        "To let {} manage it, delete it so the host creates it (kubectl delete {resource} {}{ns}), \
+         or make it the controller: kubectl patch {resource} {}{ns} {patch}",
+        primary_name(primary),
+        key.name,
+        key.name
+    )
+}
+
+/// `PodSet team-a/quartz`, as messages name the primary.
+fn primary_name(primary: &Value) -> String {
+    ObjectKey::of(primary).map_or_else(|| "the primary".to_string(), |k| k.to_string())
+}
+
+fn uid_of(object: &Value) -> Option<String> {
+    object
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
 /// Makes `primary` the controller owner of `object`, keeping any other
-/// ownerReferences the plugin set.
-fn set_controller_reference(object: &mut Value, primary: &Value) -> Result<(), NoUid> {
+/// ownerReferences the plugin set. An `ownerReferences` of `null` counts as
+/// none: the controller reference is still set.
+fn set_controller_reference(object: &mut Value, primary: &Value) -> Result<(), Refusal> {
     let uid = primary
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
-        .ok_or(NoUid)?;
+        .ok_or(Refusal::NoUid)?;
     let reference = json!({
         "apiVersion": primary.get("apiVersion"),
         "kind": primary.get("kind"),
@@ -182,6 +354,9 @@ fn set_controller_reference(object: &mut Value, primary: &Value) -> Result<(), N
         return Ok(());
     };
     let refs = meta.entry("ownerReferences").or_insert_with(|| json!([]));
+    if !refs.is_array() {
+        *refs = json!([]);
+    }
     if let Some(list) = refs.as_array_mut() {
         list.retain(|r| {
             r.get("uid").and_then(Value::as_str) != Some(uid)
@@ -271,6 +446,16 @@ mod tests {
         last: Option<u64>,
         r: ValidResponse,
     ) -> Plan {
+        try_run(primary, children, cluster, last, r).unwrap()
+    }
+
+    fn try_run(
+        primary: &Value,
+        children: &[Value],
+        cluster: &[Value],
+        last: Option<u64>,
+        r: ValidResponse,
+    ) -> Result<Plan, Refusal> {
         let current = |k: &ObjectKey| {
             cluster
                 .iter()
@@ -286,7 +471,7 @@ mod tests {
             current: &current,
             last_applied: &last_applied,
         };
-        plan(&observed, r).unwrap()
+        plan(&observed, r)
     }
 
     #[test]
@@ -345,7 +530,11 @@ mod tests {
     #[test]
     fn children_no_longer_returned_are_pruned_and_requested_deletes_kept() {
         let p = primary(json!({}));
-        let child = |name: &str| json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "d"}});
+        let child = |name: &str| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "d", "uid": format!("uid-{name}"),
+                "ownerReferences": [{"kind": "PodSet", "name": "web", "uid": "u-1", "controller": true}]}})
+        };
         let mut r = response(vec![deployment("keep", 1)]);
         r.delete.push(ObjectRef {
             api_version: "apps/v1".into(),
@@ -363,14 +552,116 @@ mod tests {
         let deletes: Vec<_> = plan
             .deletes
             .iter()
-            .map(|(k, why)| (k.name.as_str(), *why))
+            .map(|d| (d.key.name.as_str(), d.uid.as_deref(), d.reason))
             .collect();
         assert_eq!(
             deletes,
             [
-                ("asked", DeleteReason::Requested),
-                ("stale", DeleteReason::Pruned)
+                ("asked", Some("uid-asked"), DeleteReason::Requested),
+                ("stale", Some("uid-stale"), DeleteReason::Pruned)
             ]
+        );
+    }
+
+    fn delete_of(name: &str) -> ValidResponse {
+        let mut r = response(vec![]);
+        r.delete.push(ObjectRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: Some("d".into()),
+            name: name.into(),
+        });
+        r
+    }
+
+    #[test]
+    fn only_the_children_the_reconcile_saw_can_be_deleted() {
+        let p = primary(json!({}));
+        // In the cluster, but not a child: a stranger with no owner, and a
+        // sibling primary's child.
+        let stranger = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "stranger", "namespace": "d", "uid": "s"}});
+        let siblings = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "theirs", "namespace": "d", "uid": "t",
+                "ownerReferences": [{"kind": "PodSet", "name": "other", "uid": "u-2", "controller": true}]}});
+        let cluster = [stranger, siblings];
+        for name in ["stranger", "theirs"] {
+            let refused = try_run(&p, &[], &cluster, None, delete_of(name)).unwrap_err();
+            assert_eq!(
+                refused.to_string(),
+                format!(
+                    "invalid response: delete[0] (apps/v1 Deployment {name}): not controlled by PodSet d/web"
+                )
+            );
+            assert_eq!(refused.reason(), "InvalidResponse");
+        }
+    }
+
+    #[test]
+    fn an_object_another_controller_owns_is_never_taken_over() {
+        let p = primary(json!({}));
+        let victim = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "d", "uid": "v",
+                "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Keeper", "name": "k",
+                    "uid": "k-1", "controller": true}]},
+            "spec": {"replicas": 7}});
+        // Legal items before it change nothing: the whole response is refused.
+        let refused = try_run(
+            &p,
+            &[],
+            &[victim],
+            None,
+            response(vec![deployment("fine", 1), deployment("web", 99)]),
+        )
+        .unwrap_err();
+        assert_eq!(refused.reason(), "AlreadyOwned");
+        let message = refused.to_string();
+        assert!(
+            message.starts_with(
+                "apply[1] (apps/v1 Deployment web): already controlled by Keeper k (uid k-1)"
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn an_object_with_no_controller_is_not_adopted_silently() {
+        let p = primary(json!({}));
+        let orphan = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "d", "uid": "o"}});
+        let refused = try_run(
+            &p,
+            &[],
+            &[orphan],
+            None,
+            response(vec![deployment("web", 3)]),
+        )
+        .unwrap_err();
+        assert_eq!(refused.reason(), "AdoptionRefused");
+        let message = refused.to_string();
+        assert!(
+            message.contains("exists and has no controller")
+                && message.contains("kubectl delete deployment.apps web -n d")
+                && message.contains(r#"kubectl patch deployment.apps web -n d --type=merge -p '{"metadata":{"ownerReferences":[{"apiVersion":"example.com/v1alpha1","blockOwnerDeletion":true,"controller":true,"kind":"PodSet","name":"web","uid":"u-1"}]}}'"#),
+            "{message}"
+        );
+        // One this primary controls is applied as usual.
+        let mine = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "d", "uid": "o",
+                "ownerReferences": [{"kind": "PodSet", "name": "web", "uid": "u-1", "controller": true}]}});
+        let plan = run(&p, &[], &[mine], None, response(vec![deployment("web", 3)]));
+        assert_eq!(plan.applies.len(), 1);
+    }
+
+    #[test]
+    fn null_owner_references_still_get_the_controller_reference() {
+        let p = primary(json!({}));
+        let mut d = deployment("web", 3);
+        d.object["metadata"]["ownerReferences"] = Value::Null;
+        let plan = run(&p, &[], &[], None, response(vec![d]));
+        assert_eq!(
+            plan.applies[0].object["metadata"]["ownerReferences"][0]["uid"],
+            "u-1"
         );
     }
 

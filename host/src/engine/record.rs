@@ -17,6 +17,12 @@ pub enum Change {
     Deleted(ObjectKey),
     Pruned(ObjectKey),
     StatusUpdated,
+    /// The status was not written: the primary changed since the reconcile
+    /// read it, and the newer object is reconciled next.
+    StatusStale,
+    /// Creates refused because the namespace is being deleted, while the
+    /// primary was deleting too.
+    RefusedInTerminatingNamespace(Vec<ObjectKey>),
     Event {
         event_type: EventType,
         reason: String,
@@ -34,6 +40,14 @@ impl fmt::Display for Change {
             Change::Deleted(k) => write!(f, "deleted {k}"),
             Change::Pruned(k) => write!(f, "pruned {k}"),
             Change::StatusUpdated => write!(f, "status updated"),
+            Change::StatusStale => write!(
+                f,
+                "status not written: the object changed since it was read (reconciled again)"
+            ),
+            Change::RefusedInTerminatingNamespace(keys) => {
+                let keys: Vec<String> = keys.iter().map(ToString::to_string).collect();
+                write!(f, "not created, namespace terminating: {}", keys.join(", "))
+            }
             Change::Event {
                 event_type,
                 reason,

@@ -20,6 +20,10 @@ use serde_json::json;
 pub struct HostileSpec {
     #[serde(default)]
     pub mode: String,
+    /// Names of objects a mode aims at (another's ConfigMap to delete or
+    /// take over, ...).
+    #[serde(default)]
+    pub targets: Vec<String>,
 }
 
 pub type Hostile = Object<HostileSpec>;

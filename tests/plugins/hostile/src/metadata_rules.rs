@@ -11,8 +11,6 @@ pub(crate) fn attempt(
     hostile: &Hostile,
     ctx: &Context,
 ) -> Option<Result<Response, Error>> {
-    let _ = (hostile, ctx);
-    match mode {
-        _ => None,
-    }
+    let _ = (mode, hostile, ctx);
+    None
 }
