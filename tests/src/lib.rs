@@ -1,6 +1,8 @@
 //! Shared setup for the end-to-end tests: where the compiled plugins are, and
 //! one sandbox per test process.
 
+pub mod response_fuzz;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 

@@ -9,6 +9,7 @@ mod finalizers;
 mod metadata_rules;
 mod ownership;
 mod scope;
+mod scripted;
 
 use reconciler_sdk::{
     Context, Error, KindRef, MapRule, Object, PluginMetadata, Reconciler, Response,
@@ -24,6 +25,9 @@ pub struct HostileSpec {
     /// take over, ...).
     #[serde(default)]
     pub targets: Vec<String>,
+    /// The response mode `scripted` returns.
+    #[serde(default)]
+    pub response: Option<serde_json::Value>,
 }
 
 pub type Hostile = Object<HostileSpec>;
@@ -102,6 +106,7 @@ impl Reconciler for Hostiles {
             .or_else(|| metadata_rules::attempt(mode, &hostile, ctx))
             .or_else(|| scope::attempt(mode, &hostile, ctx))
             .or_else(|| finalizers::attempt(mode, &hostile, ctx))
+            .or_else(|| scripted::attempt(mode, &hostile, ctx))
         {
             return response;
         }
