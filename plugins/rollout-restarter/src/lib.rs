@@ -10,15 +10,19 @@
 //! The value is the scheduled time itself, never "now". The host re-applies
 //! whatever a reconcile returns, and any new value is a new rollout, so
 //! every reconcile must land on the same value until the next scheduled
-//! time: the latest scheduled time not after now, if it is after both the
-//! schedule's creation and `status.lastRestart` (a restart is due), or else
-//! `status.lastRestart` again (or nothing, if there never was one). A
-//! reconcile that runs twice, or sees a status that lags behind, applies the
-//! same value and changes nothing.
+//! time: the latest scheduled time not after now, if it is after the
+//! schedule's creation, the moment it was enabled and `status.lastRestart`
+//! (a restart is due), or else `status.lastRestart` again (or nothing, if
+//! there never was one). A reconcile that runs twice, or sees a status that
+//! lags behind, applies the same value and changes nothing.
 //!
-//! Like a CronJob without a starting deadline, a scheduled time missed
-//! while the schedule was disabled or the host was down is caught up once,
-//! as soon as the plugin runs again.
+//! Enabling a schedule restarts nothing until its next scheduled time:
+//! `status.enabledSince` records when the plugin first saw it enabled, and
+//! times before it were never due (a schedule enabled at 14:00 with
+//! `0 3 * * *` restarts at 03:00 the next day, not at once). Disabling
+//! clears it. A scheduled time missed while the host was down is caught up
+//! once, as soon as the plugin runs again, like a CronJob without a
+//! starting deadline.
 
 use std::time::Duration;
 
@@ -57,6 +61,10 @@ pub struct RolloutScheduleStatus {
     pub last_restart: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_restart: Option<Timestamp>,
+    /// When the plugin first saw `spec.enabled` true (since it was last
+    /// false): scheduled times before it are not restarts that were missed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled_since: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -96,6 +104,7 @@ impl Reconciler for RolloutRestarter {
         };
         if !spec.enabled {
             status.next_restart = None;
+            status.enabled_since = None;
             let message = "spec.enabled is false: no restarts".to_string();
             set_ready(&mut status, false, "Disabled", message, now);
             return Response::new().status(&status);
@@ -107,6 +116,7 @@ impl Reconciler for RolloutRestarter {
             return Response::new().status(&status);
         };
         status.next_restart = Some(next);
+        let enabled_since = *status.enabled_since.get_or_insert(now);
         let requeue =
             Duration::from_millis((next.as_millisecond() - now.as_millisecond()).max(0) as u64);
 
@@ -126,7 +136,8 @@ impl Reconciler for RolloutRestarter {
 
         let created = schedule.metadata.creation_timestamp.as_ref().map(|t| t.0);
         let mut response = Response::new();
-        let restarted_at = match due_restart(&cron, now, created, status.last_restart) {
+        let since = created.map(|c| c.max(enabled_since));
+        let restarted_at = match due_restart(&cron, now, since, status.last_restart) {
             Some(due) => {
                 status.last_restart = Some(due);
                 response = response.event(
@@ -169,17 +180,18 @@ pub fn parse_schedule(schedule: &str, now: Timestamp) -> Result<Cron, String> {
 }
 
 /// The restart due now, if any: the latest scheduled time not after `now`,
-/// when it is after both the schedule's creation and the last restart. A
-/// schedule without a creation time is taken to have none due, rather than
-/// restarting for a time from before it existed.
+/// when it is after both `active_since` (the later of the schedule's
+/// creation and its enabling) and the last restart. A schedule without a
+/// creation time is taken to have none due, rather than restarting for a
+/// time from before it existed.
 pub fn due_restart(
     cron: &Cron,
     now: Timestamp,
-    created: Option<Timestamp>,
+    active_since: Option<Timestamp>,
     last_restart: Option<Timestamp>,
 ) -> Option<Timestamp> {
     let latest = latest_until(cron, now)?;
-    let since = created.max(last_restart)?;
+    let since = active_since.max(last_restart)?;
     (latest > since).then_some(latest)
 }
 

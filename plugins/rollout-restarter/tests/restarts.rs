@@ -19,8 +19,21 @@ fn ts(text: &str) -> Timestamp {
     text.parse().unwrap()
 }
 
-/// A daily 03:00 schedule for Deployment `web`, created on 2024-01-01 at 12:00.
+/// A schedule for Deployment `web`, created on 2024-01-01 at 12:00; an
+/// enabled one has been enabled since then (its status says so).
 fn schedule(cron: &str, enabled: bool) -> RolloutSchedule {
+    let mut schedule = new_schedule(cron, enabled);
+    if enabled {
+        schedule.status = Some(RolloutScheduleStatus {
+            enabled_since: Some(ts("2024-01-01T12:00:00Z")),
+            ..Default::default()
+        });
+    }
+    schedule
+}
+
+/// As [`schedule`], but never reconciled yet: no status at all.
+fn new_schedule(cron: &str, enabled: bool) -> RolloutSchedule {
     RolloutSchedule {
         api_version: "example.com/v1alpha1".into(),
         kind: "RolloutSchedule".into(),
@@ -116,6 +129,30 @@ fn a_due_restart_applies_only_the_restarted_at_annotation_with_the_scheduled_tim
         (EventType::Normal, "Restarted")
     );
     assert_eq!(ready(&outcome).0, "True");
+}
+
+#[test]
+fn enabling_restarts_nothing_until_the_next_scheduled_time() {
+    // Enabled at 14:00 (first seen so): the 03:00 that passed while it was
+    // disabled is not a missed restart.
+    let enabled = new_schedule("0 3 * * *", true);
+    let first = at("2024-01-02T14:00:00Z", &enabled);
+    assert_eq!(restarted_at(&first), None);
+    assert!(first.events().is_empty(), "{:?}", first.events());
+    let status = status(&first);
+    assert_eq!(status.enabled_since, Some(ts("2024-01-02T14:00:00Z")));
+    assert_eq!(status.next_restart, Some(ts("2024-01-03T03:00:00Z")));
+
+    // The next scheduled time is a restart.
+    let mut seen = enabled;
+    seen.status = Some(status);
+    let next = at("2024-01-03T03:00:02Z", &seen);
+    assert_eq!(restarted_at(&next).as_deref(), Some("2024-01-03T03:00:00Z"));
+
+    // Disabling forgets when it was enabled.
+    let mut disabled = seen;
+    disabled.spec.enabled = false;
+    assert_eq!(self::status(&at("2024-01-03T04:00:00Z", &disabled)).enabled_since, None);
 }
 
 #[test]
