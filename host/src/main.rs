@@ -1,3 +1,4 @@
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -14,8 +15,12 @@ fn main() -> ExitCode {
     };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    // Colour only for a person at a terminal: `kubectl logs`, files and
+    // pipes get plain text. NO_COLOR (no-color.org) turns it off there too.
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => logs.init(),

@@ -152,7 +152,10 @@ fn enabling_restarts_nothing_until_the_next_scheduled_time() {
     // Disabling forgets when it was enabled.
     let mut disabled = seen;
     disabled.spec.enabled = false;
-    assert_eq!(self::status(&at("2024-01-03T04:00:00Z", &disabled)).enabled_since, None);
+    assert_eq!(
+        self::status(&at("2024-01-03T04:00:00Z", &disabled)).enabled_since,
+        None
+    );
 }
 
 #[test]
