@@ -19,6 +19,7 @@ use crate::cluster::{ObjectKey, RealClock};
 use crate::dir_watch::watch_dir;
 use crate::dispatch::Dispatcher;
 use crate::engine::Engine;
+use crate::golden::recorder::CaseRecorder;
 use crate::hot_reload::PluginDirectory;
 use crate::manifests::{manifest_files, read_objects};
 use crate::plugin::Sandbox;
@@ -89,6 +90,8 @@ pub struct DevConfig {
     pub objects_dir: PathBuf,
     /// Stop once nothing is queued (for scripts and smoke tests).
     pub until_settled: bool,
+    /// Write every reconcile as a golden case under this directory.
+    pub record: Option<PathBuf>,
 }
 
 /// Runs the dev loop until Ctrl-C (or until settled, if asked). Plugins are
@@ -104,7 +107,13 @@ pub async fn run(
     for line in manifests.sync(&config.objects_dir, &cluster) {
         writeln!(out, "{}", stamp(&line))?;
     }
-    let engine = Arc::new(Engine::empty(cluster.clone(), Arc::new(RealClock)));
+    let mut engine = Engine::empty(cluster.clone(), Arc::new(RealClock));
+    if let Some(dir) = &config.record {
+        let recorder = CaseRecorder::new(dir, "dev")
+            .map_err(|e| anyhow::anyhow!("cannot record into {}: {e}", dir.display()))?;
+        engine = engine.with_recorder(Arc::new(recorder));
+    }
+    let engine = Arc::new(engine);
     let mut plugins = PluginDirectory::new(&config.plugins_dir, sandbox);
     for event in plugins.sync(&engine).await {
         writeln!(out, "{}", stamp(&event.to_string()))?;

@@ -29,6 +29,7 @@ use crate::crd_install::install_crds;
 use crate::dir_watch::watch_dir;
 use crate::dispatch::Dispatcher;
 use crate::engine::{Engine, Outcome, ReconcileRecord, ServeScope};
+use crate::golden::recorder::CaseRecorder;
 use crate::hot_reload::{PluginDirectory, ReloadEvent};
 use crate::http_server::{HostStatus, serve};
 use crate::leader_election::{LeaderElectionConfig, Leadership, LeadershipLost, acquire};
@@ -49,6 +50,8 @@ pub struct RunConfig {
     /// Reconcile only while holding this Lease. `None` (the default of
     /// `run`) starts at once: one process on a laptop has nobody to share with.
     pub leader_election: Option<LeaderElectionConfig>,
+    /// Write every reconcile as a golden case under this directory.
+    pub record: Option<PathBuf>,
 }
 
 /// Why the loop of [`run`] stopped.
@@ -105,7 +108,17 @@ pub async fn run(
         }
     }
     let selectors = config.scope.selectors.clone();
-    let engine = Arc::new(Engine::scoped(backend, Arc::new(RealClock), config.scope));
+    let mut engine = Engine::scoped(backend, Arc::new(RealClock), config.scope);
+    if let Some(dir) = &config.record {
+        match CaseRecorder::new(dir, "run") {
+            Ok(recorder) => engine = engine.with_recorder(Arc::new(recorder)),
+            Err(e) => {
+                release(leadership).await;
+                anyhow::bail!("cannot record into {}: {e}", dir.display());
+            }
+        }
+    }
+    let engine = Arc::new(engine);
     let sampler_engine = engine.clone();
     status.set_sampler(move || {
         (
@@ -324,6 +337,7 @@ mod tests {
             retry_every: Duration::from_secs(30),
             http_listen: None,
             leader_election: Some(election()),
+            record: None,
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let host = tokio::spawn(run(Arc::new(sandbox), client, config, async move {

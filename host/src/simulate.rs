@@ -8,6 +8,7 @@
 //! test.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use crate::cluster::embedded::{EmbeddedCluster, RecordedEvent};
 use crate::cluster::{Clock, ClusterBackend, VirtualClock};
 use crate::engine::{Engine, EngineError, ReconcileRecord};
 use crate::golden::duration_text::format_duration;
+use crate::golden::recorder::CaseRecorder;
 use crate::plugin::LoadedPlugin;
 
 /// How a simulation is run.
@@ -32,6 +34,8 @@ pub struct SimulationConfig {
     pub max_rounds: u32,
     /// Reconciles in the whole run, a bound on runaway simulations.
     pub max_reconciles: usize,
+    /// Write every reconcile as a golden case under this directory.
+    pub record: Option<PathBuf>,
 }
 
 impl Default for SimulationConfig {
@@ -41,6 +45,7 @@ impl Default for SimulationConfig {
             advance: Duration::ZERO,
             max_rounds: 20,
             max_reconciles: 100_000,
+            record: None,
         }
     }
 }
@@ -64,6 +69,11 @@ pub enum SimulationError {
     },
     #[error(transparent)]
     Engine(#[from] EngineError),
+    #[error("cannot record into {}: {source}", dir.display())]
+    Record {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// Seeds `objects`, then runs `plugins` until nothing changes, or until the
@@ -86,7 +96,15 @@ pub async fn simulate(
                 source,
             })?;
     }
-    let engine = Engine::new(cluster.clone(), Arc::new(clock.clone()), plugins).await?;
+    let mut engine = Engine::new(cluster.clone(), Arc::new(clock.clone()), plugins).await?;
+    if let Some(dir) = &config.record {
+        let recorder =
+            CaseRecorder::new(dir, "simulate").map_err(|source| SimulationError::Record {
+                dir: dir.clone(),
+                source,
+            })?;
+        engine = engine.with_recorder(Arc::new(recorder));
+    }
     let report = run(&engine, &clock, config).await;
     let report = SimulationReport {
         start_millis: config.start_millis,

@@ -33,7 +33,10 @@
 //!    to exit with code 0 within 30 s; deletes the namespace and waits until
 //!    it is gone; then deletes the CRDs the test installed (never one that
 //!    existed before) and waits until they are gone. A failure prints the
-//!    host's log.
+//!    host's log;
+//! 10. the host ran with `--record`: every reconcile it made against the
+//!     real cluster is a golden case, and `reconciler-host test` replays them
+//!     all with the same answers.
 //!
 //! What it needs from the cluster:
 //! - Kubernetes 1.28 or later, reached through `KUBECONFIG`'s current context
@@ -256,6 +259,11 @@ async fn end_to_end() -> Result<()> {
     }
     let cleanup_problems = cleanup(&client, &ns, &to_remove, host.as_mut()).await;
     problems.extend(cleanup_problems);
+    if problems.is_empty()
+        && let Err(e) = replay_recorded(workdir.path(), &plugin)
+    {
+        problems.push(format!("{e:#}"));
+    }
     if problems.is_empty() {
         step("passed; everything the test created is gone");
         return Ok(());
@@ -264,6 +272,35 @@ async fn end_to_end() -> Result<()> {
         eprintln!("{}", host.log_tail());
     }
     bail!("{}", problems.join("\n"))
+}
+
+/// `run --record` wrote each reconcile of the real cluster as a golden case;
+/// the compiled plugin must answer every one of them the same way again.
+fn replay_recorded(workdir: &Path, plugin: &Path) -> Result<()> {
+    let cases = workdir.join("recorded").join("podset");
+    let count = std::fs::read_dir(&cases)
+        .with_context(|| format!("reading the recorded cases in {}", cases.display()))?
+        .count();
+    // Created, scaled and (deleting or gone) at least.
+    ensure!(count >= 2, "only {count} reconciles were recorded");
+    let out = Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+        .arg("--compile-cache")
+        .arg(workdir.join("compile-cache"))
+        .arg("test")
+        .arg(plugin)
+        .arg(&cases)
+        .output()
+        .context("running reconciler-host test")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success() && stdout.contains(&format!("{count} passed, 0 failed")),
+        "replaying the {count} recorded cases failed:\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    step(format!(
+        "replayed the {count} reconciles recorded from the real cluster: all pass"
+    ));
+    Ok(())
 }
 
 /// The steps against the running host; `Err` on the first thing that is not
@@ -797,6 +834,9 @@ impl Host {
             .arg(crds_dir)
             .arg("--namespace")
             .arg(ns)
+            // Every reconcile as a golden case, replayed after the run.
+            .arg("--record")
+            .arg(workdir.join("recorded"))
             // Any free port: 8080 may be taken on the machine running the test.
             .arg("--http-listen")
             .arg("127.0.0.1:0")

@@ -270,6 +270,7 @@ async fn podset_reconcile_against_a_mocked_api() {
         retry_every: Duration::from_secs(30),
         http_listen: Some(http),
         leader_election: None,
+        record: None,
     };
     let host = tokio::spawn(run(Arc::clone(sandbox()), client, config, async move {
         let _ = stop_rx.await;

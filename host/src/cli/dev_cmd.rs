@@ -18,6 +18,10 @@ pub struct DevArgs {
     /// Exit once every object has settled instead of running until Ctrl-C.
     #[arg(long)]
     pub until_settled: bool,
+    /// Write every reconcile as a golden case under DIR/<plugin>/ (the request, the objects its
+    /// cache reads returned, the response), to replay with `reconciler-host test`.
+    #[arg(long, value_name = "DIR")]
+    pub record: Option<PathBuf>,
 }
 
 pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode> {
@@ -33,6 +37,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
         plugins_dir: args.plugins_dir,
         objects_dir: args.objects,
         until_settled: args.until_settled,
+        record: args.record,
     };
     let mut out = std::io::stdout();
     let refused = runtime.block_on(run(sandbox, config, &mut out))?;

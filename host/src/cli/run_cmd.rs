@@ -58,6 +58,11 @@ pub struct RunArgs {
     /// plugins or namespaces need different ones.
     #[arg(long, default_value = DEFAULT_LEASE_NAME, value_name = "NAME", requires = "leader_election")]
     pub leader_election_id: String,
+    /// Write every reconcile as a golden case under DIR/<plugin>/ (the request, the objects its
+    /// cache reads returned, the response), so live traffic becomes tests: replay them with
+    /// `reconciler-host test plugins/<plugin>.wasm DIR/<plugin>`.
+    #[arg(long, value_name = "DIR")]
+    pub record: Option<PathBuf>,
 }
 
 /// `--http-listen`: an address, or `off`.
@@ -111,6 +116,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
                 args.leader_election_id,
             )
         }),
+        record: args.record,
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {

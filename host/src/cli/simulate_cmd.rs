@@ -26,6 +26,10 @@ pub struct SimulateArgs {
     /// Reconciles of one object at one instant before it counts as never settling.
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub max_rounds: u32,
+    /// Write every reconcile as a golden case under DIR/<plugin>/ (the request, the objects its
+    /// cache reads returned, the response), to replay with `reconciler-host test`.
+    #[arg(long, value_name = "DIR")]
+    pub record: Option<PathBuf>,
 }
 
 fn parse_time(text: &str) -> Result<Timestamp, String> {
@@ -56,6 +60,7 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
         start_millis: args.start.as_millisecond(),
         advance: args.advance,
         max_rounds: args.max_rounds,
+        record: args.record,
         ..SimulationConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -44,7 +44,8 @@ use crate::cluster::{
     BackendError, Clock, ClusterBackend, EventRecord, ListedObject, ObjectKey, Propagation,
     WatchEvent, WatchEventType, WatchScope,
 };
-use crate::plugin::{LoadedPlugin, ReconcileInput};
+use crate::golden::recorder::{CaseRecorder, Recording, RecordingReader};
+use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput};
 
 /// Reconciles per plugin at once when the plugin gives no hint.
 pub const DEFAULT_CONCURRENCY: u32 = 4;
@@ -121,6 +122,8 @@ pub struct Engine<B: ClusterBackend> {
     watches: Mutex<Vec<(KindRef, UnboundedReceiver<WatchEvent>)>>,
     backoff: BackoffPolicy,
     scope: ServeScope,
+    /// Writes every reconcile as a golden case (`--record`).
+    recorder: Option<Arc<CaseRecorder>>,
 }
 
 impl<B: ClusterBackend> Engine<B> {
@@ -154,7 +157,14 @@ impl<B: ClusterBackend> Engine<B> {
             watches: Mutex::new(Vec::new()),
             backoff: BackoffPolicy::default(),
             scope,
+            recorder: None,
         }
+    }
+
+    /// Records every reconcile from now on as a golden case.
+    pub fn with_recorder(mut self, recorder: Arc<CaseRecorder>) -> Self {
+        self.recorder = Some(recorder);
+        self
     }
 
     fn controllers(&self) -> Vec<(String, Arc<Controller>)> {
@@ -615,23 +625,45 @@ impl<B: ClusterBackend> Engine<B> {
             children: children.iter().map(Value::to_string).collect(),
             deleting,
         };
+        // With --record, the reads go through a reader that keeps what it
+        // returned, for the case.
+        let reads = self
+            .recorder
+            .as_ref()
+            .map(|_| Arc::new(RecordingReader::new(self.cache.clone())));
+        let reader: Arc<dyn ObjectReader> = match &reads {
+            Some(reads) => reads.clone(),
+            None => self.cache.clone(),
+        };
+        let now_millis = self.clock.now_millis();
         let input = ReconcileInput {
             request,
             primary_namespace: key.namespace.clone(),
             object: key.to_string(),
-            reader: self.cache.clone(),
-            now_millis: self.clock.now_millis(),
+            reader,
+            now_millis,
         };
         let call_plugin = plugin.clone();
-        let response = tokio::task::spawn_blocking(move || call_plugin.reconcile(input))
+        let answer = tokio::task::spawn_blocking(move || call_plugin.reconcile(input))
             .await
             .map_err(|e| {
                 (
                     "HostError".to_string(),
                     format!("the plugin call panicked: {e}"),
                 )
-            })?
-            .map_err(|e| (e.reason().to_string(), e.to_string()))?;
+            })?;
+        if let (Some(recorder), Some(reads)) = (&self.recorder, &reads) {
+            recorder.record(&Recording {
+                plugin: &metadata.name,
+                version: &metadata.version,
+                primary: &primary,
+                children: &children,
+                reads,
+                now_millis,
+                answer: answer.as_ref(),
+            });
+        }
+        let response = answer.map_err(|e| (e.reason().to_string(), e.to_string()))?;
 
         let plan = {
             let current = |k: &ObjectKey| self.cache.get(k);

@@ -3,6 +3,7 @@
 
 pub mod case;
 pub mod duration_text;
+pub mod recorder;
 pub mod runner;
 
 pub use runner::{CaseOutcome, CaseResult, discover, run_case};

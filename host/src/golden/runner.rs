@@ -118,12 +118,12 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
         }
         (Some(needle), Ok(r)) => CaseOutcome::Failed(format!(
             "expected an error containing {needle:?}, but the plugin answered:\n{}",
-            to_yaml(&actual(r))
+            to_yaml(&expectation_of(r))
         )),
         (None, Err(e)) => CaseOutcome::Failed(format!("reconcile failed: {e}")),
         (None, Ok(r)) => {
             let expected = normalise(case.expect, primary_namespace.as_deref());
-            let actual = actual(r);
+            let actual = expectation_of(r);
             if expected == actual {
                 CaseOutcome::Passed
             } else {
@@ -133,8 +133,9 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
     }
 }
 
-/// The actual response in the expectation's shape.
-fn actual(r: ValidResponse) -> Expectation {
+/// A response in the expectation's shape: what a case compares, and what
+/// a recorded case expects.
+pub(crate) fn expectation_of(r: ValidResponse) -> Expectation {
     let mut e = Expectation {
         apply: r.apply.into_iter().map(|d| d.object).collect(),
         delete: r.delete,

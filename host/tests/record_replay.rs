@@ -1,0 +1,163 @@
+//! `--record DIR` writes each reconcile as a golden case, and
+//! `reconciler-host test` replays it: the same plugin answers the same.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
+}
+
+/// Runs the host with the compile cache the test binaries share (entries
+/// are keyed by content and written atomically).
+fn host(_work: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+        .current_dir(root())
+        .arg("--compile-cache")
+        .arg(root().join("target/test-compile-cache"))
+        .args(args)
+        .output()
+        .expect("run reconciler-host")
+}
+
+/// Replays every plugin's recorded cases; returns how many ran per plugin.
+fn replay(work: &Path, recorded: &Path) -> Vec<(String, usize)> {
+    let mut replayed = Vec::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(recorded)
+        .expect("the record directory exists")
+        .map(|e| e.expect("an entry").path())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let plugin = dir.file_name().unwrap().to_string_lossy().to_string();
+        let wasm = root()
+            .join("plugins")
+            .join(format!("{}.wasm", plugin.replace('-', "_")));
+        let cases = std::fs::read_dir(&dir).unwrap().count();
+        let out = host(
+            work,
+            &["test", wasm.to_str().unwrap(), dir.to_str().unwrap()],
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{plugin}: replay failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains(&format!("{cases} passed, 0 failed")),
+            "{plugin}: {stdout}"
+        );
+        replayed.push((plugin, cases));
+    }
+    replayed
+}
+
+#[test]
+fn a_recorded_simulation_replays_as_passing_golden_cases() {
+    let work = tempfile::tempdir().unwrap();
+    let recorded = work.path().join("recorded");
+    let out = host(
+        work.path(),
+        &[
+            "simulate",
+            "--plugins-dir",
+            "plugins",
+            "--objects",
+            "examples",
+            "--advance",
+            "2m",
+            "--record",
+            recorded.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replayed = replay(work.path(), &recorded);
+    let plugins: Vec<&str> = replayed.iter().map(|(p, _)| p.as_str()).collect();
+    assert!(
+        plugins.contains(&"podset") && plugins.contains(&"memcached"),
+        "{replayed:?}"
+    );
+    // Memcached requeues itself: more than one reconcile was recorded.
+    assert!(
+        replayed.iter().any(|(p, n)| p == "memcached" && *n > 1),
+        "{replayed:?}"
+    );
+}
+
+#[test]
+fn a_recorded_dev_session_replays_as_passing_golden_cases() {
+    let work = tempfile::tempdir().unwrap();
+    let recorded = work.path().join("recorded");
+    let out = host(
+        work.path(),
+        &[
+            "dev",
+            "--until-settled",
+            "--record",
+            recorded.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replayed = replay(work.path(), &recorded);
+    assert!(
+        replayed.iter().any(|(p, n)| p == "podset" && *n >= 1),
+        "{replayed:?}"
+    );
+}
+
+#[test]
+fn a_case_a_plugin_no_longer_answers_the_same_fails_on_replay() {
+    let work = tempfile::tempdir().unwrap();
+    let recorded = work.path().join("recorded");
+    let out = host(
+        work.path(),
+        &[
+            "simulate",
+            "--plugins-dir",
+            "plugins",
+            "--objects",
+            "examples/podset.yaml",
+            "--record",
+            recorded.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = recorded.join("podset");
+    let case = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    // The recorded primary asked for another size than the answer it got.
+    let text = std::fs::read_to_string(&case).unwrap();
+    let edited = text.replacen("size: 3", "size: 4", 1);
+    assert_ne!(text, edited, "the case holds the PodSet's size: {text}");
+    std::fs::write(&case, edited).unwrap();
+    let wasm = root().join("plugins/podset.wasm");
+    let out = host(
+        work.path(),
+        &["test", wasm.to_str().unwrap(), case.to_str().unwrap()],
+    );
+    assert!(
+        !out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
