@@ -334,9 +334,10 @@ fn uid_of(object: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Makes `primary` the controller owner of `object`, keeping any other
-/// ownerReferences the plugin set. An `ownerReferences` of `null` counts as
-/// none: the controller reference is still set.
+/// Makes `primary` the controller owner of `object`. Validation refuses a
+/// plugin's own ownerReferences (and drops a `null`), so this sets the one
+/// reference the host owns; anything else found there is replaced, never
+/// kept beside it.
 fn set_controller_reference(object: &mut Value, primary: &Value) -> Result<(), Refusal> {
     let uid = primary
         .pointer("/metadata/uid")
@@ -353,17 +354,7 @@ fn set_controller_reference(object: &mut Value, primary: &Value) -> Result<(), R
     let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
         return Ok(());
     };
-    let refs = meta.entry("ownerReferences").or_insert_with(|| json!([]));
-    if !refs.is_array() {
-        *refs = json!([]);
-    }
-    if let Some(list) = refs.as_array_mut() {
-        list.retain(|r| {
-            r.get("uid").and_then(Value::as_str) != Some(uid)
-                && r.get("controller") != Some(&json!(true))
-        });
-        list.push(reference);
-    }
+    meta.insert("ownerReferences".into(), json!([reference]));
     Ok(())
 }
 

@@ -1,10 +1,13 @@
 //! Validation of a plugin's response, all of it, before anything is applied.
 //!
 //! The host trusts nothing a plugin returns: a response that would write an
-//! undeclared kind, reach into another namespace, or carry a malformed object
-//! is refused whole, with a message that names the offending item. Only a
-//! [`ValidResponse`] can reach the apply step, so a half-checked response
-//! cannot be applied by mistake.
+//! undeclared kind, reach into another namespace, set a metadata field the
+//! host or the API server owns, or carry metadata the API server would refuse
+//! is refused whole, with a message that names the offending item. Checking
+//! every object as the API server would, before applying the first, is what
+//! keeps a response from being applied halfway. Only a [`ValidResponse`] can
+//! reach the apply step, so a half-checked response cannot be applied by
+//! mistake.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -14,7 +17,13 @@ use reconciler_sdk::memory_cache::{name_of, namespace_of};
 use reconciler_sdk::{KindRef, PluginMetadata};
 use serde_json::{Map, Value};
 
-use super::names::{check_dns_subdomain, check_kind};
+use super::names::{check_dns_label, check_kind, check_object_name};
+
+mod host_owned_fields;
+mod object_metadata;
+
+use host_owned_fields::refuse_host_owned;
+use object_metadata::check_metadata;
 
 /// A response that passed every rule. Objects carry their namespace (the
 /// primary's where the plugin left it out).
@@ -88,12 +97,15 @@ pub fn validate_response(
                 reason: format!("{kind} is not a kind this plugin owns"),
             });
         }
-        check_dns_subdomain(&r.name).map_err(|reason| InvalidResponse {
+        let fail = |reason: String| InvalidResponse {
             item: item.clone(),
             reason,
-        })?;
-        r.namespace = resolve_namespace(primary_ns, r.namespace.as_deref())
-            .map_err(|reason| InvalidResponse { item, reason })?;
+        };
+        check_object_name(&kind, &r.name).map_err(|e| fail(format!("name {e}")))?;
+        if let Some(ns) = &r.namespace {
+            check_dns_label(ns).map_err(|e| fail(format!("namespace {e}")))?;
+        }
+        r.namespace = resolve_namespace(primary_ns, r.namespace.as_deref()).map_err(fail)?;
         delete.push(r);
     }
 
@@ -177,19 +189,34 @@ fn check_object(
         ));
     };
     let kind = KindRef::from_api_version(api_version, kind_name);
-    let Some(name) = object
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-    else {
-        return Err(anonymous(format!("{kind} has no metadata.name")));
+    let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        let got = object.get("metadata").map_or("nothing", json_type);
+        return Err(anonymous(format!(
+            "{kind}: metadata must be a JSON object, got {got}"
+        )));
+    };
+    let name = match meta.get("name") {
+        Some(Value::String(name)) if !name.is_empty() => name.clone(),
+        Some(Value::Null) | None if meta.contains_key("generateName") => {
+            return Err(anonymous(format!(
+                "{kind} has metadata.generateName but no metadata.name: the host applies, compares and prunes objects by their name; set metadata.name"
+            )));
+        }
+        Some(Value::String(_) | Value::Null) | None => {
+            return Err(anonymous(format!("{kind} has no metadata.name")));
+        }
+        Some(other) => {
+            return Err(anonymous(format!(
+                "{kind}: metadata.name must be a string, got {}",
+                json_type(other)
+            )));
+        }
     };
     let item = format!("apply[{i}] ({kind} {name})");
     let fail = |reason: String| InvalidResponse {
         item: item.clone(),
         reason,
     };
-    check_dns_subdomain(name).map_err(fail)?;
     let role = if metadata.owns_kind(&kind) {
         WriteRole::Owned
     } else if metadata.writes_kind(&kind) {
@@ -197,14 +224,10 @@ fn check_object(
     } else {
         return Err(fail(format!("{kind} is not declared in owns or writes")));
     };
-    let declared_ns = object
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str);
-    let namespace = resolve_namespace(primary_ns, declared_ns).map_err(fail)?;
-    if let (Some(ns), Some(meta)) = (
-        namespace,
-        object.get_mut("metadata").and_then(Value::as_object_mut),
-    ) {
+    refuse_host_owned(meta).map_err(fail)?;
+    check_metadata(&kind, &name, meta).map_err(fail)?;
+    let declared_ns = meta.get("namespace").and_then(Value::as_str);
+    if let Some(ns) = resolve_namespace(primary_ns, declared_ns).map_err(fail)? {
         meta.insert("namespace".into(), Value::String(ns));
     }
     Ok(DesiredObject { kind, role, object })
@@ -310,7 +333,7 @@ mod tests {
         let nameless =
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {}}).to_string();
         let kindless = json!({"metadata": {"name": "x"}}).to_string();
-        let cases: Vec<(ReconcileResponse, &str, &str)> = vec![
+        let mut cases: Vec<(ReconcileResponse, &str, &str)> = vec![
             (
                 response(vec![pod]),
                 "apply[0] (v1 Pod p)",
@@ -367,10 +390,210 @@ mod tests {
                 "UpperCamelCase",
             ),
         ];
+        cases.extend(object_metadata_cases());
         for (r, item, reason) in cases {
             let err = validate_response(&metadata(), PRIMARY_NS, r).unwrap_err();
             assert_eq!(err.item, item, "{err}");
             assert!(err.reason.contains(reason), "{err}");
         }
+    }
+
+    /// A Deployment `web` with `metadata` merged into its own.
+    fn deployment_with(metadata: Value) -> String {
+        let mut d =
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
+        if let (Some(meta), Value::Object(extra)) = (d["metadata"].as_object_mut(), metadata) {
+            meta.extend(extra);
+        }
+        d.to_string()
+    }
+
+    /// A written ConfigMap `cfg` with `metadata` merged into its own.
+    fn config_map_with(metadata: Value) -> String {
+        let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}});
+        if let (Some(meta), Value::Object(extra)) = (cm["metadata"].as_object_mut(), metadata) {
+            meta.extend(extra);
+        }
+        cm.to_string()
+    }
+
+    /// One case per rule on an object's metadata: the fields the host owns
+    /// (on owned and written kinds alike) and the API server's rules.
+    fn object_metadata_cases() -> Vec<(ReconcileResponse, &'static str, &'static str)> {
+        let web = "apply[0] (apps/v1 Deployment web)";
+        let cfg = "apply[0] (v1 ConfigMap cfg)";
+        let stranger = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "victim",
+            "uid": "3f1c2b8e-0000-4000-8000-000000000001"}]);
+        vec![
+            (
+                response(vec![config_map_with(json!({"ownerReferences": stranger}))]),
+                cfg,
+                "metadata.ownerReferences is set by the host (the controller reference of owned kinds); a plugin may not set it",
+            ),
+            (
+                response(vec![deployment_with(json!({"ownerReferences": []}))]),
+                web,
+                "metadata.ownerReferences is set by the host",
+            ),
+            (
+                response(vec![deployment_with(json!({"finalizers": ["example.com/stuck"]}))]),
+                web,
+                "metadata.finalizers is set by the host",
+            ),
+            (
+                response(vec![config_map_with(json!({"uid": "3f1c2b8e"}))]),
+                cfg,
+                "metadata.uid is set by the API server",
+            ),
+            (
+                response(vec![deployment_with(json!({"resourceVersion": "42"}))]),
+                web,
+                "metadata.resourceVersion is set by the API server",
+            ),
+            (
+                response(vec![deployment_with(json!({"managedFields": []}))]),
+                web,
+                "metadata.managedFields is kept by the API server",
+            ),
+            (
+                response(vec![deployment_with(json!({"deletionTimestamp": "2020-01-01T00:00:00Z"}))]),
+                web,
+                "metadata.deletionTimestamp is set by the API server",
+            ),
+            (
+                response(vec![deployment_with(json!({"deletionGracePeriodSeconds": 0}))]),
+                web,
+                "metadata.deletionGracePeriodSeconds is set by the API server",
+            ),
+            (
+                response(vec![deployment_with(json!({"generation": 7}))]),
+                web,
+                "metadata.generation is set by the API server",
+            ),
+            (
+                response(vec![deployment_with(json!({"creationTimestamp": "2020-01-01T00:00:00Z"}))]),
+                web,
+                "metadata.creationTimestamp is set by the API server",
+            ),
+            (
+                response(vec![deployment_with(json!({"selfLink": "/apis/apps/v1/x"}))]),
+                web,
+                "metadata.selfLink is set by the API server",
+            ),
+            (
+                response(vec![
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": "web"}).to_string(),
+                ]),
+                "apply[0]",
+                "apps/v1 Deployment: metadata must be a JSON object, got a string",
+            ),
+            (
+                response(vec![
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": 7}}).to_string(),
+                ]),
+                "apply[0]",
+                "metadata.name must be a string, got a number",
+            ),
+            (
+                response(vec![
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"generateName": "web-"}}).to_string(),
+                ]),
+                "apply[0]",
+                "has metadata.generateName but no metadata.name",
+            ),
+            (
+                response(vec![deployment_with(json!({"generateName": "web-"}))]),
+                web,
+                "metadata.generateName is not supported",
+            ),
+            (
+                response(vec![deployment_with(json!({"name": "Web"}))]),
+                "apply[0] (apps/v1 Deployment Web)",
+                "metadata.name \"Web\" must be lowercase",
+            ),
+            (
+                response(vec![deployment_with(json!({"namespace": 5}))]),
+                web,
+                "metadata.namespace must be a string, got a number",
+            ),
+            (
+                response(vec![deployment_with(json!({"labels": {"tier": 3}}))]),
+                web,
+                "metadata.labels[\"tier\"] must be a string, got a number",
+            ),
+            (
+                response(vec![deployment_with(json!({"labels": {"bad key!": "x"}}))]),
+                web,
+                "metadata.labels key \"bad key!\"",
+            ),
+            (
+                response(vec![deployment_with(json!({"labels": {"tier": "-x"}}))]),
+                web,
+                "metadata.labels[\"tier\"] value \"-x\"",
+            ),
+            (
+                response(vec![config_map_with(json!({"annotations": {"bad key!": "x"}}))]),
+                cfg,
+                "metadata.annotations key \"bad key!\"",
+            ),
+            (
+                response(vec![config_map_with(json!({"annotations": {"a": "x".repeat(256 * 1024)}}))]),
+                cfg,
+                "metadata.annotations hold 262145 bytes",
+            ),
+            (
+                ReconcileResponse {
+                    delete: vec![ObjectRef {
+                        api_version: "apps/v1".into(),
+                        kind: "Deployment".into(),
+                        namespace: None,
+                        name: "Web".into(),
+                    }],
+                    ..Default::default()
+                },
+                "delete[0] (apps/v1 Deployment Web)",
+                "name \"Web\" must be lowercase",
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_broken_second_object_refuses_the_whole_response_naming_it() {
+        let legal = deployment(None);
+        let numeric_label = config_map_with(json!({"labels": {"tier": 3}}));
+        let err = validate_response(
+            &metadata(),
+            PRIMARY_NS,
+            response(vec![legal, numeric_label]),
+        )
+        .expect_err("nothing of the response may pass");
+        assert_eq!(err.item, "apply[1] (v1 ConfigMap cfg)");
+        assert_eq!(
+            err.to_string(),
+            "invalid response: apply[1] (v1 ConfigMap cfg): metadata.labels[\"tier\"] must be a string, got a number (quote it: \"3\")"
+        );
+    }
+
+    #[test]
+    fn null_host_owned_fields_are_dropped_so_the_host_sets_its_own() {
+        let sent = deployment_with(json!({"ownerReferences": null, "finalizers": null,
+            "labels": {"app": "web", "empty": null}, "annotations": null}));
+        let valid = validate_response(&metadata(), PRIMARY_NS, response(vec![sent])).unwrap();
+        assert_eq!(
+            valid.apply[0].object["metadata"],
+            json!({"name": "web", "namespace": "team", "labels": {"app": "web", "empty": ""}})
+        );
+    }
+
+    #[test]
+    fn what_the_api_server_accepts_is_not_refused() {
+        let rbac = PluginMetadata::new("access", "1", KindRef::new("example.com", "v1", "Access"))
+            .owns(KindRef::new("rbac.authorization.k8s.io", "v1", "Role"));
+        let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "system:Reader_1",
+                "labels": {"empty": "", "long": "a".repeat(63), "example.com/tier": "A_b.c-D"},
+                "annotations": {"Example.COM/note": "x".repeat(1000)}}});
+        let valid = validate_response(&rbac, PRIMARY_NS, response(vec![role.to_string()])).unwrap();
+        assert_eq!(valid.apply[0].object["metadata"]["name"], "system:Reader_1");
     }
 }
