@@ -10,8 +10,8 @@
 //! 1. A Namespace is created with the `kubernetes` finalizer in
 //!    `spec.finalizers` and `status.phase: Active`; a client cannot set
 //!    either (what it sends for them is ignored).
-//! 2. Deleting it marks it (`deletionTimestamp`, one generation bump,
-//!    `status.phase: Terminating`), whatever the propagation, and deletes
+//! 2. Deleting it marks it (`deletionTimestamp`, `status.phase:
+//!    Terminating`), whatever the propagation, and deletes
 //!    every object in the namespace in the background: objects with
 //!    finalizers stay, marked, until their finalizers are removed.
 //! 3. While it is terminating, creating an object in the namespace is
@@ -31,7 +31,7 @@
 use reconciler_sdk::KindRef;
 use serde_json::{Value, json};
 
-use super::store::{EmbeddedStore, StoreError, bump_generation, is_deleting, metadata_mut};
+use super::store::{EmbeddedStore, StoreError, is_deleting, metadata_mut};
 use crate::cluster::backend::{ObjectKey, Propagation};
 use crate::cluster::clock::rfc3339;
 
@@ -118,14 +118,13 @@ impl EmbeddedStore {
         if is_deleting(current) {
             return;
         }
+        // As measured on an API server: a Namespace gets its
+        // deletionTimestamp and phase, no grace period.
         let mut object = current.clone();
-        bump_generation(&mut object);
-        let meta = metadata_mut(&mut object);
-        meta.insert(
+        metadata_mut(&mut object).insert(
             "deletionTimestamp".into(),
             Value::String(rfc3339(now_millis)),
         );
-        meta.insert("deletionGracePeriodSeconds".into(), Value::from(0));
         if let Some(map) = object.as_object_mut() {
             map.insert("status".into(), json!({"phase": "Terminating"}));
         }
