@@ -49,7 +49,8 @@
 //! Known bounds versus a real API server:
 //! - No schemas: kinds are not registered, so any apiVersion/kind is served,
 //!   versions are not converted (an object applied as `v1` and `v1beta1` is
-//!   two objects), nothing is defaulted, and only the metadata the store
+//!   two objects), nothing is defaulted (but a Namespace's finalizer and
+//!   phase, see [`super::namespaces`]), and only the metadata the store
 //!   relies on is validated (name, namespace, labels, annotations,
 //!   finalizers, ownerReferences).
 //! - Namespaces need not exist: an object may be created in a namespace
