@@ -15,13 +15,14 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::cluster::embedded::EmbeddedCluster;
+use crate::cluster::embedded::kind_scopes::is_crd;
 use crate::cluster::{ObjectKey, RealClock};
 use crate::dir_watch::watch_dir;
 use crate::dispatch::Dispatcher;
 use crate::engine::Engine;
 use crate::golden::recorder::CaseRecorder;
 use crate::hot_reload::PluginDirectory;
-use crate::manifests::{manifest_files, read_objects};
+use crate::manifests::{manifest_files, read_crds, read_objects};
 use crate::plugin::Sandbox;
 
 /// The objects of a manifest directory as last read, per file, so a rescan
@@ -59,7 +60,10 @@ impl ManifestDir {
         }
         let old: BTreeMap<ObjectKey, Value> = self.files.values().flatten().cloned().collect();
         let new: BTreeMap<ObjectKey, Value> = seen.values().flatten().cloned().collect();
-        for (key, object) in &new {
+        // CRDs first: the scope they give their kinds decides how those
+        // kinds' objects are stored.
+        let (crds, others): (Vec<_>, Vec<_>) = new.iter().partition(|(key, _)| is_crd(&key.kind));
+        for (key, object) in crds.into_iter().chain(others) {
             if old.get(key) == Some(object) {
                 continue;
             }
@@ -88,6 +92,8 @@ impl ManifestDir {
 pub struct DevConfig {
     pub plugins_dir: PathBuf,
     pub objects_dir: PathBuf,
+    /// CustomResourceDefinitions applied before the objects, read once.
+    pub crds_dir: Option<PathBuf>,
     /// Stop once nothing is queued (for scripts and smoke tests).
     pub until_settled: bool,
     /// Write every reconcile as a golden case under this directory.
@@ -103,6 +109,11 @@ pub async fn run(
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<u64> {
     let cluster = Arc::new(EmbeddedCluster::new(Arc::new(RealClock)));
+    if let Some(dir) = &config.crds_dir {
+        for line in seed_crds(dir, &cluster) {
+            writeln!(out, "{}", stamp(&line))?;
+        }
+    }
     let mut manifests = ManifestDir::default();
     for line in manifests.sync(&config.objects_dir, &cluster) {
         writeln!(out, "{}", stamp(&line))?;
@@ -181,6 +192,27 @@ pub async fn run(
         writeln!(out, "{}", stamp(&record.to_string()))?;
     }
     Ok(plugins.failures())
+}
+
+/// Applies the CRDs of `dir`, so the cluster knows which custom kinds are
+/// cluster-scoped before any object or plugin arrives; a line per CRD or
+/// error.
+pub fn seed_crds(dir: &Path, cluster: &EmbeddedCluster) -> Vec<String> {
+    let crds = match read_crds(dir) {
+        Ok(crds) => crds,
+        Err(e) => return vec![format!("error: {e:#}")],
+    };
+    crds.into_iter()
+        .map(|crd| {
+            let key = ObjectKey::of(&crd)
+                .map(|k| k.to_string())
+                .unwrap_or_default();
+            match cluster.apply_as_user(crd) {
+                Ok(_) => format!("created {key} from {}", dir.display()),
+                Err(e) => format!("error: cannot apply {key}: {e}"),
+            }
+        })
+        .collect()
 }
 
 fn now_millis() -> i64 {

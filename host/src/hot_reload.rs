@@ -490,6 +490,7 @@ impl PluginDirectory {
 fn refusal_for(error: &EngineError) -> Refusal {
     match error {
         EngineError::Watch { .. } => Refusal::Unwatchable,
+        EngineError::ClusterScopedFromNamespaced { .. } => Refusal::Broken,
         EngineError::PrimaryTaken { .. }
         | EngineError::DuplicateName(_)
         | EngineError::NotLoaded(_) => Refusal::Conflict,

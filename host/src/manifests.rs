@@ -105,6 +105,28 @@ pub fn read_all(path: &Path) -> Result<Vec<(PathBuf, Value)>, anyhow::Error> {
     Ok(out)
 }
 
+/// The CustomResourceDefinitions under `path` (`dev --crds`, `simulate
+/// --crds`). Anything else there is refused naming its file: a CRD
+/// directory that also held objects would seed them by surprise.
+pub fn read_crds(path: &Path) -> Result<Vec<Value>, anyhow::Error> {
+    let mut crds = Vec::new();
+    for (file, object) in read_all(path)? {
+        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if kind != "CustomResourceDefinition" || !api_version.starts_with("apiextensions.k8s.io/") {
+            anyhow::bail!(
+                "{}: {api_version} {kind} is not a CustomResourceDefinition (apiextensions.k8s.io/v1); the CRD directory holds CRDs only, objects belong with --objects",
+                file.display()
+            );
+        }
+        crds.push(object);
+    }
+    Ok(crds)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +154,27 @@ mod tests {
         let err = read_objects(&file).unwrap_err().to_string();
         assert!(
             err.contains("objects.yaml: document 2: needs apiVersion and kind"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_crd_directory_holds_crds_only() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("crd.yaml"),
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: tenants.example.com}\n",
+        )
+        .unwrap();
+        assert_eq!(read_crds(dir.path()).unwrap().len(), 1);
+        std::fs::write(
+            dir.path().join("stray.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+        )
+        .unwrap();
+        let err = read_crds(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("stray.yaml: v1 ConfigMap is not a CustomResourceDefinition"),
             "{err}"
         );
     }

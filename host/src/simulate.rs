@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::cluster::embedded::{EmbeddedCluster, RecordedEvent};
 use crate::cluster::{Clock, ClusterBackend, VirtualClock};
-use crate::engine::{Engine, EngineError, ReconcileRecord};
+use crate::engine::{Engine, ReconcileRecord};
 use crate::golden::duration_text::format_duration;
 use crate::golden::recorder::CaseRecorder;
 use crate::plugin::LoadedPlugin;
@@ -58,6 +58,9 @@ pub struct SimulationReport {
     pub objects: Vec<Value>,
     /// Set when a plugin never settled: which plugin, which object.
     pub unsettled: Option<String>,
+    /// Plugins the engine refused to serve (`FILE: why`), e.g. a namespaced
+    /// primary owning a cluster-scoped kind; the others ran without them.
+    pub refused: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,8 +70,6 @@ pub enum SimulationError {
         object: String,
         source: crate::cluster::BackendError,
     },
-    #[error(transparent)]
-    Engine(#[from] EngineError),
     #[error("cannot record into {}: {source}", dir.display())]
     Record {
         dir: PathBuf,
@@ -76,8 +77,12 @@ pub enum SimulationError {
     },
 }
 
-/// Seeds `objects`, then runs `plugins` until nothing changes, or until the
-/// virtual clock has advanced by `config.advance`, firing requeues on the way.
+/// Seeds `objects` (CustomResourceDefinitions first, so the cluster knows
+/// which custom kinds are cluster-scoped before their objects arrive), then
+/// runs `plugins` until nothing changes, or until the virtual clock has
+/// advanced by `config.advance`, firing requeues on the way. A plugin the
+/// engine refuses is reported in [`SimulationReport::refused`] and the
+/// others run.
 pub async fn simulate(
     plugins: Vec<Arc<LoadedPlugin>>,
     objects: Vec<Value>,
@@ -85,7 +90,8 @@ pub async fn simulate(
 ) -> Result<(SimulationReport, Arc<EmbeddedCluster>), SimulationError> {
     let clock = VirtualClock::at(config.start_millis);
     let cluster = Arc::new(EmbeddedCluster::new(Arc::new(clock.clone())));
-    for object in objects {
+    let (crds, others): (Vec<Value>, Vec<Value>) = objects.into_iter().partition(is_crd_object);
+    for object in crds.into_iter().chain(others) {
         let name = crate::cluster::ObjectKey::of(&object)
             .map(|k| k.to_string())
             .unwrap_or_default();
@@ -96,7 +102,7 @@ pub async fn simulate(
                 source,
             })?;
     }
-    let mut engine = Engine::new(cluster.clone(), Arc::new(clock.clone()), plugins).await?;
+    let mut engine = Engine::empty(cluster.clone(), Arc::new(clock.clone()));
     if let Some(dir) = &config.record {
         let recorder =
             CaseRecorder::new(dir, "simulate").map_err(|source| SimulationError::Record {
@@ -105,14 +111,26 @@ pub async fn simulate(
             })?;
         engine = engine.with_recorder(Arc::new(recorder));
     }
+    let mut refused = Vec::new();
+    for plugin in plugins {
+        if let Err(e) = engine.add_plugin(plugin.clone()).await {
+            refused.push(format!("{}: {e}", plugin.path().display()));
+        }
+    }
     let report = run(&engine, &clock, config).await;
     let report = SimulationReport {
         start_millis: config.start_millis,
         events: cluster.events(),
         objects: cluster.objects(),
+        refused,
         ..report
     };
     Ok((report, cluster))
+}
+
+fn is_crd_object(object: &Value) -> bool {
+    reconciler_sdk::KindRef::of_object(object)
+        .is_some_and(|kind| crate::cluster::embedded::kind_scopes::is_crd(&kind))
 }
 
 /// Drives an engine on a virtual clock until it settles.
@@ -163,6 +181,7 @@ pub async fn run<B: ClusterBackend>(
         events: Vec::new(),
         objects: Vec::new(),
         unsettled,
+        refused: Vec::new(),
     }
 }
 

@@ -98,3 +98,53 @@ fn json_logs_are_one_object_a_line_with_the_reconcile_span() {
     assert_eq!(reconcile["span"]["namespace"], "default");
     assert_eq!(reconcile["span"]["object_name"], "example");
 }
+
+#[test]
+fn a_plugin_a_real_cluster_would_refuse_is_named_and_the_others_run() {
+    let scope_variant = root().join("target/test-plugins/hostile-cluster-scope.wasm");
+    assert!(
+        scope_variant.is_file(),
+        "build the plugins first: scripts/build-plugins"
+    );
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        plugins_dir().join("podset.wasm"),
+        plugins.path().join("podset.wasm"),
+    )
+    .unwrap();
+    let refused = plugins.path().join("hostile.wasm");
+    std::fs::copy(&scope_variant, &refused).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+        .args([
+            "--compile-cache",
+            cache.path().to_str().unwrap(),
+            "simulate",
+        ])
+        .arg("--plugins-dir")
+        .arg(plugins.path())
+        .arg("--objects")
+        .arg(root().join("examples/podset.yaml"))
+        .arg("--crds")
+        .arg(root().join("crds"))
+        .output()
+        .expect("run reconciler-host");
+    assert!(!out.status.success(), "a refused plugin fails the run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "error: {}: plugin hostile reconciles a namespaced kind (hostile.example.com/v1 Hostile) but owns[1] declares rbac.authorization.k8s.io/v1 ClusterRole, which is cluster-scoped",
+            refused.display()
+        )),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("podset PodSet default/example: created Deployment default/example"),
+        "the other plugin ran: {stdout}"
+    );
+    assert!(
+        stdout.contains("kind: CustomResourceDefinition"),
+        "the CRDs of --crds are in the cluster: {stdout}"
+    );
+}

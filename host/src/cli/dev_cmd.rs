@@ -15,6 +15,11 @@ pub struct DevArgs {
     /// Directory of object YAML files to seed and follow.
     #[arg(long, default_value = "examples", value_name = "DIR")]
     pub objects: PathBuf,
+    /// CustomResourceDefinitions to apply before the objects, so the embedded cluster knows which
+    /// custom kinds are cluster-scoped (a plugin whose namespaced primary owns or writes one is
+    /// refused, as on a real cluster) [default: crds, when that directory exists].
+    #[arg(long, value_name = "DIR")]
+    pub crds: Option<PathBuf>,
     /// Exit once every object has settled instead of running until Ctrl-C.
     #[arg(long)]
     pub until_settled: bool,
@@ -24,6 +29,9 @@ pub struct DevArgs {
     pub record: Option<PathBuf>,
 }
 
+/// Where `dev` looks for CRDs when `--crds` is not given: the project's own.
+const DEFAULT_CRDS_DIR: &str = "crds";
+
 pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode> {
     let sandbox = Arc::new(sandbox.sandbox()?);
     if !args.plugins_dir.is_dir() {
@@ -32,10 +40,18 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
             args.plugins_dir.display()
         );
     }
+    let crds_dir = match args.crds {
+        Some(dir) if !dir.exists() => {
+            anyhow::bail!("the CRD directory {} does not exist", dir.display())
+        }
+        Some(dir) => Some(dir),
+        None => Some(PathBuf::from(DEFAULT_CRDS_DIR)).filter(|d| d.is_dir()),
+    };
     let runtime = tokio::runtime::Runtime::new()?;
     let config = DevConfig {
         plugins_dir: args.plugins_dir,
         objects_dir: args.objects,
+        crds_dir,
         until_settled: args.until_settled,
         record: args.record,
     };

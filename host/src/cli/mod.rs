@@ -51,8 +51,11 @@ pub enum Command {
     /// Run every plugin against the embedded cluster on your machine, no Kubernetes needed.
     #[command(
         after_help = "Objects are seeded from --objects (YAML files); creating, changing or removing a file \
-there creates, updates or deletes its objects. Each reconcile prints one line; the primary objects and their \
-status are shown as a table whenever they change. Stop with Ctrl-C."
+there creates, updates or deletes its objects. The CRDs of --crds (crds/ by default, when it exists) are \
+applied first, so the cluster knows which custom kinds are cluster-scoped. Each reconcile prints one line; \
+the primary objects and their status are shown as a table whenever they change. A plugin that cannot load, \
+or that a real cluster would refuse (a namespaced primary owning or writing a cluster-scoped kind), is \
+reported with its file and the others keep running. Stop with Ctrl-C."
     )]
     Dev(dev_cmd::DevArgs),
     /// Run plugins as controllers of a Kubernetes cluster (KUBECONFIG or the pod's service account).
@@ -73,7 +76,8 @@ With --leader-election it then releases the Lease; losing the Lease stops it at 
     /// Run plugins against the embedded cluster on a virtual clock and print what happened.
     #[command(
         after_help = "Prints every reconcile, every Event and the resulting objects as YAML. Deterministic: \
-the same plugins and input print byte-identical output. Exits non-zero if a plugin never settles or fails to load."
+the same plugins and input print byte-identical output. Exits non-zero if a plugin never settles, fails to load \
+or is refused (e.g. a namespaced primary owning or writing a cluster-scoped kind); the other plugins still run."
     )]
     Simulate(simulate_cmd::SimulateArgs),
     /// Run golden cases against a compiled plugin: one line per case, a diff on mismatch.

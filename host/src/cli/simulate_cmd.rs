@@ -17,6 +17,11 @@ pub struct SimulateArgs {
     /// Objects to start from: a YAML file (several documents allowed) or a directory of them.
     #[arg(long, value_name = "FILE|DIR")]
     pub objects: PathBuf,
+    /// CustomResourceDefinitions to apply before the objects, so the embedded cluster knows which
+    /// custom kinds are cluster-scoped (a plugin whose namespaced primary owns or writes one is
+    /// refused, as on a real cluster). CRDs among --objects count too.
+    #[arg(long, value_name = "FILE|DIR")]
+    pub crds: Option<PathBuf>,
     /// Advance the virtual clock by this much, firing requeues on the way (e.g. 90s, 1h30m).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "0s")]
     pub advance: std::time::Duration,
@@ -52,10 +57,15 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
     if plugins.is_empty() {
         anyhow::bail!("no plugin loaded from {}", args.plugins_dir.display());
     }
-    let objects = crate::manifests::read_all(&args.objects)?
-        .into_iter()
-        .map(|(_, o)| o)
-        .collect();
+    let mut objects = match &args.crds {
+        Some(dir) => crate::manifests::read_crds(dir)?,
+        None => Vec::new(),
+    };
+    objects.extend(
+        crate::manifests::read_all(&args.objects)?
+            .into_iter()
+            .map(|(_, o)| o),
+    );
     let config = SimulationConfig {
         start_millis: args.start.as_millisecond(),
         advance: args.advance,
@@ -68,10 +78,15 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
         .build()?;
     let plugins = plugins.into_iter().map(Arc::new).collect();
     let (report, _) = runtime.block_on(simulate(plugins, objects, &config))?;
+    for refused in &report.refused {
+        eprintln!("error: {refused}");
+    }
     print!("{}", report.render());
-    Ok(if report.unsettled.is_some() || !failures.is_empty() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(
+        if report.unsettled.is_some() || !failures.is_empty() || !report.refused.is_empty() {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
 }

@@ -21,6 +21,7 @@ pub mod event_mapping;
 pub mod plan;
 pub mod record;
 pub mod scope;
+pub mod scope_rules;
 pub mod shared_cache;
 pub mod work_queue;
 
@@ -30,7 +31,7 @@ use std::time::Duration;
 
 use reconciler_sdk::contract::{Projection, ReconcileRequest};
 use reconciler_sdk::memory_cache::is_deleting;
-use reconciler_sdk::{EventType, KindRef};
+use reconciler_sdk::{EventType, KindRef, PluginMetadata};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing::Instrument;
@@ -45,7 +46,7 @@ use crate::cluster::{
     WatchEvent, WatchEventType, WatchScope,
 };
 use crate::golden::recorder::{CaseRecorder, Recording, RecordingReader};
-use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput};
+use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput, ValidResponse};
 
 /// Reconciles per plugin at once when the plugin gives no hint.
 pub const DEFAULT_CONCURRENCY: u32 = 4;
@@ -65,6 +66,19 @@ pub enum EngineError {
     NotLoaded(String),
     #[error("cannot watch {kind}: {source}")]
     Watch { kind: String, source: BackendError },
+    /// See [`scope_rules`].
+    #[error(
+        "plugin {plugin} reconciles a namespaced kind ({primary}) but {field} declares {kind}, which is cluster-scoped: a cluster-scoped object cannot be owned by or confined to a namespaced one; remove it from {list}, or reconcile it from a plugin whose primary kind is cluster-scoped"
+    )]
+    ClusterScopedFromNamespaced {
+        plugin: String,
+        primary: String,
+        /// The declaration, e.g. `owns[1]`.
+        field: String,
+        /// `owns` or `writes`.
+        list: &'static str,
+        kind: String,
+    },
 }
 
 struct Controller {
@@ -124,6 +138,8 @@ pub struct Engine<B: ClusterBackend> {
     scope: ServeScope,
     /// Writes every reconcile as a golden case (`--record`).
     recorder: Option<Arc<CaseRecorder>>,
+    /// The scope of every kind a plugin owns or writes, learned at load.
+    kind_scopes: Mutex<scope_rules::DeclaredScopes>,
 }
 
 impl<B: ClusterBackend> Engine<B> {
@@ -158,6 +174,7 @@ impl<B: ClusterBackend> Engine<B> {
             backoff: BackoffPolicy::default(),
             scope,
             recorder: None,
+            kind_scopes: Mutex::default(),
         }
     }
 
@@ -199,6 +216,7 @@ impl<B: ClusterBackend> Engine<B> {
                 second: m.name.clone(),
             });
         }
+        self.check_kind_scopes(m).await?;
         self.watch_kinds(&plugin).await?;
         let controller = Controller {
             plugin: RwLock::new(plugin.clone()),
@@ -231,6 +249,7 @@ impl<B: ClusterBackend> Engine<B> {
                 second: m.name.clone(),
             });
         }
+        self.check_kind_scopes(m).await?;
         self.watch_kinds(&plugin).await?;
         let name = m.name.clone();
         let old = std::mem::replace(
@@ -241,6 +260,28 @@ impl<B: ClusterBackend> Engine<B> {
         controller.state().last_applied.clear();
         self.queue_all(&name);
         Ok(old)
+    }
+
+    /// Refuses a plugin whose declared kinds break the scope rule, and
+    /// remembers their scopes for [`Self::check_response_scopes`].
+    async fn check_kind_scopes(&self, metadata: &PluginMetadata) -> Result<(), EngineError> {
+        let scopes = scope_rules::check_plugin(&*self.backend, metadata).await?;
+        self.kind_scopes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(scopes);
+        Ok(())
+    }
+
+    /// The per-response half of the scope rule, as a reconcile failure.
+    fn check_response_scopes(
+        &self,
+        key: &PrimaryKey,
+        response: &ValidResponse,
+    ) -> Result<(), (String, String)> {
+        let scopes = self.kind_scopes.lock().unwrap_or_else(|e| e.into_inner());
+        scope_rules::check_response(&scopes, key.namespace.as_deref(), response)
+            .map_err(|e| ("InvalidResponse".to_string(), e.to_string()))
     }
 
     /// Stops serving a plugin. Its queue is dropped; reconciles already
@@ -664,6 +705,7 @@ impl<B: ClusterBackend> Engine<B> {
             });
         }
         let response = answer.map_err(|e| (e.reason().to_string(), e.to_string()))?;
+        self.check_response_scopes(key, &response)?;
 
         let plan = {
             let current = |k: &ObjectKey| self.cache.get(k);

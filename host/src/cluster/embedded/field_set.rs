@@ -19,14 +19,21 @@
 //! `metadata.labels` and `metadata.annotations` are owned key by key), an
 //! empty map is a leaf meaning "this map exists", and `null` means "not set".
 //!
+//! Two lists of every object merge as they do on a real API server:
+//! - `metadata.finalizers` is a set: each entry is owned on its own, so
+//!   controllers that apply finalizers never drop each other's entries;
+//! - `metadata.ownerReferences` is a list keyed by `uid`: each reference is
+//!   an item whose fields are owned one by one, so two managers applying a
+//!   reference each keep both, and a manager that stops applying its
+//!   reference removes only that one. New items are appended in the order
+//!   the applier listed them. A manager that stops setting an item's `uid`
+//!   (its key) gives up the whole item.
+//!
 //! Known bounds versus a real API server, which knows each kind's schema:
-//! - Lists are atomic (one leaf). A real server merges some lists by key, e.g.
-//!   `spec.containers` by `name` or `metadata.ownerReferences` by `uid`; with
-//!   one manager per list the result is identical, with several the last
-//!   applier's list wins (or conflicts without force).
-//! - The one exception is `metadata.finalizers`, a set in the real API: each
-//!   entry is owned on its own, so controllers that apply finalizers never
-//!   drop each other's entries.
+//! - Every other list is atomic (one leaf). A real server merges some by key,
+//!   e.g. `spec.containers` by `name`; with one manager per list the result
+//!   is identical, with several the last applier's list wins (or conflicts
+//!   without force).
 //! - Without a schema there are no defaults, type checks or field validation;
 //!   a value replaces whatever was there (a scalar may become a map).
 
@@ -40,6 +47,10 @@ use serde_json::{Map, Value};
 /// Lists whose string entries are owned one by one (`listType=set`).
 const SET_LISTS: &[[&str; 2]] = &[["metadata", "finalizers"]];
 
+/// Lists of maps merged item by item, each item named by the value of one
+/// of its fields (`listType=map`): the list's path and that field.
+const KEYED_LISTS: &[([&str; 2], &str)] = &[(["metadata", "ownerReferences"], "uid")];
+
 /// One step of a field path.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Segment {
@@ -47,6 +58,9 @@ pub enum Segment {
     Field(String),
     /// A string entry of a set list (`metadata.finalizers`).
     Entry(String),
+    /// The item of a keyed list whose field `key` holds `value`
+    /// (`metadata.ownerReferences` by `uid`).
+    Item { key: String, value: String },
 }
 
 /// The path of one owned field, from the object's root.
@@ -80,14 +94,24 @@ impl FieldPath {
     }
 
     fn is_set_list(&self) -> bool {
-        SET_LISTS.iter().any(|list| {
-            self.0.len() == list.len()
-                && self
-                    .0
-                    .iter()
-                    .zip(list)
-                    .all(|(s, name)| matches!(s, Segment::Field(f) if f == name))
-        })
+        SET_LISTS.iter().any(|list| self.is_fields(list))
+    }
+
+    /// The field naming each item, if this is a keyed list.
+    fn list_key(&self) -> Option<&'static str> {
+        KEYED_LISTS
+            .iter()
+            .find(|(list, _)| self.is_fields(list))
+            .map(|(_, key)| *key)
+    }
+
+    fn is_fields(&self, names: &[&str]) -> bool {
+        self.0.len() == names.len()
+            && self
+                .0
+                .iter()
+                .zip(names)
+                .all(|(s, name)| matches!(s, Segment::Field(f) if f == name))
     }
 }
 
@@ -99,7 +123,8 @@ impl Borrow<[Segment]> for FieldPath {
 
 impl fmt::Display for FieldPath {
     /// `spec.replicas`, `metadata.labels["app.kubernetes.io/name"]`,
-    /// `metadata.finalizers[="example.com/cleanup"]`.
+    /// `metadata.finalizers[="example.com/cleanup"]`,
+    /// `metadata.ownerReferences[uid="…"].controller`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, segment) in self.0.iter().enumerate() {
             match segment {
@@ -107,6 +132,7 @@ impl fmt::Display for FieldPath {
                 Segment::Field(name) if is_plain(name) => write!(f, ".{name}")?,
                 Segment::Field(name) => write!(f, "[{name:?}]")?,
                 Segment::Entry(entry) => write!(f, "[={entry:?}]")?,
+                Segment::Item { key, value } => write!(f, "[{key}={value:?}]")?,
             }
         }
         Ok(())
@@ -149,6 +175,19 @@ impl FieldSet {
                 let entries = items.iter().filter_map(Value::as_str);
                 self.0
                     .extend(entries.map(|e| path.child(Segment::Entry(e.to_string()))));
+            }
+            Value::Array(items)
+                if let Some(key) = path.list_key()
+                    && is_keyed(items, key) =>
+            {
+                for item in items {
+                    let value = item_key(item, key).unwrap_or_default();
+                    let segment = Segment::Item {
+                        key: key.to_string(),
+                        value: value.to_string(),
+                    };
+                    self.collect(item, &path.child(segment));
+                }
             }
             _ => {
                 self.0.insert(path.clone());
@@ -292,6 +331,7 @@ impl Ownership {
     ) -> Result<Merge, Vec<FieldConflict>> {
         let owned = FieldSet::of(config);
         let mut object = current.clone();
+        add_new_items(&mut object, config);
         for path in owned.iter() {
             write(
                 &mut object,
@@ -380,12 +420,76 @@ fn same_leaf(a: Option<&Value>, b: Option<&Value>) -> bool {
     }
 }
 
+/// Whether a list can merge by `key`: every item a map naming itself by a
+/// non-empty string, no two alike. Anything else stays atomic (the store
+/// refuses such ownerReferences before they get here).
+fn is_keyed(items: &[Value], key: &str) -> bool {
+    let mut seen = BTreeSet::new();
+    items
+        .iter()
+        .all(|item| item_key(item, key).is_some_and(|value| seen.insert(value)))
+}
+
+fn item_key<'a>(item: &'a Value, key: &str) -> Option<&'a str> {
+    item.as_object()?
+        .get(key)?
+        .as_str()
+        .filter(|value| !value.is_empty())
+}
+
+/// Appends the items of `config`'s keyed lists that `object` lacks, as
+/// stubs holding only their key, in the order `config` lists them: their
+/// fields are written leaf by leaf afterwards, and the leaves come sorted.
+fn add_new_items(object: &mut Value, config: &Value) {
+    for (list, key) in KEYED_LISTS {
+        let path: Vec<Segment> = list.iter().map(|n| Segment::Field(n.to_string())).collect();
+        let Some(Value::Array(wanted)) = resolve(config, &path) else {
+            continue;
+        };
+        if !is_keyed(wanted, key) {
+            continue;
+        }
+        let present: Vec<String> = match resolve(object, &path) {
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(|i| item_key(i, key))
+                .map(str::to_string)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let missing: Vec<&str> = wanted
+            .iter()
+            .filter_map(|i| item_key(i, key))
+            .filter(|value| !present.iter().any(|p| p == value))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let mut target = &mut *object;
+        for name in list.iter() {
+            target = as_map(target)
+                .entry(name.to_string())
+                .or_insert(Value::Null);
+        }
+        let items = as_list(target);
+        for value in missing {
+            let mut stub = Map::new();
+            stub.insert(key.to_string(), Value::String(value.to_string()));
+            items.push(Value::Object(stub));
+        }
+    }
+}
+
 /// The value at `path` in `object`.
 pub fn resolve<'a>(object: &'a Value, path: &[Segment]) -> Option<&'a Value> {
     path.iter()
         .try_fold(object, |value, segment| match segment {
             Segment::Field(name) => value.as_object()?.get(name),
             Segment::Entry(entry) => value.as_array()?.iter().find(|v| v.as_str() == Some(entry)),
+            Segment::Item { key, value: wanted } => value
+                .as_array()?
+                .iter()
+                .find(|v| item_key(v, key) == Some(wanted)),
         })
 }
 
@@ -397,10 +501,11 @@ fn write(object: &mut Value, path: &[Segment], leaf: Option<&Value>) {
     };
     let mut target = object;
     for segment in parents {
-        let Segment::Field(name) = segment else {
-            return;
+        target = match segment {
+            Segment::Field(name) => as_map(target).entry(name.clone()).or_insert(Value::Null),
+            Segment::Item { key, value } => item_mut(as_list(target), key, value),
+            Segment::Entry(_) => return,
         };
-        target = as_map(target).entry(name.clone()).or_insert(Value::Null);
     }
     match last {
         Segment::Field(name) => {
@@ -419,7 +524,24 @@ fn write(object: &mut Value, path: &[Segment], leaf: Option<&Value>) {
                 items.push(Value::String(entry.clone()));
             }
         }
+        Segment::Item { key, value } => {
+            item_mut(as_list(target), key, value);
+        }
     }
+}
+
+/// The item of a keyed list named `value`, appended if missing.
+fn item_mut<'a>(items: &'a mut Vec<Value>, key: &str, value: &str) -> &'a mut Value {
+    let index = match items.iter().position(|i| item_key(i, key) == Some(value)) {
+        Some(index) => index,
+        None => {
+            let mut stub = Map::new();
+            stub.insert(key.to_string(), Value::String(value.to_string()));
+            items.push(Value::Object(stub));
+            items.len() - 1
+        }
+    };
+    &mut items[index]
 }
 
 fn as_map(value: &mut Value) -> &mut Map<String, Value> {
@@ -446,6 +568,12 @@ fn as_list(value: &mut Value) -> &mut Vec<Value> {
 /// removal left empty, unless `keep` says it is owned as an empty container.
 /// `metadata` itself is never removed.
 fn remove(object: &mut Value, path: &[Segment], keep: &dyn Fn(&[Segment]) -> bool) {
+    // An item's key names it: giving it up gives up the item.
+    if let [.., Segment::Item { key, .. }, Segment::Field(name)] = path
+        && name == key
+    {
+        return remove(object, &path[..path.len() - 1], keep);
+    }
     if !remove_one(object, path) {
         return;
     }
@@ -476,6 +604,10 @@ fn remove_one(object: &mut Value, path: &[Segment]) -> bool {
         .iter()
         .try_fold(object, |value, segment| match segment {
             Segment::Field(name) => value.as_object_mut()?.get_mut(name),
+            Segment::Item { key, value: wanted } => value
+                .as_array_mut()?
+                .iter_mut()
+                .find(|v| item_key(v, key) == Some(wanted)),
             Segment::Entry(_) => None,
         });
     match (last, parent) {
@@ -483,6 +615,11 @@ fn remove_one(object: &mut Value, path: &[Segment]) -> bool {
         (Segment::Entry(entry), Some(Value::Array(items))) => {
             let before = items.len();
             items.retain(|v| v.as_str() != Some(entry));
+            items.len() != before
+        }
+        (Segment::Item { key, value }, Some(Value::Array(items))) => {
+            let before = items.len();
+            items.retain(|v| item_key(v, key) != Some(value));
             items.len() != before
         }
         _ => false,
@@ -710,5 +847,150 @@ mod tests {
         );
         merge.ownership.prune(&json!({}));
         assert!(merge.ownership.fields_of(&apply("m")).is_none());
+    }
+
+    fn owner_ref(kind: &str, name: &str, uid: &str, controller: bool) -> Value {
+        json!({"apiVersion": "example.com/v1", "kind": kind, "name": name, "uid": uid,
+            "controller": controller})
+    }
+
+    fn refs(refs: Vec<Value>) -> Value {
+        json!({"metadata": {"ownerReferences": refs}})
+    }
+
+    #[test]
+    fn owner_references_of_two_managers_merge_by_uid() {
+        let a = Ownership::default()
+            .apply(
+                &json!({}),
+                &refs(vec![owner_ref("Keeper", "k", "uid-k", true)]),
+                &apply("a"),
+                false,
+            )
+            .unwrap();
+        let b = a
+            .ownership
+            .apply(
+                &a.object,
+                &refs(vec![owner_ref("Watcher", "w", "uid-w", false)]),
+                &apply("b"),
+                false,
+            )
+            .unwrap();
+        assert_eq!(
+            b.object,
+            refs(vec![
+                owner_ref("Keeper", "k", "uid-k", true),
+                owner_ref("Watcher", "w", "uid-w", false)
+            ]),
+            "both references are kept, in the order they came"
+        );
+        assert_eq!(
+            paths(b.ownership.fields_of(&apply("b")).unwrap()),
+            [
+                "metadata.ownerReferences[uid=\"uid-w\"].apiVersion",
+                "metadata.ownerReferences[uid=\"uid-w\"].controller",
+                "metadata.ownerReferences[uid=\"uid-w\"].kind",
+                "metadata.ownerReferences[uid=\"uid-w\"].name",
+                "metadata.ownerReferences[uid=\"uid-w\"].uid",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_manager_dropping_its_owner_reference_removes_only_its_own() {
+        let a = Ownership::default()
+            .apply(
+                &json!({}),
+                &refs(vec![owner_ref("Keeper", "k", "uid-k", true)]),
+                &apply("a"),
+                false,
+            )
+            .unwrap();
+        let b = a
+            .ownership
+            .apply(
+                &a.object,
+                &refs(vec![owner_ref("Watcher", "w", "uid-w", false)]),
+                &apply("b"),
+                false,
+            )
+            .unwrap();
+        let b_drops = b
+            .ownership
+            .apply(&b.object, &json!({"metadata": {}}), &apply("b"), false)
+            .unwrap();
+        assert_eq!(
+            b_drops.object,
+            refs(vec![owner_ref("Keeper", "k", "uid-k", true)])
+        );
+        let a_drops = b_drops
+            .ownership
+            .apply(
+                &b_drops.object,
+                &json!({"metadata": {}}),
+                &apply("a"),
+                false,
+            )
+            .unwrap();
+        assert_eq!(
+            a_drops.object,
+            json!({"metadata": {}}),
+            "the emptied list is removed"
+        );
+    }
+
+    #[test]
+    fn a_shared_owner_reference_stays_until_its_last_manager_drops_it() {
+        let shared = refs(vec![owner_ref("Keeper", "k", "uid-k", false)]);
+        let a = Ownership::default()
+            .apply(&json!({}), &shared, &apply("a"), false)
+            .unwrap();
+        let b = a
+            .ownership
+            .apply(&a.object, &shared, &apply("b"), false)
+            .unwrap();
+        let a_drops = b
+            .ownership
+            .apply(&b.object, &json!({}), &apply("a"), false)
+            .unwrap();
+        assert_eq!(a_drops.object, shared);
+        // Flipping the controller flag of a reference another manager holds
+        // is a conflict on that one field.
+        let conflicts = a_drops
+            .ownership
+            .apply(
+                &a_drops.object,
+                &refs(vec![owner_ref("Keeper", "k", "uid-k", true)]),
+                &apply("a"),
+                false,
+            )
+            .unwrap_err();
+        assert_eq!(
+            conflicts[0].to_string(),
+            "metadata.ownerReferences[uid=\"uid-k\"].controller is owned by field manager \"b\""
+        );
+    }
+
+    #[test]
+    fn new_owner_references_keep_the_order_the_applier_gave() {
+        let merged = Ownership::default()
+            .apply(
+                &json!({}),
+                &refs(vec![
+                    owner_ref("Zeta", "z", "uid-z", false),
+                    owner_ref("Alpha", "a", "uid-a", false),
+                ]),
+                &apply("m"),
+                false,
+            )
+            .unwrap();
+        let uids: Vec<&Value> = merged.object["metadata"]["ownerReferences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| &r["uid"])
+            .collect();
+        assert_eq!(uids, [&json!("uid-z"), &json!("uid-a")]);
     }
 }

@@ -37,6 +37,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
+use super::namespaces::is_namespace;
 use super::store::{
     EmbeddedStore, bump_generation, finalizers, is_deleting, metadata_mut, owner_refs, uid_of,
     with_finalizer, without_finalizer,
@@ -62,6 +63,9 @@ pub enum GcTask {
     /// This object was created with, or gained, ownerReferences: if one
     /// points at an owner in foreground deletion, it is collected at once.
     Adopted(ObjectKey),
+    /// An object of this namespace went away: if the namespace is
+    /// terminating and now empty, it can go too.
+    FinishNamespace(String),
 }
 
 /// How a dependent sees one of its owners.
@@ -86,6 +90,7 @@ impl EmbeddedStore {
                     self.settle(&key, now_millis)
                 }
                 GcTask::Adopted(_) => {}
+                GcTask::FinishNamespace(namespace) => self.finish_namespace(&namespace),
             }
         }
     }
@@ -101,6 +106,12 @@ impl EmbeddedStore {
             return;
         };
         if is_deleting(&entry.object) {
+            return;
+        }
+        if is_namespace(key) {
+            // Whatever the propagation: the namespace controller deletes
+            // what the namespace holds, then the Namespace goes.
+            self.terminate_namespace(key, now_millis);
             return;
         }
         let uid = uid_of(&entry.object).map(str::to_string);
@@ -287,11 +298,13 @@ mod tests {
     const T0: i64 = 1_700_000_000_000;
 
     fn object(kind: &str, name: &str, owners: &[&Value]) -> Value {
+        // The first owner is the controller: an object has one at most.
         let refs: Vec<Value> = owners
             .iter()
-            .map(|o| {
+            .enumerate()
+            .map(|(i, o)| {
                 json!({"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["metadata"]["name"],
-                       "uid": o["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true})
+                       "uid": o["metadata"]["uid"], "controller": i == 0, "blockOwnerDeletion": true})
             })
             .collect();
         let mut object = json!({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": "default"}});

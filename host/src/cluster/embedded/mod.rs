@@ -4,13 +4,16 @@
 //! It is part of the product, not a test double: everything a plugin can
 //! observe (resourceVersions, generation, uids, server-side apply with field
 //! managers, deletion with finalizers, ownerReference garbage collection,
-//! label selectors, watches) behaves as on an API server, with the bounds
-//! documented in [`store`]. It is exact and immediate where a real cluster is
+//! label selectors, watches, which kinds are cluster-scoped, terminating
+//! namespaces) behaves as on an API server, with the bounds documented in
+//! [`store`]. It is exact and immediate where a real cluster is
 //! eventually consistent: garbage collection happens inside the delete call.
 //! Time comes from a [`Clock`], real in `dev`, virtual in `simulate`.
 
 pub mod field_set;
 pub mod garbage_collector;
+pub mod kind_scopes;
+pub mod namespaces;
 pub mod store;
 
 use std::collections::BTreeSet;
@@ -126,22 +129,50 @@ impl EmbeddedCluster {
         self.lock().events.clone()
     }
 
-    /// Creates or updates an object as a user would (`kubectl apply`).
-    pub fn apply_as_user(&self, object: Value) -> Result<Value, BackendError> {
-        self.mutate(|s, now| s.apply(object, "kubectl", true, now).map(|o| o.object))
+    /// Creates or updates an object as a user would (`kubectl apply`): an
+    /// object of a namespaced kind that names no namespace goes to
+    /// `default`, as kubectl puts it in its context's namespace. A
+    /// CustomResourceDefinition teaches the cluster its kind's scope.
+    pub fn apply_as_user(&self, mut object: Value) -> Result<Value, BackendError> {
+        self.mutate(|s, now| {
+            if let Some(kind) = KindRef::of_object(&object)
+                && s.kind_scope(&kind) == KindScope::Namespaced
+                && object
+                    .pointer("/metadata/namespace")
+                    .is_none_or(Value::is_null)
+                && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
+            {
+                meta.insert("namespace".into(), Value::String(USER_NAMESPACE.into()));
+            }
+            s.apply(object, "kubectl", true, now).map(|o| o.object)
+        })
     }
 
-    /// Deletes an object as a user would (`kubectl delete`).
+    /// Deletes an object as a user would (`kubectl delete`), in `default`
+    /// when the key of a namespaced kind names no namespace.
     pub fn delete_as_user(&self, key: &ObjectKey) -> Result<(), BackendError> {
-        self.mutate(|s, now| s.delete(key, Propagation::Background, now))
+        self.mutate(|s, now| {
+            let mut key = key.clone();
+            if key.namespace.is_none() && s.kind_scope(&key.kind) == KindScope::Namespaced {
+                key.namespace = Some(USER_NAMESPACE.into());
+            }
+            s.delete(&key, Propagation::Background, now)
+        })
     }
 }
+
+/// The namespace a user's object of a namespaced kind goes to when it
+/// names none, as with kubectl's default context.
+pub const USER_NAMESPACE: &str = "default";
 
 fn into_backend_error(e: StoreError) -> BackendError {
     match e {
         StoreError::NotFound { key } => BackendError::NotFound { key },
         StoreError::Invalid { key, message } => BackendError::Invalid { key, message },
         StoreError::Conflict { key, message } => BackendError::Conflict { key, message },
+        StoreError::NamespaceTerminating { key, namespace } => {
+            BackendError::NamespaceTerminating { key, namespace }
+        }
         StoreError::Full { limit } => BackendError::Invalid {
             key: "(new object)".into(),
             message: format!("the embedded cluster already holds its maximum of {limit} objects"),
@@ -271,5 +302,73 @@ mod tests {
             .await
             .unwrap();
         assert!(cluster.get(&key).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_create_in_a_terminating_namespace_is_refused_naming_it() {
+        let cluster = EmbeddedCluster::new(Arc::new(VirtualClock::at(0)));
+        cluster
+            .apply_as_user(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "term"}}),
+            )
+            .unwrap();
+        let held = cluster
+            .apply_as_user(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "held", "namespace": "term"}}))
+            .unwrap();
+        let held_key = ObjectKey::of(&held).unwrap();
+        cluster.add_finalizer(&held_key, "a.io/x").await.unwrap();
+        let ns_key = ObjectKey::new(KindRef::new("", "v1", "Namespace"), None, "term");
+        cluster.delete_as_user(&ns_key).unwrap();
+
+        let new = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "new", "namespace": "term"}});
+        let err = cluster
+            .apply(new, "reconciler-host/x", true)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            BackendError::NamespaceTerminating {
+                key: "ConfigMap term/new".into(),
+                namespace: "term".into()
+            }
+        );
+        let mut update = held.clone();
+        update["data"] = json!({"still": "works"});
+        cluster
+            .apply(update, "reconciler-host/x", true)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_users_object_without_a_namespace_goes_to_default_as_with_kubectl() {
+        let cluster = EmbeddedCluster::new(Arc::new(VirtualClock::at(0)));
+        let cm = cluster
+            .apply_as_user(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+            )
+            .unwrap();
+        assert_eq!(cm["metadata"]["namespace"], "default");
+        let ns = cluster
+            .apply_as_user(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}),
+            )
+            .unwrap();
+        assert!(ns["metadata"].get("namespace").is_none());
+        let unnamespaced = ObjectKey::new(KindRef::new("", "v1", "ConfigMap"), None, "c");
+        cluster.delete_as_user(&unnamespaced).unwrap();
+        assert!(cluster.objects().iter().all(|o| o["kind"] != "ConfigMap"));
+        // The engine's applies get no such help: the API refuses them too.
+        let err = cluster
+            .apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+                "reconciler-host/x",
+                true,
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(err, BackendError::Invalid { .. }), "{err}");
     }
 }

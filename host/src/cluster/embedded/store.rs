@@ -28,6 +28,16 @@
 //!   `managedFields`.
 //! - Deletion honours finalizers and propagation (see
 //!   [`super::garbage_collector`]); all of it happens inside the call.
+//! - Scope is the kind's, as an API server serves it (see
+//!   [`super::kind_scopes`]: built-in kinds, and the CRDs stored here): a
+//!   cluster-scoped object is stored without a namespace (one sent with it is
+//!   dropped), and an object of a namespaced kind must name its namespace.
+//! - Deleting a Namespace object terminates the namespace (see
+//!   [`super::namespaces`]): its objects are deleted, nothing new can be
+//!   created in it meanwhile, and it goes once it is empty.
+//! - An object may have one controller ownerReference at most, and
+//!   ownerReferences merge by uid under server-side apply, as the API server
+//!   validates and merges them.
 //! - Every change is logged as a [`StoreEvent`] in the order it happened.
 //! - Everything is deterministic: uids come from a counter and timestamps from
 //!   the caller's clock, so the same calls give byte-identical objects.
@@ -39,12 +49,12 @@
 //! Known bounds versus a real API server:
 //! - No schemas: kinds are not registered, so any apiVersion/kind is served,
 //!   versions are not converted (an object applied as `v1` and `v1beta1` is
-//!   two objects), nothing is defaulted, and only the metadata the store
+//!   two objects), nothing is defaulted (but a Namespace's finalizer and
+//!   phase, see [`super::namespaces`]), and only the metadata the store
 //!   relies on is validated (name, namespace, labels, annotations,
 //!   finalizers, ownerReferences).
-//! - Scope comes from the object: a namespace makes it namespaced, no
-//!   namespace makes it cluster-scoped. Namespaces need not exist, and
-//!   deleting a Namespace object does not delete what is in it.
+//! - Namespaces need not exist: an object may be created in a namespace
+//!   that has no Namespace object.
 //! - `resourceVersion` in an apply is ignored rather than used as a
 //!   precondition, and there is no admission, quota or RBAC.
 //! - An object whose only owners never existed is kept; a real garbage
@@ -57,31 +67,13 @@ use serde_json::{Map, Value, json};
 
 use super::field_set::{FieldConflict, FieldPath, Manager, Operation, Ownership, Segment};
 use super::garbage_collector::GcTask;
+use super::kind_scopes::{CrdScope, KindScopes, is_crd};
+use super::namespaces::{is_namespace, namespace_finalizers};
 use crate::cluster::backend::{KindScope, ObjectKey, Propagation, WatchEventType};
 use crate::cluster::clock::rfc3339;
 
 /// Undrained events kept at most; older ones are dropped first.
 pub const EVENT_LOG_LIMIT: usize = 100_000;
-
-/// Built-in kinds an API server serves cluster-scoped, by group and kind.
-const CLUSTER_SCOPED_BUILTINS: &[(&str, &str)] = &[
-    ("", "Namespace"),
-    ("", "Node"),
-    ("", "PersistentVolume"),
-    ("rbac.authorization.k8s.io", "ClusterRole"),
-    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
-    ("apiextensions.k8s.io", "CustomResourceDefinition"),
-    ("storage.k8s.io", "StorageClass"),
-    ("scheduling.k8s.io", "PriorityClass"),
-    (
-        "admissionregistration.k8s.io",
-        "ValidatingWebhookConfiguration",
-    ),
-    (
-        "admissionregistration.k8s.io",
-        "MutatingWebhookConfiguration",
-    ),
-];
 
 /// The manager recorded for finalizers added with [`EmbeddedStore::add_finalizer`].
 pub const FINALIZER_MANAGER: &str = "embedded-cluster/finalizers";
@@ -109,6 +101,11 @@ pub enum StoreError {
     Conflict { key: String, message: String },
     #[error("the embedded cluster is full: it holds at most {limit} objects")]
     Full { limit: usize },
+    /// A create in a namespace whose Namespace object is being deleted.
+    #[error(
+        "{key} is forbidden: unable to create new content in namespace {namespace} because it is being terminated"
+    )]
+    NamespaceTerminating { key: String, namespace: String },
 }
 
 /// One change to one object: its new state, or for `Deleted` its last one.
@@ -152,6 +149,11 @@ pub struct EmbeddedStore {
     dropped_events: u64,
     /// Garbage-collection work left by the current call.
     pending: VecDeque<GcTask>,
+    /// Which kinds are cluster-scoped, learned from stored CRDs too.
+    scopes: KindScopes,
+    /// How many objects each namespace holds, to tell when a terminating
+    /// namespace is empty.
+    per_namespace: BTreeMap<String, usize>,
 }
 
 impl EmbeddedStore {
@@ -168,6 +170,8 @@ impl EmbeddedStore {
             event_limit: EVENT_LOG_LIMIT,
             dropped_events: 0,
             pending: VecDeque::new(),
+            scopes: KindScopes::default(),
+            per_namespace: BTreeMap::new(),
         }
     }
 
@@ -178,24 +182,42 @@ impl EmbeddedStore {
     }
 
     pub fn get(&self, key: &ObjectKey) -> Option<&Value> {
-        self.objects.get(key).map(|entry| &entry.object)
+        let key = self.scoped(key);
+        self.objects.get(&key).map(|entry| &entry.object)
+    }
+
+    /// Whether objects of `kind` live in a namespace: built-in kinds as an
+    /// API server serves them, custom kinds as their stored CRD says, and
+    /// kinds the embedded cluster knows nothing about as namespaced.
+    pub fn kind_scope(&self, kind: &KindRef) -> KindScope {
+        self.scopes.scope_of(kind)
+    }
+
+    /// `key` as the store keys it: without a namespace for a cluster-scoped
+    /// kind, whatever the caller gave.
+    fn scoped(&self, key: &ObjectKey) -> ObjectKey {
+        let mut key = key.clone();
+        if self.kind_scope(&key.kind) == KindScope::Cluster {
+            key.namespace = None;
+        }
+        key
+    }
+
+    /// The key an applied object is stored under; an object of a
+    /// namespaced kind without a namespace is refused.
+    fn key_to_store(&self, key: ObjectKey) -> Result<ObjectKey, StoreError> {
+        if self.kind_scope(&key.kind) == KindScope::Namespaced && key.namespace.is_none() {
+            let message = format!(
+                "metadata.namespace: Required value: {} is namespaced (the embedded cluster serves a custom kind as namespaced unless a CustomResourceDefinition with scope: Cluster is applied for it first)",
+                key.kind
+            );
+            return Err(invalid(&key, &message));
+        }
+        Ok(self.scoped(&key))
     }
 
     /// Every object of `kind`, sorted by namespace (cluster-scoped first),
     /// then name.
-    /// Whether objects of `kind` live in a namespace. Kinds the embedded
-    /// cluster knows nothing about are served as namespaced.
-    pub fn kind_scope(&self, kind: &KindRef) -> KindScope {
-        if CLUSTER_SCOPED_BUILTINS
-            .iter()
-            .any(|(group, k)| *group == kind.group && *k == kind.kind)
-        {
-            KindScope::Cluster
-        } else {
-            KindScope::Namespaced
-        }
-    }
-
     pub fn list(&self, kind: &KindRef) -> Vec<Value> {
         let first = ObjectKey {
             kind: kind.clone(),
@@ -241,7 +263,7 @@ impl EmbeddedStore {
         force: bool,
         now_millis: i64,
     ) -> Result<ApplyOutcome, StoreError> {
-        let key = validate_object(&object)?;
+        let key = self.key_to_store(validate_object(&object)?)?;
         require_manager(&key, field_manager)?;
         let config = main_config(&object);
         let manager = Manager::new(field_manager, Operation::Apply);
@@ -269,6 +291,7 @@ impl EmbeddedStore {
             return Err(invalid(key, "status must be a JSON object"));
         }
         require_manager(key, field_manager)?;
+        let key = &self.scoped(key);
         let entry = self.objects.get(key).ok_or_else(|| not_found(key))?;
         if let Some(expected) = resource_version {
             let current = entry
@@ -310,6 +333,7 @@ impl EmbeddedStore {
         propagation: Propagation,
         now_millis: i64,
     ) -> Result<(), StoreError> {
+        let key = &self.scoped(key);
         self.delete_now(key, propagation, now_millis);
         self.run_gc(now_millis);
         Ok(())
@@ -324,6 +348,7 @@ impl EmbeddedStore {
         now_millis: i64,
     ) -> Result<Value, StoreError> {
         require_finalizer(key, finalizer)?;
+        let key = &self.scoped(key);
         let entry = self.objects.get(key).ok_or_else(|| not_found(key))?;
         if finalizers(&entry.object).contains(&finalizer) {
             return Ok(entry.object.clone());
@@ -354,6 +379,7 @@ impl EmbeddedStore {
         now_millis: i64,
     ) -> Result<(), StoreError> {
         require_finalizer(key, finalizer)?;
+        let key = &self.scoped(key);
         if !self.objects.contains_key(key) {
             return Err(not_found(key));
         }
@@ -374,9 +400,11 @@ impl EmbeddedStore {
                 limit: self.max_objects,
             });
         }
+        self.refuse_in_terminating_namespace(key)?;
         let merge = Ownership::default()
             .apply(&skeleton(key), config, manager, true)
             .map_err(|c| conflict(key, &c))?;
+        let crd = self.admit(key, &merge.object)?;
         self.created += 1;
         let mut object = merge.object;
         let meta = metadata_mut(&mut object);
@@ -386,7 +414,13 @@ impl EmbeddedStore {
             "creationTimestamp".into(),
             Value::String(rfc3339(now_millis)),
         );
+        if is_namespace(key) {
+            super::namespaces::set_defaults(&mut object);
+        }
         let object = self.insert(key, object, merge.ownership);
+        if let Some(crd) = crd {
+            self.scopes.learn(crd);
+        }
         Ok(ApplyOutcome {
             object,
             created: true,
@@ -416,16 +450,50 @@ impl EmbeddedStore {
             });
         }
         refuse_new_finalizers(key, &entry.object, &merge.object)?;
+        let crd = self.admit(key, &merge.object)?;
         let mut object = merge.object;
         if spec_changed(&entry.object, &object) {
             bump_generation(&mut object);
         }
         let object = self.replace_or_finish(key, object, Some(merge.ownership));
+        if let Some(crd) = crd {
+            self.scopes.learn(crd);
+        }
         Ok(ApplyOutcome {
             object,
             created: false,
             changed: true,
         })
+    }
+
+    /// What the API server validates about an object before storing it,
+    /// beyond its own fields: one controller reference at most, and for a
+    /// CRD a scope that is valid and unchanged (returned, to learn once
+    /// stored).
+    fn admit(&self, key: &ObjectKey, object: &Value) -> Result<Option<CrdScope>, StoreError> {
+        check_single_controller(object).map_err(|message| invalid(key, &message))?;
+        if !is_crd(&key.kind) {
+            return Ok(None);
+        }
+        let crd = CrdScope::of(object).map_err(|message| invalid(key, &message))?;
+        self.scopes
+            .check(&crd)
+            .map_err(|message| invalid(key, &message))?;
+        Ok(Some(crd))
+    }
+
+    /// Objects stored in `namespace` now.
+    pub(super) fn count_in(&self, namespace: &str) -> usize {
+        self.per_namespace.get(namespace).copied().unwrap_or(0)
+    }
+
+    /// The keys of every object stored in `namespace`, in key order.
+    pub(super) fn keys_in(&self, namespace: &str) -> Vec<ObjectKey> {
+        self.objects
+            .keys()
+            .filter(|k| k.namespace.as_deref() == Some(namespace))
+            .cloned()
+            .collect()
     }
 
     fn set_ownership(&mut self, key: &ObjectKey, ownership: Ownership) {
@@ -451,6 +519,9 @@ impl EmbeddedStore {
         self.index_owners(key, &owners);
         if !owners.is_empty() {
             self.pending.push_back(GcTask::Adopted(key.clone()));
+        }
+        if let Some(ns) = &key.namespace {
+            *self.per_namespace.entry(ns.clone()).or_default() += 1;
         }
         self.objects.insert(
             key.clone(),
@@ -500,7 +571,7 @@ impl EmbeddedStore {
         object: Value,
         ownership: Option<Ownership>,
     ) -> Value {
-        if is_deleting(&object) && finalizers(&object).is_empty() {
+        if is_deleting(&object) && !held_by_finalizers(&object) {
             self.remove_as(key, Some(object)).unwrap_or(Value::Null)
         } else {
             self.replace(key, object, ownership)
@@ -517,6 +588,15 @@ impl EmbeddedStore {
     /// dependents are queued for the garbage collector. Returns that state.
     fn remove_as(&mut self, key: &ObjectKey, last_state: Option<Value>) -> Option<Value> {
         let stored = self.objects.remove(key)?.object;
+        if let Some(ns) = &key.namespace {
+            if let Some(count) = self.per_namespace.get_mut(ns) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    self.per_namespace.remove(ns);
+                }
+            }
+            self.pending.push_back(GcTask::FinishNamespace(ns.clone()));
+        }
         let owners = owner_uids(&stored);
         self.unindex_owners(key, &owners);
         self.pending
@@ -655,6 +735,12 @@ pub(super) fn finalizers(object: &Value) -> Vec<&str> {
 
 pub(super) use reconciler_sdk::memory_cache::is_deleting;
 
+/// Whether finalizers still hold the object: its own, or for a Namespace
+/// the ones in its spec that wait for its content to go.
+pub(super) fn held_by_finalizers(object: &Value) -> bool {
+    !finalizers(object).is_empty() || !namespace_finalizers(object).is_empty()
+}
+
 /// `object` with `finalizer` appended (if missing).
 pub(super) fn with_finalizer(object: &Value, finalizer: &str) -> Value {
     let mut object = object.clone();
@@ -771,6 +857,7 @@ fn main_config(object: &Value) -> Value {
             }
         }
     }
+    super::namespaces::drop_server_fields(&mut config, object);
     config
 }
 
@@ -891,11 +978,47 @@ fn validate_metadata_fields(meta: &Map<String, Value>) -> Result<(), String> {
     }
     match meta.get("ownerReferences") {
         None | Some(Value::Null) => Ok(()),
-        Some(Value::Array(refs)) => refs
-            .iter()
-            .enumerate()
-            .try_for_each(|(i, r)| validate_owner_ref(i, r)),
+        Some(Value::Array(refs)) => {
+            refs.iter()
+                .enumerate()
+                .try_for_each(|(i, r)| validate_owner_ref(i, r))?;
+            let mut uids = BTreeSet::new();
+            match refs
+                .iter()
+                .filter_map(|r| r.get("uid").and_then(Value::as_str))
+                .find(|uid| !uids.insert(*uid))
+            {
+                Some(uid) => Err(format!(
+                    "metadata.ownerReferences: duplicate entries for key [uid={uid:?}]"
+                )),
+                None => Ok(()),
+            }
+        }
         Some(_) => Err("metadata.ownerReferences must be a list".into()),
+    }
+}
+
+/// At most one ownerReference may say `controller: true`; the message is
+/// the API server's.
+fn check_single_controller(object: &Value) -> Result<(), String> {
+    let refs = object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array);
+    let controllers: Vec<String> = refs
+        .into_iter()
+        .flatten()
+        .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .map(|r| {
+            let field = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+            format!("{}/{}", field("kind"), field("name"))
+        })
+        .collect();
+    match controllers.as_slice() {
+        [] | [_] => Ok(()),
+        [first, rest @ ..] => Err(format!(
+            "metadata.ownerReferences: Invalid value: {controllers:?}: Only one reference can have Controller set to true. Found \"true\" in references for {first} and {}",
+            rest.join(" and ")
+        )),
     }
 }
 
@@ -1520,6 +1643,189 @@ pub(super) mod tests {
         assert_eq!(
             format_uid(0x1_0000_0000_0002),
             "00000001-0000-4000-8000-000000000002"
+        );
+    }
+
+    fn with_owner(mut object: Value, kind: &str, name: &str, uid: &str, controller: bool) -> Value {
+        let reference = json!({"apiVersion": "example.com/v1", "kind": kind, "name": name,
+            "uid": uid, "controller": controller});
+        object["metadata"]["ownerReferences"] = json!([reference]);
+        object
+    }
+
+    fn owner_uids_of(object: &Value) -> Vec<&str> {
+        object["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["uid"].as_str())
+            .collect()
+    }
+
+    #[test]
+    fn owner_references_applied_by_two_managers_merge_by_uid() {
+        let mut store = store_with(&[with_owner(
+            deployment("web", json!({})),
+            "Keeper",
+            "k",
+            "uid-k",
+            true,
+        )]);
+        let web = store
+            .apply(
+                with_owner(deployment("web", json!({})), "Watcher", "w", "uid-w", false),
+                "watcher",
+                false,
+                T0,
+            )
+            .unwrap()
+            .object;
+        assert_eq!(owner_uids_of(&web), ["uid-k", "uid-w"]);
+        let web = store
+            .apply(deployment("web", json!({})), "watcher", false, T0)
+            .unwrap()
+            .object;
+        assert_eq!(
+            owner_uids_of(&web),
+            ["uid-k"],
+            "dropping its reference removes only its own"
+        );
+    }
+
+    #[test]
+    fn a_second_controller_reference_is_refused_and_nothing_is_stored() {
+        let mut store = store_with(&[with_owner(
+            deployment("web", json!({})),
+            "Keeper",
+            "victim",
+            "uid-k",
+            true,
+        )]);
+        let before = store.get(&deployment_key("web")).cloned();
+        let err = store
+            .apply(
+                with_owner(
+                    deployment("web", json!({"replicas": 99})),
+                    "Probe",
+                    "hijack",
+                    "uid-p",
+                    true,
+                ),
+                "probe",
+                true,
+                T0,
+            )
+            .unwrap_err();
+        let StoreError::Invalid { key, message } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(key, "Deployment default/web");
+        assert!(
+            message.ends_with(
+                "Only one reference can have Controller set to true. Found \"true\" in references for Keeper/victim and Probe/hijack"
+            ),
+            "{message}"
+        );
+        assert!(message.starts_with("metadata.ownerReferences: Invalid value: "));
+        assert_eq!(store.get(&deployment_key("web")).cloned(), before);
+        assert!(store.drain_events().is_empty(), "nothing changed");
+
+        // Two controllers in one object are refused on create too.
+        let mut twice = deployment("new", json!({}));
+        twice["metadata"]["ownerReferences"] = json!([
+            {"apiVersion": "v1", "kind": "A", "name": "a", "uid": "1", "controller": true},
+            {"apiVersion": "v1", "kind": "B", "name": "b", "uid": "2", "controller": true}
+        ]);
+        assert!(matches!(
+            store.apply(twice, "test", false, T0),
+            Err(StoreError::Invalid { .. })
+        ));
+        assert!(store.get(&deployment_key("new")).is_none());
+    }
+
+    #[test]
+    fn duplicate_owner_reference_uids_are_refused() {
+        let mut store = EmbeddedStore::new(10);
+        let mut object = deployment("web", json!({}));
+        object["metadata"]["ownerReferences"] = json!([
+            {"apiVersion": "v1", "kind": "A", "name": "a", "uid": "1"},
+            {"apiVersion": "v1", "kind": "A", "name": "b", "uid": "1"}
+        ]);
+        let err = store.apply(object, "test", false, T0).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("metadata.ownerReferences: duplicate entries for key [uid=\"1\"]"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_cluster_scoped_object_is_stored_without_its_namespace() {
+        let mut store = EmbeddedStore::new(10);
+        let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "reader", "namespace": "team"}, "rules": []});
+        let stored = store.apply(role, "test", false, T0).unwrap().object;
+        assert!(stored["metadata"].get("namespace").is_none(), "{stored}");
+        let kind = KindRef::new("rbac.authorization.k8s.io", "v1", "ClusterRole");
+        let unscoped = ObjectKey::new(kind.clone(), None, "reader");
+        assert_eq!(store.get(&unscoped), Some(&stored));
+        // A key that names a namespace reaches the same object.
+        let namespaced = ObjectKey::new(kind.clone(), Some("team"), "reader");
+        assert_eq!(store.get(&namespaced), Some(&stored));
+        assert_eq!(store.list(&kind), [stored]);
+        store
+            .delete(&namespaced, Propagation::Background, T0)
+            .unwrap();
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn an_object_of_a_namespaced_kind_must_name_its_namespace() {
+        let mut store = EmbeddedStore::new(10);
+        let mut object = deployment("web", json!({}));
+        object["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("namespace");
+        let err = store.apply(object, "test", false, T0).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("metadata.namespace: Required value: apps/v1 Deployment is namespaced"),
+            "{err}"
+        );
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn a_stored_crd_makes_its_kind_cluster_scoped() {
+        let mut store = EmbeddedStore::new(10);
+        let tenant = KindRef::new("example.com", "v1", "Tenant");
+        assert_eq!(store.kind_scope(&tenant), KindScope::Namespaced);
+        let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "tenants.example.com"},
+            "spec": {"group": "example.com", "names": {"kind": "Tenant", "plural": "tenants"},
+                     "scope": "Cluster", "versions": [{"name": "v1", "served": true, "storage": true}]}});
+        store.apply(crd.clone(), "test", false, T0).unwrap();
+        assert_eq!(store.kind_scope(&tenant), KindScope::Cluster);
+        let object = json!({"apiVersion": "example.com/v1", "kind": "Tenant",
+            "metadata": {"name": "acme", "namespace": "default"}});
+        let stored = store.apply(object, "test", false, T0).unwrap().object;
+        assert!(stored["metadata"].get("namespace").is_none());
+        assert!(store.get(&ObjectKey::new(tenant, None, "acme")).is_some());
+
+        // Its scope cannot change, and a CRD without one is refused.
+        let mut flipped = crd.clone();
+        flipped["spec"]["scope"] = json!("Namespaced");
+        let err = store.apply(flipped, "test", true, T0).unwrap_err();
+        assert!(err.to_string().contains("field is immutable"), "{err}");
+        let mut unscoped = crd;
+        unscoped["metadata"]["name"] = json!("gadgets.example.com");
+        unscoped["spec"]["names"]["kind"] = json!("Gadget");
+        unscoped["spec"].as_object_mut().unwrap().remove("scope");
+        let err = store.apply(unscoped, "test", false, T0).unwrap_err();
+        assert!(
+            err.to_string().contains("spec.scope: Required value"),
+            "{err}"
         );
     }
 }

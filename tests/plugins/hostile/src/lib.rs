@@ -36,10 +36,12 @@ pub struct Hostiles;
 
 // Built three ways for the hot-reload tests: as is; with `v2`, a new version
 // that behaves differently; with `rival`, another plugin that claims the
-// same primary kind.
-#[cfg(not(any(feature = "v2", feature = "rival")))]
+// same primary kind. And two ways for the scope rule: with `cluster-scope`,
+// a namespaced primary that also owns ClusterRoles (refused at load); with
+// `cluster-primary`, a plugin of the cluster-scoped ClusterHostile kind.
+#[cfg(not(any(feature = "v2", feature = "rival", feature = "cluster-primary")))]
 const NAME: &str = "hostile";
-#[cfg(not(any(feature = "v2", feature = "rival")))]
+#[cfg(not(any(feature = "v2", feature = "rival", feature = "cluster-primary")))]
 const VERSION: &str = "0.1.0";
 #[cfg(feature = "v2")]
 const NAME: &str = "hostile";
@@ -49,6 +51,15 @@ const VERSION: &str = "0.2.0";
 const NAME: &str = "rival";
 #[cfg(feature = "rival")]
 const VERSION: &str = "0.1.0";
+#[cfg(feature = "cluster-primary")]
+const NAME: &str = "cluster-hostile";
+#[cfg(feature = "cluster-primary")]
+const VERSION: &str = "0.1.0";
+
+#[cfg(not(feature = "cluster-primary"))]
+const PRIMARY_KIND: &str = "Hostile";
+#[cfg(feature = "cluster-primary")]
+const PRIMARY_KIND: &str = "ClusterHostile";
 
 pub(crate) fn config_map(name: &str, extra: serde_json::Value) -> serde_json::Value {
     let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
@@ -65,23 +76,30 @@ impl Reconciler for Hostiles {
     type Primary = Hostile;
 
     fn metadata() -> PluginMetadata {
-        PluginMetadata::new(
+        let metadata = PluginMetadata::new(
             NAME,
             VERSION,
-            KindRef::new("hostile.example.com", "v1", "Hostile"),
+            KindRef::new("hostile.example.com", "v1", PRIMARY_KIND),
         )
-        .owns(KindRef::new("", "v1", "ConfigMap"))
-        // Pods are read as metadata by the first version and whole by v2,
-        // so a reload can be seen to change how the host watches them.
-        .reads(
-            KindRef::new("", "v1", "Pod"),
-            MapRule::None,
-            !cfg!(feature = "v2"),
-        )
-        // Patched without owning: the capability tests try to sneak
-        // ownership and host-owned fields in through a written kind.
-        .writes(KindRef::new("", "v1", "ServiceAccount"))
-        .finalizer("hostile.example.com/cleanup")
+        .owns(KindRef::new("", "v1", "ConfigMap"));
+        #[cfg(feature = "cluster-scope")]
+        let metadata = metadata.owns(KindRef::new(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "ClusterRole",
+        ));
+        metadata
+            // Pods are read as metadata by the first version and whole by v2,
+            // so a reload can be seen to change how the host watches them.
+            .reads(
+                KindRef::new("", "v1", "Pod"),
+                MapRule::None,
+                !cfg!(feature = "v2"),
+            )
+            // Patched without owning: the capability tests try to sneak
+            // ownership and host-owned fields in through a written kind.
+            .writes(KindRef::new("", "v1", "ServiceAccount"))
+            .finalizer("hostile.example.com/cleanup")
     }
 
     fn reconcile(hostile: Hostile, ctx: &Context) -> Result<Response, Error> {
