@@ -35,13 +35,16 @@ const SUITE: Suite = Suite {
     host_binary: env!("CARGO_BIN_EXE_reconciler-host-under-test"),
 };
 
-/// The reason of the Warning Event on a primary whose response the host
-/// refused for reaching past the plugin's declarations (an object it does
-/// not control).
-const REFUSED: &str = "ResponseRefused";
-/// The reason of the Warning Event on a primary whose response sets a field
-/// the host owns: a malformed response, like any other.
+// The reasons of the Warning Events on a primary whose response the host
+// refused (host/src/engine/plan.rs, plugin/errors.rs): users filter Events by
+// them, so they are part of the interface.
+/// A response the plugin should not have sent: a delete of an object it
+/// does not control, a field the host owns.
 const INVALID_RESPONSE: &str = "InvalidResponse";
+/// An owned object that another controller controls.
+const ALREADY_OWNED: &str = "AlreadyOwned";
+/// An owned object that exists with no controller.
+const ADOPTION_REFUSED: &str = "AdoptionRefused";
 /// The finalizer the hostile plugin declares.
 const HOSTILE_FINALIZER: &str = "hostile.example.com/cleanup";
 /// The annotation that lets the hostile plugin say `finalized`.
@@ -114,6 +117,17 @@ async fn changed(cx: &RealCluster, name: &str, uid: &str, k: &str) -> Result<Opt
     })
 }
 
+/// A refused response is refused whole: the hostile modes apply the
+/// primary's own ConfigMap (named after it) before the offending item, and
+/// it must not appear.
+async fn ensure_nothing_applied(cx: &RealCluster, primary: &str) -> Result<()> {
+    ensure!(
+        cx.get(&config_maps(), primary).await?.is_none(),
+        "ConfigMap {primary} exists: part of a refused response was applied"
+    );
+    Ok(())
+}
+
 /// Point 1: a requested delete of an object the primary does not control
 /// (no owner at all, or a sibling primary's child) is refused, whole
 /// response, naming the item.
@@ -148,17 +162,16 @@ fn delete_of_objects_the_primary_does_not_control_is_refused() {
                 Ok(None)
             })
             .await?;
-        ensure!(event.reason == REFUSED, "the refusal's reason should be {REFUSED}: {event}");
+        ensure!(
+            event.reason == INVALID_RESPONSE,
+            "the refusal's reason should be {INVALID_RESPONSE}: {event}"
+        );
         for (name, uid, k) in &targets {
             if let Some(wrong) = changed(cx, name, uid, k).await? {
                 bail!("{wrong} although the response was refused");
             }
         }
-        // Refused as a whole: the ConfigMap applied before the deletes too.
-        ensure!(
-            cx.get(&config_maps(), "attacker").await?.is_none(),
-            "ConfigMap attacker exists: part of a refused response was applied"
-        );
+        ensure_nothing_applied(cx, "attacker").await?;
         Ok(())
     });
 }
@@ -201,12 +214,16 @@ fn adopting_an_object_controlled_by_another_owner_is_refused() {
                 },
             )
             .await?;
-        ensure!(event.reason == REFUSED, "the refusal's reason should be {REFUSED}: {event}");
+        ensure!(
+            event.reason == ALREADY_OWNED,
+            "the refusal's reason should be {ALREADY_OWNED}: {event}"
+        );
 
         let now = cx.must_get(&config_maps(), "victim").await?;
         if let Some(wrong) = changed(cx, "victim", &victim_uid, "7").await? {
             bail!("{wrong} although the response was refused");
         }
+        ensure_nothing_applied(cx, "attacker").await?;
         let refs = owner_references(&now)?;
         ensure!(
             refs.len() == 1 && refs[0].uid == keeper_uid && refs[0].controller == Some(true),
@@ -235,18 +252,21 @@ fn adopting_an_orphan_is_refused_with_a_way_out() {
             Ok((!refs.is_empty())
                 .then(|| format!("ConfigMap orphan was adopted: ownerReferences {refs:?}")))
         };
+        // The way out: delete it (the host then creates its own), or make
+        // the primary its controller by hand.
+        let delete_it = format!("kubectl delete configmap orphan -n {}", cx.namespace);
         let event = cx
             .wait_for_warning(
                 "Hostile",
                 "attacker",
-                &["ConfigMap orphan", "kubectl"],
+                &["ConfigMap orphan", &delete_it],
                 HOST_TIMEOUT,
                 settled,
             )
             .await?;
         ensure!(
-            event.reason == REFUSED,
-            "the refusal's reason should be {REFUSED}: {event}"
+            event.reason == ADOPTION_REFUSED,
+            "the refusal's reason should be {ADOPTION_REFUSED}: {event}"
         );
 
         let now = cx.must_get(&config_maps(), "orphan").await?;
@@ -254,6 +274,7 @@ fn adopting_an_orphan_is_refused_with_a_way_out() {
             now["data"]["k"] == "7" && owner_references(&now)?.is_empty(),
             "ConfigMap orphan should be as the test made it (data.k 7, no owner): {now}"
         );
+        ensure_nothing_applied(cx, "attacker").await?;
         Ok(())
     });
 }
@@ -394,12 +415,17 @@ fn a_terminating_namespace_is_not_held_by_refused_cleanup() {
             .lines()
             // The namespace's name says what the test is about: not in it.
             .map(|l| l.replace(&cx.namespace, "<namespace>"))
-            .filter(|l| l.contains("doomed") && l.to_lowercase().contains("terminat"))
+            .filter(|l| {
+                let lower = l.to_lowercase();
+                l.contains("doomed")
+                    && l.contains(HOSTILE_FINALIZER)
+                    && (lower.contains("terminat") || lower.contains("being deleted"))
+            })
             .collect();
         ensure!(
             !why.is_empty(),
             "the host's log should say why it dropped Hostile doomed's finalizer (a line naming \
-             doomed and the terminating namespace); none does"
+             doomed, the finalizer and the namespace being deleted); none does"
         );
         cx.step(format!("the host said: {}", why[0]));
         Ok(())
