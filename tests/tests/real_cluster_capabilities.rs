@@ -564,6 +564,7 @@ fn an_owner_reference_through_a_written_kind_is_refused() {
             );
             let made = created_accounts().await?;
             ensure!(made.is_empty(), "ServiceAccounts were created: {made:?}");
+            ensure_nothing_applied(cx, "sneaky").await?;
             Ok(())
         },
     );
