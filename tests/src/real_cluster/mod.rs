@@ -161,6 +161,9 @@ pub struct RealCluster {
 
 impl RealCluster {
     async fn new(test: &str, host_binary: &Path) -> Result<Self> {
+        // Everything that can fail before the namespace exists, so that a
+        // namespace is never left behind by a failed start.
+        let workdir = tempfile::tempdir().context("creating a temporary directory")?;
         let client = Client::try_default()
             .await
             .context("building a Kubernetes client from KUBECONFIG")?;
@@ -202,7 +205,7 @@ impl RealCluster {
             test: test.to_string(),
             started: Instant::now(),
             host_binary: host_binary.to_path_buf(),
-            workdir: tempfile::tempdir().context("creating a temporary directory")?,
+            workdir,
             host: None,
             host_stopped: false,
             crds: Vec::new(),
