@@ -59,8 +59,8 @@
 //!   the test namespace.
 //!
 //! CRDs of `crds/` that already existed are applied over by the host (field
-//! manager `reconciler-host`). A run killed before its
-//! cleanup leaves its namespace behind, labelled
+//! manager `reconciler-host`). A run killed before its cleanup leaves its
+//! namespace behind, labelled
 //! `app.kubernetes.io/created-by=reconciler-host-e2e-test`.
 //!
 //! A run takes a minute or two, much of it waiting for the namespace to go:
