@@ -31,12 +31,17 @@
 //!    the cluster's garbage collector deletes the Deployment;
 //! 9. always, also after a failure: sends SIGTERM to the host and expects it
 //!    to exit with code 0 within 30 s; deletes the namespace and waits until
-//!    it is gone; then deletes the CRDs the test installed (never one that
-//!    existed before) and waits until they are gone. A failure prints the
-//!    host's log;
+//!    it is gone. A failure prints the host's log;
 //! 10. the host ran with `--record`: every reconcile it made against the
 //!     real cluster is a golden case, and `reconciler-host test` replays them
 //!     all with the same answers.
+//!
+//! The CRDs stay installed: the real-cluster suites of the tests crate
+//! (`tests/tests/real_cluster_*.rs`) apply the same ones and run at the same
+//! time (the CI runs the whole workspace against one cluster, and libtest
+//! runs tests in parallel); deleting a CRD would delete their objects under
+//! them. Remove them by hand if you want them gone:
+//! `kubectl delete -f crds/`.
 //!
 //! What it needs from the cluster:
 //! - Kubernetes 1.28 or later, reached through `KUBECONFIG`'s current context
@@ -51,12 +56,11 @@
 //!   PodSet's labels, whatever their phase, so a node that cannot pull
 //!   `busybox:1.36` (or no schedulable node at all) does not fail the test.
 //! - No other podset controller (e.g. a host deployed from `deploy/`) watching
-//!   the test namespace, and no second run of this test at the same time:
-//!   each run deletes the CRDs it installed.
+//!   the test namespace.
 //!
 //! CRDs of `crds/` that already existed are applied over by the host (field
-//! manager `reconciler-host`) and left in place. A run killed before its
-//! cleanup leaves its namespace behind, labelled
+//! manager `reconciler-host`). A run killed before its cleanup leaves its
+//! namespace behind, labelled
 //! `app.kubernetes.io/created-by=reconciler-host-e2e-test`.
 //!
 //! A run takes a minute or two, much of it waiting for the namespace to go:
@@ -112,7 +116,6 @@ const GARBAGE_COLLECTION_TIMEOUT: Duration = Duration::from_secs(120);
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pods running `sleep` take their 30 s grace period to stop.
 const NAMESPACE_GONE_TIMEOUT: Duration = Duration::from_secs(240);
-const CRD_GONE_TIMEOUT: Duration = Duration::from_secs(120);
 /// How much of the host's log a failure prints.
 const LOG_TAIL_LINES: usize = 400;
 
@@ -206,10 +209,10 @@ async fn end_to_end() -> Result<()> {
             existing_before.insert(name.clone());
         }
     }
-    // Only these are removed at the end: never a CRD the cluster already had.
-    let to_remove: Vec<String> = crd_names.difference(&existing_before).cloned().collect();
+    // Only these are sure to be created by the host, with its Apply entry.
+    let to_install: Vec<String> = crd_names.difference(&existing_before).cloned().collect();
     step(format!(
-        "CRDs of crds/ already in the cluster: {existing_before:?}; to be installed and removed afterwards: {to_remove:?}"
+        "CRDs of crds/ already in the cluster: {existing_before:?}; to be installed (and kept): {to_install:?}"
     ));
 
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -247,7 +250,7 @@ async fn end_to_end() -> Result<()> {
     let mut host: Option<Host> = None;
     let outcome = AssertUnwindSafe(async {
         let host = host.insert(Host::start(workdir.path(), &plugin, &crds_dir, &ns)?);
-        scenario(&client, &ns, host, &crd_names, &to_remove).await
+        scenario(&client, &ns, host, &crd_names, &to_install).await
     })
     .catch_unwind()
     .await
@@ -257,7 +260,7 @@ async fn end_to_end() -> Result<()> {
     if let Err(e) = &outcome {
         problems.push(format!("{e:#}"));
     }
-    let cleanup_problems = cleanup(&client, &ns, &to_remove, host.as_mut()).await;
+    let cleanup_problems = cleanup(&client, &ns, host.as_mut()).await;
     problems.extend(cleanup_problems);
     if problems.is_empty()
         && let Err(e) = replay_recorded(workdir.path(), &plugin)
@@ -700,14 +703,9 @@ async fn poll<T>(
     }
 }
 
-/// Removes everything the test created and stops the host; what went wrong,
-/// if anything. Every step is attempted even when an earlier one failed.
-async fn cleanup(
-    client: &Client,
-    ns: &str,
-    crds_to_remove: &[String],
-    host: Option<&mut Host>,
-) -> Vec<String> {
+/// Stops the host and removes the namespace (not the CRDs: see the module doc);
+/// what went wrong, if anything. Every step is attempted even when one failed.
+async fn cleanup(client: &Client, ns: &str, host: Option<&mut Host>) -> Vec<String> {
     let mut problems = Vec::new();
     // First the host, so that nothing writes into the namespace any more.
     if let Some(host) = host {
@@ -717,8 +715,6 @@ async fn cleanup(
         }
     }
 
-    // The namespace before the CRDs: a CRD vanishing while the namespace
-    // controller empties the namespace only slows that down.
     let namespaces: Api<Namespace> = Api::all(client.clone());
     match namespaces.delete(ns, &DeleteParams::default()).await {
         Ok(_) => {
@@ -764,39 +760,6 @@ async fn cleanup(
         )),
     }
 
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for name in crds_to_remove {
-        match crds.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(e) if is_not_found(&e) => continue,
-            Err(e) => {
-                problems.push(format!(
-                    "deleting CustomResourceDefinition {name} failed: {e}; delete it with kubectl delete crd {name}"
-                ));
-                continue;
-            }
-        }
-        step(format!(
-            "deleting CustomResourceDefinition {name}; waiting until it is gone"
-        ));
-        let gone = poll(
-            None,
-            &format!("CustomResourceDefinition {name} to be deleted"),
-            CRD_GONE_TIMEOUT,
-            async || {
-                Ok(match crds.get_opt(name).await? {
-                    None => Probe::Ready(()),
-                    Some(crd) => {
-                        Probe::Pending(format!("finalizers {:?}", crd.metadata.finalizers))
-                    }
-                })
-            },
-        )
-        .await;
-        if let Err(e) = gone {
-            problems.push(format!("{e:#}"));
-        }
-    }
     problems
 }
 

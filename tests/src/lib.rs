@@ -1,5 +1,5 @@
-//! Shared setup for the end-to-end tests: where the compiled plugins are, and
-//! one sandbox per test process.
+//! Shared setup for the end-to-end tests: where the compiled plugins are,
+//! one sandbox per test process, and the harness of the real-cluster tests.
 
 pub mod response_fuzz;
 
@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use reconciler_host::plugin::{HostLimits, LoadedPlugin, Sandbox, SandboxConfig};
+
+pub mod real_cluster;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
@@ -69,7 +71,7 @@ pub fn sandbox() -> &'static Arc<Sandbox> {
 
 /// `target/<profile>/test-compile-cache`, found from the running test binary
 /// (`target/<profile>/deps/<test>`), so it follows `CARGO_TARGET_DIR`.
-fn test_compile_cache_dir() -> PathBuf {
+pub(crate) fn test_compile_cache_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     exe.ancestors()
         .nth(2)

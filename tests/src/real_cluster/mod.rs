@@ -1,0 +1,424 @@
+//! A harness for tests against a real Kubernetes API server.
+//!
+//! Each test gets a namespace of its own (server-generated name, labelled
+//! `app.kubernetes.io/created-by=reconciler-host-e2e-test`), optionally a
+//! `reconciler-host run` serving only that namespace, and helpers to create
+//! objects, wait for states and read Events. Whatever the test does, and
+//! also when it panics, the host is stopped with SIGTERM (expected to exit
+//! 0), the finalizers of the test's custom objects are released, and the
+//! namespace is deleted and awaited; a failure then prints the host's log.
+//! So tests are safe to run in parallel, in one process or several, on one
+//! cluster.
+//!
+//! CRDs are shared, never deleted (see [`crds`]).
+//!
+//! Tests are skipped, passing after a `<suite>: SKIPPED <test>: <why>` line
+//! on stderr (which `scripts/test` counts), unless `RECONCILER_E2E=1` and
+//! `KUBECONFIG` are both set. The cluster must run a kube-controller-manager
+//! (garbage collection, namespace deletion); `../shared/kube` does.
+
+pub mod crds;
+pub mod events;
+pub mod host_process;
+pub mod objects;
+pub mod poll;
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use futures::FutureExt as _;
+use kube::Client;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
+use reconciler_sdk::KindRef;
+use serde_json::json;
+
+pub use crds::InstalledCrd;
+pub use events::SeenEvent;
+pub use host_process::HostProcess;
+pub use objects::{controller_of, controller_reference, is_api_error, owner_references, uid_of};
+pub use poll::Probe;
+
+/// The field manager of the tests' own writes, and the value of the
+/// `app.kubernetes.io/created-by` label on their namespaces.
+pub const TEST_MANAGER: &str = "reconciler-host-e2e-test";
+/// Objects with no finalizers go at once; the namespace controller then
+/// needs a few rounds of discovery and deletion.
+const NAMESPACE_GONE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Why real-cluster tests do not run here, or `None` if they do.
+pub fn skip_reason() -> Option<String> {
+    let mut missing = Vec::new();
+    match std::env::var_os("RECONCILER_E2E") {
+        Some(v) if v == "1" => {}
+        Some(v) => missing.push(format!("RECONCILER_E2E is {v:?}, not \"1\"")),
+        None => missing.push("RECONCILER_E2E is not set".to_string()),
+    }
+    match std::env::var_os("KUBECONFIG") {
+        Some(v) if !v.is_empty() => {}
+        Some(_) => missing.push("KUBECONFIG is empty".to_string()),
+        None => missing.push("KUBECONFIG is not set".to_string()),
+    }
+    (!missing.is_empty()).then(|| missing.join(" and "))
+}
+
+/// One test file of real-cluster tests.
+pub struct Suite {
+    /// The test file's name: `cargo test --test <name>`, and the prefix of
+    /// its SKIPPED lines.
+    pub name: &'static str,
+    /// The host binary: `env!("CARGO_BIN_EXE_reconciler-host-under-test")`
+    /// (only integration tests of this package see that variable).
+    pub host_binary: &'static str,
+}
+
+impl Suite {
+    /// Runs `body` in a fresh namespace, then cleans up; panics with what
+    /// went wrong, after the cleanup. Skips (passing) without a cluster.
+    pub fn run(&self, test: &str, body: impl AsyncFnOnce(&mut RealCluster) -> Result<()>) {
+        if let Some(why) = skip_reason() {
+            // Straight to the process's stderr: the test harness captures
+            // `eprintln!` of a passing test, and a skip must be seen. One
+            // write of the whole line, so that the lines of tests skipping
+            // in parallel (and libtest's own) do not interleave within it.
+            let line = format!(
+                "{suite}: SKIPPED {test}: {why}. To run it against a cluster: scripts/build-plugins, \
+                 then RECONCILER_E2E=1 KUBECONFIG=~/.kube/config \
+                 cargo test -p reconciler-tests --test {suite} -- --nocapture\n",
+                suite = self.name
+            );
+            let _ = std::io::stderr().write_all(line.as_bytes());
+            return;
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        if let Err(e) = runtime.block_on(self.run_in_namespace(test, body)) {
+            panic!("{test}: {e:#}");
+        }
+    }
+
+    async fn run_in_namespace(
+        &self,
+        test: &str,
+        body: impl AsyncFnOnce(&mut RealCluster) -> Result<()>,
+    ) -> Result<()> {
+        let mut cluster = RealCluster::new(test, Path::new(self.host_binary)).await?;
+        cluster.step(format!("namespace {}", cluster.namespace));
+        // From here on, the outcome (or panic) is reported only after the
+        // cleanup.
+        let outcome = AssertUnwindSafe(body(&mut cluster))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| Err(anyhow!("the test panicked: {}", panic_message(&*panic))));
+        let mut problems = Vec::new();
+        if let Err(e) = &outcome {
+            problems.push(format!("{e:#}"));
+        }
+        problems.extend(cluster.cleanup().await);
+        if problems.is_empty() {
+            cluster.step("passed; its namespace is gone");
+            return Ok(());
+        }
+        if let Some(host) = &cluster.host {
+            eprintln!("{}", host.log_tail());
+        }
+        bail!("{}", problems.join("\n"))
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "(no message)".to_string())
+}
+
+/// One test's view of the cluster: its namespace, its host, its CRDs.
+pub struct RealCluster {
+    pub client: Client,
+    /// The test's own namespace.
+    pub namespace: String,
+    test: String,
+    started: Instant,
+    host_binary: PathBuf,
+    workdir: tempfile::TempDir,
+    host: Option<HostProcess>,
+    /// Set once cleanup stopped the host: waits no longer expect it to run.
+    host_stopped: bool,
+    crds: Vec<InstalledCrd>,
+    kinds: Mutex<HashMap<KindRef, (ApiResource, bool)>>,
+}
+
+impl RealCluster {
+    async fn new(test: &str, host_binary: &Path) -> Result<Self> {
+        // Everything that can fail before the namespace exists, so that a
+        // namespace is never left behind by a failed start.
+        let workdir = tempfile::tempdir().context("creating a temporary directory")?;
+        let client = Client::try_default()
+            .await
+            .context("building a Kubernetes client from KUBECONFIG")?;
+        let namespaces: Api<DynamicObject> = Api::all_with(client.clone(), &namespace_resource());
+        // The test's name in the namespace's, so a leftover says whose it is.
+        let tag: String = test
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .take(40)
+            .collect();
+        let namespace: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {
+                "generateName": format!("e2e-{}-", tag.trim_end_matches('-')),
+                "labels": {"app.kubernetes.io/created-by": TEST_MANAGER},
+            },
+        }))?;
+        let params = PostParams {
+            field_manager: Some(TEST_MANAGER.to_string()),
+            ..PostParams::default()
+        };
+        let created = namespaces
+            .create(&params, &namespace)
+            .await
+            .context("creating the test's namespace (is the cluster of KUBECONFIG reachable?)")?;
+        let namespace = created
+            .metadata
+            .name
+            .context("the created namespace has no name")?;
+        Ok(Self {
+            client,
+            namespace,
+            test: test.to_string(),
+            started: Instant::now(),
+            host_binary: host_binary.to_path_buf(),
+            workdir,
+            host: None,
+            host_stopped: false,
+            crds: Vec::new(),
+            kinds: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A progress line, visible with `--nocapture` and on failure.
+    pub fn step(&self, message: impl std::fmt::Display) {
+        eprintln!(
+            "[{} {:6.1}s] {message}",
+            self.test,
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+
+    fn lock_kinds(&self) -> MutexGuard<'_, HashMap<KindRef, (ApiResource, bool)>> {
+        self.kinds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts `reconciler-host run` for the test's namespace with exactly
+    /// these plugins (.wasm files).
+    pub fn start_host(&mut self, plugins: &[PathBuf]) -> Result<&HostProcess> {
+        if self.host.is_some() {
+            bail!("the test already started a host");
+        }
+        let host = HostProcess::start(
+            &self.host_binary,
+            self.workdir.path(),
+            &crate::test_compile_cache_dir(),
+            plugins,
+            &self.namespace,
+        )?;
+        self.step(format!(
+            "started reconciler-host run (pid {}) with {:?}",
+            host.pid(),
+            plugins
+                .iter()
+                .filter_map(|p| p.file_name())
+                .collect::<Vec<_>>()
+        ));
+        Ok(self.host.insert(host))
+    }
+
+    /// The host the test started.
+    pub fn host(&self) -> Result<&HostProcess> {
+        self.host
+            .as_ref()
+            .context("the test has not started a host (start_host)")
+    }
+
+    /// Polls `probe` until it is ready, failing after `timeout`, or at once
+    /// if the test's host exited.
+    pub async fn wait_for<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        probe: impl AsyncFnMut() -> Result<Probe<T>>,
+    ) -> Result<T> {
+        let alive = || match &self.host {
+            Some(host) if !self.host_stopped => host.ensure_running(),
+            _ => Ok(()),
+        };
+        let progress = |line: String| self.step(line);
+        poll::poll(what, timeout, &alive, &progress, probe).await
+    }
+
+    /// Waits until one line of the host's log contains every one of
+    /// `needles`, and returns it.
+    pub async fn wait_for_log(&self, needles: &[&str], timeout: Duration) -> Result<String> {
+        let host = self.host()?;
+        self.wait_for(
+            &format!("a line of the host's log with {needles:?}"),
+            timeout,
+            async || {
+                Ok(match host.log_lines_with(needles).into_iter().next() {
+                    Some(line) => Probe::Ready(line),
+                    None => Probe::Pending(format!(
+                        "{} lines, none with all of them",
+                        host.log_text().lines().count()
+                    )),
+                })
+            },
+        )
+        .await
+    }
+
+    /// Removes everything the test created; what went wrong, if anything.
+    /// Every step is attempted even when an earlier one failed.
+    async fn cleanup(&mut self) -> Vec<String> {
+        let mut problems = Vec::new();
+        // First the host, so that nothing writes into the namespace any more.
+        if let Some(host) = &self.host {
+            match host.stop().await {
+                Ok(()) => self.step("the host exited with code 0 after SIGTERM"),
+                Err(e) => problems.push(format!("{e:#}")),
+            }
+        }
+        self.host_stopped = true;
+        // With the host gone nobody would release them, and the namespace
+        // would wait for them forever.
+        if let Err(e) = self.release_finalizers().await {
+            problems.push(format!("{e:#}"));
+        }
+        if let Err(e) = self.delete_namespace().await {
+            problems.push(format!("{e:#}"));
+        }
+        problems
+    }
+
+    async fn release_finalizers(&self) -> Result<()> {
+        let params = PatchParams {
+            field_manager: Some(TEST_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        let release = json!({"metadata": {"finalizers": null}});
+        for crd in self.crds.iter().filter(|c| c.namespaced) {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &self.namespace, &crd.resource);
+            let listed = match api.list_metadata(&ListParams::default()).await {
+                Ok(listed) => listed,
+                Err(e) if is_api_error(&e, 404) => continue,
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!(
+                            "listing {} in {} to release their finalizers",
+                            crd.name, self.namespace
+                        )
+                    });
+                }
+            };
+            for object in listed.items {
+                let Some(name) = object.metadata.name else {
+                    continue;
+                };
+                if object.metadata.finalizers.unwrap_or_default().is_empty() {
+                    continue;
+                }
+                match api.patch(&name, &params, &Patch::Merge(&release)).await {
+                    Ok(_) => self.step(format!(
+                        "released the finalizers of {} {name}",
+                        crd.resource.kind
+                    )),
+                    Err(e) if is_api_error(&e, 404) => {}
+                    Err(e) => {
+                        return Err(e).with_context(|| {
+                            format!(
+                                "releasing the finalizers of {} {}/{name}; release them with \
+                                 kubectl patch {} {name} -n {} --type merge -p '{{\"metadata\":{{\"finalizers\":null}}}}'",
+                                crd.resource.kind, self.namespace, crd.resource.plural, self.namespace
+                            )
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_namespace(&self) -> Result<()> {
+        let ns = &self.namespace;
+        let namespaces: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &namespace_resource());
+        match namespaces.delete(ns, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(e) if is_api_error(&e, 404) => return Ok(()),
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("deleting namespace {ns}; delete it with kubectl delete namespace {ns}")
+                });
+            }
+        }
+        self.step(format!("deleting namespace {ns}; waiting until it is gone"));
+        self.wait_for_namespace_gone(NAMESPACE_GONE_TIMEOUT)
+            .await
+            .with_context(|| format!("check with kubectl get namespace {ns} -o yaml"))
+    }
+
+    /// Waits until the test's namespace no longer exists.
+    pub async fn wait_for_namespace_gone(&self, timeout: Duration) -> Result<()> {
+        let ns = &self.namespace;
+        let namespaces: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &namespace_resource());
+        self.wait_for(
+            &format!("namespace {ns} to be deleted"),
+            timeout,
+            async || {
+                let Some(found) = namespaces.get_opt(ns).await? else {
+                    return Ok(Probe::Ready(()));
+                };
+                let conditions: Vec<String> = found.data["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| c["status"] == "True")
+                    .map(|c| {
+                        format!(
+                            "{}: {}",
+                            c["type"].as_str().unwrap_or("?"),
+                            c["message"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect();
+                Ok(Probe::Pending(format!(
+                    "phase {}, conditions {conditions:?}",
+                    found.data["status"]["phase"]
+                )))
+            },
+        )
+        .await
+    }
+}
+
+fn namespace_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Namespace"), "namespaces")
+}
