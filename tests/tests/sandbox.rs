@@ -195,6 +195,46 @@ fn files_that_are_not_plugins_are_refused_naming_the_file() {
     host_still_serves();
 }
 
+/// The smallest component exporting `export`: an instance with nothing in
+/// it, which is all the host looks at before it refuses a contract version.
+fn component_exporting(export: &str) -> Vec<u8> {
+    let mut bytes = b"\0asm\x0d\0\x01\0".to_vec();
+    // Instance section: one instance made of no exports.
+    bytes.extend([0x05, 0x03, 0x01, 0x01, 0x00]);
+    // Export section: that instance, under `export`.
+    let name = export.as_bytes();
+    let len = u8::try_from(name.len()).expect("a short export name");
+    let mut section = vec![0x01, 0x00, len];
+    section.extend(name);
+    section.extend([0x05, 0x00, 0x00]);
+    bytes.push(0x0b);
+    bytes.push(u8::try_from(section.len()).expect("a short section"));
+    bytes.extend(section);
+    bytes
+}
+
+#[test]
+fn a_plugin_built_for_contract_0_1_is_refused_naming_both_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.wasm");
+    std::fs::write(
+        &path,
+        component_exporting("reconciler:plugin/reconciler@0.1.0"),
+    )
+    .unwrap();
+    let err = sandbox()
+        .load(&path)
+        .err()
+        .expect("a 0.1.0 plugin is refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("built for contract reconciler:plugin@0.1.0")
+            && message.contains("this host speaks reconciler:plugin@0.2.0"),
+        "{message}"
+    );
+    assert!(message.contains("old.wasm"), "names the file: {message}");
+}
+
 /// A plugin's Deployment for a PodSet of `size`, from `plugin`.
 fn podset_replicas(plugin: &LoadedPlugin, size: u64) -> Value {
     let primary = json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",

@@ -245,6 +245,7 @@ fn metadata_from_wit(m: types::PluginMetadata) -> PluginMetadata {
                     types::MapRule::None => MapRule::None,
                 },
                 metadata_only: r.metadata_only,
+                same_namespace: r.same_namespace,
             })
             .collect(),
         writes: m.writes.into_iter().map(kind_from_wit).collect(),

@@ -13,7 +13,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The contract version this SDK and host speak: the WIT package version.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";
 /// The WIT package name, without version.
 pub const CONTRACT_PACKAGE: &str = "reconciler:plugin";
 
@@ -124,6 +124,9 @@ pub struct ReadKind {
     pub maps_by: MapRule,
     #[serde(default)]
     pub metadata_only: bool,
+    /// Reads of this kind stay in the primary's namespace.
+    #[serde(default)]
+    pub same_namespace: bool,
 }
 
 /// The plugin's requests of its sandbox and scheduling; `None` means the
@@ -335,12 +338,30 @@ impl PluginMetadata {
     }
 
     /// Declares a read kind, how its events map to a primary, and whether only
-    /// its metadata is needed.
+    /// its metadata is needed. The plugin may read it in any namespace.
     pub fn reads(mut self, kind: KindRef, maps_by: MapRule, metadata_only: bool) -> Self {
         self.reads.push(ReadKind {
             kind,
             maps_by,
             metadata_only,
+            same_namespace: false,
+        });
+        self
+    }
+
+    /// Declares a read kind like [`Self::reads`], confined to the primary's
+    /// namespace: reading it in another namespace is an error.
+    pub fn reads_in_namespace(
+        mut self,
+        kind: KindRef,
+        maps_by: MapRule,
+        metadata_only: bool,
+    ) -> Self {
+        self.reads.push(ReadKind {
+            kind,
+            maps_by,
+            metadata_only,
+            same_namespace: true,
         });
         self
     }
