@@ -149,6 +149,29 @@ fn reading_an_undeclared_kind_is_refused_by_the_host() {
 }
 
 #[test]
+fn a_same_namespace_read_kind_is_refused_in_another_namespace() {
+    let mut cache = MemoryCache::new();
+    for namespace in ["default", "kube-system"] {
+        cache
+            .insert(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("in-{namespace}"), "namespace": namespace}}))
+            .unwrap();
+    }
+    let plugin = load(&test_plugin("hostile"));
+    let own = call(&plugin, hostile_object("read-own-namespace"), cache.clone())
+        .expect("its own namespace is readable");
+    assert_eq!(own.status.unwrap()["pods"], json!(["in-default"]));
+    let err = call(&plugin, hostile_object("read-other-namespace"), cache).unwrap_err();
+    assert!(matches!(err, CallError::Plugin(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("v1 Pod a same-namespace read kind")
+            && err.to_string().contains("not in \"kube-system\""),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_plugin_error_is_reported_as_such() {
     let err = hostile("error").unwrap_err();
     assert!(

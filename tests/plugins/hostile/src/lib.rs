@@ -8,6 +8,7 @@
 mod finalizers;
 mod metadata_rules;
 mod ownership;
+mod reads;
 mod scope;
 
 use reconciler_sdk::{
@@ -64,8 +65,9 @@ impl Reconciler for Hostiles {
         )
         .owns(KindRef::new("", "v1", "ConfigMap"))
         // Pods are read as metadata by the first version and whole by v2,
-        // so a reload can be seen to change how the host watches them.
-        .reads(
+        // so a reload can be seen to change how the host watches them; and
+        // only in the primary's namespace, for the read-confinement modes.
+        .reads_in_namespace(
             KindRef::new("", "v1", "Pod"),
             MapRule::None,
             !cfg!(feature = "v2"),
@@ -98,6 +100,7 @@ impl Reconciler for Hostiles {
             .or_else(|| metadata_rules::attempt(mode, &hostile, ctx))
             .or_else(|| scope::attempt(mode, &hostile, ctx))
             .or_else(|| finalizers::attempt(mode, &hostile, ctx))
+            .or_else(|| reads::attempt(mode, &hostile, ctx))
         {
             return response;
         }
