@@ -98,22 +98,28 @@ impl<R: Reconciler> Harness<R> {
     pub fn reconcile<P: Serialize>(&self, primary: &P) -> Result<Outcome, String> {
         let primary = serde_json::to_value(primary).expect("primary serialises to JSON");
         let request = self.cache.request_for(&primary, &self.metadata.owns);
-        let call = Call {
+        let host = self.host_for(namespace_of(&primary));
+        crate::dispatch::<R>(&request, &host).map(|response| Outcome { response })
+    }
+
+    /// The host side of one reconcile of a primary in `primary_namespace`,
+    /// for calling [`crate::dispatch`] directly (benchmarks do).
+    pub fn host_for(&self, primary_namespace: Option<&str>) -> HarnessHost<'_, R> {
+        HarnessHost {
             harness: self,
-            primary_namespace: namespace_of(&primary).map(str::to_string),
-        };
-        crate::dispatch::<R>(&request, &call).map(|response| Outcome { response })
+            primary_namespace: primary_namespace.map(str::to_string),
+        }
     }
 }
 
 /// One reconcile's view of the harness: reads are checked against the
 /// primary it is for, as the host checks them.
-struct Call<'a, R> {
+pub struct HarnessHost<'a, R> {
     harness: &'a Harness<R>,
     primary_namespace: Option<String>,
 }
 
-impl<R> HostApi for Call<'_, R> {
+impl<R> HostApi for HarnessHost<'_, R> {
     fn get(
         &self,
         kind: &KindRef,
