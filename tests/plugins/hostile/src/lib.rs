@@ -27,21 +27,30 @@ pub type Hostile = Object<HostileSpec>;
 
 pub struct Hostiles;
 
-// Built three ways for the hot-reload tests: as is; with `v2`, a new version
-// that behaves differently; with `rival`, another plugin that claims the
-// same primary kind.
-#[cfg(not(any(feature = "v2", feature = "rival")))]
+// Built several ways for the hot-reload tests: as is; with `v2`, a new
+// version that behaves differently; with `rival`, another plugin that claims
+// the same primary kind; with `renamed-finalizer` and `no-finalizer`, new
+// versions whose finalizer is renamed or gone.
+#[cfg(not(feature = "rival"))]
 const NAME: &str = "hostile";
-#[cfg(not(any(feature = "v2", feature = "rival")))]
-const VERSION: &str = "0.1.0";
-#[cfg(feature = "v2")]
-const NAME: &str = "hostile";
-#[cfg(feature = "v2")]
-const VERSION: &str = "0.2.0";
 #[cfg(feature = "rival")]
 const NAME: &str = "rival";
-#[cfg(feature = "rival")]
-const VERSION: &str = "0.1.0";
+const VERSION: &str = if cfg!(feature = "v2") {
+    "0.2.0"
+} else if cfg!(feature = "renamed-finalizer") {
+    "0.3.0"
+} else if cfg!(feature = "no-finalizer") {
+    "0.4.0"
+} else {
+    "0.1.0"
+};
+const FINALIZER: Option<&str> = if cfg!(feature = "renamed-finalizer") {
+    Some("hostile.example.com/cleanup-v2")
+} else if cfg!(feature = "no-finalizer") {
+    None
+} else {
+    Some("hostile.example.com/cleanup")
+};
 
 pub(crate) fn config_map(name: &str, extra: serde_json::Value) -> serde_json::Value {
     let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
@@ -58,7 +67,7 @@ impl Reconciler for Hostiles {
     type Primary = Hostile;
 
     fn metadata() -> PluginMetadata {
-        PluginMetadata::new(
+        let metadata = PluginMetadata::new(
             NAME,
             VERSION,
             KindRef::new("hostile.example.com", "v1", "Hostile"),
@@ -74,8 +83,11 @@ impl Reconciler for Hostiles {
         )
         // Patched without owning: the capability tests try to sneak
         // ownership and host-owned fields in through a written kind.
-        .writes(KindRef::new("", "v1", "ServiceAccount"))
-        .finalizer("hostile.example.com/cleanup")
+        .writes(KindRef::new("", "v1", "ServiceAccount"));
+        match FINALIZER {
+            Some(finalizer) => metadata.finalizer(finalizer),
+            None => metadata,
+        }
     }
 
     fn reconcile(hostile: Hostile, ctx: &Context) -> Result<Response, Error> {
