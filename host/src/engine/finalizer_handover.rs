@@ -142,7 +142,8 @@ pub struct FinalizerHandover {
     pub released_deleting: usize,
     /// Deleting objects the new version now finalizes.
     pub handed_over: usize,
-    /// Objects whose finalizer could not be removed, and why.
+    /// Objects whose finalizer could not be removed, and why (with the
+    /// command that releases each by hand).
     pub failed: Vec<(ObjectKey, String)>,
 }
 
@@ -181,7 +182,7 @@ impl fmt::Display for FinalizerHandover {
                 .collect();
             write!(
                 f,
-                "; could not release {} object(s), reload the plugin again to retry: {}",
+                "; could not release {} object(s): {}",
                 self.failed.len(),
                 failed.join("; ")
             )?;
@@ -390,6 +391,20 @@ mod tests {
         assert_eq!(
             summary.to_string(),
             "finalizer example.com/cleanup dropped: released 2 object(s) (2 live, 0 deleting)"
+        );
+        summary.failed.push((
+            ObjectKey::new(
+                KindRef::new("example.com", "v1alpha1", "PodSet"),
+                Some("team-a"),
+                "web",
+            ),
+            "forbidden (release it with: kubectl patch ...)".into(),
+        ));
+        assert!(
+            summary.to_string().ends_with(
+                "; could not release 1 object(s): PodSet team-a/web: forbidden (release it with: kubectl patch ...)"
+            ),
+            "{summary}"
         );
     }
 

@@ -296,8 +296,15 @@ impl<B: ClusterBackend> Engine<B> {
                 continue;
             };
             if let Err(e) = self.release(&key, &handover).await {
-                tracing::warn!(plugin = %after.name, object = %key, "cannot remove the finalizer of an earlier version: {e}");
-                summary.failed.push((key, e.to_string()));
+                // Reloading the same file again does nothing: say how to
+                // release it by hand.
+                let releasing: BTreeSet<String> = handover.to_remove().iter().cloned().collect();
+                let why = match FinalizerHold::of(&object, &releasing) {
+                    Some(hold) => format!("{e} (release it with: {})", hold.release_command()),
+                    None => e.to_string(),
+                };
+                tracing::warn!(plugin = %after.name, object = %key, "cannot remove the finalizer of an earlier version: {why}");
+                summary.failed.push((key, why));
                 continue;
             }
             summary.count(&handover);
