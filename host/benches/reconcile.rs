@@ -77,6 +77,7 @@ fn main() -> anyhow::Result<()> {
     for object in cache.iter() {
         native_host.insert(&object);
     }
+    let native_host = native_host.host_for(Some("default"));
     let native_times = measure(iterations, || {
         reconciler_sdk::dispatch::<PodSets>(&request, &native_host).expect("reconcile");
     });

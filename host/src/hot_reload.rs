@@ -6,8 +6,13 @@
 //! - a changed file is compiled and validated first, and only then swapped
 //!   in between reconciles (calls in flight finish on the old version);
 //!   every object of the plugin is then reconciled once by the new version;
+//!   a new version that declares another finalizer (or none) takes over the
+//!   old one's objects first (see [`crate::engine::finalizer_handover`]),
+//!   and the reload's line says what that did;
 //! - a removed file stops its plugin: nothing is deleted, no finalizer is
-//!   removed, the objects wait for a plugin to serve them again.
+//!   removed, the objects wait for a plugin to serve them again; the
+//!   unload's lines name the objects its finalizer still holds, each with
+//!   the kubectl command that releases it.
 //!
 //! A version that fails to load, or that claims a primary kind another
 //! plugin holds, leaves whatever was serving in place, is reported once per
@@ -27,6 +32,7 @@ use reconciler_sdk::{KindRef, PluginMetadata};
 
 use crate::cluster::clock::rfc3339;
 use crate::cluster::{Clock, ClusterBackend, RealClock};
+use crate::engine::finalizer_handover::{FinalizerHandover, FinalizerHold, holds_text};
 use crate::engine::{Engine, EngineError};
 use crate::plugin::Sandbox;
 use crate::plugin::directory::plugin_files;
@@ -48,10 +54,15 @@ pub enum ReloadEvent {
         old_sha256: String,
         version: String,
         sha256: String,
+        /// What was done about the old version's finalizer, when the new
+        /// one declares another or none.
+        finalizers: Option<FinalizerHandover>,
     },
     Unloaded {
         file: PathBuf,
         name: String,
+        /// Objects its finalizers still hold.
+        holds: Vec<FinalizerHold>,
     },
     Failed {
         file: PathBuf,
@@ -88,19 +99,30 @@ impl fmt::Display for ReloadEvent {
                 old_sha256,
                 version,
                 sha256,
-            } => write!(
-                f,
-                "reloaded plugin {name}: {old_version} ({}) -> {version} ({}) from {}",
-                short(old_sha256),
-                short(sha256),
-                file.display()
-            ),
-            ReloadEvent::Unloaded { file, name } => {
+                finalizers,
+            } => {
+                write!(
+                    f,
+                    "reloaded plugin {name}: {old_version} ({}) -> {version} ({}) from {}",
+                    short(old_sha256),
+                    short(sha256),
+                    file.display()
+                )?;
+                if let Some(finalizers) = finalizers {
+                    write!(f, "; {finalizers}")?;
+                }
+                Ok(())
+            }
+            ReloadEvent::Unloaded { file, name, holds } => {
                 write!(
                     f,
                     "unloaded plugin {name}: {} is gone (its objects are left as they are)",
                     file.display()
-                )
+                )?;
+                if !holds.is_empty() {
+                    write!(f, "; {}", holds_text(name, holds))?;
+                }
+                Ok(())
             }
             ReloadEvent::Failed {
                 file,
@@ -262,10 +284,12 @@ impl PluginDirectory {
             .collect();
         for file in gone {
             if let Some(served) = self.served.remove(&file) {
+                let holds = engine.finalizer_holds(&served.name);
                 engine.remove_plugin(&served.name);
                 events.push(ReloadEvent::Unloaded {
                     file,
                     name: served.name,
+                    holds,
                 });
             }
         }
@@ -387,7 +411,7 @@ impl PluginDirectory {
         match self.served.get(file).cloned() {
             Some(old) if old.name == served.name => {
                 match engine.replace_plugin(plugin.clone()).await {
-                    Ok(_) => {
+                    Ok(replaced) => {
                         self.served.insert(file.to_path_buf(), served.clone());
                         self.refused.remove(file);
                         Some(ReloadEvent::Reloaded {
@@ -397,6 +421,7 @@ impl PluginDirectory {
                             old_sha256: old.sha256,
                             version: served.version,
                             sha256,
+                            finalizers: replaced.finalizers,
                         })
                     }
                     Err(e) => Some(self.refuse(file, sha256, e.to_string(), refusal_for(&e))),
@@ -407,11 +432,18 @@ impl PluginDirectory {
                 // plugin. The old one steps aside (the new one may well take
                 // over its primary kind) and comes back if the new one cannot
                 // start.
+                let holds = previous
+                    .as_ref()
+                    .map(|old| engine.finalizer_holds(&old.name))
+                    .unwrap_or_default();
                 let stepped_aside = previous
                     .as_ref()
                     .and_then(|old| engine.remove_plugin(&old.name));
                 match engine.add_plugin(plugin.clone()).await {
                     Ok(()) => {
+                        if let Some(old) = &previous {
+                            warn_of_holds(file, &old.name, plugin.metadata(), holds);
+                        }
                         self.served.insert(file.to_path_buf(), served.clone());
                         self.refused.remove(file);
                         Some(ReloadEvent::Loaded {
@@ -484,6 +516,30 @@ impl PluginDirectory {
         self.served
             .iter()
             .map(|(f, s)| (f.as_path(), s.name.as_str()))
+    }
+}
+
+/// Says once which objects a plugin replaced by a differently named one
+/// leaves held by its finalizers (those the new plugin does not take over).
+fn warn_of_holds(file: &Path, old: &str, new: &PluginMetadata, holds: Vec<FinalizerHold>) {
+    let orphaned: Vec<FinalizerHold> = holds
+        .into_iter()
+        .filter(|hold| {
+            let taken_over = hold.key.kind == new.primary
+                && hold
+                    .held_by
+                    .iter()
+                    .all(|f| new.finalizer.as_ref() == Some(f));
+            !taken_over
+        })
+        .collect();
+    if !orphaned.is_empty() {
+        tracing::warn!(
+            "{}: plugin {old} was replaced by {}; {}",
+            file.display(),
+            new.name,
+            holds_text(old, &orphaned)
+        );
     }
 }
 

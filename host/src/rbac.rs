@@ -1,6 +1,6 @@
-//! The least-privilege ClusterRole a set of plugins needs, derived from
-//! what they declare, so RBAC follows the plugins instead of being written
-//! by hand and drifting.
+//! The least-privilege RBAC a set of plugins needs, derived from what they
+//! declare, so RBAC follows the plugins instead of being written by hand
+//! and drifting.
 //!
 //! What the host does for a plugin, and the permission each needs:
 //! - watch every declared kind (primary, owned, read, written): get, list, watch;
@@ -10,8 +10,18 @@
 //! - write a primary's status through its subresource: patch (what the host
 //!   sends) and update (what other tools expect a status writer to hold);
 //! - add and remove its finalizer on primaries: patch, only if it declares one;
-//! - record Events (events.k8s.io): create, patch;
-//! - leader election on a coordination.k8s.io Lease: get, create, update, patch.
+//! - record Events (events.k8s.io): create, patch, in the object's namespace
+//!   (`default` for a cluster-scoped object);
+//! - leader election on a coordination.k8s.io Lease: get, create, update, patch;
+//! - with `run --install-crds`: get, create and patch CustomResourceDefinitions.
+//!
+//! Without namespaces everything is one ClusterRole. With them (`run
+//! --namespace`, which watches namespaced kinds in those namespaces only),
+//! what concerns namespaced kinds goes into a Role in each namespace, bound
+//! to the host's service account, and so do Events and the Lease (in the
+//! Lease's namespace); the ClusterRole keeps only what is cluster-wide:
+//! cluster-scoped kinds, kinds whose scope is not known (a custom kind
+//! without its CRD), and CRD installation.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -21,17 +31,80 @@ use kube::api::{ApiResource, GroupVersionKind};
 use reconciler_sdk::{KindRef, PluginMetadata};
 use serde_json::Value;
 
+use crate::cluster::KindScope;
 use crate::manifests::read_all;
 
-/// Resource names (plurals) of kinds: from CRDs where known, otherwise the
-/// API server's own rule for built-in kinds.
+/// Built-in kinds the API server serves in namespaces, by group and kind.
+const NAMESPACED_BUILTINS: &[(&str, &str)] = &[
+    ("", "ConfigMap"),
+    ("", "Endpoints"),
+    ("", "Event"),
+    ("", "LimitRange"),
+    ("", "PersistentVolumeClaim"),
+    ("", "Pod"),
+    ("", "PodTemplate"),
+    ("", "ReplicationController"),
+    ("", "ResourceQuota"),
+    ("", "Secret"),
+    ("", "Service"),
+    ("", "ServiceAccount"),
+    ("apps", "ControllerRevision"),
+    ("apps", "DaemonSet"),
+    ("apps", "Deployment"),
+    ("apps", "ReplicaSet"),
+    ("apps", "StatefulSet"),
+    ("autoscaling", "HorizontalPodAutoscaler"),
+    ("batch", "CronJob"),
+    ("batch", "Job"),
+    ("coordination.k8s.io", "Lease"),
+    ("discovery.k8s.io", "EndpointSlice"),
+    ("events.k8s.io", "Event"),
+    ("networking.k8s.io", "Ingress"),
+    ("networking.k8s.io", "NetworkPolicy"),
+    ("policy", "PodDisruptionBudget"),
+    ("rbac.authorization.k8s.io", "Role"),
+    ("rbac.authorization.k8s.io", "RoleBinding"),
+    ("storage.k8s.io", "CSIStorageCapacity"),
+];
+
+/// Built-in kinds the API server serves cluster-scoped, by group and kind.
+const CLUSTER_SCOPED_BUILTINS: &[(&str, &str)] = &[
+    ("", "Namespace"),
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+    ),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    ("apiregistration.k8s.io", "APIService"),
+    ("certificates.k8s.io", "CertificateSigningRequest"),
+    ("networking.k8s.io", "IngressClass"),
+    ("node.k8s.io", "RuntimeClass"),
+    ("rbac.authorization.k8s.io", "ClusterRole"),
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
+    ("scheduling.k8s.io", "PriorityClass"),
+    ("storage.k8s.io", "CSIDriver"),
+    ("storage.k8s.io", "CSINode"),
+    ("storage.k8s.io", "StorageClass"),
+    ("storage.k8s.io", "VolumeAttachment"),
+];
+
+/// Resource names (plurals) and scopes of kinds: from CRDs where known,
+/// otherwise the API server's own rules for built-in kinds.
 #[derive(Default)]
 pub struct Plurals {
     from_crds: BTreeMap<(String, String), String>,
+    scopes_from_crds: BTreeMap<(String, String), KindScope>,
 }
 
 impl Plurals {
-    /// Reads `spec.names.plural` of every CustomResourceDefinition under `dir`.
+    /// Reads `spec.names.plural` and `spec.scope` of every
+    /// CustomResourceDefinition under `dir`.
     pub fn from_crds(dir: &Path) -> anyhow::Result<Self> {
         let mut plurals = Self::default();
         for (_, object) in read_all(dir)? {
@@ -39,14 +112,20 @@ impl Plurals {
                 continue;
             }
             let text = |p: &str| object.pointer(p).and_then(Value::as_str);
-            if let (Some(group), Some(kind), Some(plural)) = (
-                text("/spec/group"),
-                text("/spec/names/kind"),
-                text("/spec/names/plural"),
-            ) {
-                plurals
-                    .from_crds
-                    .insert((group.to_string(), kind.to_string()), plural.to_string());
+            let (Some(group), Some(kind)) = (text("/spec/group"), text("/spec/names/kind")) else {
+                continue;
+            };
+            let key = (group.to_string(), kind.to_string());
+            if let Some(plural) = text("/spec/names/plural") {
+                plurals.from_crds.insert(key.clone(), plural.to_string());
+            }
+            let scope = match text("/spec/scope") {
+                Some("Namespaced") => Some(KindScope::Namespaced),
+                Some("Cluster") => Some(KindScope::Cluster),
+                _ => None,
+            };
+            if let Some(scope) = scope {
+                plurals.scopes_from_crds.insert(key, scope);
             }
         }
         Ok(plurals)
@@ -58,6 +137,27 @@ impl Plurals {
         }
         let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
         ApiResource::from_gvk(&gvk).plural
+    }
+
+    /// Whether objects of `kind` live in namespaces; `None` for a kind that
+    /// is neither a known built-in nor described by a CRD read.
+    pub fn scope(&self, kind: &KindRef) -> Option<KindScope> {
+        let key = (kind.group.clone(), kind.kind.clone());
+        if let Some(scope) = self.scopes_from_crds.get(&key) {
+            return Some(*scope);
+        }
+        let is = |table: &[(&str, &str)]| {
+            table
+                .iter()
+                .any(|(group, k)| *group == kind.group && *k == kind.kind)
+        };
+        if is(NAMESPACED_BUILTINS) {
+            Some(KindScope::Namespaced)
+        } else if is(CLUSTER_SCOPED_BUILTINS) {
+            Some(KindScope::Cluster)
+        } else {
+            None
+        }
     }
 }
 
@@ -99,42 +199,140 @@ impl Grants {
 
 const READ: &[&str] = &["get", "list", "watch"];
 
-/// The ClusterRole `name` granting what `plugins` need, as YAML. Stable:
-/// the same plugins give the same text, so it can be checked in and
-/// compared.
+/// Who the host runs as and where it may act: the options of
+/// `reconciler-host rbac`.
+#[derive(Clone, Debug)]
+pub struct RbacScope {
+    /// The name of the ClusterRole, and of every Role and RoleBinding.
+    pub name: String,
+    /// Namespaces the host serves (`run --namespace`); empty: the whole
+    /// cluster, and one ClusterRole.
+    pub namespaces: BTreeSet<String>,
+    /// The host's service account, which the RoleBindings name.
+    pub service_account: String,
+    pub service_account_namespace: String,
+    /// Where the leader-election Lease lives (with namespaces only).
+    pub lease_namespace: String,
+    /// Whether the host installs CRDs (`run --install-crds`).
+    pub install_crds: bool,
+}
+
+impl RbacScope {
+    /// One ClusterRole `name` for the whole cluster, as `deploy/` uses.
+    pub fn cluster_wide(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            namespaces: BTreeSet::new(),
+            service_account: "reconciler-host".into(),
+            service_account_namespace: "reconciler-host".into(),
+            lease_namespace: "reconciler-host".into(),
+            install_crds: false,
+        }
+    }
+}
+
+/// Grants split between the ClusterRole and a Role per namespace.
+#[derive(Default)]
+struct Placement {
+    cluster: Grants,
+    namespaced: BTreeMap<String, Grants>,
+}
+
+impl Placement {
+    fn cluster(&mut self, group: &str, resource: &str, verbs: &[&'static str]) {
+        self.cluster.grant(group, resource, verbs);
+    }
+
+    fn namespace(&mut self, namespace: &str, group: &str, resource: &str, verbs: &[&'static str]) {
+        self.namespaced
+            .entry(namespace.to_string())
+            .or_default()
+            .grant(group, resource, verbs);
+    }
+}
+
+/// The ClusterRole `name` granting what `plugins` need cluster-wide, as
+/// YAML. Stable: the same plugins give the same text, so it can be checked
+/// in and compared.
 pub fn cluster_role(plugins: &[PluginMetadata], plurals: &Plurals, name: &str) -> String {
-    let mut grants = Grants::default();
+    rbac(plugins, plurals, &RbacScope::cluster_wide(name))
+}
+
+/// The RBAC manifests `plugins` need under `scope`, as YAML: a ClusterRole,
+/// then (with namespaces) a Role and a RoleBinding per namespace. Stable, as
+/// [`cluster_role`].
+pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) -> String {
+    let mut placement = Placement::default();
+    let mut unknown_scope = BTreeSet::new();
+    let mut grant = |placement: &mut Placement, kind: &KindRef, resource: &str, verbs| {
+        let kind_scope = plurals.scope(kind);
+        if kind_scope.is_none() {
+            unknown_scope.insert(kind.to_string());
+        }
+        if scope.namespaces.is_empty() || kind_scope != Some(KindScope::Namespaced) {
+            placement.cluster(&kind.group, resource, verbs);
+        } else {
+            for namespace in &scope.namespaces {
+                placement.namespace(namespace, &kind.group, resource, verbs);
+            }
+        }
+    };
+    let mut events_outside_namespaces = false;
     for plugin in plugins {
         for kind in plugin.declared_kinds() {
-            grants.grant(&kind.group, &plurals.plural(kind), READ);
+            grant(&mut placement, kind, &plurals.plural(kind), READ);
         }
         for kind in &plugin.owns {
-            grants.grant(
-                &kind.group,
+            grant(
+                &mut placement,
+                kind,
                 &plurals.plural(kind),
                 &["create", "patch", "delete"],
             );
         }
         for kind in &plugin.writes {
-            grants.grant(&kind.group, &plurals.plural(kind), &["patch"]);
+            grant(&mut placement, kind, &plurals.plural(kind), &["patch"]);
         }
         let primary = &plugin.primary;
         let plural = plurals.plural(primary);
-        grants.grant(
-            &primary.group,
+        grant(
+            &mut placement,
+            primary,
             &format!("{plural}/status"),
             &["patch", "update"],
         );
         if plugin.finalizer.is_some() {
-            grants.grant(&primary.group, &plural, &["patch"]);
+            grant(&mut placement, primary, &plural, &["patch"]);
         }
+        events_outside_namespaces |= plurals.scope(primary) != Some(KindScope::Namespaced);
     }
-    grants.grant("events.k8s.io", "events", &["create", "patch"]);
-    grants.grant(
-        "coordination.k8s.io",
-        "leases",
-        &["get", "create", "update", "patch"],
-    );
+    const EVENTS: &[&str] = &["create", "patch"];
+    const LEASES: &[&str] = &["get", "create", "update", "patch"];
+    if scope.namespaces.is_empty() {
+        placement.cluster("events.k8s.io", "events", EVENTS);
+        placement.cluster("coordination.k8s.io", "leases", LEASES);
+    } else {
+        for namespace in &scope.namespaces {
+            placement.namespace(namespace, "events.k8s.io", "events", EVENTS);
+        }
+        // Events about a cluster-scoped object go to `default`.
+        if events_outside_namespaces {
+            placement.namespace("default", "events.k8s.io", "events", EVENTS);
+        }
+        placement.namespace(
+            &scope.lease_namespace,
+            "coordination.k8s.io",
+            "leases",
+            LEASES,
+        );
+    }
+    if scope.install_crds {
+        placement.cluster(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            &["get", "create", "patch"],
+        );
+    }
 
     let mut names: Vec<String> = plugins
         .iter()
@@ -152,16 +350,69 @@ pub fn cluster_role(plugins: &[PluginMetadata], plurals: &Plurals, name: &str) -
         }
     );
     out.push_str("# Regenerate it when the plugins change what they declare.\n");
-    out.push_str("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\n");
+    if !scope.namespaces.is_empty() {
+        let namespaces: Vec<&str> = scope.namespaces.iter().map(String::as_str).collect();
+        let _ = writeln!(
+            out,
+            "# Namespaced kinds are granted in {} only, by the Roles below; bind the\n# ClusterRole (cluster-wide needs only) as deploy/cluster-role-binding.yaml does.",
+            namespaces.join(", ")
+        );
+    }
+    if !unknown_scope.is_empty() && !scope.namespaces.is_empty() {
+        let kinds: Vec<&str> = unknown_scope.iter().map(String::as_str).collect();
+        let _ = writeln!(
+            out,
+            "# Granted cluster-wide because their scope is unknown (pass their CRDs with --crds): {}.",
+            kinds.join(", ")
+        );
+    }
+    write_role(
+        &mut out,
+        "ClusterRole",
+        &scope.name,
+        None,
+        &placement.cluster,
+    );
+    for (namespace, grants) in &placement.namespaced {
+        out.push_str("---\n");
+        write_role(&mut out, "Role", &scope.name, Some(namespace), grants);
+        out.push_str("---\n");
+        write_role_binding(&mut out, scope, namespace);
+    }
+    out
+}
+
+fn write_role(out: &mut String, kind: &str, name: &str, namespace: Option<&str>, grants: &Grants) {
+    let _ = writeln!(
+        out,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}"
+    );
     let _ = writeln!(out, "metadata:\n  name: {name}");
+    if let Some(namespace) = namespace {
+        let _ = writeln!(out, "  namespace: {namespace}");
+    }
+    let rules = grants.rules();
+    if rules.is_empty() {
+        out.push_str("rules: []\n");
+        return;
+    }
     out.push_str("rules:\n");
-    for (group, resources, verbs) in grants.rules() {
+    for (group, resources, verbs) in rules {
         let _ = writeln!(out, "  - apiGroups: [{}]", quoted(&group));
         let resources: Vec<String> = resources.iter().map(|r| quoted(r)).collect();
         let _ = writeln!(out, "    resources: [{}]", resources.join(", "));
         let _ = writeln!(out, "    verbs: [{}]", verbs.join(", "));
     }
-    out
+}
+
+fn write_role_binding(out: &mut String, scope: &RbacScope, namespace: &str) {
+    let _ = writeln!(
+        out,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: {name}\n  namespace: {namespace}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: {name}\nsubjects:\n  - kind: ServiceAccount\n    name: {account}\n    namespace: {account_namespace}",
+        name = scope.name,
+        account = scope.service_account,
+        account_namespace = scope.service_account_namespace,
+    );
 }
 
 fn quoted(s: &str) -> String {
@@ -171,6 +422,7 @@ fn quoted(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use reconciler_sdk::MapRule;
+    use serde_json::json;
 
     use super::*;
 
@@ -181,6 +433,10 @@ mod tests {
     /// The rules of a role as (group, resource, verbs) triples.
     fn triples(yaml: &str) -> BTreeSet<(String, String, String)> {
         let role: Value = serde_yaml_ng::from_str(yaml).unwrap();
+        rules_of(&role)
+    }
+
+    fn rules_of(role: &Value) -> BTreeSet<(String, String, String)> {
         let mut out = BTreeSet::new();
         for rule in role["rules"].as_array().unwrap() {
             let verbs: Vec<&str> = rule["verbs"]
@@ -266,5 +522,182 @@ mod tests {
         let one = cluster_role(&[a.clone(), b.clone()], &Plurals::default(), "r");
         let two = cluster_role(&[b, a], &Plurals::default(), "r");
         assert_eq!(one, two);
+    }
+
+    /// Every document of a multi-document YAML text, by (kind, namespace).
+    fn documents(yaml: &str) -> BTreeMap<(String, String), Value> {
+        use serde::Deserialize;
+        serde_yaml_ng::Deserializer::from_str(yaml)
+            .map(|doc| {
+                let v = Value::deserialize(doc).unwrap();
+                let key = (
+                    v["kind"].as_str().unwrap().to_string(),
+                    v["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                );
+                (key, v)
+            })
+            .collect()
+    }
+
+    fn in_namespaces(namespaces: &[&str]) -> RbacScope {
+        RbacScope {
+            namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+            ..RbacScope::cluster_wide("reconciler-host")
+        }
+    }
+
+    fn website_crd(scope: &str) -> Plurals {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("crd.yaml"),
+            format!("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: websites.example.com}}\nspec:\n  group: example.com\n  names: {{kind: Website, plural: websites}}\n  scope: {scope}\n  versions: []\n"),
+        )
+        .unwrap();
+        Plurals::from_crds(dir.path()).unwrap()
+    }
+
+    fn website() -> PluginMetadata {
+        PluginMetadata::new("web", "1.0.0", kind("example.com", "v1", "Website"))
+            .owns(kind("apps", "v1", "Deployment"))
+            .reads_in_namespace(kind("", "v1", "Pod"), MapRule::None, true)
+            .writes(kind("", "v1", "ConfigMap"))
+            .finalizer("example.com/cleanup")
+    }
+
+    #[test]
+    fn with_namespaces_namespaced_kinds_are_granted_by_a_role_in_each() {
+        let yaml = rbac(
+            &[website()],
+            &website_crd("Namespaced"),
+            &in_namespaces(&["team-a", "team-b"]),
+        );
+        let docs = documents(&yaml);
+        let cluster = &docs[&("ClusterRole".to_string(), String::new())];
+        assert_eq!(cluster["rules"], json!([]), "nothing cluster-wide:\n{yaml}");
+        for namespace in ["team-a", "team-b"] {
+            let role = &docs[&("Role".to_string(), namespace.to_string())];
+            assert_eq!(
+                rules_of(role),
+                BTreeSet::from([
+                    t("example.com", "websites", "get,list,patch,watch"),
+                    t("example.com", "websites/status", "patch,update"),
+                    t("apps", "deployments", "create,delete,get,list,patch,watch"),
+                    t("", "pods", "get,list,watch"),
+                    t("", "configmaps", "get,list,patch,watch"),
+                    t("events.k8s.io", "events", "create,patch"),
+                ]),
+                "{namespace}:\n{yaml}"
+            );
+            let binding = &docs[&("RoleBinding".to_string(), namespace.to_string())];
+            assert_eq!(
+                binding["roleRef"],
+                json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reconciler-host"})
+            );
+            assert_eq!(
+                binding["subjects"],
+                json!([{"kind": "ServiceAccount", "name": "reconciler-host", "namespace": "reconciler-host"}])
+            );
+        }
+        // The Lease: a Role of its own in the service account's namespace.
+        let leases = &docs[&("Role".to_string(), "reconciler-host".to_string())];
+        assert_eq!(
+            rules_of(leases),
+            BTreeSet::from([t(
+                "coordination.k8s.io",
+                "leases",
+                "create,get,patch,update"
+            )])
+        );
+        assert!(docs.contains_key(&("RoleBinding".to_string(), "reconciler-host".to_string())));
+        assert_eq!(docs.len(), 1 + 3 * 2, "{yaml}");
+    }
+
+    #[test]
+    fn cluster_scoped_and_unknown_kinds_stay_in_the_cluster_role() {
+        let plugin = website().owns(kind("", "v1", "Namespace")).reads(
+            kind("other.io", "v1", "Gadget"),
+            MapRule::None,
+            false,
+        );
+        let yaml = rbac(
+            &[plugin],
+            &website_crd("Cluster"),
+            &in_namespaces(&["team-a"]),
+        );
+        let docs = documents(&yaml);
+        let cluster = rules_of(&docs[&("ClusterRole".to_string(), String::new())]);
+        for expected in [
+            t("example.com", "websites", "get,list,patch,watch"),
+            t("example.com", "websites/status", "patch,update"),
+            t("", "namespaces", "create,delete,get,list,patch,watch"),
+            t("other.io", "gadgets", "get,list,watch"),
+        ] {
+            assert!(cluster.contains(&expected), "{expected:?}:\n{yaml}");
+        }
+        let role = rules_of(&docs[&("Role".to_string(), "team-a".to_string())]);
+        assert!(role.contains(&t(
+            "apps",
+            "deployments",
+            "create,delete,get,list,patch,watch"
+        )));
+        assert!(
+            !role
+                .iter()
+                .any(|(_, r, _)| r == "namespaces" || r == "websites")
+        );
+        // Events about a cluster-scoped Website are recorded in `default`.
+        let default = rules_of(&docs[&("Role".to_string(), "default".to_string())]);
+        assert_eq!(
+            default,
+            BTreeSet::from([t("events.k8s.io", "events", "create,patch")])
+        );
+        assert!(
+            yaml.contains(
+                "because their scope is unknown (pass their CRDs with --crds): other.io/v1 Gadget."
+            ),
+            "{yaml}"
+        );
+    }
+
+    #[test]
+    fn install_crds_adds_crd_rules_to_the_cluster_role() {
+        for namespaces in [&[][..], &["team-a"][..]] {
+            let scope = RbacScope {
+                install_crds: true,
+                ..in_namespaces(namespaces)
+            };
+            let yaml = rbac(&[website()], &website_crd("Namespaced"), &scope);
+            let cluster = rules_of(&documents(&yaml)[&("ClusterRole".to_string(), String::new())]);
+            assert!(
+                cluster.contains(&t(
+                    "apiextensions.k8s.io",
+                    "customresourcedefinitions",
+                    "create,get,patch"
+                )),
+                "{yaml}"
+            );
+        }
+    }
+
+    #[test]
+    fn without_namespaces_the_output_is_the_cluster_role_alone() {
+        let plurals = website_crd("Namespaced");
+        let yaml = rbac(&[website()], &plurals, &RbacScope::cluster_wide("r"));
+        assert_eq!(yaml, cluster_role(&[website()], &plurals, "r"));
+        assert!(!yaml.contains("---"), "{yaml}");
+        let rules = triples(&yaml);
+        assert!(rules.contains(&t(
+            "coordination.k8s.io",
+            "leases",
+            "create,get,patch,update"
+        )));
+        assert!(rules.contains(&t(
+            "apps",
+            "deployments",
+            "create,delete,get,list,patch,watch"
+        )));
     }
 }

@@ -85,3 +85,230 @@ fn the_deployment_runs_the_host_with_flags_it_has() {
     );
     assert!(container["resources"]["limits"]["memory"].is_string());
 }
+
+/// Why the real-cluster test does not run here, or `None` if it does.
+fn real_cluster_skip_reason() -> Option<String> {
+    let mut missing = Vec::new();
+    match std::env::var_os("RECONCILER_E2E") {
+        Some(v) if v == "1" => {}
+        Some(v) => missing.push(format!("RECONCILER_E2E is {v:?}, not \"1\"")),
+        None => missing.push("RECONCILER_E2E is not set".to_string()),
+    }
+    match std::env::var_os("KUBECONFIG") {
+        Some(v) if !v.is_empty() => {}
+        _ => missing.push("KUBECONFIG is not set".to_string()),
+    }
+    (!missing.is_empty()).then(|| missing.join(" and "))
+}
+
+mod real_cluster {
+    use std::time::{Duration, Instant};
+
+    use anyhow::{Context, Result, bail};
+    use kube::Client;
+    use kube::api::{
+        Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+        PostParams,
+    };
+    use serde_json::{Value, json};
+
+    fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+    }
+
+    /// A namespace of the test's own, named by the server.
+    pub async fn namespace(client: &Client, prefix: &str) -> Result<String> {
+        let api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &resource("", "v1", "Namespace", "namespaces"),
+        );
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"generateName": prefix,
+                "labels": {"app.kubernetes.io/created-by": "reconciler-host-e2e-test"}}
+        }))?;
+        let created = api.create(&PostParams::default(), &object).await?;
+        created
+            .metadata
+            .name
+            .context("the server named the namespace")
+    }
+
+    pub async fn delete_namespace(client: &Client, name: &str) {
+        let api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &resource("", "v1", "Namespace", "namespaces"),
+        );
+        let _ = api.delete(name, &DeleteParams::default()).await;
+    }
+
+    /// Server-side applies the Roles and RoleBindings of a generated text.
+    pub async fn apply_roles(client: &Client, yaml: &str) -> Result<usize> {
+        let mut applied = 0;
+        for document in yaml.split("\n---\n") {
+            let object: Value = serde_yaml_ng::from_str(document)?;
+            let (kind, plural) = match object["kind"].as_str() {
+                Some("Role") => ("Role", "roles"),
+                Some("RoleBinding") => ("RoleBinding", "rolebindings"),
+                _ => continue,
+            };
+            let namespace = object["metadata"]["namespace"]
+                .as_str()
+                .context("a Role has a namespace")?;
+            let name = object["metadata"]["name"].as_str().context("a name")?;
+            let api: Api<DynamicObject> = Api::namespaced_with(
+                client.clone(),
+                namespace,
+                &resource("rbac.authorization.k8s.io", "v1", kind, plural),
+            );
+            api.patch(
+                name,
+                &PatchParams::apply("reconciler-host-e2e-test"),
+                &Patch::Apply(&object),
+            )
+            .await
+            .with_context(|| format!("applying {kind} {namespace}/{name}"))?;
+            applied += 1;
+        }
+        Ok(applied)
+    }
+
+    /// Whether the API server's authorizer lets `account` (namespace/name)
+    /// do `verb` on `resource` of `group` in `namespace`.
+    pub async fn can(
+        client: &Client,
+        account: (&str, &str),
+        verb: &str,
+        group: &str,
+        resource_name: &str,
+        namespace: &str,
+    ) -> Result<bool> {
+        let api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &resource(
+                "authorization.k8s.io",
+                "v1",
+                "SubjectAccessReview",
+                "subjectaccessreviews",
+            ),
+        );
+        let (account_namespace, account_name) = account;
+        let review: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "metadata": {},
+            "spec": {
+                "user": format!("system:serviceaccount:{account_namespace}:{account_name}"),
+                "groups": ["system:serviceaccounts",
+                    format!("system:serviceaccounts:{account_namespace}"), "system:authenticated"],
+                "resourceAttributes": {"namespace": namespace, "verb": verb,
+                    "group": group, "resource": resource_name}
+            }
+        }))?;
+        let answered = api.create(&PostParams::default(), &review).await?;
+        Ok(answered.data["status"]["allowed"] == json!(true))
+    }
+
+    /// Asks until the answer is `expected` (RBAC reaches the authorizer
+    /// through a watch, so a Role just applied can take a moment).
+    pub async fn expect_can(
+        client: &Client,
+        account: (&str, &str),
+        request: (&str, &str, &str, &str),
+        expected: bool,
+    ) -> Result<()> {
+        let (verb, group, resource_name, namespace) = request;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let allowed = can(client, account, verb, group, resource_name, namespace).await?;
+            if allowed == expected {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let resource_name = if group.is_empty() {
+                    resource_name.to_string()
+                } else {
+                    format!("{resource_name}.{group}")
+                };
+                bail!(
+                    "service account {}/{} {} {verb} {resource_name} in namespace {namespace:?}",
+                    account.0,
+                    account.1,
+                    if allowed { "may" } else { "may not" }
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_roles_grant_the_service_account_its_namespaces_only_on_a_real_cluster() {
+    use std::collections::BTreeSet;
+    use std::io::Write as _;
+
+    use reconciler_host::rbac::{RbacScope, rbac};
+
+    const TEST: &str =
+        "generated_roles_grant_the_service_account_its_namespaces_only_on_a_real_cluster";
+    if let Some(why) = real_cluster_skip_reason() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "deploy_manifests: SKIPPED {TEST}: {why}. To run it: RECONCILER_E2E=1 KUBECONFIG=~/.kube/config cargo test -p reconciler-tests --test deploy_manifests"
+        );
+        return;
+    }
+    let client = kube::Client::try_default()
+        .await
+        .expect("a Kubernetes client from KUBECONFIG");
+    let served = real_cluster::namespace(&client, "rbac-e2e-served-")
+        .await
+        .expect("a namespace");
+    let other = real_cluster::namespace(&client, "rbac-e2e-other-")
+        .await
+        .expect("a second namespace");
+    let result = async {
+        let metadata: Vec<_> = EXAMPLES
+            .iter()
+            .map(|name| load(&example_plugin(name)).metadata().clone())
+            .collect();
+        let plurals = Plurals::from_crds(&root().join("crds"))?;
+        let scope = RbacScope {
+            namespaces: BTreeSet::from([served.clone()]),
+            service_account_namespace: served.clone(),
+            lease_namespace: served.clone(),
+            ..RbacScope::cluster_wide("reconciler-host-e2e")
+        };
+        let yaml = rbac(&metadata, &plurals, &scope);
+        let applied = real_cluster::apply_roles(&client, &yaml).await?;
+        anyhow::ensure!(
+            applied == 2,
+            "one Role and one RoleBinding expected:\n{yaml}"
+        );
+        let account = (served.as_str(), "reconciler-host");
+        for request in [
+            ("list", "", "configmaps", served.as_str()),
+            ("watch", "", "pods", served.as_str()),
+            ("create", "apps", "deployments", served.as_str()),
+            ("patch", "example.com", "podsets/status", served.as_str()),
+            ("create", "events.k8s.io", "events", served.as_str()),
+            ("update", "coordination.k8s.io", "leases", served.as_str()),
+        ] {
+            real_cluster::expect_can(&client, account, request, true).await?;
+        }
+        for request in [
+            ("list", "", "configmaps", other.as_str()),
+            ("list", "", "configmaps", ""),
+            ("delete", "", "pods", served.as_str()),
+            ("list", "", "secrets", served.as_str()),
+        ] {
+            real_cluster::expect_can(&client, account, request, false).await?;
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    real_cluster::delete_namespace(&client, &served).await;
+    real_cluster::delete_namespace(&client, &other).await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}

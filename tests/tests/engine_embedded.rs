@@ -269,3 +269,41 @@ async fn a_plugin_that_never_settles_is_reported_by_name_and_object() {
         "the report says so"
     );
 }
+
+fn pod_in(namespace: &str, name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"containers": [{"name": "busybox", "image": "busybox:1.36"}]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_same_namespace_read_kind_is_read_only_next_to_the_primary() {
+    let mut world = World::new(&[&test_plugin("hostile")]).await;
+    world.apply(pod_in("default", "mine"));
+    world.apply(pod_in("kube-system", "theirs"));
+    world.apply(hostile("own", "read-own-namespace"));
+    world.apply(hostile("nosy", "read-other-namespace"));
+    world.settle().await;
+
+    let own = key("hostile.example.com", "v1", "Hostile", "default", "own");
+    assert_eq!(
+        world.get(&own).await.unwrap()["status"],
+        json!({"pods": ["mine"]}),
+        "no namespace reads the primary's, not every namespace"
+    );
+    let nosy = key("hostile.example.com", "v1", "Hostile", "default", "nosy");
+    assert!(world.get(&nosy).await.unwrap().get("status").is_none());
+    let events = world.events();
+    let event = events
+        .iter()
+        .find(|e| e.record.regarding.name == "nosy")
+        .expect("a Warning Event on the object");
+    assert_eq!(event.record.reason, "ReconcileError");
+    assert!(
+        event.record.message.contains(
+            "declared v1 Pod a same-namespace read kind, so it reads it only in its primary's namespace \"default\", not in \"kube-system\""
+        ),
+        "{}",
+        event.record.message
+    );
+}

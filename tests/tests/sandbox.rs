@@ -149,6 +149,29 @@ fn reading_an_undeclared_kind_is_refused_by_the_host() {
 }
 
 #[test]
+fn a_same_namespace_read_kind_is_refused_in_another_namespace() {
+    let mut cache = MemoryCache::new();
+    for namespace in ["default", "kube-system"] {
+        cache
+            .insert(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("in-{namespace}"), "namespace": namespace}}))
+            .unwrap();
+    }
+    let plugin = load(&test_plugin("hostile"));
+    let own = call(&plugin, hostile_object("read-own-namespace"), cache.clone())
+        .expect("its own namespace is readable");
+    assert_eq!(own.status.unwrap()["pods"], json!(["in-default"]));
+    let err = call(&plugin, hostile_object("read-other-namespace"), cache).unwrap_err();
+    assert!(matches!(err, CallError::Plugin(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("v1 Pod a same-namespace read kind")
+            && err.to_string().contains("not in \"kube-system\""),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_plugin_error_is_reported_as_such() {
     let err = hostile("error").unwrap_err();
     assert!(
@@ -193,6 +216,46 @@ fn files_that_are_not_plugins_are_refused_naming_the_file() {
         assert!(err.to_string().contains(name), "names the file: {err}");
     }
     host_still_serves();
+}
+
+/// The smallest component exporting `export`: an instance with nothing in
+/// it, which is all the host looks at before it refuses a contract version.
+fn component_exporting(export: &str) -> Vec<u8> {
+    let mut bytes = b"\0asm\x0d\0\x01\0".to_vec();
+    // Instance section: one instance made of no exports.
+    bytes.extend([0x05, 0x03, 0x01, 0x01, 0x00]);
+    // Export section: that instance, under `export`.
+    let name = export.as_bytes();
+    let len = u8::try_from(name.len()).expect("a short export name");
+    let mut section = vec![0x01, 0x00, len];
+    section.extend(name);
+    section.extend([0x05, 0x00, 0x00]);
+    bytes.push(0x0b);
+    bytes.push(u8::try_from(section.len()).expect("a short section"));
+    bytes.extend(section);
+    bytes
+}
+
+#[test]
+fn a_plugin_built_for_contract_0_1_is_refused_naming_both_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.wasm");
+    std::fs::write(
+        &path,
+        component_exporting("reconciler:plugin/reconciler@0.1.0"),
+    )
+    .unwrap();
+    let err = sandbox()
+        .load(&path)
+        .err()
+        .expect("a 0.1.0 plugin is refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("built for contract reconciler:plugin@0.1.0")
+            && message.contains("this host speaks reconciler:plugin@0.2.0"),
+        "{message}"
+    );
+    assert!(message.contains("old.wasm"), "names the file: {message}");
 }
 
 /// A plugin's Deployment for a PodSet of `size`, from `plugin`.

@@ -86,12 +86,16 @@ or is refused (e.g. a namespaced primary owning or writing a cluster-scoped kind
 expected response. See plugins/podset/cases/ for examples. Exits non-zero if any case fails."
     )]
     Test(test_cmd::TestArgs),
-    /// Print the least-privilege ClusterRole the plugins of a directory need.
+    /// Print the least-privilege ClusterRole (and, with --namespace, Roles) the plugins of a directory need.
     #[command(
         after_help = "Derived from what each plugin declares: get/list/watch on every kind; create/patch/delete \
 on owned kinds; patch on written kinds; patch and update on primaries' status; patch on primaries for a \
 finalizer; create/patch on events.k8s.io Events; get/create/update/patch on the leader-election Lease.\n\n\
-Example:\n  reconciler-host rbac --plugins-dir plugins --crds crds > deploy/cluster-role.yaml"
+With --namespace (as given to `run`), namespaced kinds, Events and the Lease are granted by a Role and a \
+RoleBinding to the host's service account in each namespace; the ClusterRole keeps cluster-scoped kinds, \
+kinds of unknown scope and, with --install-crds, CRD installation.\n\n\
+Examples:\n  reconciler-host rbac --plugins-dir plugins --crds crds > deploy/cluster-role.yaml\n  \
+reconciler-host rbac --crds crds -n team-a -n team-b | kubectl apply -f -"
     )]
     Rbac(rbac_cmd::RbacArgs),
     /// Print what a compiled plugin declares: kinds, finalizer, hints and the limits it would run under.

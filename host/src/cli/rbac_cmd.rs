@@ -1,3 +1,4 @@
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -6,20 +7,40 @@ use clap::Args;
 
 use super::SandboxArgs;
 use crate::plugin::directory::load_dir;
-use crate::rbac::{Plurals, cluster_role};
+use crate::rbac::{Plurals, RbacScope, rbac};
 
 #[derive(Debug, Args)]
 pub struct RbacArgs {
     /// Directory of compiled plugins (*.wasm) the role is for.
     #[arg(long, default_value = "plugins", value_name = "DIR")]
     pub plugins_dir: PathBuf,
-    /// CRD manifests to take the resource names (plurals) of custom kinds from; without
-    /// them a custom kind's plural is guessed the way the API server guesses (Website -> websites).
+    /// CRD manifests to take the resource names (plurals) and scopes of custom kinds from;
+    /// without them a custom kind's plural is guessed the way the API server guesses
+    /// (Website -> websites) and, with --namespace, it is granted cluster-wide.
     #[arg(long, value_name = "DIR")]
     pub crds: Option<PathBuf>,
-    /// The ClusterRole's name.
+    /// The name of the ClusterRole, and of the Roles and RoleBindings.
     #[arg(long, default_value = "reconciler-host")]
     pub name: String,
+    /// A namespace the host serves, as `run --namespace` (repeatable): namespaced kinds are
+    /// then granted by a Role and RoleBinding in each, and the ClusterRole keeps only what is
+    /// cluster-wide. Without it, everything is one ClusterRole.
+    #[arg(long, short = 'n', value_name = "NAMESPACE")]
+    pub namespace: Vec<String>,
+    /// The host's service account, which the RoleBindings name.
+    #[arg(long, default_value = "reconciler-host", value_name = "NAME")]
+    pub service_account: String,
+    /// The namespace of the host's service account.
+    #[arg(long, default_value = "reconciler-host", value_name = "NAMESPACE")]
+    pub service_account_namespace: String,
+    /// With --namespace: where the leader-election Lease lives, granted by a Role there
+    /// [default: the service account's namespace].
+    #[arg(long, value_name = "NAMESPACE", requires = "namespace")]
+    pub leader_election_namespace: Option<String>,
+    /// Also grant what `run --install-crds` needs (get, create and patch
+    /// CustomResourceDefinitions).
+    #[arg(long)]
+    pub install_crds: bool,
 }
 
 pub fn run(sandbox: &SandboxArgs, args: RbacArgs) -> anyhow::Result<ExitCode> {
@@ -35,6 +56,71 @@ pub fn run(sandbox: &SandboxArgs, args: RbacArgs) -> anyhow::Result<ExitCode> {
         None => Plurals::default(),
     };
     let metadata: Vec<_> = plugins.iter().map(|p| p.metadata().clone()).collect();
-    print!("{}", cluster_role(&metadata, &plurals, &args.name));
+    print!("{}", rbac(&metadata, &plurals, &scope_of(args)));
     Ok(ExitCode::SUCCESS)
+}
+
+fn scope_of(args: RbacArgs) -> RbacScope {
+    RbacScope {
+        name: args.name,
+        namespaces: args.namespace.into_iter().collect::<BTreeSet<_>>(),
+        lease_namespace: args
+            .leader_election_namespace
+            .unwrap_or_else(|| args.service_account_namespace.clone()),
+        service_account: args.service_account,
+        service_account_namespace: args.service_account_namespace,
+        install_crds: args.install_crds,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn rbac_args(extra: &[&str]) -> Result<RbacArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["reconciler-host", "rbac"].iter().chain(extra))?;
+        match cli.command {
+            Command::Rbac(args) => Ok(args),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn namespaces_and_the_service_account_come_from_flags() {
+        let scope = scope_of(rbac_args(&["-n", "b", "--namespace", "a"]).unwrap());
+        assert_eq!(scope.namespaces, BTreeSet::from(["a".into(), "b".into()]));
+        assert_eq!(
+            (
+                scope.service_account.as_str(),
+                scope.service_account_namespace.as_str(),
+                scope.lease_namespace.as_str()
+            ),
+            ("reconciler-host", "reconciler-host", "reconciler-host")
+        );
+        let scope = scope_of(
+            rbac_args(&[
+                "-n",
+                "a",
+                "--service-account-namespace",
+                "ops",
+                "--leader-election-namespace",
+                "leases",
+            ])
+            .unwrap(),
+        );
+        assert_eq!(
+            (
+                scope.service_account_namespace.as_str(),
+                scope.lease_namespace.as_str()
+            ),
+            ("ops", "leases")
+        );
+        assert!(
+            rbac_args(&["--leader-election-namespace", "x"]).is_err(),
+            "the Lease gets a Role only with namespaces"
+        );
+    }
 }

@@ -18,6 +18,7 @@
 //!    from the cache, never from the half-done state.
 
 pub mod event_mapping;
+pub mod finalizer_handover;
 pub mod plan;
 pub mod record;
 pub mod scope;
@@ -36,6 +37,7 @@ use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing::Instrument;
 
+use self::finalizer_handover::{FinalizerHandover, FinalizerHold, Handover, handover_event};
 use self::plan::{DeleteReason, Observed, has_finalizer};
 pub use self::record::{Change, Outcome, ReconcileRecord};
 pub use self::scope::{PrimarySelectors, ServeScope};
@@ -92,6 +94,10 @@ struct ControllerState {
     queue: WorkQueue,
     /// Fingerprints of what this host last applied, per object.
     last_applied: HashMap<ObjectKey, u64>,
+    /// Finalizers of earlier versions that this plugin now answers for:
+    /// removed with its own when it reports `finalized` (see
+    /// [`finalizer_handover`]). Never holds the current version's.
+    superseded_finalizers: BTreeSet<String>,
 }
 
 impl Controller {
@@ -113,6 +119,15 @@ impl Controller {
             .max_concurrent_reconciles
             .unwrap_or(DEFAULT_CONCURRENCY) as usize
     }
+}
+
+/// The outcome of [`Engine::replace_plugin`].
+pub struct Replaced {
+    /// The version that served until now.
+    pub old: Arc<LoadedPlugin>,
+    /// What was done about the old version's finalizer, when the new version
+    /// declares another one or none.
+    pub finalizers: Option<FinalizerHandover>,
 }
 
 /// One plugin's work queue at a moment.
@@ -233,11 +248,9 @@ impl<B: ClusterBackend> Engine<B> {
     /// Swaps in a new version of a plugin of the same name, between
     /// reconciles: calls already running finish on the old version. New
     /// kinds are watched, and every primary is reconciled once with the new
-    /// version. Returns the old version.
-    pub async fn replace_plugin(
-        &self,
-        plugin: Arc<LoadedPlugin>,
-    ) -> Result<Arc<LoadedPlugin>, EngineError> {
+    /// version. When the new version declares another finalizer (or none),
+    /// the old one is handed over first (see [`finalizer_handover`]).
+    pub async fn replace_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<Replaced, EngineError> {
         let m = plugin.metadata();
         let Some(controller) = self.controller(&m.name) else {
             return Err(EngineError::NotLoaded(m.name.clone()));
@@ -254,12 +267,121 @@ impl<B: ClusterBackend> Engine<B> {
         let name = m.name.clone();
         let old = std::mem::replace(
             &mut *controller.plugin.write().unwrap_or_else(|e| e.into_inner()),
-            plugin,
+            plugin.clone(),
         );
         // What the old version applied says nothing about the new one.
         controller.state().last_applied.clear();
+        let finalizers = self.hand_over_finalizers(&controller, &old, &plugin).await;
         self.queue_all(&name);
-        Ok(old)
+        Ok(Replaced { old, finalizers })
+    }
+
+    /// Deals with the objects of `old` that carry a finalizer `new` no
+    /// longer declares: live ones lose it, deleting ones are handed over to
+    /// `new` (or released, when `new` will never finalize them). `None`
+    /// when the finalizer did not change.
+    async fn hand_over_finalizers(
+        &self,
+        controller: &Controller,
+        old: &LoadedPlugin,
+        new: &LoadedPlugin,
+    ) -> Option<FinalizerHandover> {
+        let (before, after) = (old.metadata(), new.metadata());
+        let same_primary = before.primary == after.primary;
+        let changed =
+            before.finalizer.is_some() && (before.finalizer != after.finalizer || !same_primary);
+        // The finalizers stale for objects of the old primary kind, and the
+        // one that now finalizes them, if any.
+        let (stale, successor) = {
+            let mut state = controller.state();
+            let superseded = &mut state.superseded_finalizers;
+            superseded.extend(before.finalizer.iter().cloned());
+            let mut stale = superseded.clone();
+            if let Some(current) = &after.finalizer {
+                superseded.remove(current);
+                if same_primary {
+                    stale.remove(current);
+                }
+            }
+            (stale, after.finalizer.clone().filter(|_| same_primary))
+        };
+        if !changed {
+            return None;
+        }
+        let mut summary = FinalizerHandover {
+            version: after.version.clone(),
+            old: stale.iter().cloned().collect(),
+            new: successor.clone(),
+            ..FinalizerHandover::default()
+        };
+        for object in self.cache.list(&before.primary) {
+            if !self.scope.selectors.admits(&before.name, &object) {
+                continue;
+            }
+            let (Some(key), Some(handover)) = (
+                ObjectKey::of(&object),
+                Handover::of(&object, &stale, successor.as_deref()),
+            ) else {
+                continue;
+            };
+            if let Err(e) = self.release(&key, &handover).await {
+                // Reloading the same file again does nothing: say how to
+                // release it by hand.
+                let releasing: BTreeSet<String> = handover.to_remove().iter().cloned().collect();
+                let why = match FinalizerHold::of(&object, &releasing) {
+                    Some(hold) => format!("{e} (release it with: {})", hold.release_command()),
+                    None => e.to_string(),
+                };
+                tracing::warn!(plugin = %after.name, object = %key, "cannot remove the finalizer of an earlier version: {why}");
+                summary.failed.push((key, why));
+                continue;
+            }
+            summary.count(&handover);
+            let (reason, message) =
+                handover_event(&handover, &after.name, &after.version, successor.as_deref());
+            let record = EventRecord {
+                regarding: key,
+                regarding_uid: uid_of(&object),
+                event_type: EventType::Normal,
+                reason: reason.to_string(),
+                message,
+                reporting_controller: after.field_manager(),
+            };
+            if let Err(e) = self.backend.record_event(record).await {
+                tracing::warn!("cannot record event {reason}: {e}");
+            }
+        }
+        Some(summary)
+    }
+
+    /// Removes the finalizers `handover` releases now.
+    async fn release(&self, key: &ObjectKey, handover: &Handover) -> Result<(), BackendError> {
+        for finalizer in handover.to_remove() {
+            self.backend.remove_finalizer(key, finalizer).await?;
+        }
+        Ok(())
+    }
+
+    /// The objects still carrying a finalizer plugin `name` answers for (its
+    /// own and superseded ones), each with what releases it: what to tell a
+    /// user about before the plugin is removed.
+    pub fn finalizer_holds(&self, name: &str) -> Vec<FinalizerHold> {
+        let Some(controller) = self.controller(name) else {
+            return Vec::new();
+        };
+        let plugin = controller.plugin();
+        let metadata = plugin.metadata();
+        let mut ours = controller.state().superseded_finalizers.clone();
+        ours.extend(metadata.finalizer.iter().cloned());
+        if ours.is_empty() {
+            return Vec::new();
+        }
+        self.cache
+            .list(&metadata.primary)
+            .iter()
+            .filter(|object| self.scope.selectors.admits(name, object))
+            .filter_map(|object| FinalizerHold::of(object, &ours))
+            .collect()
     }
 
     /// Refuses a plugin whose declared kinds break the scope rule, and
@@ -286,7 +408,8 @@ impl<B: ClusterBackend> Engine<B> {
 
     /// Stops serving a plugin. Its queue is dropped; reconciles already
     /// running finish. Nothing is deleted and no finalizer is removed: its
-    /// objects stay as they are until a plugin serves them again.
+    /// objects stay as they are until a plugin serves them again (see
+    /// [`Self::finalizer_holds`] for telling the user which ones wait).
     pub fn remove_plugin(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
         let removed = self
             .controllers
@@ -707,6 +830,7 @@ impl<B: ClusterBackend> Engine<B> {
         let response = answer.map_err(|e| (e.reason().to_string(), e.to_string()))?;
         self.check_response_scopes(key, &response)?;
 
+        let superseded_finalizers = controller.state().superseded_finalizers.clone();
         let plan = {
             let current = |k: &ObjectKey| self.cache.get(k);
             // Looked up per object, not copied: the map holds every object
@@ -718,6 +842,7 @@ impl<B: ClusterBackend> Engine<B> {
                 children: &children,
                 current: &current,
                 last_applied: &last_applied,
+                superseded_finalizers: &superseded_finalizers,
             };
             plan::plan(&observed, response).map_err(|e| (e.reason().to_string(), e.to_string()))?
         };
@@ -807,32 +932,32 @@ impl<B: ClusterBackend> Engine<B> {
                 message: event.message,
             });
         }
-        let release = match (&metadata.finalizer, plan.remove_finalizer) {
-            (_, Some(finalizer)) => Some(finalizer),
-            (Some(finalizer), None)
-                if !refused_in_terminating.is_empty() && has_finalizer(&primary, finalizer) =>
-            {
-                Some(finalizer.clone())
-            }
-            _ => None,
-        };
+        // A cleanup that can never run (its creates refused by a
+        // terminating namespace) releases every finalizer this plugin
+        // answers for, its own and superseded ones.
+        let mut release = plan.remove_finalizers;
         if !refused_in_terminating.is_empty() {
+            for finalizer in metadata.finalizer.iter().chain(&superseded_finalizers) {
+                if has_finalizer(&primary, finalizer) && !release.contains(finalizer) {
+                    release.push(finalizer.clone());
+                }
+            }
             let refused: Vec<String> = refused_in_terminating
                 .iter()
                 .map(ToString::to_string)
                 .collect();
             // No Event: a terminating namespace refuses new Events too.
             tracing::warn!(
-                "namespace {} is being deleted and refuses new objects ({}); the cleanup cannot create them, so the finalizer {} is removed to let the deletion finish",
+                "namespace {} is being deleted and refuses new objects ({}); the cleanup cannot create them, so the finalizers [{}] are removed to let the deletion finish",
                 key.namespace.as_deref().unwrap_or(""),
                 refused.join(", "),
-                release.as_deref().unwrap_or("(none)"),
+                release.join(", "),
             );
             changes.push(Change::RefusedInTerminatingNamespace(
                 refused_in_terminating,
             ));
         }
-        if let Some(finalizer) = release {
+        for finalizer in release {
             self.backend
                 .remove_finalizer(&primary_key, &finalizer)
                 .await

@@ -17,7 +17,9 @@
 //! - deletes and prunes carry the uid of the object the reconcile saw, so a
 //!   namesake created since is left alone;
 //! - status is written only when it differs;
-//! - the finalizer is released only when the plugin says cleanup is done.
+//! - the finalizer is released only when the plugin says cleanup is done,
+//!   and with it any finalizer of an earlier version it answers for (see
+//!   [`super::finalizer_handover`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
@@ -70,7 +72,9 @@ pub struct Plan {
     /// The new status, only when it differs from the primary's.
     pub status: Option<Value>,
     pub events: Vec<Event>,
-    pub remove_finalizer: Option<String>,
+    /// Finalizers to remove, in order: the plugin's own, then superseded
+    /// ones of earlier versions, each only if the primary carries it.
+    pub remove_finalizers: Vec<String>,
     pub requeue_after: Option<Duration>,
 }
 
@@ -80,7 +84,7 @@ impl Plan {
         self.applies.is_empty()
             && self.deletes.is_empty()
             && self.status.is_none()
-            && self.remove_finalizer.is_none()
+            && self.remove_finalizers.is_empty()
     }
 }
 
@@ -94,6 +98,8 @@ pub struct Observed<'a> {
     pub current: &'a dyn Fn(&ObjectKey) -> Option<Value>,
     /// The fingerprint of what this host last applied to an object.
     pub last_applied: &'a dyn Fn(&ObjectKey) -> Option<u64>,
+    /// Finalizers of earlier versions of the plugin that it now answers for.
+    pub superseded_finalizers: &'a BTreeSet<String>,
 }
 
 /// Why a response cannot be carried out, though every item is well formed:
@@ -216,13 +222,17 @@ pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, Re
         }
     }
 
-    let deleting = is_deleting(primary);
-    if let Some(finalizer) = &observed.metadata.finalizer
-        && deleting
-        && response.finalized
-        && has_finalizer(primary, finalizer)
-    {
-        plan.remove_finalizer = Some(finalizer.clone());
+    if is_deleting(primary) && response.finalized {
+        for finalizer in observed
+            .metadata
+            .finalizer
+            .iter()
+            .chain(observed.superseded_finalizers)
+        {
+            if has_finalizer(primary, finalizer) && !plan.remove_finalizers.contains(finalizer) {
+                plan.remove_finalizers.push(finalizer.clone());
+            }
+        }
     }
     Ok(plan)
 }
@@ -447,6 +457,28 @@ mod tests {
         last: Option<u64>,
         r: ValidResponse,
     ) -> Result<Plan, Refusal> {
+        try_run_superseding(primary, children, cluster, last, r, &BTreeSet::new())
+    }
+
+    fn run_superseding(
+        primary: &Value,
+        children: &[Value],
+        cluster: &[Value],
+        last: Option<u64>,
+        r: ValidResponse,
+        superseded: &BTreeSet<String>,
+    ) -> Plan {
+        try_run_superseding(primary, children, cluster, last, r, superseded).unwrap()
+    }
+
+    fn try_run_superseding(
+        primary: &Value,
+        children: &[Value],
+        cluster: &[Value],
+        last: Option<u64>,
+        r: ValidResponse,
+        superseded: &BTreeSet<String>,
+    ) -> Result<Plan, Refusal> {
         let current = |k: &ObjectKey| {
             cluster
                 .iter()
@@ -461,6 +493,7 @@ mod tests {
             children,
             current: &current,
             last_applied: &last_applied,
+            superseded_finalizers: superseded,
         };
         plan(&observed, r)
     }
@@ -686,23 +719,56 @@ mod tests {
         let mut done = response(vec![]);
         done.finalized = true;
         assert_eq!(
-            run(&deleting, &[], &[], None, done.clone())
-                .remove_finalizer
-                .as_deref(),
-            Some("example.com/cleanup")
+            run(&deleting, &[], &[], None, done.clone()).remove_finalizers,
+            ["example.com/cleanup"]
         );
         assert!(
             run(&deleting, &[], &[], None, response(vec![]))
-                .remove_finalizer
-                .is_none(),
+                .remove_finalizers
+                .is_empty(),
             "not done yet"
         );
         let alive = primary(
             json!({"metadata": {"name": "web", "namespace": "d", "uid": "u-1", "finalizers": ["example.com/cleanup"]}}),
         );
         assert!(
-            run(&alive, &[], &[], None, done).remove_finalizer.is_none(),
+            run(&alive, &[], &[], None, done)
+                .remove_finalizers
+                .is_empty(),
             "not deleting"
+        );
+    }
+
+    #[test]
+    fn finalized_also_releases_superseded_finalizers_the_object_carries() {
+        let deleting = primary(
+            json!({"metadata": {"name": "web", "namespace": "d", "uid": "u-1",
+            "deletionTimestamp": "2024-01-01T00:00:00Z", "finalizers": ["example.com/old", "other.io/keep"]}}),
+        );
+        let superseded: BTreeSet<String> = ["example.com/old", "example.com/older"]
+            .map(String::from)
+            .into();
+        let mut done = response(vec![]);
+        done.finalized = true;
+        assert_eq!(
+            run_superseding(&deleting, &[], &[], None, done.clone(), &superseded).remove_finalizers,
+            ["example.com/old"],
+            "only those it carries; never another controller's"
+        );
+        assert!(
+            run_superseding(&deleting, &[], &[], None, response(vec![]), &superseded)
+                .remove_finalizers
+                .is_empty(),
+            "not before the new version says finalized"
+        );
+        let both = primary(
+            json!({"metadata": {"name": "web", "namespace": "d", "uid": "u-1",
+            "deletionTimestamp": "2024-01-01T00:00:00Z", "finalizers": ["example.com/old", "example.com/cleanup"]}}),
+        );
+        assert_eq!(
+            run_superseding(&both, &[], &[], None, done, &superseded).remove_finalizers,
+            ["example.com/cleanup", "example.com/old"],
+            "its own first"
         );
     }
 

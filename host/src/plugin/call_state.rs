@@ -18,6 +18,8 @@ use super::object_reader::ObjectReader;
 pub(crate) struct ReconcileScope {
     pub metadata: Arc<PluginMetadata>,
     pub reader: Arc<dyn ObjectReader>,
+    /// Where the primary lives: same-namespace read kinds stay there.
+    pub primary_namespace: Option<String>,
 }
 
 /// The data of one store: lives exactly as long as one call.
@@ -145,15 +147,34 @@ impl wasmtime_wasi::HostWallClock for FixedWallClock {
     }
 }
 
+/// What one cache read may see, once the plugin's rules allowed it.
+struct Permitted<'a> {
+    reader: &'a Arc<dyn ObjectReader>,
+    projection: Projection,
+    namespace: Option<&'a str>,
+}
+
 impl CallState {
-    /// The reader and the projection for `kind`, if the plugin may read it.
-    fn readable(&self, kind: &KindRef) -> Result<(&Arc<dyn ObjectReader>, Projection), String> {
+    /// The reader, projection and namespace for a read of `kind` in
+    /// `namespace`, if the plugin may make it.
+    fn readable<'a>(
+        &'a self,
+        kind: &KindRef,
+        namespace: Option<&'a str>,
+    ) -> Result<Permitted<'a>, String> {
         let scope = self
             .scope
             .as_ref()
             .ok_or("the cache cannot be read while reporting metadata")?;
-        scope.metadata.check_readable(kind)?;
-        Ok((&scope.reader, scope.metadata.projection_of(kind)))
+        let namespace =
+            scope
+                .metadata
+                .check_read(kind, namespace, scope.primary_namespace.as_deref())?;
+        Ok(Permitted {
+            reader: &scope.reader,
+            projection: scope.metadata.projection_of(kind),
+            namespace,
+        })
     }
 }
 
@@ -167,8 +188,10 @@ impl cache::Host for CallState {
         name: String,
     ) -> Result<Option<String>, String> {
         let kind = kind_from_wit(kind);
-        let (reader, projection) = self.readable(&kind)?;
-        Ok(reader.get(&kind, namespace.as_deref(), &name, projection))
+        let read = self.readable(&kind, namespace.as_deref())?;
+        Ok(read
+            .reader
+            .get(&kind, read.namespace, &name, read.projection))
     }
 
     fn list(
@@ -178,8 +201,9 @@ impl cache::Host for CallState {
         label_selector: String,
     ) -> Result<Vec<String>, String> {
         let kind = kind_from_wit(kind);
-        let (reader, projection) = self.readable(&kind)?;
-        reader.list(&kind, namespace.as_deref(), &label_selector, projection)
+        let read = self.readable(&kind, namespace.as_deref())?;
+        read.reader
+            .list(&kind, read.namespace, &label_selector, read.projection)
     }
 }
 
@@ -214,5 +238,95 @@ impl log::Host for CallState {
                 tracing::error!(target: "plugin", plugin, object, fields, "{message}")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use reconciler_sdk::MapRule;
+    use reconciler_sdk::memory_cache::MemoryCache;
+    use serde_json::json;
+
+    use super::*;
+
+    fn state(primary_namespace: Option<&str>) -> CallState {
+        let metadata = PluginMetadata::new(
+            "podset",
+            "1",
+            KindRef::new("example.com", "v1alpha1", "PodSet"),
+        )
+        .reads_in_namespace(KindRef::new("", "v1", "Pod"), MapRule::None, true);
+        let mut cache = MemoryCache::new();
+        for (namespace, name) in [("team-a", "mine"), ("team-b", "theirs")] {
+            cache
+                .insert(json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": namespace}}))
+                .unwrap();
+        }
+        CallState {
+            wasi: wasmtime_wasi::WasiCtxBuilder::new().build(),
+            table: ResourceTable::new(),
+            limiter: MemoryCap {
+                limit_bytes: 1 << 20,
+                hit: false,
+            },
+            scope: Some(ReconcileScope {
+                metadata: Arc::new(metadata),
+                reader: Arc::new(cache),
+                primary_namespace: primary_namespace.map(str::to_string),
+            }),
+            now_millis: 0,
+            plugin: "podset".into(),
+            object: "team-a/web".into(),
+        }
+    }
+
+    fn pod() -> types::KindRef {
+        types::KindRef {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "Pod".into(),
+        }
+    }
+
+    fn names(listed: Vec<String>) -> Vec<String> {
+        listed
+            .iter()
+            .map(|text| {
+                let object: serde_json::Value = serde_json::from_str(text).unwrap();
+                object["metadata"]["name"].as_str().unwrap().to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_same_namespace_read_kind_is_listed_only_in_the_primarys_namespace() {
+        let mut state = state(Some("team-a"));
+        let own = cache::Host::list(&mut state, pod(), Some("team-a".into()), String::new());
+        assert_eq!(names(own.unwrap()), ["mine"]);
+        let unnamed = cache::Host::list(&mut state, pod(), None, String::new());
+        assert_eq!(
+            names(unnamed.unwrap()),
+            ["mine"],
+            "no namespace is the primary's"
+        );
+        let err =
+            cache::Host::list(&mut state, pod(), Some("team-b".into()), String::new()).unwrap_err();
+        assert!(
+            err.contains("same-namespace read kind") && err.contains("\"team-b\""),
+            "{err}"
+        );
+        let err = cache::Host::get(&mut state, pod(), Some("team-b".into()), "theirs".into())
+            .unwrap_err();
+        assert!(err.contains("same-namespace read kind"), "{err}");
+        let own = cache::Host::get(&mut state, pod(), None, "mine".into()).unwrap();
+        assert!(own.is_some(), "get without a namespace reads the primary's");
+    }
+
+    #[test]
+    fn a_cluster_scoped_primary_reads_every_namespace() {
+        let mut state = state(None);
+        let all = cache::Host::list(&mut state, pod(), None, String::new());
+        assert_eq!(names(all.unwrap()), ["mine", "theirs"]);
     }
 }

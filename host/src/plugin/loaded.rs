@@ -34,7 +34,8 @@ pub struct LoadedPlugin {
 /// One object to reconcile, as the host observed it.
 pub struct ReconcileInput {
     pub request: ReconcileRequest,
-    /// `metadata.namespace` of the primary: confines what may be applied.
+    /// `metadata.namespace` of the primary: confines what may be applied,
+    /// and where same-namespace read kinds may be read.
     pub primary_namespace: Option<String>,
     /// `namespace/name` of the primary, for logs.
     pub object: String,
@@ -89,6 +90,7 @@ impl LoadedPlugin {
         let scope = ReconcileScope {
             metadata: self.metadata.clone(),
             reader: input.reader,
+            primary_namespace: input.primary_namespace.clone(),
         };
         let (mut store, output) = new_store(
             &self.pre,
@@ -245,6 +247,7 @@ fn metadata_from_wit(m: types::PluginMetadata) -> PluginMetadata {
                     types::MapRule::None => MapRule::None,
                 },
                 metadata_only: r.metadata_only,
+                same_namespace: r.same_namespace,
             })
             .collect(),
         writes: m.writes.into_iter().map(kind_from_wit).collect(),

@@ -5,8 +5,9 @@ use reconciler_sdk::contract::Projection;
 use reconciler_sdk::memory_cache::MemoryCache;
 
 /// The host cache as one reconcile sees it. The runtime enforces that the
-/// plugin asks only for kinds it declared, and picks the projection from its
-/// metadata; implementations just answer.
+/// plugin asks only for kinds it declared (same-namespace read kinds only in
+/// the primary's namespace), and picks the projection from its metadata;
+/// implementations just answer.
 pub trait ObjectReader: Send + Sync {
     /// One object as JSON.
     fn get(

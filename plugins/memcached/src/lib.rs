@@ -72,7 +72,7 @@ impl Reconciler for Memcacheds {
             KindRef::new("example.com", "v1alpha1", "Memcached"),
         )
         .owns(KindRef::of::<Deployment>())
-        .reads(
+        .reads_in_namespace(
             KindRef::of::<Pod>(),
             MapRule::Label(MEMCACHED_LABEL.into()),
             true,

@@ -60,7 +60,7 @@ impl Reconciler for PodSets {
             KindRef::new("example.com", "v1alpha1", "PodSet"),
         )
         .owns(KindRef::of::<Deployment>())
-        .reads(
+        .reads_in_namespace(
             KindRef::of::<Pod>(),
             MapRule::Label(PODSET_LABEL.into()),
             true,

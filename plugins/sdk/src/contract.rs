@@ -13,7 +13,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The contract version this SDK and host speak: the WIT package version.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";
 /// The WIT package name, without version.
 pub const CONTRACT_PACKAGE: &str = "reconciler:plugin";
 
@@ -124,6 +124,9 @@ pub struct ReadKind {
     pub maps_by: MapRule,
     #[serde(default)]
     pub metadata_only: bool,
+    /// Reads of this kind stay in the primary's namespace.
+    #[serde(default)]
+    pub same_namespace: bool,
 }
 
 /// The plugin's requests of its sandbox and scheduling; `None` means the
@@ -189,6 +192,34 @@ impl PluginMetadata {
                 "plugin {:?} did not declare {kind}: add it to owns, reads or writes in its metadata to read it",
                 self.name
             ))
+        }
+    }
+
+    /// The cache import's rules for one `get` or `list` of `kind` in
+    /// `namespace` (`None`: every namespace), made while reconciling a
+    /// primary in `primary_namespace` (`None`: a cluster-scoped primary).
+    /// The kind must be declared; a read kind declared same-namespace may be
+    /// read only in the primary's namespace. Returns the namespace to read:
+    /// for such a kind, none means the primary's.
+    pub fn check_read<'a>(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&'a str>,
+        primary_namespace: Option<&'a str>,
+    ) -> Result<Option<&'a str>, String> {
+        self.check_readable(kind)?;
+        let confined = self
+            .reads
+            .iter()
+            .any(|r| r.same_namespace && &r.kind == kind);
+        match (confined, primary_namespace, namespace) {
+            (false, _, namespace) | (true, None, namespace) => Ok(namespace),
+            (true, Some(primary), None) => Ok(Some(primary)),
+            (true, Some(primary), Some(asked)) if asked == primary => Ok(Some(asked)),
+            (true, Some(primary), Some(asked)) => Err(format!(
+                "plugin {:?} declared {kind} a same-namespace read kind, so it reads it only in its primary's namespace {primary:?}, not in {asked:?}: declare it with `reads` instead of `reads_in_namespace` (sameNamespace: false) to read across namespaces",
+                self.name
+            )),
         }
     }
 
@@ -335,12 +366,30 @@ impl PluginMetadata {
     }
 
     /// Declares a read kind, how its events map to a primary, and whether only
-    /// its metadata is needed.
+    /// its metadata is needed. The plugin may read it in any namespace.
     pub fn reads(mut self, kind: KindRef, maps_by: MapRule, metadata_only: bool) -> Self {
         self.reads.push(ReadKind {
             kind,
             maps_by,
             metadata_only,
+            same_namespace: false,
+        });
+        self
+    }
+
+    /// Declares a read kind like [`Self::reads`], confined to the primary's
+    /// namespace: reading it in another namespace is an error.
+    pub fn reads_in_namespace(
+        mut self,
+        kind: KindRef,
+        maps_by: MapRule,
+        metadata_only: bool,
+    ) -> Self {
+        self.reads.push(ReadKind {
+            kind,
+            maps_by,
+            metadata_only,
+            same_namespace: true,
         });
         self
     }
@@ -359,5 +408,74 @@ impl PluginMetadata {
     pub fn hints(mut self, hints: Hints) -> Self {
         self.hints = hints;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> KindRef {
+        KindRef::new("", "v1", "Pod")
+    }
+
+    fn confined() -> PluginMetadata {
+        PluginMetadata::new("podset", "1", KindRef::new("example.com", "v1", "PodSet"))
+            .reads_in_namespace(pod(), MapRule::Label("podset".into()), true)
+            .reads(KindRef::new("", "v1", "Secret"), MapRule::None, false)
+    }
+
+    #[test]
+    fn a_same_namespace_read_kind_is_read_only_in_the_primarys_namespace() {
+        let m = confined();
+        assert_eq!(
+            m.check_read(&pod(), Some("team-a"), Some("team-a")),
+            Ok(Some("team-a"))
+        );
+        assert_eq!(
+            m.check_read(&pod(), None, Some("team-a")),
+            Ok(Some("team-a")),
+            "no namespace means the primary's, not every namespace"
+        );
+        let err = m
+            .check_read(&pod(), Some("kube-system"), Some("team-a"))
+            .unwrap_err();
+        assert!(
+            err.contains("v1 Pod a same-namespace read kind")
+                && err.contains("\"team-a\"")
+                && err.contains("\"kube-system\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn other_read_kinds_and_cluster_scoped_primaries_read_across_namespaces() {
+        let m = confined();
+        let secret = KindRef::new("", "v1", "Secret");
+        assert_eq!(
+            m.check_read(&secret, Some("other"), Some("team-a")),
+            Ok(Some("other"))
+        );
+        assert_eq!(m.check_read(&secret, None, Some("team-a")), Ok(None));
+        assert_eq!(m.check_read(&pod(), Some("other"), None), Ok(Some("other")));
+        assert_eq!(m.check_read(&pod(), None, None), Ok(None));
+        assert!(
+            m.check_read(&KindRef::new("", "v1", "Node"), None, None)
+                .unwrap_err()
+                .contains("did not declare v1 Node")
+        );
+    }
+
+    #[test]
+    fn same_namespace_is_part_of_the_serialised_metadata() {
+        let text = serde_json::to_string(&confined()).unwrap();
+        assert!(text.contains("\"sameNamespace\":true"), "{text}");
+        let back: PluginMetadata = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, confined());
+        let old: ReadKind = serde_json::from_str(
+            r#"{"apiVersion": "v1", "kind": "Pod", "mapsBy": {"rule": "none"}}"#,
+        )
+        .unwrap();
+        assert!(!old.same_namespace, "absent means across namespaces");
     }
 }

@@ -110,6 +110,7 @@ fn metadata_to_wit(m: PluginMetadata) -> wit_types::PluginMetadata {
                      kind,
                      maps_by,
                      metadata_only,
+                     same_namespace,
                  }| wit_types::ReadKind {
                     kind: kind_to_wit(kind),
                     maps_by: match maps_by {
@@ -119,6 +120,7 @@ fn metadata_to_wit(m: PluginMetadata) -> wit_types::PluginMetadata {
                         MapRule::None => wit_types::MapRule::None,
                     },
                     metadata_only: *metadata_only,
+                    same_namespace: *same_namespace,
                 },
             )
             .collect(),

@@ -1,8 +1,8 @@
 //! A native test harness: run a [`Reconciler`] without Wasm.
 //!
 //! The harness stands in for the host: an in-memory cache answers `get` and
-//! `list` with the host's rules (declared kinds only, label selectors, stable
-//! order), the clock is whatever you set, and the request is assembled the
+//! `list` with the host's rules (declared kinds only, same-namespace read
+//! kinds only in the primary's namespace, label selectors, stable order), the clock is whatever you set, and the request is assembled the
 //! way the host assembles it (children by controller ownerReference,
 //! `deleting` from the deletionTimestamp). The call goes through the same
 //! JSON boundary as the compiled plugin.
@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::contract::{Event, KindRef, LogLevel, ObjectRef, PluginMetadata, ReconcileResponse};
-use crate::memory_cache::MemoryCache;
+use crate::memory_cache::{MemoryCache, namespace_of};
 use crate::{HostApi, Reconciler};
 
 /// The clock of a test that sets none: 2024-01-01T00:00:00Z. Shared with
@@ -98,21 +98,40 @@ impl<R: Reconciler> Harness<R> {
     pub fn reconcile<P: Serialize>(&self, primary: &P) -> Result<Outcome, String> {
         let primary = serde_json::to_value(primary).expect("primary serialises to JSON");
         let request = self.cache.request_for(&primary, &self.metadata.owns);
-        crate::dispatch::<R>(&request, self).map(|response| Outcome { response })
+        let host = self.host_for(namespace_of(&primary));
+        crate::dispatch::<R>(&request, &host).map(|response| Outcome { response })
+    }
+
+    /// The host side of one reconcile of a primary in `primary_namespace`,
+    /// for calling [`crate::dispatch`] directly (benchmarks do).
+    pub fn host_for(&self, primary_namespace: Option<&str>) -> HarnessHost<'_, R> {
+        HarnessHost {
+            harness: self,
+            primary_namespace: primary_namespace.map(str::to_string),
+        }
     }
 }
 
-impl<R> HostApi for Harness<R> {
+/// One reconcile's view of the harness: reads are checked against the
+/// primary it is for, as the host checks them.
+pub struct HarnessHost<'a, R> {
+    harness: &'a Harness<R>,
+    primary_namespace: Option<String>,
+}
+
+impl<R> HostApi for HarnessHost<'_, R> {
     fn get(
         &self,
         kind: &KindRef,
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<String>, String> {
-        self.metadata.check_readable(kind)?;
+        let metadata = &self.harness.metadata;
+        let namespace = metadata.check_read(kind, namespace, self.primary_namespace.as_deref())?;
         Ok(self
+            .harness
             .cache
-            .get_json(kind, namespace, name, self.metadata.projection_of(kind)))
+            .get_json(kind, namespace, name, metadata.projection_of(kind)))
     }
 
     fn list(
@@ -121,17 +140,19 @@ impl<R> HostApi for Harness<R> {
         namespace: Option<&str>,
         selector: &str,
     ) -> Result<Vec<String>, String> {
-        self.metadata.check_readable(kind)?;
-        self.cache
-            .list_json(kind, namespace, selector, self.metadata.projection_of(kind))
+        let metadata = &self.harness.metadata;
+        let namespace = metadata.check_read(kind, namespace, self.primary_namespace.as_deref())?;
+        self.harness
+            .cache
+            .list_json(kind, namespace, selector, metadata.projection_of(kind))
     }
 
     fn now_millis(&self) -> i64 {
-        self.now_millis
+        self.harness.now_millis
     }
 
     fn log(&self, level: LogLevel, message: &str, fields: &[(String, String)]) {
-        self.logs.borrow_mut().push(LogEntry {
+        self.harness.logs.borrow_mut().push(LogEntry {
             level,
             message: message.to_string(),
             fields: fields.to_vec(),
@@ -191,5 +212,68 @@ impl Outcome {
 
     pub fn finalized(&self) -> bool {
         self.response.finalized
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{Context, Error, MapRule, Object, PartialObject, Response};
+
+    /// Lists Pods in the namespace its spec names ("" for none) and reports
+    /// their names in its status.
+    struct PodCounter;
+
+    #[derive(Default, Serialize, serde::Deserialize)]
+    struct Spec {
+        namespace: String,
+    }
+
+    impl Reconciler for PodCounter {
+        type Primary = Object<Spec>;
+
+        fn metadata() -> PluginMetadata {
+            PluginMetadata::new("counter", "1", KindRef::new("example.com", "v1", "Counter"))
+                .reads_in_namespace(KindRef::new("", "v1", "Pod"), MapRule::None, true)
+        }
+
+        fn reconcile(counter: Self::Primary, ctx: &Context) -> Result<Response, Error> {
+            let namespace = Some(counter.spec.namespace.as_str()).filter(|n| !n.is_empty());
+            let pods: Vec<PartialObject> =
+                ctx.list_as(&KindRef::new("", "v1", "Pod"), namespace, "")?;
+            let names: Vec<&str> = pods.iter().map(|p| p.name()).collect();
+            Response::new().status(&json!({ "pods": names }))
+        }
+    }
+
+    fn counter(namespace: &str) -> serde_json::Value {
+        json!({"apiVersion": "example.com/v1", "kind": "Counter",
+            "metadata": {"name": "c", "namespace": "team-a"}, "spec": {"namespace": namespace}})
+    }
+
+    fn pod(namespace: &str, name: &str) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}})
+    }
+
+    #[test]
+    fn the_harness_confines_same_namespace_reads_as_the_host_does() {
+        let harness = Harness::<PodCounter>::new()
+            .with(&pod("team-a", "mine"))
+            .with(&pod("team-b", "theirs"));
+        for asked in ["team-a", ""] {
+            let outcome = harness.reconcile(&counter(asked)).unwrap();
+            assert_eq!(
+                outcome.status::<serde_json::Value>().unwrap(),
+                Some(json!({"pods": ["mine"]})),
+                "namespace {asked:?}"
+            );
+        }
+        let err = harness.reconcile(&counter("team-b")).unwrap_err();
+        assert!(
+            err.contains("same-namespace read kind") && err.contains("\"team-b\""),
+            "{err}"
+        );
     }
 }

@@ -8,6 +8,7 @@
 mod finalizers;
 mod metadata_rules;
 mod ownership;
+mod reads;
 mod scope;
 mod scripted;
 
@@ -34,32 +35,41 @@ pub type Hostile = Object<HostileSpec>;
 
 pub struct Hostiles;
 
-// Built three ways for the hot-reload tests: as is; with `v2`, a new version
-// that behaves differently; with `rival`, another plugin that claims the
-// same primary kind. And two ways for the scope rule: with `cluster-scope`,
-// a namespaced primary that also owns ClusterRoles (refused at load); with
-// `cluster-primary`, a plugin of the cluster-scoped ClusterHostile kind.
-#[cfg(not(any(feature = "v2", feature = "rival", feature = "cluster-primary")))]
-const NAME: &str = "hostile";
-#[cfg(not(any(feature = "v2", feature = "rival", feature = "cluster-primary")))]
-const VERSION: &str = "0.1.0";
-#[cfg(feature = "v2")]
-const NAME: &str = "hostile";
-#[cfg(feature = "v2")]
-const VERSION: &str = "0.2.0";
-#[cfg(feature = "rival")]
-const NAME: &str = "rival";
-#[cfg(feature = "rival")]
-const VERSION: &str = "0.1.0";
-#[cfg(feature = "cluster-primary")]
-const NAME: &str = "cluster-hostile";
-#[cfg(feature = "cluster-primary")]
-const VERSION: &str = "0.1.0";
-
-#[cfg(not(feature = "cluster-primary"))]
-const PRIMARY_KIND: &str = "Hostile";
-#[cfg(feature = "cluster-primary")]
-const PRIMARY_KIND: &str = "ClusterHostile";
+// Built several ways: as is; for the hot-reload tests, with `v2`, a new
+// version that behaves differently, with `rival`, another plugin that claims
+// the same primary kind, with `renamed-finalizer` and `no-finalizer`, new
+// versions whose finalizer is renamed or gone; for the scope rule, with
+// `cluster-scope`, a namespaced primary that also owns ClusterRoles (refused
+// at load), with `cluster-primary`, a plugin of the cluster-scoped
+// ClusterHostile kind.
+const NAME: &str = if cfg!(feature = "rival") {
+    "rival"
+} else if cfg!(feature = "cluster-primary") {
+    "cluster-hostile"
+} else {
+    "hostile"
+};
+const VERSION: &str = if cfg!(feature = "v2") {
+    "0.2.0"
+} else if cfg!(feature = "renamed-finalizer") {
+    "0.3.0"
+} else if cfg!(feature = "no-finalizer") {
+    "0.4.0"
+} else {
+    "0.1.0"
+};
+const FINALIZER: Option<&str> = if cfg!(feature = "renamed-finalizer") {
+    Some("hostile.example.com/cleanup-v2")
+} else if cfg!(feature = "no-finalizer") {
+    None
+} else {
+    Some("hostile.example.com/cleanup")
+};
+const PRIMARY_KIND: &str = if cfg!(feature = "cluster-primary") {
+    "ClusterHostile"
+} else {
+    "Hostile"
+};
 
 pub(crate) fn config_map(name: &str, extra: serde_json::Value) -> serde_json::Value {
     let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
@@ -88,18 +98,23 @@ impl Reconciler for Hostiles {
             "v1",
             "ClusterRole",
         ));
-        metadata
-            // Pods are read as metadata by the first version and whole by v2,
-            // so a reload can be seen to change how the host watches them.
-            .reads(
+        let metadata = metadata
+            // Pods are read as metadata by the first version and whole by
+            // v2, so a reload can be seen to change how the host watches
+            // them; and only in the primary's namespace, for the
+            // read-confinement modes.
+            .reads_in_namespace(
                 KindRef::new("", "v1", "Pod"),
                 MapRule::None,
                 !cfg!(feature = "v2"),
             )
             // Patched without owning: the capability tests try to sneak
             // ownership and host-owned fields in through a written kind.
-            .writes(KindRef::new("", "v1", "ServiceAccount"))
-            .finalizer("hostile.example.com/cleanup")
+            .writes(KindRef::new("", "v1", "ServiceAccount"));
+        match FINALIZER {
+            Some(finalizer) => metadata.finalizer(finalizer),
+            None => metadata,
+        }
     }
 
     fn reconcile(hostile: Hostile, ctx: &Context) -> Result<Response, Error> {
@@ -124,6 +139,7 @@ impl Reconciler for Hostiles {
             .or_else(|| metadata_rules::attempt(mode, &hostile, ctx))
             .or_else(|| scope::attempt(mode, &hostile, ctx))
             .or_else(|| finalizers::attempt(mode, &hostile, ctx))
+            .or_else(|| reads::attempt(mode, &hostile, ctx))
             .or_else(|| scripted::attempt(mode, &hostile, ctx))
         {
             return response;
