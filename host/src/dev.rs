@@ -104,7 +104,10 @@ pub async fn run(
     for line in manifests.sync(&config.objects_dir, &cluster) {
         writeln!(out, "{}", stamp(&line))?;
     }
-    let engine = Arc::new(Engine::empty(cluster.clone(), Arc::new(RealClock)));
+    let engine = Arc::new(
+        Engine::empty(cluster.clone(), Arc::new(RealClock))
+            .with_instance_pool(sandbox.reconcile_instances()),
+    );
     let mut plugins = PluginDirectory::new(&config.plugins_dir, sandbox);
     for event in plugins.sync(&engine).await {
         writeln!(out, "{}", stamp(&event.to_string()))?;

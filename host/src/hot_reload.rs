@@ -491,7 +491,7 @@ fn refusal_for(error: &EngineError) -> Refusal {
     match error {
         EngineError::Watch { .. } => Refusal::Unwatchable,
         EngineError::PrimaryTaken { .. }
-        | EngineError::DuplicateName(_)
+        | EngineError::DuplicateName { .. }
         | EngineError::NotLoaded(_) => Refusal::Conflict,
     }
 }

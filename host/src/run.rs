@@ -105,7 +105,10 @@ pub async fn run(
         }
     }
     let selectors = config.scope.selectors.clone();
-    let engine = Arc::new(Engine::scoped(backend, Arc::new(RealClock), config.scope));
+    let engine = Arc::new(
+        Engine::scoped(backend, Arc::new(RealClock), config.scope)
+            .with_instance_pool(sandbox.reconcile_instances()),
+    );
     let sampler_engine = engine.clone();
     status.set_sampler(move || {
         (

@@ -53,6 +53,9 @@ pub struct SimulationReport {
     pub objects: Vec<Value>,
     /// Set when a plugin never settled: which plugin, which object.
     pub unsettled: Option<String>,
+    /// Plugins the engine refused, each `file: why` (a primary kind or a
+    /// name another plugin took first); the others were served.
+    pub refused: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +71,9 @@ pub enum SimulationError {
 
 /// Seeds `objects`, then runs `plugins` until nothing changes, or until the
 /// virtual clock has advanced by `config.advance`, firing requeues on the way.
+/// As `dev` does, a plugin the engine cannot serve beside those before it
+/// (a primary kind or a name already taken) is refused by file, and the
+/// others are served.
 pub async fn simulate(
     plugins: Vec<Arc<LoadedPlugin>>,
     objects: Vec<Value>,
@@ -86,12 +92,24 @@ pub async fn simulate(
                 source,
             })?;
     }
-    let engine = Engine::new(cluster.clone(), Arc::new(clock.clone()), plugins).await?;
+    let engine = Engine::empty(cluster.clone(), Arc::new(clock.clone()));
+    let mut refused = Vec::new();
+    for plugin in plugins {
+        let file = plugin.path().display().to_string();
+        match engine.add_plugin(plugin).await {
+            Ok(()) => {}
+            Err(e @ (EngineError::PrimaryTaken { .. } | EngineError::DuplicateName { .. })) => {
+                refused.push(format!("{file}: {e}"));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     let report = run(&engine, &clock, config).await;
     let report = SimulationReport {
         start_millis: config.start_millis,
         events: cluster.events(),
         objects: cluster.objects(),
+        refused,
         ..report
     };
     Ok((report, cluster))
@@ -139,12 +157,15 @@ pub async fn run<B: ClusterBackend>(
     if unsettled.is_none() && clock.now_millis() < end {
         clock.set(end);
     }
+    // Repeated Events show every occurrence, not the last count written.
+    engine.flush_events(true).await;
     SimulationReport {
         start_millis: config.start_millis,
         records,
         events: Vec::new(),
         objects: Vec::new(),
         unsettled,
+        refused: Vec::new(),
     }
 }
 
@@ -170,8 +191,20 @@ impl SimulationReport {
         out.push_str("\n# events\n");
         for e in &self.events {
             let r = &e.record;
+            // A repeated Event is one line with its count, as `kubectl get
+            // events` shows it.
+            let repeats = e
+                .series
+                .map(|s| {
+                    format!(
+                        " x{} (last {})",
+                        s.count,
+                        offset(self.start_millis, s.last_observed_millis)
+                    )
+                })
+                .unwrap_or_default();
             out.push_str(&format!(
-                "[{}] {} {} {}: {} ({})\n",
+                "[{}] {} {} {}: {} ({}){repeats}\n",
                 offset(self.start_millis, e.at_millis),
                 r.event_type,
                 r.reason,

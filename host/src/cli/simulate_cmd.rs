@@ -63,10 +63,15 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
         .build()?;
     let plugins = plugins.into_iter().map(Arc::new).collect();
     let (report, _) = runtime.block_on(simulate(plugins, objects, &config))?;
+    for refused in &report.refused {
+        eprintln!("error: {refused}");
+    }
     print!("{}", report.render());
-    Ok(if report.unsettled.is_some() || !failures.is_empty() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(
+        if report.unsettled.is_some() || !failures.is_empty() || !report.refused.is_empty() {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
 }

@@ -6,6 +6,7 @@
 //! that one object and keeps serving.
 
 mod finalizers;
+mod flood;
 mod metadata_rules;
 mod ownership;
 mod scope;
@@ -30,9 +31,10 @@ pub type Hostile = Object<HostileSpec>;
 
 pub struct Hostiles;
 
-// Built three ways for the hot-reload tests: as is; with `v2`, a new version
-// that behaves differently; with `rival`, another plugin that claims the
-// same primary kind.
+// Built four ways for the hot-reload and host-limit tests: as is; with
+// `v2`, a new version that behaves differently; with `rival`, another
+// plugin that claims the same primary kind; with `greedy`, the same plugin
+// asking for 64 reconciles at once.
 #[cfg(not(any(feature = "v2", feature = "rival")))]
 const NAME: &str = "hostile";
 #[cfg(not(any(feature = "v2", feature = "rival")))]
@@ -78,6 +80,10 @@ impl Reconciler for Hostiles {
         // ownership and host-owned fields in through a written kind.
         .writes(KindRef::new("", "v1", "ServiceAccount"))
         .finalizer("hostile.example.com/cleanup")
+        .hints(reconciler_sdk::Hints {
+            max_concurrent_reconciles: cfg!(feature = "greedy").then_some(64),
+            ..Default::default()
+        })
     }
 
     fn reconcile(hostile: Hostile, ctx: &Context) -> Result<Response, Error> {
@@ -102,6 +108,7 @@ impl Reconciler for Hostiles {
             .or_else(|| metadata_rules::attempt(mode, &hostile, ctx))
             .or_else(|| scope::attempt(mode, &hostile, ctx))
             .or_else(|| finalizers::attempt(mode, &hostile, ctx))
+            .or_else(|| flood::attempt(mode, &hostile, ctx))
         {
             return response;
         }
