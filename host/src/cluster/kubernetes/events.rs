@@ -184,6 +184,70 @@ mod tests {
         assert!(body.get("series").is_none());
     }
 
+    #[tokio::test]
+    async fn a_repeat_patches_the_series_of_the_event_created_first() {
+        let (backend, mut api) = testing::backend();
+        let server = tokio::spawn(async move {
+            let created = next(&mut api, |seen| (201, seen.body.clone())).await;
+            let patched = next(&mut api, |seen| (200, seen.body.clone())).await;
+            (created, patched)
+        });
+        let event = backend
+            .record_event(record(Some("team")))
+            .await
+            .expect("recorded");
+        let series = crate::cluster::EventSeries {
+            count: 3,
+            last_observed_millis: 1_700_000_000_123,
+        };
+        backend
+            .update_event_series(&event, series)
+            .await
+            .expect("patched");
+        let (created, patched) = server.await.unwrap();
+        let name = created.body["metadata"]["name"].as_str().unwrap();
+        assert_eq!(event.namespace, "team");
+        assert_eq!(event.name, name);
+        assert_eq!(patched.method, http::Method::PATCH);
+        assert_eq!(
+            patched.path,
+            format!("/apis/events.k8s.io/v1/namespaces/team/events/{name}")
+        );
+        assert_eq!(
+            patched.content_type.as_deref(),
+            Some("application/merge-patch+json")
+        );
+        assert_eq!(
+            patched.body,
+            serde_json::json!({"series": {"count": 3, "lastObservedTime": "2023-11-14T22:13:20.123000Z"}})
+        );
+    }
+
+    #[tokio::test]
+    async fn a_series_of_an_expired_event_is_not_found() {
+        let (backend, mut api) = testing::backend();
+        let server = tokio::spawn(async move {
+            testing::respond(&mut api, 404, testing::failure(404, "NotFound", "events \"web.1\" not found")).await
+        });
+        let event = crate::cluster::EventRef {
+            namespace: "team".into(),
+            name: "web.1".into(),
+        };
+        let series = crate::cluster::EventSeries {
+            count: 2,
+            last_observed_millis: 0,
+        };
+        let err = backend
+            .update_event_series(&event, series)
+            .await
+            .unwrap_err();
+        server.await.unwrap();
+        assert!(
+            matches!(err, crate::cluster::BackendError::NotFound { .. }),
+            "{err:?}"
+        );
+    }
+
     #[test]
     fn cluster_scoped_objects_get_events_in_default_and_unique_names() {
         let mut r = record(None);
