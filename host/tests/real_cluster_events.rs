@@ -119,7 +119,11 @@ async fn repeated_events(client: Client, namespace: &str) -> Result<()> {
     let backend = KubernetesBackend::new(client.clone());
     let recorder = EventRecorder::default();
     let event = EventRecord {
-        regarding: ObjectKey::new(KindRef::new("", "v1", "ConfigMap"), Some(namespace), "subject"),
+        regarding: ObjectKey::new(
+            KindRef::new("", "v1", "ConfigMap"),
+            Some(namespace),
+            "subject",
+        ),
         regarding_uid: subject.metadata.uid.clone(),
         event_type: EventType::Warning,
         reason: "ReconcileError".into(),
@@ -150,13 +154,10 @@ async fn repeated_events(client: Client, namespace: &str) -> Result<()> {
     );
 
     let events: Api<Event> = Api::namespaced(client, namespace);
-    let listed = tokio::time::timeout(
-        Duration::from_secs(30),
-        events.list(&ListParams::default()),
-    )
-    .await
-    .context("listing Events timed out")?
-    .context("listing Events")?;
+    let listed = tokio::time::timeout(Duration::from_secs(30), events.list(&ListParams::default()))
+        .await
+        .context("listing Events timed out")?
+        .context("listing Events")?;
     let about: Vec<&Event> = listed
         .items
         .iter()
@@ -171,10 +172,7 @@ async fn repeated_events(client: Client, namespace: &str) -> Result<()> {
         about.len(),
         listed.items
     );
-    let series = about[0]
-        .series
-        .as_ref()
-        .context("the Event has a series")?;
+    let series = about[0].series.as_ref().context("the Event has a series")?;
     ensure!(
         series.count == 6,
         "series.count is {}, not 6: {:#?}",

@@ -227,7 +227,12 @@ mod tests {
     async fn a_series_of_an_expired_event_is_not_found() {
         let (backend, mut api) = testing::backend();
         let server = tokio::spawn(async move {
-            testing::respond(&mut api, 404, testing::failure(404, "NotFound", "events \"web.1\" not found")).await
+            testing::respond(
+                &mut api,
+                404,
+                testing::failure(404, "NotFound", "events \"web.1\" not found"),
+            )
+            .await
         });
         let event = crate::cluster::EventRef {
             namespace: "team".into(),
