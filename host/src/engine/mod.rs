@@ -619,23 +619,16 @@ impl<B: ClusterBackend> Engine<B> {
                 ))
             });
         let now = self.clock.now_millis();
-        let mut too_soon = None;
+        let mut rate_limited = None;
         let outcome = {
             let mut state = controller.state();
             match outcome {
                 Ok(Some((changes, asked))) => {
                     state.queue.succeed(&key);
-                    let requeue = match asked {
-                        Some(asked) if self.requeue.is_too_soon(asked) => {
-                            let in_a_row = state.queue.requeue_too_soon(&key);
-                            too_soon = Some(asked);
-                            Some(self.requeue.schedule(asked, in_a_row))
-                        }
-                        asked => {
-                            state.queue.requeue_in_time(&key);
-                            asked.map(|asked| self.requeue.schedule(asked, 0))
-                        }
-                    };
+                    let requeue = self.requeue.next(asked, &mut state.queue, &key);
+                    if let Some(Requeue::RateLimited { .. }) = requeue {
+                        rate_limited = asked;
+                    }
                     let requeue_after = requeue.as_ref().map(Requeue::delay);
                     state.queue.done(&key, requeue_after.map(|d| at(now, d)));
                     Outcome::Applied {
@@ -678,7 +671,7 @@ impl<B: ClusterBackend> Engine<B> {
                 requeue_after: Some(delay),
                 ..
             },
-        ) = (too_soon, &record.outcome)
+        ) = (rate_limited, &record.outcome)
         {
             span.in_scope(|| {
                 tracing::debug!(

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use super::work_queue::BackoffPolicy;
+use super::work_queue::{BackoffPolicy, PrimaryKey, WorkQueue};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RequeuePolicy {
@@ -81,6 +81,27 @@ impl RequeuePolicy {
     }
 }
 
+impl RequeuePolicy {
+    /// The requeue of `key` after a reconcile that asked for `asked`, with
+    /// the queue's count of requeues too soon in a row kept up to date.
+    pub fn next(
+        &self,
+        asked: Option<Duration>,
+        queue: &mut WorkQueue,
+        key: &PrimaryKey,
+    ) -> Option<Requeue> {
+        match asked {
+            Some(asked) if self.is_too_soon(asked) => {
+                Some(self.schedule(asked, queue.requeue_too_soon(key)))
+            }
+            asked => {
+                queue.requeue_in_time(key);
+                asked.map(|asked| self.schedule(asked, 0))
+            }
+        }
+    }
+}
+
 /// `now` plus `delay` in epoch millis, saturating rather than wrapping.
 pub fn at(now_millis: i64, delay: Duration) -> i64 {
     now_millis.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX))
@@ -115,6 +136,35 @@ mod tests {
         let forever = Duration::from_millis(u64::MAX);
         assert_eq!(p.schedule(forever, 0), Requeue::After(p.max));
         assert_eq!(p.max, Duration::from_secs(86_400));
+    }
+
+    #[test]
+    fn the_backoff_of_an_object_resets_when_it_asks_in_time_or_not_at_all() {
+        let p = RequeuePolicy::default();
+        let mut queue = WorkQueue::new();
+        let key = PrimaryKey {
+            namespace: None,
+            name: "a".into(),
+        };
+        let mut soon = || p.next(Some(Duration::ZERO), &mut queue, &key);
+        let delays: Vec<Option<Duration>> = (0..3).map(|_| soon().map(|r| r.delay())).collect();
+        let secs = |n| Some(Duration::from_secs(n));
+        assert_eq!(delays, [secs(1), secs(2), secs(4)]);
+        assert_eq!(p.next(None, &mut queue, &key), None);
+        assert_eq!(
+            p.next(Some(Duration::ZERO), &mut queue, &key)
+                .map(|r| r.delay()),
+            secs(1)
+        );
+        assert_eq!(
+            p.next(Some(Duration::from_secs(5)), &mut queue, &key),
+            Some(Requeue::After(Duration::from_secs(5)))
+        );
+        assert_eq!(
+            p.next(Some(Duration::ZERO), &mut queue, &key)
+                .map(|r| r.delay()),
+            secs(1)
+        );
     }
 
     #[test]
