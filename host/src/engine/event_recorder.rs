@@ -84,7 +84,9 @@ pub enum Recorded {
 }
 
 /// The object, who reports, and what: occurrences that are the same Event.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// Ordered, so a flush takes its objects' last writes in the same order
+/// every run (`simulate` prints the same output for the same input).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct SeriesKey {
     regarding: ObjectKey,
     regarding_uid: Option<String>,
@@ -239,12 +241,16 @@ impl EventRecorder {
         let due: Vec<(SeriesKey, EventRef, EventSeries)> = {
             let mut state = self.lock();
             let RecorderState { series, buckets } = &mut *state;
+            let mut behind: Vec<(&SeriesKey, &Series)> = series
+                .iter()
+                .filter(|(_, s)| {
+                    s.behind() && (all || now_millis.saturating_sub(s.written_at_millis) >= refresh)
+                })
+                .collect();
+            behind.sort_by(|a, b| a.0.cmp(b.0));
             let mut due = Vec::new();
-            for (key, s) in series.iter() {
-                let ripe = all || now_millis.saturating_sub(s.written_at_millis) >= refresh;
-                if s.behind()
-                    && ripe
-                    && let Some(event) = &s.event
+            for (key, s) in behind {
+                if let Some(event) = &s.event
                     && self.take_token(buckets, key.bucket(), now_millis)
                 {
                     let counted = EventSeries {
