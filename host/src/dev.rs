@@ -118,7 +118,8 @@ pub async fn run(
     for line in manifests.sync(&config.objects_dir, &cluster) {
         writeln!(out, "{}", stamp(&line))?;
     }
-    let mut engine = Engine::empty(cluster.clone(), Arc::new(RealClock));
+    let mut engine = Engine::empty(cluster.clone(), Arc::new(RealClock))
+        .with_instance_pool(sandbox.reconcile_instances());
     if let Some(dir) = &config.record {
         let recorder = CaseRecorder::new(dir, "dev")
             .map_err(|e| anyhow::anyhow!("cannot record into {}: {e}", dir.display()))?;

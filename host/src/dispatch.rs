@@ -19,6 +19,10 @@ use crate::engine::{Engine, ReconcileRecord};
 /// of a change arriving while nothing else is due.
 const POLL: Duration = Duration::from_millis(50);
 
+/// How often counts of repeated Events that are behind are written (each
+/// series at most once per its own refresh interval).
+const EVENT_FLUSH: Duration = Duration::from_secs(5);
+
 /// Told of every finished reconcile and how long it took (metrics).
 pub type OnFinished = Arc<dyn Fn(&ReconcileRecord, Duration) + Send + Sync>;
 
@@ -29,6 +33,7 @@ pub struct Dispatcher<B: ClusterBackend> {
     done_rx: mpsc::UnboundedReceiver<ReconcileRecord>,
     /// Reconciles spawned whose record has not been collected.
     outstanding: usize,
+    last_event_flush: std::time::Instant,
 }
 
 impl<B: ClusterBackend> Dispatcher<B> {
@@ -40,6 +45,7 @@ impl<B: ClusterBackend> Dispatcher<B> {
             done_tx,
             done_rx,
             outstanding: 0,
+            last_event_flush: std::time::Instant::now(),
         }
     }
 
@@ -57,6 +63,13 @@ impl<B: ClusterBackend> Dispatcher<B> {
     /// reconcile that is ready; returns how many events there were.
     pub fn dispatch(&mut self) -> usize {
         let changes = self.engine.pump();
+        if self.last_event_flush.elapsed() >= EVENT_FLUSH {
+            self.last_event_flush = std::time::Instant::now();
+            let engine = self.engine.clone();
+            tokio::spawn(async move {
+                engine.flush_events(false).await;
+            });
+        }
         while let Some((plugin, key)) = self.engine.next_ready() {
             let (engine, tx) = (self.engine.clone(), self.done_tx.clone());
             let hook = self.on_finished.clone();

@@ -548,7 +548,7 @@ fn refusal_for(error: &EngineError) -> Refusal {
         EngineError::Watch { .. } => Refusal::Unwatchable,
         EngineError::ClusterScopedFromNamespaced { .. } => Refusal::Broken,
         EngineError::PrimaryTaken { .. }
-        | EngineError::DuplicateName(_)
+        | EngineError::DuplicateName { .. }
         | EngineError::NotLoaded(_) => Refusal::Conflict,
     }
 }

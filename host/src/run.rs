@@ -108,7 +108,8 @@ pub async fn run(
         }
     }
     let selectors = config.scope.selectors.clone();
-    let mut engine = Engine::scoped(backend, Arc::new(RealClock), config.scope);
+    let mut engine = Engine::scoped(backend, Arc::new(RealClock), config.scope)
+        .with_instance_pool(sandbox.reconcile_instances());
     if let Some(dir) = &config.record {
         match CaseRecorder::new(dir, "run") {
             Ok(recorder) => engine = engine.with_recorder(Arc::new(recorder)),

@@ -58,8 +58,9 @@ pub struct SimulationReport {
     pub objects: Vec<Value>,
     /// Set when a plugin never settled: which plugin, which object.
     pub unsettled: Option<String>,
-    /// Plugins the engine refused to serve (`FILE: why`), e.g. a namespaced
-    /// primary owning a cluster-scoped kind; the others ran without them.
+    /// Plugins the engine refused to serve, each `FILE: why` (a primary kind
+    /// or a name another plugin took first, a namespaced primary owning a
+    /// cluster-scoped kind); the others ran without them.
     pub refused: Vec<String>,
 }
 
@@ -80,9 +81,10 @@ pub enum SimulationError {
 /// Seeds `objects` (CustomResourceDefinitions first, so the cluster knows
 /// which custom kinds are cluster-scoped before their objects arrive), then
 /// runs `plugins` until nothing changes, or until the virtual clock has
-/// advanced by `config.advance`, firing requeues on the way. A plugin the
-/// engine refuses is reported in [`SimulationReport::refused`] and the
-/// others run.
+/// advanced by `config.advance`, firing requeues on the way. As `dev` does,
+/// a plugin the engine refuses (a primary kind or a name already taken, a
+/// kind it may not own) is reported by file in [`SimulationReport::refused`]
+/// and the others run.
 pub async fn simulate(
     plugins: Vec<Arc<LoadedPlugin>>,
     objects: Vec<Value>,
@@ -175,6 +177,8 @@ pub async fn run<B: ClusterBackend>(
     if unsettled.is_none() && clock.now_millis() < end {
         clock.set(end);
     }
+    // Repeated Events show every occurrence, not the last count written.
+    engine.flush_events(true).await;
     SimulationReport {
         start_millis: config.start_millis,
         records,
@@ -207,8 +211,20 @@ impl SimulationReport {
         out.push_str("\n# events\n");
         for e in &self.events {
             let r = &e.record;
+            // A repeated Event is one line with its count, as `kubectl get
+            // events` shows it.
+            let repeats = e
+                .series
+                .map(|s| {
+                    format!(
+                        " x{} (last {})",
+                        s.count,
+                        offset(self.start_millis, s.last_observed_millis)
+                    )
+                })
+                .unwrap_or_default();
             out.push_str(&format!(
-                "[{}] {} {} {}: {} ({})\n",
+                "[{}] {} {} {}: {} ({}){repeats}\n",
                 offset(self.start_millis, e.at_millis),
                 r.event_type,
                 r.reason,

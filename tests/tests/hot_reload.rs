@@ -316,7 +316,9 @@ async fn two_plugins_racing_for_one_primary_kind() {
     let (file, reason) = refusal.expect("the rival is refused");
     assert!(file.ends_with("b-rival.wasm"));
     assert!(
-        reason.contains("hostile and rival both reconcile"),
+        reason.contains(
+            "plugin rival reconciles hostile.example.com/v1 Hostile, which plugin hostile from"
+        ) && reason.contains("a-hostile.wasm already reconciles"),
         "{reason}"
     );
     assert_eq!(host.plugins.failures(), 1);
@@ -415,8 +417,18 @@ impl ClusterBackend for Gated {
     async fn remove_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
         self.cluster.remove_finalizer(key, finalizer).await
     }
-    async fn record_event(&self, event: EventRecord) -> Result<(), BackendError> {
+    async fn record_event(
+        &self,
+        event: EventRecord,
+    ) -> Result<reconciler_host::cluster::EventRef, BackendError> {
         self.cluster.record_event(event).await
+    }
+    async fn update_event_series(
+        &self,
+        event: &reconciler_host::cluster::EventRef,
+        series: reconciler_host::cluster::EventSeries,
+    ) -> Result<(), BackendError> {
+        self.cluster.update_event_series(event, series).await
     }
 }
 

@@ -7,11 +7,15 @@ use reconciler_sdk::contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 use serde::Serialize;
 
 use super::SandboxArgs;
+use crate::plugin::LoadedPlugin;
+use crate::plugin::directory::{load_files, plugin_files};
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The compiled plugin (.wasm).
-    pub plugin: PathBuf,
+    /// Compiled plugins (.wasm), or directories of them. Several are checked as one host would
+    /// serve them: a plugin whose name or primary kind an earlier file's plugin has is refused.
+    #[arg(required = true, value_name = "PLUGIN|DIR")]
+    pub plugins: Vec<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -32,14 +36,16 @@ struct Limits {
     memory_mib: usize,
     timeout_ms: u128,
     max_output_kib: usize,
+    max_events: usize,
+    max_applies: usize,
+    max_deletes: usize,
+    max_concurrent_reconciles: usize,
 }
 
-pub fn run(sandbox: &SandboxArgs, args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let sandbox = sandbox.sandbox()?;
-    let plugin = sandbox.load(&args.plugin)?;
+fn inspection(plugin: &LoadedPlugin) -> Inspection<'_> {
     let limits = plugin.limits();
-    let inspection = Inspection {
-        file: args.plugin.display().to_string(),
+    Inspection {
+        file: plugin.path().display().to_string(),
         sha256: plugin.sha256(),
         contract: format!("{CONTRACT_PACKAGE}@{CONTRACT_VERSION}"),
         metadata: plugin.metadata(),
@@ -47,8 +53,46 @@ pub fn run(sandbox: &SandboxArgs, args: InspectArgs) -> anyhow::Result<ExitCode>
             memory_mib: limits.memory_bytes >> 20,
             timeout_ms: limits.timeout.as_millis(),
             max_output_kib: limits.output_bytes >> 10,
+            max_events: limits.max_events,
+            max_applies: limits.max_applies,
+            max_deletes: limits.max_deletes,
+            max_concurrent_reconciles: limits.concurrency,
         },
-    };
-    print!("{}", serde_yaml_ng::to_string(&inspection)?);
-    Ok(ExitCode::SUCCESS)
+    }
+}
+
+pub fn run(sandbox: &SandboxArgs, args: InspectArgs) -> anyhow::Result<ExitCode> {
+    let sandbox = sandbox.sandbox()?;
+    let mut files = Vec::new();
+    for path in &args.plugins {
+        if path.is_dir() {
+            files.extend(plugin_files(path).map_err(|e| {
+                anyhow::anyhow!("cannot read the plugins directory {}: {e}", path.display())
+            })?);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    if files.is_empty() {
+        anyhow::bail!("no plugin (*.wasm) in {}", args.plugins[0].display());
+    }
+    let (plugins, failures) = load_files(&sandbox, &files);
+    // One plugin asked for and refused: its error is the command's.
+    if let ([], [only]) = (plugins.as_slice(), failures.as_slice()) {
+        anyhow::bail!("{only}");
+    }
+    for failure in &failures {
+        eprintln!("error: {failure}");
+    }
+    for (i, plugin) in plugins.iter().enumerate() {
+        if i > 0 {
+            println!("---");
+        }
+        print!("{}", serde_yaml_ng::to_string(&inspection(plugin))?);
+    }
+    Ok(if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -125,6 +125,34 @@ pub struct SandboxArgs {
     /// The largest output cap a plugin may ask for (hints.maxOutputKib).
     #[arg(long, global = true, default_value_t = HostLimits::default().output_max_kib, value_name = "KIB")]
     pub plugin_output_max_kib: u32,
+    /// Events one response may carry, for plugins that do not ask (a response with more is refused).
+    #[arg(long, global = true, default_value_t = HostLimits::default().events, value_name = "N")]
+    pub plugin_events: u32,
+    /// The most Events per response a plugin may ask for (hints.maxEvents).
+    #[arg(long, global = true, default_value_t = HostLimits::default().events_max, value_name = "N")]
+    pub plugin_events_max: u32,
+    /// Objects one response may apply, for plugins that do not ask.
+    #[arg(long, global = true, default_value_t = HostLimits::default().applies, value_name = "N")]
+    pub plugin_applies: u32,
+    /// The most objects per response a plugin may ask to apply (hints.maxApplies).
+    #[arg(long, global = true, default_value_t = HostLimits::default().applies_max, value_name = "N")]
+    pub plugin_applies_max: u32,
+    /// Objects one response may delete, for plugins that do not ask.
+    #[arg(long, global = true, default_value_t = HostLimits::default().deletes, value_name = "N")]
+    pub plugin_deletes: u32,
+    /// The most objects per response a plugin may ask to delete (hints.maxDeletes).
+    #[arg(long, global = true, default_value_t = HostLimits::default().deletes_max, value_name = "N")]
+    pub plugin_deletes_max: u32,
+    /// Reconciles of one plugin at once, for plugins that do not ask.
+    #[arg(long, global = true, default_value_t = HostLimits::default().concurrency, value_name = "N")]
+    pub plugin_concurrency: u32,
+    /// The most reconciles at once a plugin may ask for (hints.maxConcurrentReconciles).
+    #[arg(long, global = true, default_value_t = HostLimits::default().concurrency_max, value_name = "N")]
+    pub plugin_concurrency_max: u32,
+    /// Sandbox instances for all plugins together: reconciles running at once, plus one kept
+    /// for loading plugins. Shared fairly: while others wait, no plugin holds more than its share.
+    #[arg(long, global = true, default_value_t = SandboxConfig::default().max_instances, value_name = "N")]
+    pub plugin_instances: u32,
     /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/reconciler-host or ~/.cache/reconciler-host].
     #[arg(
         long,
@@ -147,6 +175,14 @@ impl SandboxArgs {
             timeout_max_ms: self.plugin_timeout_max_ms,
             output_kib: self.plugin_output_kib,
             output_max_kib: self.plugin_output_max_kib,
+            events: self.plugin_events,
+            events_max: self.plugin_events_max,
+            applies: self.plugin_applies,
+            applies_max: self.plugin_applies_max,
+            deletes: self.plugin_deletes,
+            deletes_max: self.plugin_deletes_max,
+            concurrency: self.plugin_concurrency,
+            concurrency_max: self.plugin_concurrency_max,
             ..HostLimits::default()
         };
         for (default, max, name) in [
@@ -165,6 +201,14 @@ impl SandboxArgs {
                 limits.output_max_kib,
                 "--plugin-output-kib",
             ),
+            (limits.events, limits.events_max, "--plugin-events"),
+            (limits.applies, limits.applies_max, "--plugin-applies"),
+            (limits.deletes, limits.deletes_max, "--plugin-deletes"),
+            (
+                limits.concurrency,
+                limits.concurrency_max,
+                "--plugin-concurrency",
+            ),
         ] {
             if default == 0 || default > max {
                 anyhow::bail!(
@@ -179,10 +223,16 @@ impl SandboxArgs {
                 .clone()
                 .or_else(crate::plugin::CompileCache::default_dir)
         };
+        if self.plugin_instances < 2 {
+            anyhow::bail!(
+                "--plugin-instances is {}: it must be at least 2 (one reconcile, and one instance for loading plugins)",
+                self.plugin_instances
+            );
+        }
         Ok(SandboxConfig {
             limits,
             compile_cache,
-            ..SandboxConfig::default()
+            max_instances: self.plugin_instances,
         })
     }
 

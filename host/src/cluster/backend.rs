@@ -82,8 +82,12 @@ impl ListedObject {
         Self(object.to_string().into())
     }
 
+    /// The object, parsed; `Null` when its text cannot be read back (an
+    /// object nested past serde_json's recursion limit), which the cache
+    /// then skips with a warning like any object without a name. Never a
+    /// panic: the object came from a cluster.
     pub fn value(&self) -> Value {
-        serde_json::from_str(&self.0).expect("JSON written by ListedObject::new")
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
     }
 }
 
@@ -183,6 +187,21 @@ pub struct EventRecord {
     pub message: String,
     /// Who reports it: `reconciler-host/<plugin>`.
     pub reporting_controller: String,
+}
+
+/// An Event as the cluster stored it: where to count its repeats.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EventRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// How often one Event happened, and when last: events.k8s.io's `series`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventSeries {
+    /// Occurrences so far, the first included (2 or more).
+    pub count: u32,
+    pub last_observed_millis: i64,
 }
 
 /// Why a backend call failed. The engine retries transient failures with
@@ -287,9 +306,18 @@ pub trait ClusterBackend: Send + Sync + 'static {
         finalizer: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
-    /// Records an Event.
+    /// Records a new Event; returns where it is stored.
     fn record_event(
         &self,
         event: EventRecord,
+    ) -> impl Future<Output = Result<EventRef, BackendError>> + Send;
+
+    /// Records that an Event recorded before happened again: its series
+    /// becomes `series`. `NotFound` when the Event is gone (the API server
+    /// expires Events after an hour by default).
+    fn update_event_series(
+        &self,
+        event: &EventRef,
+        series: EventSeries,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 }

@@ -13,14 +13,23 @@
 //! 4. plan: ownerReferences, no-op skips, pruning, status diff, finalizer;
 //! 5. apply in order (objects, deletions, status, events, finalizer last),
 //!    so a failure midway never releases the finalizer early;
-//! 6. requeue: after the requested delay; on any failure, an Event on the
-//!    primary and exponential backoff, and the next attempt starts again
-//!    from the cache, never from the half-done state.
+//! 6. requeue: after the requested delay ([`requeue`] bounds it both
+//!    ways); on any failure (a panic of the host included, [`panic_guard`]),
+//!    an Event on the primary and exponential backoff, and the next attempt
+//!    starts again from the cache, never from the half-done state.
+//!
+//! Events go through [`event_recorder`] (aggregated, rate-limited per
+//! object); reconciles start only within the instance pool, shared fairly
+//! between plugins ([`instance_share`]).
 
 pub mod event_mapping;
+pub mod event_recorder;
 pub mod finalizer_handover;
+pub mod instance_share;
+pub mod panic_guard;
 pub mod plan;
 pub mod record;
+pub mod requeue;
 pub mod scope;
 pub mod scope_rules;
 pub mod shared_cache;
@@ -37,9 +46,13 @@ use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing::Instrument;
 
+use self::event_recorder::EventRecorder;
 use self::finalizer_handover::{FinalizerHandover, FinalizerHold, Handover, handover_event};
+use self::instance_share::{PluginLoad, may_start};
+use self::panic_guard::catch_panic;
 use self::plan::{DeleteReason, Observed, has_finalizer};
 pub use self::record::{Change, Outcome, ReconcileRecord};
+use self::requeue::{Requeue, RequeuePolicy, at};
 pub use self::scope::{PrimarySelectors, ServeScope};
 use self::shared_cache::SharedCache;
 use self::work_queue::{BackoffPolicy, PrimaryKey, WorkQueue};
@@ -50,20 +63,24 @@ use crate::cluster::{
 use crate::golden::recorder::{CaseRecorder, Recording, RecordingReader};
 use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput, ValidResponse};
 
-/// Reconciles per plugin at once when the plugin gives no hint.
-pub const DEFAULT_CONCURRENCY: u32 = 4;
-
 /// Why an engine cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error("plugins {first} and {second} both reconcile {kind}: a primary kind has one plugin")]
+    #[error(
+        "plugin {second} reconciles {kind}, which plugin {first} from {} already reconciles: a primary kind has one plugin",
+        first_file.display()
+    )]
     PrimaryTaken {
         kind: String,
         first: String,
+        first_file: std::path::PathBuf,
         second: String,
     },
-    #[error("a plugin named {0} is already loaded")]
-    DuplicateName(String),
+    #[error("plugin name {name} is already used by {}", file.display())]
+    DuplicateName {
+        name: String,
+        file: std::path::PathBuf,
+    },
     #[error("no plugin named {0} is loaded")]
     NotLoaded(String),
     #[error("cannot watch {kind}: {source}")]
@@ -112,12 +129,9 @@ impl Controller {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// From the plugin's hint, within the host's maximum (`limits`).
     fn concurrency(&self) -> usize {
-        self.plugin()
-            .metadata()
-            .hints
-            .max_concurrent_reconciles
-            .unwrap_or(DEFAULT_CONCURRENCY) as usize
+        self.plugin().limits().concurrency
     }
 }
 
@@ -150,6 +164,11 @@ pub struct Engine<B: ClusterBackend> {
     watched: Mutex<BTreeMap<KindRef, bool>>,
     watches: Mutex<Vec<(KindRef, UnboundedReceiver<WatchEvent>)>>,
     backoff: BackoffPolicy,
+    requeue: RequeuePolicy,
+    events: EventRecorder,
+    /// Reconciles the sandbox's instance pool holds at once, shared by all
+    /// plugins; `None`: no bound beyond each plugin's concurrency.
+    instances: Option<usize>,
     scope: ServeScope,
     /// Writes every reconcile as a golden case (`--record`).
     recorder: Option<Arc<CaseRecorder>>,
@@ -187,6 +206,9 @@ impl<B: ClusterBackend> Engine<B> {
             watched: Mutex::new(BTreeMap::new()),
             watches: Mutex::new(Vec::new()),
             backoff: BackoffPolicy::default(),
+            requeue: RequeuePolicy::default(),
+            events: EventRecorder::default(),
+            instances: None,
             scope,
             recorder: None,
             kind_scopes: Mutex::default(),
@@ -196,6 +218,13 @@ impl<B: ClusterBackend> Engine<B> {
     /// Records every reconcile from now on as a golden case.
     pub fn with_recorder(mut self, recorder: Arc<CaseRecorder>) -> Self {
         self.recorder = Some(recorder);
+        self
+    }
+
+    /// Starts at most `instances` reconciles at once across all plugins,
+    /// sharing them fairly: the sandbox's pool (see [`instance_share`]).
+    pub fn with_instance_pool(mut self, instances: usize) -> Self {
+        self.instances = Some(instances.max(1));
         self
     }
 
@@ -209,25 +238,30 @@ impl<B: ClusterBackend> Engine<B> {
         map.get(name).cloned()
     }
 
-    /// The plugin (other than `except`) whose primary kind is `kind`.
-    fn primary_owner(&self, kind: &KindRef, except: &str) -> Option<String> {
+    /// The plugin (other than `except`) whose primary kind is `kind`, and
+    /// its file.
+    fn primary_owner(&self, kind: &KindRef, except: &str) -> Option<(String, std::path::PathBuf)> {
         self.controllers()
             .into_iter()
             .find(|(name, c)| name != except && &c.plugin().metadata().primary == kind)
-            .map(|(name, _)| name)
+            .map(|(name, c)| (name, c.plugin().path().to_path_buf()))
     }
 
     /// Starts serving a new plugin: checks its name and primary kind are
     /// free, watches its kinds, and queues its existing primaries.
     pub async fn add_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<(), EngineError> {
         let m = plugin.metadata();
-        if self.controller(&m.name).is_some() {
-            return Err(EngineError::DuplicateName(m.name.clone()));
+        if let Some(loaded) = self.controller(&m.name) {
+            return Err(EngineError::DuplicateName {
+                name: m.name.clone(),
+                file: loaded.plugin().path().to_path_buf(),
+            });
         }
-        if let Some(first) = self.primary_owner(&m.primary, &m.name) {
+        if let Some((first, first_file)) = self.primary_owner(&m.primary, &m.name) {
             return Err(EngineError::PrimaryTaken {
                 kind: m.primary.to_string(),
                 first,
+                first_file,
                 second: m.name.clone(),
             });
         }
@@ -255,10 +289,11 @@ impl<B: ClusterBackend> Engine<B> {
         let Some(controller) = self.controller(&m.name) else {
             return Err(EngineError::NotLoaded(m.name.clone()));
         };
-        if let Some(first) = self.primary_owner(&m.primary, &m.name) {
+        if let Some((first, first_file)) = self.primary_owner(&m.primary, &m.name) {
             return Err(EngineError::PrimaryTaken {
                 kind: m.primary.to_string(),
                 first,
+                first_file,
                 second: m.name.clone(),
             });
         }
@@ -347,7 +382,9 @@ impl<B: ClusterBackend> Engine<B> {
                 message,
                 reporting_controller: after.field_manager(),
             };
-            if let Err(e) = self.backend.record_event(record).await {
+            // Through the recorder, like every Event the host makes.
+            let now = self.clock.now_millis();
+            if let Err(e) = self.events.record(&*self.backend, record, now).await {
                 tracing::warn!("cannot record event {reason}: {e}");
             }
         }
@@ -606,13 +643,24 @@ impl<B: ClusterBackend> Engine<B> {
     pub fn next_ready(&self) -> Option<(String, PrimaryKey)> {
         let now = self.clock.now_millis();
         let controllers = self.controllers();
-        let mut best: Option<(i64, &Arc<Controller>, &String)> = None;
-        for (name, c) in &controllers {
+        let mut ready_at = Vec::with_capacity(controllers.len());
+        let mut loads = Vec::with_capacity(controllers.len());
+        for (_, c) in &controllers {
+            let concurrency = c.concurrency();
             let state = c.state();
-            if state.queue.in_flight() >= c.concurrency() {
-                continue;
-            }
-            if let Some(at) = state.queue.next_ready_at().filter(|at| *at <= now)
+            let at = state.queue.next_ready_at().filter(|at| *at <= now);
+            ready_at.push(at);
+            loads.push(PluginLoad {
+                in_flight: state.queue.in_flight(),
+                concurrency,
+                waiting: at.is_some(),
+            });
+        }
+        let capacity = self.instances.unwrap_or(usize::MAX);
+        let mut best: Option<(i64, &Arc<Controller>, &String)> = None;
+        for (i, (name, c)) in controllers.iter().enumerate() {
+            if let Some(at) = ready_at[i]
+                && may_start(&loads, i, capacity)
                 && best.is_none_or(|(b, _, _)| at < b)
             {
                 best = Some((at, c, name));
@@ -648,6 +696,14 @@ impl<B: ClusterBackend> Engine<B> {
             .collect()
     }
 
+    /// Writes the counts of repeated Events the cluster shows behind (see
+    /// [`event_recorder`]): those due for a refresh, or all with `all`.
+    /// Returns how many were written.
+    pub async fn flush_events(&self, all: bool) -> usize {
+        let now = self.clock.now_millis();
+        self.events.flush(&*self.backend, now, all).await
+    }
+
     /// Reconciles currently running.
     pub fn in_flight(&self) -> usize {
         self.controllers()
@@ -657,8 +713,55 @@ impl<B: ClusterBackend> Engine<B> {
     }
 
     /// Runs one reconcile of `key` for `plugin` (taken from
-    /// [`Self::next_ready`]) and does its queue bookkeeping.
+    /// [`Self::next_ready`]) and does its queue bookkeeping, whatever
+    /// happens: a panic of the host is a failed reconcile, retried.
     pub async fn reconcile(&self, plugin: &str, key: PrimaryKey) -> ReconcileRecord {
+        match catch_panic(self.reconcile_once(plugin, key.clone())).await {
+            Ok(record) => record,
+            Err(panic) => self.after_panic(plugin, key, &panic),
+        }
+    }
+
+    /// The record of a reconcile that panicked outside the plugin call's
+    /// own guard; its bookkeeping, unless it was done before the panic.
+    fn after_panic(&self, plugin: &str, key: PrimaryKey, panic: &str) -> ReconcileRecord {
+        let now = self.clock.now_millis();
+        let message = format!(
+            "the host panicked while reconciling this object ({panic}); it is retried: this is a bug of reconciler-host, please report it"
+        );
+        tracing::error!(plugin, object = %key, "{message}");
+        let (kind, failures) = match self.controller(plugin) {
+            Some(controller) => {
+                let kind = controller.plugin().metadata().primary.kind.clone();
+                let mut state = controller.state();
+                let failures = if state.queue.is_in_flight(&key) {
+                    let failures = state.queue.fail(&key);
+                    state
+                        .queue
+                        .done(&key, Some(at(now, self.backoff.delay(failures))));
+                    failures
+                } else {
+                    1
+                };
+                (kind, failures)
+            }
+            None => (String::new(), 1),
+        };
+        ReconcileRecord {
+            at_millis: now,
+            plugin: plugin.to_string(),
+            kind,
+            object: key,
+            outcome: Outcome::Failed {
+                reason: "HostPanic".to_string(),
+                message,
+                failures,
+                retry_in: self.backoff.delay(failures),
+            },
+        }
+    }
+
+    async fn reconcile_once(&self, plugin: &str, key: PrimaryKey) -> ReconcileRecord {
         let Some(controller) = self.controller(plugin) else {
             return ReconcileRecord {
                 at_millis: self.clock.now_millis(),
@@ -681,19 +784,29 @@ impl<B: ClusterBackend> Engine<B> {
             object_name = %key.name,
         );
         let at_millis = self.clock.now_millis();
-        let outcome = self
-            .run(controller, &loaded, &key)
-            .instrument(span.clone())
-            .await;
+        let outcome = catch_panic(self.run(controller, &loaded, &key).instrument(span.clone()))
+            .await
+            .unwrap_or_else(|panic| {
+                Err((
+                    "HostPanic".to_string(),
+                    format!(
+                        "the host panicked while reconciling this object ({panic}); nothing more of it was applied and it is retried: this is a bug of reconciler-host, please report it"
+                    ),
+                ))
+            });
         let now = self.clock.now_millis();
+        let mut rate_limited = None;
         let outcome = {
             let mut state = controller.state();
             match outcome {
-                Ok(Some((changes, requeue_after))) => {
+                Ok(Some((changes, asked))) => {
                     state.queue.succeed(&key);
-                    let requeue_at = requeue_after
-                        .map(|d| now + i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-                    state.queue.done(&key, requeue_at);
+                    let requeue = self.requeue.next(asked, &mut state.queue, &key);
+                    if let Some(Requeue::RateLimited { .. }) = requeue {
+                        rate_limited = asked;
+                    }
+                    let requeue_after = requeue.as_ref().map(Requeue::delay);
+                    state.queue.done(&key, requeue_after.map(|d| at(now, d)));
                     Outcome::Applied {
                         changes,
                         requeue_after,
@@ -707,10 +820,7 @@ impl<B: ClusterBackend> Engine<B> {
                 Err((reason, message)) => {
                     let failures = state.queue.fail(&key);
                     let retry_in = self.backoff.delay(failures);
-                    state.queue.done(
-                        &key,
-                        Some(now + i64::try_from(retry_in.as_millis()).unwrap_or(i64::MAX)),
-                    );
+                    state.queue.done(&key, Some(at(now, retry_in)));
                     Outcome::Failed {
                         reason,
                         message,
@@ -731,6 +841,23 @@ impl<B: ClusterBackend> Engine<B> {
             Outcome::Failed { .. } => tracing::warn!("{record}"),
             _ => tracing::debug!("{record}"),
         });
+        if let (
+            Some(asked),
+            Outcome::Applied {
+                requeue_after: Some(delay),
+                ..
+            },
+        ) = (rate_limited, &record.outcome)
+        {
+            span.in_scope(|| {
+                tracing::debug!(
+                    "asked to requeue after {} ms, below the {} ms floor: rate-limited to {} ms (doubling while it keeps asking too soon)",
+                    asked.as_millis(),
+                    self.requeue.floor.as_millis(),
+                    delay.as_millis()
+                )
+            });
+        }
         if let Outcome::Failed {
             reason, message, ..
         } = &record.outcome
@@ -923,7 +1050,8 @@ impl<B: ClusterBackend> Engine<B> {
             };
             // An Event that cannot be recorded is not worth failing a
             // reconcile that already changed the cluster.
-            if let Err(e) = self.backend.record_event(record).await {
+            let now = self.clock.now_millis();
+            if let Err(e) = self.events.record(&*self.backend, record, now).await {
                 tracing::warn!("cannot record event {}: {e}", event.reason);
             }
             changes.push(Change::Event {
@@ -988,7 +1116,8 @@ impl<B: ClusterBackend> Engine<B> {
             message: message.to_string(),
             reporting_controller: metadata.field_manager(),
         };
-        if let Err(e) = self.backend.record_event(record).await {
+        let now = self.clock.now_millis();
+        if let Err(e) = self.events.record(&*self.backend, record, now).await {
             tracing::warn!(plugin = %metadata.name, object = %key, "cannot record the failure as an Event: {e}");
         }
     }

@@ -34,12 +34,18 @@ impl SharedCache {
         self.objects.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Applies one watch event. Objects the cache cannot hold (no name) are
-    /// logged and skipped: one malformed object must not stop the watch.
+    /// Applies one watch event. Objects the cache cannot hold (no name,
+    /// nested too deep to read back) are logged and skipped: one malformed
+    /// object must not stop the watch. A version it cannot hold also drops
+    /// the version it held, which is no longer the object.
     pub fn observe(&self, event: &WatchEvent) {
         match event.event_type {
             WatchEventType::Added | WatchEventType::Modified => {
-                if let Err(e) = self.write().insert(slimmed(event.object.clone())) {
+                let mut cache = self.write();
+                if let Err(e) = cache.insert(slimmed(event.object.clone())) {
+                    if let Some(key) = ObjectKey::of(&event.object) {
+                        cache.remove(&key.kind, key.namespace.as_deref(), &key.name);
+                    }
                     tracing::warn!("skipping an object from the watch: {e}");
                 }
             }
@@ -114,6 +120,30 @@ mod tests {
 
     use super::*;
     use crate::cluster::backend::LAST_APPLIED;
+
+    #[test]
+    fn a_version_too_deep_to_read_back_replaces_the_old_one_by_nothing() {
+        let cache = SharedCache::new();
+        let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "d"}});
+        let key = ObjectKey::of(&object).unwrap();
+        cache.observe(&WatchEvent {
+            event_type: WatchEventType::Added,
+            object: object.clone(),
+        });
+        assert!(cache.get(&key).is_some());
+        let mut deep = json!({});
+        for _ in 0..200 {
+            deep = json!({ "a": deep });
+        }
+        object["data"] = deep;
+        cache.observe(&WatchEvent {
+            event_type: WatchEventType::Modified,
+            object,
+        });
+        assert!(cache.get(&key).is_none(), "not the stale version");
+        assert!(cache.list(&key.kind).is_empty());
+    }
 
     #[test]
     fn cached_objects_lose_managed_fields_and_last_applied() {

@@ -59,6 +59,8 @@ pub struct WorkQueue {
     order: BTreeSet<(i64, PrimaryKey)>,
     in_flight: BTreeSet<PrimaryKey>,
     failures: HashMap<PrimaryKey, u32>,
+    /// Requeues asked for below the floor, in a row (see `requeue`).
+    too_soon: HashMap<PrimaryKey, u32>,
 }
 
 impl WorkQueue {
@@ -113,7 +115,7 @@ impl WorkQueue {
     /// Records a failure; returns how many in a row.
     pub fn fail(&mut self, key: &PrimaryKey) -> u32 {
         let n = self.failures.entry(key.clone()).or_insert(0);
-        *n += 1;
+        *n = n.saturating_add(1);
         *n
     }
 
@@ -122,10 +124,29 @@ impl WorkQueue {
         self.failures.remove(key);
     }
 
+    /// Records a requeue asked for too soon; returns how many in a row.
+    pub fn requeue_too_soon(&mut self, key: &PrimaryKey) -> u32 {
+        let n = self.too_soon.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// Resets the requeue backoff of `key`: a reconcile asked for no
+    /// requeue, or for one that is not too soon.
+    pub fn requeue_in_time(&mut self, key: &PrimaryKey) {
+        self.too_soon.remove(key);
+    }
+
     /// Forgets `key` entirely (its object is gone).
     pub fn forget(&mut self, key: &PrimaryKey) {
         self.order.retain(|(_, k)| k != key);
         self.failures.remove(key);
+        self.too_soon.remove(key);
+    }
+
+    /// Whether `key` is being reconciled now.
+    pub fn is_in_flight(&self, key: &PrimaryKey) -> bool {
+        self.in_flight.contains(key)
     }
 
     pub fn in_flight(&self) -> usize {
@@ -191,6 +212,18 @@ mod tests {
         assert_eq!(q.pop_ready(59_999), None);
         assert_eq!(q.next_ready_at(), Some(60_000));
         assert_eq!(q.pop_ready(60_000), Some(key("a")));
+    }
+
+    #[test]
+    fn requeues_too_soon_count_in_a_row_until_one_is_in_time() {
+        let mut q = WorkQueue::new();
+        assert_eq!(q.requeue_too_soon(&key("a")), 1);
+        assert_eq!(q.requeue_too_soon(&key("a")), 2);
+        assert_eq!(q.requeue_too_soon(&key("b")), 1);
+        q.requeue_in_time(&key("a"));
+        assert_eq!(q.requeue_too_soon(&key("a")), 1);
+        q.forget(&key("b"));
+        assert_eq!(q.requeue_too_soon(&key("b")), 1);
     }
 
     #[test]

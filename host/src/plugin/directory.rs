@@ -34,29 +34,53 @@ pub fn load_dir(
     sandbox: &Sandbox,
     dir: &Path,
 ) -> std::io::Result<(Vec<LoadedPlugin>, Vec<LoadError>)> {
-    let mut loaded = Vec::new();
+    Ok(load_files(sandbox, &plugin_files(dir)?))
+}
+
+/// Every plugin of `files` that loads, in order, and the errors of those
+/// that do not. As `dev` does with a plugins directory, a file whose plugin
+/// has the name or the primary kind of one loaded from an earlier file is
+/// refused, naming that file, and the others are served.
+pub fn load_files(sandbox: &Sandbox, files: &[PathBuf]) -> (Vec<LoadedPlugin>, Vec<LoadError>) {
+    let mut loaded: Vec<LoadedPlugin> = Vec::new();
     let mut failed = Vec::new();
-    for file in plugin_files(dir)? {
-        match sandbox.load(&file) {
-            Ok(plugin) => {
-                if let Some(twin) = loaded
-                    .iter()
-                    .find(|p: &&LoadedPlugin| p.name() == plugin.name())
-                {
-                    failed.push(LoadError {
-                        path: file.clone(),
-                        reason: LoadFailure::Link(format!(
-                            "plugin name {:?} is already taken by {}",
-                            plugin.name(),
-                            twin.path().display()
-                        )),
-                    });
-                    continue;
-                }
-                loaded.push(plugin);
+    for file in files {
+        let plugin = match sandbox.load(file) {
+            Ok(plugin) => plugin,
+            Err(e) => {
+                failed.push(e);
+                continue;
             }
-            Err(e) => failed.push(e),
+        };
+        if let Some(reason) = twin_of(&plugin, &loaded) {
+            failed.push(LoadError {
+                path: file.clone(),
+                reason,
+            });
+            continue;
         }
+        loaded.push(plugin);
     }
-    Ok((loaded, failed))
+    (loaded, failed)
+}
+
+/// Why `plugin` cannot serve beside `loaded`: a name or a primary kind
+/// already taken.
+fn twin_of(plugin: &LoadedPlugin, loaded: &[LoadedPlugin]) -> Option<LoadFailure> {
+    if let Some(first) = loaded.iter().find(|p| p.name() == plugin.name()) {
+        return Some(LoadFailure::NameTaken {
+            name: plugin.name().to_string(),
+            first: first.path().to_path_buf(),
+        });
+    }
+    let primary = &plugin.metadata().primary;
+    loaded
+        .iter()
+        .find(|p| &p.metadata().primary == primary)
+        .map(|first| LoadFailure::PrimaryTaken {
+            name: plugin.name().to_string(),
+            kind: primary.to_string(),
+            first_name: first.name().to_string(),
+            first: first.path().to_path_buf(),
+        })
 }

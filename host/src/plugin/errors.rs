@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::contract_version::ContractError;
 use super::limits::LimitTooHigh;
 use super::metadata_rules::MetadataError;
+use super::response_limits::ResponseOverLimit;
 use super::response_rules::InvalidResponse;
 
 /// A plugin file that cannot be served. Always names the file.
@@ -38,6 +39,21 @@ pub enum LoadFailure {
     Metadata(#[from] MetadataError),
     #[error(transparent)]
     Limits(#[from] LimitTooHigh),
+    /// Two files of one plugin set hold plugins of the same name; the
+    /// later file (by name) is refused.
+    #[error("plugin name {name} is already used by {}", first.display())]
+    NameTaken { name: String, first: PathBuf },
+    /// Two files of one plugin set reconcile the same primary kind.
+    #[error(
+        "plugin {name} reconciles {kind}, which plugin {first_name} from {} already reconciles: a primary kind has one plugin",
+        first.display()
+    )]
+    PrimaryTaken {
+        name: String,
+        kind: String,
+        first_name: String,
+        first: PathBuf,
+    },
 }
 
 /// A reconcile that produced nothing to apply. Each variant tells the user
@@ -65,6 +81,8 @@ pub enum CallError {
     Plugin(String),
     #[error(transparent)]
     InvalidResponse(#[from] InvalidResponse),
+    #[error(transparent)]
+    OverLimit(#[from] ResponseOverLimit),
 }
 
 impl CallError {
@@ -79,6 +97,7 @@ impl CallError {
             CallError::Instantiate(_) => "InstantiateFailed",
             CallError::Plugin(_) => "ReconcileError",
             CallError::InvalidResponse(_) => "InvalidResponse",
+            CallError::OverLimit(e) => e.reason(),
         }
     }
 }

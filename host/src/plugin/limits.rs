@@ -37,6 +37,34 @@ pub struct HostLimits {
     /// Guest stdout and stderr kept per call; a plugin writing more traps.
     /// 64 KiB is thousands of log lines: anything beyond is a bug.
     pub stdio_kib: u32,
+    /// Events one response may carry. Each is a write to the API server;
+    /// 25 is the burst the host's per-object Event rate limit allows
+    /// (client-go's), so a response with more could not be recorded anyway.
+    /// (`--plugin-events`)
+    pub events: u32,
+    /// (`--plugin-events-max`)
+    pub events_max: u32,
+    /// Objects one response may apply. Each is a request to the API
+    /// server; 500 objects of 2 KiB fill the default output cap, and an
+    /// operator managing more children than that from one object is rare
+    /// enough to ask for it. (`--plugin-applies`)
+    pub applies: u32,
+    /// (`--plugin-applies-max`)
+    pub applies_max: u32,
+    /// Objects one response may delete, for the same reasons as applies.
+    /// (`--plugin-deletes`)
+    pub deletes: u32,
+    /// (`--plugin-deletes-max`)
+    pub deletes_max: u32,
+    /// Reconciles of one plugin at once. 4 keeps a slow plugin from holding
+    /// a queue up while leaving most of the instance pool to the others.
+    /// (`--plugin-concurrency`)
+    pub concurrency: u32,
+    /// The most a plugin may ask for (`hints.maxConcurrentReconciles`).
+    /// 16 is a quarter of the default instance pool: a plugin with work
+    /// queued never waits on fewer than that many others at full tilt.
+    /// (`--plugin-concurrency-max`)
+    pub concurrency_max: u32,
 }
 
 impl Default for HostLimits {
@@ -49,6 +77,14 @@ impl Default for HostLimits {
             output_kib: 1_024,
             output_max_kib: 8_192,
             stdio_kib: 64,
+            events: 25,
+            events_max: 1_000,
+            applies: 500,
+            applies_max: 10_000,
+            deletes: 500,
+            deletes_max: 10_000,
+            concurrency: 4,
+            concurrency_max: 16,
         }
     }
 }
@@ -60,6 +96,12 @@ pub struct SandboxLimits {
     pub timeout: Duration,
     pub output_bytes: usize,
     pub stdio_bytes: usize,
+    /// Per response.
+    pub max_events: usize,
+    pub max_applies: usize,
+    pub max_deletes: usize,
+    /// Reconciles of the plugin at once.
+    pub concurrency: usize,
 }
 
 /// A hint above the host's ceiling.
@@ -113,11 +155,47 @@ impl HostLimits {
             "KiB",
             "--plugin-output-max-kib",
         )?;
+        let events = pick(
+            hints.max_events,
+            self.events,
+            self.events_max,
+            "maxEvents",
+            "Events",
+            "--plugin-events-max",
+        )?;
+        let applies = pick(
+            hints.max_applies,
+            self.applies,
+            self.applies_max,
+            "maxApplies",
+            "objects",
+            "--plugin-applies-max",
+        )?;
+        let deletes = pick(
+            hints.max_deletes,
+            self.deletes,
+            self.deletes_max,
+            "maxDeletes",
+            "objects",
+            "--plugin-deletes-max",
+        )?;
+        let concurrency = pick(
+            hints.max_concurrent_reconciles,
+            self.concurrency,
+            self.concurrency_max,
+            "maxConcurrentReconciles",
+            "reconciles",
+            "--plugin-concurrency-max",
+        )?;
         Ok(SandboxLimits {
             memory_bytes: memory as usize * 1024 * 1024,
             timeout: Duration::from_millis(u64::from(timeout)),
             output_bytes: output as usize * 1024,
             stdio_bytes: self.stdio_kib as usize * 1024,
+            max_events: events as usize,
+            max_applies: applies as usize,
+            max_deletes: deletes as usize,
+            concurrency: concurrency.max(1) as usize,
         })
     }
 
@@ -147,6 +225,86 @@ mod tests {
             .unwrap();
         assert_eq!(asked.memory_bytes, 128 << 20);
         assert_eq!(asked.timeout, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn response_caps_and_concurrency_follow_the_same_rules() {
+        let host = HostLimits::default();
+        let none = host.resolve(&Hints::default()).unwrap();
+        assert_eq!(
+            (
+                none.max_events,
+                none.max_applies,
+                none.max_deletes,
+                none.concurrency
+            ),
+            (25, 500, 500, 4)
+        );
+        let asked = host
+            .resolve(&Hints {
+                max_events: Some(0),
+                max_applies: Some(2_000),
+                max_deletes: Some(10_000),
+                max_concurrent_reconciles: Some(16),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(
+            (
+                asked.max_events,
+                asked.max_applies,
+                asked.max_deletes,
+                asked.concurrency
+            ),
+            (0, 2_000, 10_000, 16)
+        );
+        for (hints, names) in [
+            (
+                Hints {
+                    max_events: Some(1_001),
+                    ..Default::default()
+                },
+                [
+                    "hints.maxEvents asks for 1001 Events",
+                    "--plugin-events-max",
+                ],
+            ),
+            (
+                Hints {
+                    max_applies: Some(10_001),
+                    ..Default::default()
+                },
+                [
+                    "hints.maxApplies asks for 10001 objects",
+                    "--plugin-applies-max",
+                ],
+            ),
+            (
+                Hints {
+                    max_deletes: Some(10_001),
+                    ..Default::default()
+                },
+                [
+                    "hints.maxDeletes asks for 10001 objects",
+                    "--plugin-deletes-max",
+                ],
+            ),
+            (
+                Hints {
+                    max_concurrent_reconciles: Some(64),
+                    ..Default::default()
+                },
+                [
+                    "hints.maxConcurrentReconciles asks for 64 reconciles, above this host's maximum of 16",
+                    "--plugin-concurrency-max",
+                ],
+            ),
+        ] {
+            let text = host.resolve(&hints).unwrap_err().to_string();
+            for name in names {
+                assert!(text.contains(name), "{text}");
+            }
+        }
     }
 
     #[test]

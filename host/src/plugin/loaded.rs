@@ -17,6 +17,7 @@ use super::call_state::{CallState, FixedWallClock, GuestOutput, MemoryCap, Recon
 use super::errors::CallError;
 use super::limits::SandboxLimits;
 use super::object_reader::ObjectReader;
+use super::response_limits::check_response_limits;
 use super::response_rules::{ValidResponse, validate_response};
 use super::sandbox::{EPOCH_TICK, EpochTicker};
 
@@ -123,6 +124,7 @@ impl LoadedPlugin {
                 limit_bytes: self.limits.output_bytes,
             });
         }
+        check_response_limits(&response, &self.limits)?;
         Ok(validate_response(
             &self.metadata,
             input.primary_namespace.as_deref(),
@@ -257,6 +259,9 @@ fn metadata_from_wit(m: types::PluginMetadata) -> PluginMetadata {
             memory_limit_mib: m.hints.memory_limit_mib,
             timeout_ms: m.hints.timeout_ms,
             max_output_kib: m.hints.max_output_kib,
+            max_events: m.hints.max_events,
+            max_applies: m.hints.max_applies,
+            max_deletes: m.hints.max_deletes,
         },
     }
 }

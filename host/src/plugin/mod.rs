@@ -13,6 +13,7 @@ mod loaded;
 pub mod metadata_rules;
 pub mod names;
 pub mod object_reader;
+pub mod response_limits;
 pub mod response_rules;
 pub mod sandbox;
 
@@ -21,5 +22,6 @@ pub use errors::{CallError, LoadError, LoadFailure};
 pub use limits::{HostLimits, SandboxLimits};
 pub use loaded::{LoadedPlugin, ReconcileInput};
 pub use object_reader::ObjectReader;
+pub use response_limits::ResponseOverLimit;
 pub use response_rules::{DesiredObject, InvalidResponse, ValidResponse, WriteRole};
 pub use sandbox::{LoadReport, Sandbox, SandboxConfig};

@@ -10,7 +10,10 @@
 //!   concurrent instances are reserved up front and reused, so a fresh
 //!   instance per reconcile costs microseconds. Its slots are sized to the
 //!   memory ceiling; more concurrent instances than `max_instances` fail to
-//!   instantiate, so callers must bound concurrency to it.
+//!   instantiate, so the engine starts at most
+//!   [`Sandbox::reconcile_instances`] reconciles at once, shared fairly
+//!   between plugins (`engine::instance_share`). One instance is kept for
+//!   loading plugins (their `metadata` call) while others reconcile.
 //! - Per-call caps (memory, deadline, output) come from [`HostLimits`].
 
 use std::path::{Path, PathBuf};
@@ -44,6 +47,9 @@ pub struct SandboxConfig {
     /// Where compiled components are kept; `None` compiles on every load.
     pub compile_cache: Option<PathBuf>,
     /// Concurrent instances the pooling allocator holds (all plugins).
+    /// 64: sixteen plugins at the default concurrency of 4, or four at the
+    /// maximum of 16; each slot reserves address space for the memory
+    /// ceiling, not memory. (`--plugin-instances`)
     pub max_instances: u32,
 }
 
@@ -100,6 +106,7 @@ pub struct Sandbox {
     compile_cache: Option<CompileCache>,
     compiler: Compiler,
     ticker: Arc<EpochTicker>,
+    max_instances: u32,
 }
 
 /// Timings of one load, for the log line and the benchmarks.
@@ -146,7 +153,14 @@ impl Sandbox {
             compile_cache: config.compile_cache.map(CompileCache::new),
             compiler,
             ticker,
+            max_instances: n,
         })
+    }
+
+    /// Reconciles that may run at once, across all plugins: the pool, less
+    /// the instance kept for loading a plugin meanwhile.
+    pub fn reconcile_instances(&self) -> usize {
+        (self.max_instances as usize).saturating_sub(1).max(1)
     }
 
     pub fn limits(&self) -> &HostLimits {

@@ -142,6 +142,15 @@ pub struct Hints {
     pub timeout_ms: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_kib: Option<u32>,
+    /// Events one response may carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_events: Option<u32>,
+    /// Objects one response may apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_applies: Option<u32>,
+    /// Objects one response may delete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_deletes: Option<u32>,
 }
 
 impl Hints {
@@ -280,7 +289,7 @@ pub struct ObjectRef {
     pub name: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum EventType {
     Normal,
     Warning,

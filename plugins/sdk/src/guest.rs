@@ -96,6 +96,9 @@ fn metadata_to_wit(m: PluginMetadata) -> wit_types::PluginMetadata {
         memory_limit_mib,
         timeout_ms,
         max_output_kib,
+        max_events,
+        max_applies,
+        max_deletes,
     } = m.hints;
     wit_types::PluginMetadata {
         name: m.name,
@@ -131,6 +134,9 @@ fn metadata_to_wit(m: PluginMetadata) -> wit_types::PluginMetadata {
             memory_limit_mib,
             timeout_ms,
             max_output_kib,
+            max_events,
+            max_applies,
+            max_deletes,
         },
     }
 }

@@ -24,6 +24,7 @@ extern crate self as reconciler_sdk;
 pub mod context;
 pub mod contract;
 pub mod error;
+pub mod json_depth;
 pub mod memory_cache;
 pub mod object;
 pub mod response;

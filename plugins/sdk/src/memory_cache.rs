@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::contract::{KindRef, Projection, ReconcileRequest};
+use crate::json_depth::{READABLE_DEPTH, nesting_depth};
 use crate::selector::LabelSelector;
 
 /// Objects kept sorted by kind, namespace and name, each as JSON text with
@@ -56,8 +57,11 @@ impl Entry {
         }
     }
 
-    fn value(&self) -> Value {
-        serde_json::from_str(&self.json).expect("the cache holds JSON it wrote itself")
+    /// The object, parsed. `insert` keeps only text that parses back, so
+    /// `None` never happens; it is not a panic all the same, as the text
+    /// came from a plugin or a cluster.
+    fn value(&self) -> Option<Value> {
+        serde_json::from_str(&self.json).ok()
     }
 
     /// [`is_controlled_by`], from what was extracted at insert.
@@ -162,6 +166,14 @@ impl MemoryCache {
         );
         let metadata = metadata_only(&object);
         let json: Arc<str> = object.to_string().into();
+        // Stored text must parse back: a value nested past serde_json's
+        // recursion limit would be accepted here and unreadable later.
+        let depth = nesting_depth(&json);
+        if depth > READABLE_DEPTH {
+            return Err(fail(&format!(
+                "it is nested {depth} levels deep, more than the {READABLE_DEPTH} levels JSON can be read back with"
+            )));
+        }
         let metadata_json = if metadata == object {
             json.clone()
         } else {
@@ -209,7 +221,7 @@ impl MemoryCache {
 
     /// Every object, parsed, in the cache's order.
     pub fn iter(&self) -> impl Iterator<Item = Value> + '_ {
-        self.entries.values().map(Entry::value)
+        self.entries.values().filter_map(Entry::value)
     }
 
     /// The entries of one kind, in namespace and name order.
@@ -235,7 +247,7 @@ impl MemoryCache {
 
     /// One object, parsed.
     pub fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<Value> {
-        self.entry(kind, namespace, name).map(Entry::value)
+        self.entry(kind, namespace, name).and_then(Entry::value)
     }
 
     /// Objects of `kind`, in `namespace` (all namespaces when `None`), whose
@@ -246,7 +258,8 @@ impl MemoryCache {
         namespace: Option<&'a str>,
         selector: &'a LabelSelector,
     ) -> impl Iterator<Item = Value> + 'a {
-        self.select(kind, namespace, selector).map(Entry::value)
+        self.select(kind, namespace, selector)
+            .filter_map(Entry::value)
     }
 
     fn select<'a>(
@@ -312,7 +325,7 @@ impl MemoryCache {
         primary: &'a Value,
         owns: &[KindRef],
     ) -> impl Iterator<Item = Value> + 'a {
-        self.children(primary, owns).map(Entry::value)
+        self.children(primary, owns).filter_map(Entry::value)
     }
 
     /// Children in the contract's order: kind, then namespace, then name.
@@ -416,6 +429,25 @@ mod tests {
             .insert(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {}}))
             .unwrap_err();
         assert!(err.to_string().contains("metadata.name"), "{err}");
+    }
+
+    #[test]
+    fn an_object_too_deep_to_read_back_is_refused_not_stored() {
+        let mut cache = MemoryCache::new();
+        let mut deep = json!({});
+        // With the object and its `status`, READABLE_DEPTH + 1 levels.
+        for _ in 0..READABLE_DEPTH - 1 {
+            deep = json!({ "a": deep });
+        }
+        let mut object = pod("a", "p", "web");
+        object["status"] = deep;
+        let err = cache.insert(object).unwrap_err();
+        assert!(err.to_string().contains("nested 128 levels deep"), "{err}");
+        assert!(
+            cache
+                .get(&KindRef::new("", "v1", "Pod"), Some("a"), "p")
+                .is_none()
+        );
     }
 
     #[test]

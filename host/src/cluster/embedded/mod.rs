@@ -25,8 +25,8 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use self::store::{EmbeddedStore, StoreError};
 use super::backend::{
-    BackendError, ClusterBackend, EventRecord, KindScope, ListedObject, ObjectKey, Propagation,
-    WatchEvent, WatchScope, WatchStream,
+    BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, ListedObject,
+    ObjectKey, Propagation, WatchEvent, WatchScope, WatchStream,
 };
 use super::clock::Clock;
 
@@ -42,6 +42,10 @@ pub const MAX_EVENTS: usize = 10_000;
 pub struct RecordedEvent {
     pub at_millis: i64,
     pub record: EventRecord,
+    /// Unique among the recorded Events.
+    pub name: String,
+    /// Set once the Event happened again.
+    pub series: Option<EventSeries>,
 }
 
 pub struct EmbeddedCluster {
@@ -61,6 +65,8 @@ struct Inner {
     subscribers: Vec<Subscriber>,
     kinds: BTreeSet<KindRef>,
     events: Vec<RecordedEvent>,
+    /// Events recorded so far, for their names.
+    events_recorded: u64,
 }
 
 impl EmbeddedCluster {
@@ -74,6 +80,7 @@ impl EmbeddedCluster {
             subscribers: Vec::new(),
             kinds: BTreeSet::new(),
             events: Vec::new(),
+            events_recorded: 0,
         };
         Self {
             inner: Mutex::new(inner),
@@ -255,17 +262,46 @@ impl ClusterBackend for EmbeddedCluster {
         self.mutate(|s, now| s.remove_finalizer(key, finalizer, now))
     }
 
-    async fn record_event(&self, event: EventRecord) -> Result<(), BackendError> {
+    async fn record_event(&self, event: EventRecord) -> Result<EventRef, BackendError> {
         let at_millis = self.clock.now_millis();
         let mut inner = self.lock();
         if inner.events.len() >= MAX_EVENTS {
             inner.events.remove(0);
         }
+        inner.events_recorded += 1;
+        // As the API server names them: the object, then something unique.
+        let name = format!("{}.{:x}", event.regarding.name, inner.events_recorded);
+        let namespace = event
+            .regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
         inner.events.push(RecordedEvent {
             at_millis,
             record: event,
+            name: name.clone(),
+            series: None,
         });
-        Ok(())
+        Ok(EventRef { namespace, name })
+    }
+
+    async fn update_event_series(
+        &self,
+        event: &EventRef,
+        series: EventSeries,
+    ) -> Result<(), BackendError> {
+        let mut inner = self.lock();
+        match inner.events.iter_mut().find(|e| e.name == event.name) {
+            Some(recorded) => {
+                recorded.series = Some(series);
+                Ok(())
+            }
+            // Dropped as the oldest of MAX_EVENTS, as an API server
+            // expires old Events.
+            None => Err(BackendError::NotFound {
+                key: format!("Event {}/{}", event.namespace, event.name),
+            }),
+        }
     }
 }
 

@@ -1,12 +1,14 @@
 //! Recording events.k8s.io/v1 Events about objects.
 //!
 //! Events are how a controller tells a person what it did (`kubectl
-//! describe` shows them). Each record is a new Event: series aggregation is
-//! left to the server side, which keeps this path to a single request.
+//! describe` shows them). A new Event is one POST; a repeat of it is one
+//! PATCH of its `series` (count and last time), as client-go's recorder
+//! does. Which occurrences become which request is the engine's
+//! `event_recorder`: this module only speaks the API.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use reconciler_sdk::EventType;
 use reconciler_sdk::k8s_openapi::api::core::v1::ObjectReference;
 use reconciler_sdk::k8s_openapi::api::events::v1::Event;
@@ -14,7 +16,7 @@ use reconciler_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, 
 use reconciler_sdk::k8s_openapi::jiff::Timestamp;
 
 use super::{KubernetesBackend, errors, truncate_at_char};
-use crate::cluster::backend::{BackendError, EventRecord};
+use crate::cluster::backend::{BackendError, EventRecord, EventRef, EventSeries};
 
 /// The API limits an Event's note to 1 kB.
 const NOTE_LIMIT: usize = 1024;
@@ -71,12 +73,19 @@ pub(crate) fn build(record: &EventRecord, instance: &str, now: Timestamp) -> Eve
 pub(crate) async fn record(
     backend: &KubernetesBackend,
     record: EventRecord,
-) -> Result<(), BackendError> {
+) -> Result<EventRef, BackendError> {
     let event = build(&record, &backend.reporting_instance, Timestamp::now());
     let namespace = event.metadata.namespace.clone().unwrap_or_default();
     let api: Api<Event> = Api::namespaced(backend.client.clone(), &namespace);
     match api.create(&PostParams::default(), &event).await {
-        Ok(_) => Ok(()),
+        Ok(created) => Ok(EventRef {
+            namespace,
+            name: created
+                .metadata
+                .name
+                .or(event.metadata.name)
+                .unwrap_or_default(),
+        }),
         Err(e) => {
             let request = errors::Request {
                 verb: "create",
@@ -84,6 +93,42 @@ pub(crate) async fn record(
                 resource: "events".into(),
                 namespace: Some(&namespace),
                 target: format!("Event about {}", record.regarding),
+            };
+            Err(errors::map(e, &request))
+        }
+    }
+}
+
+/// The merge patch that makes `series` an Event's series.
+pub(crate) fn series_patch(series: EventSeries) -> serde_json::Value {
+    let last = Timestamp::from_millisecond(series.last_observed_millis).unwrap_or(Timestamp::MIN);
+    serde_json::json!({
+        "series": {
+            "count": series.count,
+            "lastObservedTime": MicroTime(last),
+        }
+    })
+}
+
+pub(crate) async fn update_series(
+    backend: &KubernetesBackend,
+    event: &EventRef,
+    series: EventSeries,
+) -> Result<(), BackendError> {
+    let api: Api<Event> = Api::namespaced(backend.client.clone(), &event.namespace);
+    let patch = series_patch(series);
+    match api
+        .patch(&event.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let request = errors::Request {
+                verb: "patch",
+                group: "events.k8s.io",
+                resource: "events".into(),
+                namespace: Some(&event.namespace),
+                target: format!("Event {}", event.name),
             };
             Err(errors::map(e, &request))
         }
@@ -137,6 +182,75 @@ mod tests {
         assert_eq!(body["regarding"]["kind"], "PodSet");
         assert!(body["eventTime"].is_string());
         assert!(body.get("series").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_repeat_patches_the_series_of_the_event_created_first() {
+        let (backend, mut api) = testing::backend();
+        let server = tokio::spawn(async move {
+            let created = next(&mut api, |seen| (201, seen.body.clone())).await;
+            let patched = next(&mut api, |seen| (200, seen.body.clone())).await;
+            (created, patched)
+        });
+        let event = backend
+            .record_event(record(Some("team")))
+            .await
+            .expect("recorded");
+        let series = crate::cluster::EventSeries {
+            count: 3,
+            last_observed_millis: 1_700_000_000_123,
+        };
+        backend
+            .update_event_series(&event, series)
+            .await
+            .expect("patched");
+        let (created, patched) = server.await.unwrap();
+        let name = created.body["metadata"]["name"].as_str().unwrap();
+        assert_eq!(event.namespace, "team");
+        assert_eq!(event.name, name);
+        assert_eq!(patched.method, http::Method::PATCH);
+        assert_eq!(
+            patched.path,
+            format!("/apis/events.k8s.io/v1/namespaces/team/events/{name}")
+        );
+        assert_eq!(
+            patched.content_type.as_deref(),
+            Some("application/merge-patch+json")
+        );
+        assert_eq!(
+            patched.body,
+            serde_json::json!({"series": {"count": 3, "lastObservedTime": "2023-11-14T22:13:20.123000Z"}})
+        );
+    }
+
+    #[tokio::test]
+    async fn a_series_of_an_expired_event_is_not_found() {
+        let (backend, mut api) = testing::backend();
+        let server = tokio::spawn(async move {
+            testing::respond(
+                &mut api,
+                404,
+                testing::failure(404, "NotFound", "events \"web.1\" not found"),
+            )
+            .await
+        });
+        let event = crate::cluster::EventRef {
+            namespace: "team".into(),
+            name: "web.1".into(),
+        };
+        let series = crate::cluster::EventSeries {
+            count: 2,
+            last_observed_millis: 0,
+        };
+        let err = backend
+            .update_event_series(&event, series)
+            .await
+            .unwrap_err();
+        server.await.unwrap();
+        assert!(
+            matches!(err, crate::cluster::BackendError::NotFound { .. }),
+            "{err:?}"
+        );
     }
 
     #[test]

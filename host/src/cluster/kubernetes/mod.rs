@@ -30,8 +30,8 @@ use reconciler_sdk::KindRef;
 use serde_json::Value;
 
 use crate::cluster::backend::{
-    BackendError, ClusterBackend, EventRecord, KindScope, ObjectKey, Propagation, WatchScope,
-    WatchStream, slimmed,
+    BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, ObjectKey,
+    Propagation, WatchScope, WatchStream, slimmed,
 };
 use discovery::{KindCache, Resolved};
 
@@ -239,8 +239,16 @@ impl ClusterBackend for KubernetesBackend {
         finalizers::remove(self, key, finalizer).await
     }
 
-    async fn record_event(&self, event: EventRecord) -> Result<(), BackendError> {
+    async fn record_event(&self, event: EventRecord) -> Result<EventRef, BackendError> {
         events::record(self, event).await
+    }
+
+    async fn update_event_series(
+        &self,
+        event: &EventRef,
+        series: EventSeries,
+    ) -> Result<(), BackendError> {
+        events::update_series(self, event, series).await
     }
 }
 

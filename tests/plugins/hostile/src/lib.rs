@@ -6,6 +6,7 @@
 //! that one object and keeps serving.
 
 mod finalizers;
+mod flood;
 mod metadata_rules;
 mod ownership;
 mod reads;
@@ -41,7 +42,8 @@ pub struct Hostiles;
 // versions whose finalizer is renamed or gone; for the scope rule, with
 // `cluster-scope`, a namespaced primary that also owns ClusterRoles (refused
 // at load), with `cluster-primary`, a plugin of the cluster-scoped
-// ClusterHostile kind.
+// ClusterHostile kind; for the host limits, with `greedy`, asking for 64
+// reconciles at once.
 const NAME: &str = if cfg!(feature = "rival") {
     "rival"
 } else if cfg!(feature = "cluster-primary") {
@@ -111,6 +113,10 @@ impl Reconciler for Hostiles {
             // Patched without owning: the capability tests try to sneak
             // ownership and host-owned fields in through a written kind.
             .writes(KindRef::new("", "v1", "ServiceAccount"));
+        let metadata = metadata.hints(reconciler_sdk::Hints {
+            max_concurrent_reconciles: cfg!(feature = "greedy").then_some(64),
+            ..Default::default()
+        });
         match FINALIZER {
             Some(finalizer) => metadata.finalizer(finalizer),
             None => metadata,
@@ -141,6 +147,7 @@ impl Reconciler for Hostiles {
             .or_else(|| finalizers::attempt(mode, &hostile, ctx))
             .or_else(|| reads::attempt(mode, &hostile, ctx))
             .or_else(|| scripted::attempt(mode, &hostile, ctx))
+            .or_else(|| flood::attempt(mode, &hostile, ctx))
         {
             return response;
         }
