@@ -117,6 +117,9 @@ pub struct SandboxArgs {
     /// The largest output cap a plugin may ask for (hints.maxOutputKib).
     #[arg(long, global = true, default_value_t = HostLimits::default().output_max_kib, value_name = "KIB")]
     pub plugin_output_max_kib: u32,
+    /// How long hot reload waits for a new plugin file to compile and report its metadata, in seconds.
+    #[arg(long, global = true, default_value_t = HostLimits::default().load_timeout_secs, value_name = "SECS")]
+    pub plugin_load_timeout_secs: u32,
     /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/reconciler-host or ~/.cache/reconciler-host].
     #[arg(
         long,
@@ -139,6 +142,7 @@ impl SandboxArgs {
             timeout_max_ms: self.plugin_timeout_max_ms,
             output_kib: self.plugin_output_kib,
             output_max_kib: self.plugin_output_max_kib,
+            load_timeout_secs: self.plugin_load_timeout_secs,
             ..HostLimits::default()
         };
         for (default, max, name) in [
@@ -180,6 +184,14 @@ impl SandboxArgs {
 
     pub fn sandbox(&self) -> anyhow::Result<Sandbox> {
         Sandbox::new(self.config()?)
+    }
+
+    /// [`Self::sandbox`] with random streams keyed by `random_key`.
+    pub fn sandbox_with(&self, random_key: crate::plugin::RandomKey) -> anyhow::Result<Sandbox> {
+        Sandbox::new(SandboxConfig {
+            random_key,
+            ..self.config()?
+        })
     }
 }
 

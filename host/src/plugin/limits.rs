@@ -35,8 +35,18 @@ pub struct HostLimits {
     /// (`--plugin-output-max-kib`)
     pub output_max_kib: u32,
     /// Guest stdout and stderr kept per call; a plugin writing more traps.
-    /// 64 KiB is thousands of log lines: anything beyond is a bug.
+    /// 64 KiB is thousands of log lines: anything beyond is a bug. Also the
+    /// budget stdout, stderr and `log` entries share in the host log per
+    /// call; lines past it are dropped and counted (guest_output.rs).
     pub stdio_kib: u32,
+    /// How long hot reload waits for a new plugin file to compile and
+    /// report its metadata before refusing it. Loading runs beside the loop
+    /// that serves the other plugins, so this only bounds how long a file
+    /// stays pending; a release build compiles a small plugin in tens of
+    /// milliseconds, and two minutes leaves room for components of tens of
+    /// MiB (Python, JavaScript) on a small machine.
+    /// (`--plugin-load-timeout-secs`)
+    pub load_timeout_secs: u32,
 }
 
 impl Default for HostLimits {
@@ -49,6 +59,7 @@ impl Default for HostLimits {
             output_kib: 1_024,
             output_max_kib: 8_192,
             stdio_kib: 64,
+            load_timeout_secs: 120,
         }
     }
 }
@@ -119,6 +130,11 @@ impl HostLimits {
             output_bytes: output as usize * 1024,
             stdio_bytes: self.stdio_kib as usize * 1024,
         })
+    }
+
+    /// How long hot reload waits for one plugin file to load.
+    pub fn load_timeout(&self) -> Duration {
+        Duration::from_secs(u64::from(self.load_timeout_secs))
     }
 
     /// The limits `metadata` is called under, before any hint is known.

@@ -2,7 +2,7 @@
 
 use reconciler_sdk::KindRef;
 use reconciler_sdk::contract::Projection;
-use reconciler_sdk::memory_cache::MemoryCache;
+use reconciler_sdk::memory_cache::{ListJsonError, MemoryCache};
 
 /// The host cache as one reconcile sees it. The runtime enforces that the
 /// plugin asks only for kinds it declared, and picks the projection from its
@@ -25,6 +25,35 @@ pub trait ObjectReader: Send + Sync {
         selector: &str,
         projection: Projection,
     ) -> Result<Vec<String>, String>;
+
+    /// [`Self::list`] as the cache import asks for it: no more than
+    /// `max_bytes` of JSON text. An implementation should stop building the
+    /// list as soon as it passes the maximum, so one call cannot make the
+    /// host allocate more than that; this default, for readers that cannot,
+    /// builds it whole and then refuses it.
+    fn list_within(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+        projection: Projection,
+        max_bytes: usize,
+    ) -> Result<Vec<String>, ListJsonError> {
+        let listed = self
+            .list(kind, namespace, selector, projection)
+            .map_err(ListJsonError::Selector)?;
+        let mut bytes = 0usize;
+        for (n, text) in listed.iter().enumerate() {
+            bytes = bytes.saturating_add(text.len());
+            if bytes > max_bytes {
+                return Err(ListJsonError::TooLarge {
+                    listed: n,
+                    max_bytes,
+                });
+            }
+        }
+        Ok(listed)
+    }
 }
 
 impl ObjectReader for MemoryCache {
@@ -46,5 +75,16 @@ impl ObjectReader for MemoryCache {
         projection: Projection,
     ) -> Result<Vec<String>, String> {
         self.list_json(kind, namespace, selector, projection)
+    }
+
+    fn list_within(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+        projection: Projection,
+        max_bytes: usize,
+    ) -> Result<Vec<String>, ListJsonError> {
+        self.list_json_within(kind, namespace, selector, projection, max_bytes)
     }
 }

@@ -106,6 +106,17 @@ pub struct CacheError {
     pub reason: String,
 }
 
+/// Why [`MemoryCache::list_json_within`] returned no list.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ListJsonError {
+    /// The label selector does not parse.
+    #[error("{0}")]
+    Selector(String),
+    /// The matching objects' text passes the maximum; `listed` objects fit.
+    #[error("the list passes {max_bytes} bytes of JSON after {listed} objects")]
+    TooLarge { listed: usize, max_bytes: usize },
+}
+
 /// `metadata.name` of a JSON object.
 pub fn name_of(object: &Value) -> Option<&str> {
     object.pointer("/metadata/name")?.as_str()
@@ -291,6 +302,39 @@ impl MemoryCache {
             .collect())
     }
 
+    /// [`Self::list_json`], stopping as soon as the text passes `max_bytes`:
+    /// the host's cache import builds a list on the host before the
+    /// plugin's memory cap can apply, so it must not build one the plugin
+    /// could never take.
+    pub fn list_json_within(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+        projection: Projection,
+        max_bytes: usize,
+    ) -> Result<Vec<String>, ListJsonError> {
+        let selector =
+            LabelSelector::parse(selector).map_err(|e| ListJsonError::Selector(e.to_string()))?;
+        let mut listed = Vec::new();
+        let mut bytes = 0usize;
+        for entry in self.select(kind, namespace, &selector) {
+            let text = match projection {
+                Projection::Full => &entry.json,
+                Projection::MetadataOnly => &entry.metadata_json,
+            };
+            bytes = bytes.saturating_add(text.len());
+            if bytes > max_bytes {
+                return Err(ListJsonError::TooLarge {
+                    listed: listed.len(),
+                    max_bytes,
+                });
+            }
+            listed.push(text.to_string());
+        }
+        Ok(listed)
+    }
+
     /// The request the host sends for `primary`: its owned children from this
     /// cache, and `deleting` from its deletionTimestamp.
     pub fn request_for(&self, primary: &Value, owns: &[KindRef]) -> ReconcileRequest {
@@ -404,6 +448,42 @@ mod tests {
         assert_eq!(all, ["b", "d", "z", "c"]);
         assert!(cache.get(&kind, Some("b"), "c").is_some());
         assert!(cache.get(&kind, Some("a"), "c").is_none());
+    }
+
+    #[test]
+    fn a_bounded_list_stops_once_its_text_passes_the_maximum() {
+        let mut cache = MemoryCache::new();
+        for name in ["a", "b", "c"] {
+            cache.insert(pod("ns", name, "web")).unwrap();
+        }
+        let kind = KindRef::new("", "v1", "Pod");
+        let one = cache
+            .get_json(&kind, Some("ns"), "a", Projection::Full)
+            .unwrap()
+            .len();
+        let two = cache
+            .list_json_within(&kind, None, "", Projection::Full, 2 * one)
+            .unwrap_err();
+        assert_eq!(
+            two,
+            ListJsonError::TooLarge {
+                listed: 2,
+                max_bytes: 2 * one
+            }
+        );
+        let all = cache
+            .list_json_within(&kind, None, "app=web", Projection::Full, 3 * one)
+            .unwrap();
+        assert_eq!(
+            all,
+            cache
+                .list_json(&kind, None, "app=web", Projection::Full)
+                .unwrap()
+        );
+        assert!(matches!(
+            cache.list_json_within(&kind, None, "app in (", Projection::Full, 1),
+            Err(ListJsonError::Selector(_))
+        ));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 mod finalizers;
 mod metadata_rules;
 mod ownership;
+mod sandbox_limits;
 mod scope;
 
 use reconciler_sdk::{
@@ -30,12 +31,12 @@ pub type Hostile = Object<HostileSpec>;
 
 pub struct Hostiles;
 
-// Built three ways for the hot-reload tests: as is; with `v2`, a new version
+// Built four ways for the hot-reload tests: as is; with `v2`, a new version
 // that behaves differently; with `rival`, another plugin that claims the
-// same primary kind.
-#[cfg(not(any(feature = "v2", feature = "rival")))]
+// same primary kind; with `sleepy-metadata`, one whose `metadata` sleeps.
+#[cfg(not(any(feature = "v2", feature = "rival", feature = "sleepy-metadata")))]
 const NAME: &str = "hostile";
-#[cfg(not(any(feature = "v2", feature = "rival")))]
+#[cfg(not(any(feature = "v2", feature = "rival", feature = "sleepy-metadata")))]
 const VERSION: &str = "0.1.0";
 #[cfg(feature = "v2")]
 const NAME: &str = "hostile";
@@ -44,6 +45,10 @@ const VERSION: &str = "0.2.0";
 #[cfg(feature = "rival")]
 const NAME: &str = "rival";
 #[cfg(feature = "rival")]
+const VERSION: &str = "0.1.0";
+#[cfg(feature = "sleepy-metadata")]
+const NAME: &str = "sleepy";
+#[cfg(feature = "sleepy-metadata")]
 const VERSION: &str = "0.1.0";
 
 pub(crate) fn config_map(name: &str, extra: serde_json::Value) -> serde_json::Value {
@@ -61,6 +66,7 @@ impl Reconciler for Hostiles {
     type Primary = Hostile;
 
     fn metadata() -> PluginMetadata {
+        sandbox_limits::before_metadata();
         PluginMetadata::new(
             NAME,
             VERSION,
@@ -102,6 +108,7 @@ impl Reconciler for Hostiles {
             .or_else(|| metadata_rules::attempt(mode, &hostile, ctx))
             .or_else(|| scope::attempt(mode, &hostile, ctx))
             .or_else(|| finalizers::attempt(mode, &hostile, ctx))
+            .or_else(|| sandbox_limits::attempt(mode, &hostile, ctx))
         {
             return response;
         }
