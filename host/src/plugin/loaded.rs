@@ -255,8 +255,12 @@ fn classify(
         };
     }
     // Before the stdio cap: a long panic message fills stderr, and the
-    // panic is what the user needs to hear about.
-    if let Some(panic) = output.panic() {
+    // panic is what the user needs to hear about. Not a panic that only
+    // reports the cap (std panics when a print fails).
+    if let Some(panic) = output
+        .panic()
+        .filter(|p| !p.message.starts_with("failed printing to std"))
+    {
         return CallError::Panic {
             location: panic.location,
             message: panic.message,
