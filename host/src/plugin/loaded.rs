@@ -197,9 +197,13 @@ fn new_store(pre: &PluginPre<CallState>, call: Call<'_>) -> (Store<CallState>, G
         .allow_udp(false)
         .allow_ip_name_lookup(false)
         .build();
+    let mut table = ResourceTable::new();
+    // Every timer, stream and pollable a plugin opens is a host allocation;
+    // a reconcile needs a handful. wasmtime's default allows a million.
+    table.set_max_capacity(MAX_RESOURCES);
     let state = CallState {
         wasi,
-        table: ResourceTable::new(),
+        table,
         limiter: MemoryCap {
             limit_bytes: limits.memory_bytes,
             hit: false,
@@ -224,6 +228,9 @@ fn new_store(pre: &PluginPre<CallState>, call: Call<'_>) -> (Store<CallState>, G
     store.epoch_deadline_trap();
     (store, output)
 }
+
+/// WASI resources (streams, timers, pollables) one call may hold at once.
+const MAX_RESOURCES: usize = 10_000;
 
 /// wasmtime-wasi's own cap on one request for random bytes.
 const MAX_RANDOM_BYTES: usize = 64 << 20;

@@ -88,3 +88,42 @@ impl ObjectReader for MemoryCache {
         self.list_json_within(kind, namespace, selector, projection, max_bytes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that only knows how to list everything at once.
+    struct Fixed(Vec<String>);
+
+    impl ObjectReader for Fixed {
+        fn get(&self, _: &KindRef, _: Option<&str>, _: &str, _: Projection) -> Option<String> {
+            None
+        }
+
+        fn list(
+            &self,
+            _: &KindRef,
+            _: Option<&str>,
+            _: &str,
+            _: Projection,
+        ) -> Result<Vec<String>, String> {
+            Ok(self.0.clone())
+        }
+    }
+
+    #[test]
+    fn a_reader_without_its_own_bound_still_refuses_a_list_past_the_maximum() {
+        let reader = Fixed(vec!["x".repeat(10); 3]);
+        let kind = KindRef::new("", "v1", "Pod");
+        let list = |max| reader.list_within(&kind, None, "", Projection::Full, max);
+        assert_eq!(list(30).unwrap().len(), 3);
+        assert_eq!(
+            list(25).unwrap_err(),
+            ListJsonError::TooLarge {
+                listed: 2,
+                max_bytes: 25
+            }
+        );
+    }
+}

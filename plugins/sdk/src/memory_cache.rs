@@ -106,6 +106,11 @@ pub struct CacheError {
     pub reason: String,
 }
 
+/// The most JSON text one [`MemoryCache::list_json`] builds: 256 MiB, the
+/// host's default ceiling on a plugin's memory. A list that long could reach
+/// no plugin; building it would only cost the host the memory.
+pub const LIST_JSON_MAX_BYTES: usize = 256 << 20;
+
 /// Why [`MemoryCache::list_json_within`] returned no list.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ListJsonError {
@@ -113,7 +118,10 @@ pub enum ListJsonError {
     #[error("{0}")]
     Selector(String),
     /// The matching objects' text passes the maximum; `listed` objects fit.
-    #[error("the list passes {max_bytes} bytes of JSON after {listed} objects")]
+    #[error(
+        "the list passes {} MiB of JSON after {listed} objects: list with a narrower label selector or a namespace",
+        max_bytes.div_ceil(1024 * 1024)
+    )]
     TooLarge { listed: usize, max_bytes: usize },
 }
 
@@ -287,7 +295,8 @@ impl MemoryCache {
     }
 
     /// [`Self::list`] as the cache import answers it: the selector in string
-    /// form, JSON text out, a clear error for a malformed selector.
+    /// form, JSON text out, a clear error for a malformed selector, and
+    /// never more than [`LIST_JSON_MAX_BYTES`] of text.
     pub fn list_json(
         &self,
         kind: &KindRef,
@@ -295,11 +304,8 @@ impl MemoryCache {
         selector: &str,
         projection: Projection,
     ) -> Result<Vec<String>, String> {
-        let selector = LabelSelector::parse(selector).map_err(|e| e.to_string())?;
-        Ok(self
-            .select(kind, namespace, &selector)
-            .map(|e| e.text(projection))
-            .collect())
+        self.list_json_within(kind, namespace, selector, projection, LIST_JSON_MAX_BYTES)
+            .map_err(|e| e.to_string())
     }
 
     /// [`Self::list_json`], stopping as soon as the text passes `max_bytes`:
