@@ -3,9 +3,8 @@
 //! Loading a plugin compiles it (tens of milliseconds in release, seconds
 //! for a component of tens of MiB) and calls its `metadata`; starting it
 //! waits for its kinds' first lists. Done inside the loop that dispatches
-//! reconciles, all of that stalls every plugin already serving: a file whose
-//! `metadata` hung froze the whole host, and objects added afterwards were
-//! never seen. So after the first sync (which `dev` and `run` wait for, as
+//! reconciles, all of that stalls every plugin already serving, and objects
+//! added meanwhile wait with them. So after the first sync (which `dev` and `run` wait for, as
 //! nothing serves yet) the plugins directory is synced by a task of its own,
 //! each load bounded by `--plugin-load-timeout-secs`; the loop hears what
 //! changed through a channel and keeps dispatching meanwhile. The engine

@@ -1,13 +1,13 @@
 //! What a plugin writes during one call: stdout and stderr captured in
 //! memory, `log` entries, and the one budget they share in the host log.
 //!
-//! A plugin that logs in a loop until its deadline wrote 121 to 151 MB of
-//! host log per call before this budget. Now stdout, stderr and `log`
-//! together put at most [`HostLimits::stdio_kib`](super::HostLimits) into the
-//! host log per call, each line charged its text plus [`LINE_OVERHEAD`] for
-//! what the host adds around it (time, level, plugin, object). Past the
-//! budget the rest of the call's lines are dropped, and one warning says how
-//! many. Writing past the pipes' capacity still traps (`StdioLimit`): a
+//! A plugin that logs in a loop until its deadline can write over 100 MB of
+//! host log in one call (measured: 121 to 151 MB in one second). So stdout,
+//! stderr and `log` together put at most
+//! [`HostLimits::stdio_kib`](super::HostLimits) into the host log per call,
+//! each line charged its text plus [`LINE_OVERHEAD`] for what the host adds
+//! around it (time, level, plugin, object). Past the budget the rest of the
+//! call's lines are dropped, and one warning says how many. Writing past the pipes' capacity still traps (`StdioLimit`): a
 //! plugin printing without end is broken, one logging a lot is only noisy.
 
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -110,8 +110,8 @@ impl GuestOutput {
 
     /// The panic the guest reported on stderr, if it did: Rust prints
     /// `thread '...' panicked at src/lib.rs:3:5:` and the message on the
-    /// next lines. Found even when a long message filled the pipe, which is
-    /// what made such a panic look like a stdout flood before.
+    /// next lines. Found even when a long message filled the pipe: the
+    /// panic, not the cap it ran into, is what the user needs to hear.
     pub fn panic(&self) -> Option<Panic> {
         let bytes = self.stderr.contents();
         panic_in(&String::from_utf8_lossy(&bytes))
