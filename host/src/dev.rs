@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::background_reload::BackgroundReload;
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::cluster::embedded::kind_scopes::is_crd;
 use crate::cluster::{ObjectKey, RealClock};
@@ -141,8 +142,11 @@ pub async fn run(
     // File changes arrive from the watcher threads; keep the watchers alive.
     let (fs_tx, mut fs_rx) = mpsc::unbounded_channel();
     let _objects_watch = watch_dir(&config.objects_dir, fs_tx);
-    let (plugins_tx, mut plugins_rx) = mpsc::unbounded_channel();
+    let (plugins_tx, plugins_rx) = mpsc::unbounded_channel();
     let _plugins_watch = watch_dir(&config.plugins_dir, plugins_tx);
+    // Later plugin files load beside the loop, which keeps serving.
+    let mut failures = plugins.failures();
+    let mut reloads = BackgroundReload::start(plugins, engine.clone(), plugins_rx, None);
     let mut dispatcher = Dispatcher::new(engine.clone());
     let mut table_shown = String::new();
     let ctrl_c = tokio::signal::ctrl_c();
@@ -168,11 +172,11 @@ pub async fn run(
             record = dispatcher.finished() => {
                 writeln!(out, "{}", stamp(&record.to_string()))?;
             }
-            Some(()) = plugins_rx.recv() => {
-                while plugins_rx.try_recv().is_ok() {}
-                for event in plugins.sync(&engine).await {
+            update = reloads.next() => {
+                for event in &update.events {
                     writeln!(out, "{}", stamp(&event.to_string()))?;
                 }
+                failures = update.failures;
             }
             Some(()) = fs_rx.recv() => {
                 while fs_rx.try_recv().is_ok() {}
@@ -192,7 +196,7 @@ pub async fn run(
     for record in records {
         writeln!(out, "{}", stamp(&record.to_string()))?;
     }
-    Ok(plugins.failures())
+    Ok(failures)
 }
 
 /// Applies the CRDs of `dir`, so the cluster knows which custom kinds are

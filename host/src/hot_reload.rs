@@ -34,9 +34,9 @@ use crate::cluster::clock::rfc3339;
 use crate::cluster::{Clock, ClusterBackend, RealClock};
 use crate::engine::finalizer_handover::{FinalizerHandover, FinalizerHold, holds_text};
 use crate::engine::{Engine, EngineError};
-use crate::plugin::Sandbox;
 use crate::plugin::directory::plugin_files;
 use crate::plugin::sandbox::content_hash;
+use crate::plugin::{LoadFailure, Sandbox};
 
 /// One change to what the host serves, or a version it refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -383,7 +383,14 @@ impl PluginDirectory {
         }
         let sandbox = self.sandbox.clone();
         let path = file.to_path_buf();
-        let loaded = tokio::task::spawn_blocking(move || sandbox.load_bytes(&path, &bytes)).await;
+        // A compile cannot be interrupted; past the deadline it finishes on
+        // its thread and is dropped.
+        let limit = self.sandbox.limits().load_timeout();
+        let loading = tokio::task::spawn_blocking(move || sandbox.load_bytes(&path, &bytes));
+        let Ok(loaded) = tokio::time::timeout(limit, loading).await else {
+            let reason = LoadFailure::LoadTimeout { limit }.to_string();
+            return Some(self.refuse(file, sha256, reason, Refusal::Broken));
+        };
         let plugin = match loaded {
             Ok(Ok((plugin, _))) => Arc::new(plugin),
             Ok(Err(e)) => {

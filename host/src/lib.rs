@@ -7,6 +7,7 @@
 //! - [`cli`]: the `reconciler-host` command line.
 
 pub mod api_client;
+pub mod background_reload;
 pub mod cli;
 pub mod cluster;
 pub mod crd_install;

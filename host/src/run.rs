@@ -23,6 +23,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::mpsc;
 
+use crate::background_reload::BackgroundReload;
 use crate::cluster::RealClock;
 use crate::cluster::kubernetes::KubernetesBackend;
 use crate::crd_install::install_crds;
@@ -150,11 +151,16 @@ pub async fn run(
         );
     }
 
-    let (plugins_tx, mut plugins_rx) = mpsc::unbounded_channel();
+    let (plugins_tx, plugins_rx) = mpsc::unbounded_channel();
     let _plugins_watch = watch_dir(&config.plugins_dir, plugins_tx);
-    let mut retry = tokio::time::interval(config.retry_every);
-    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    retry.reset();
+    // Later plugin files load, and waiting ones are retried, beside the
+    // loop, which keeps serving.
+    let mut reloads = BackgroundReload::start(
+        plugins,
+        engine.clone(),
+        plugins_rx,
+        Some(config.retry_every),
+    );
     let metrics_status = status.clone();
     let mut dispatcher = Dispatcher::new(engine.clone()).on_finished(Arc::new(
         move |record: &ReconcileRecord, took: Duration| {
@@ -175,14 +181,9 @@ pub async fn run(
         let wait = dispatcher.idle_wait();
         tokio::select! {
             record = dispatcher.finished() => log_record(&record),
-            Some(()) = plugins_rx.recv() => {
-                while plugins_rx.try_recv().is_ok() {}
-                let events = plugins.sync(&engine).await;
-                publish(&status, &plugins, &events);
-            }
-            _ = retry.tick(), if plugins.waiting() => {
-                let events = plugins.retry_waiting(&engine).await;
-                publish(&status, &plugins, &events);
+            update = reloads.next() => {
+                status.metrics.reloaded(&update.events);
+                status.set_plugins(update.status);
             }
             _ = tokio::time::sleep(wait) => {}
             signal = &mut shutdown => break Stop::Signal(signal),

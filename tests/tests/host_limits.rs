@@ -393,6 +393,7 @@ fn generous_sandbox() -> &'static Sandbox {
             },
             compile_cache: None,
             max_instances: 5,
+            ..SandboxConfig::default()
         })
         .expect("a sandbox")
     })

@@ -208,6 +208,38 @@ async fn a_corrupt_version_leaves_the_old_one_serving_and_is_reported_once() {
     ));
 }
 
+/// A `metadata` that sleeps an hour used to hang the sync, and with it the
+/// whole `dev` or `run` loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_whose_metadata_sleeps_is_refused_and_the_others_keep_serving() {
+    let mut host = Host::new();
+    host.drop_in(&test_plugin("hostile"), "hostile.wasm");
+    host.sync().await;
+
+    host.drop_in(&test_plugin("hostile-sleepy-metadata"), "sleepy.wasm");
+    let events = tokio::time::timeout(Duration::from_secs(60), host.sync())
+        .await
+        .expect("loading a plugin whose metadata sleeps must end");
+    match events.as_slice() {
+        [ReloadEvent::Failed { file, reason, .. }] => {
+            assert!(file.ends_with("sleepy.wasm"), "{file:?}");
+            assert!(
+                reason.contains("metadata did not return within 200 ms"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected the sleepy plugin refused, got {other:?}"),
+    }
+
+    // An object added afterwards is reconciled by the plugin that serves.
+    host.cluster.apply_as_user(hostile("after")).unwrap();
+    host.settle().await;
+    assert_eq!(
+        host.config_map("after").await.expect("still served")["data"]["version"],
+        "0.1.0"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_half_written_file_is_never_loaded() {
     let mut host = Host::new();

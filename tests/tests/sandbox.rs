@@ -77,9 +77,9 @@ fn a_memory_hog_traps_at_the_cap() {
 }
 
 #[test]
-fn a_panic_is_a_trap_with_the_panic_message() {
+fn a_panic_is_reported_with_the_panic_message() {
     let err = hostile("panic").unwrap_err();
-    assert!(matches!(err, CallError::Trap { .. }), "{err:?}");
+    assert!(matches!(err, CallError::Panic { .. }), "{err:?}");
     assert!(
         err.to_string()
             .contains("hostile plugin panicked on purpose"),

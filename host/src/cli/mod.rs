@@ -153,6 +153,9 @@ pub struct SandboxArgs {
     /// for loading plugins. Shared fairly: while others wait, no plugin holds more than its share.
     #[arg(long, global = true, default_value_t = SandboxConfig::default().max_instances, value_name = "N")]
     pub plugin_instances: u32,
+    /// How long hot reload waits for a new plugin file to compile and report its metadata, in seconds.
+    #[arg(long, global = true, default_value_t = HostLimits::default().load_timeout_secs, value_name = "SECS")]
+    pub plugin_load_timeout_secs: u32,
     /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/reconciler-host or ~/.cache/reconciler-host].
     #[arg(
         long,
@@ -183,6 +186,7 @@ impl SandboxArgs {
             deletes_max: self.plugin_deletes_max,
             concurrency: self.plugin_concurrency,
             concurrency_max: self.plugin_concurrency_max,
+            load_timeout_secs: self.plugin_load_timeout_secs,
             ..HostLimits::default()
         };
         for (default, max, name) in [
@@ -233,11 +237,20 @@ impl SandboxArgs {
             limits,
             compile_cache,
             max_instances: self.plugin_instances,
+            ..SandboxConfig::default()
         })
     }
 
     pub fn sandbox(&self) -> anyhow::Result<Sandbox> {
         Sandbox::new(self.config()?)
+    }
+
+    /// [`Self::sandbox`] with random streams keyed by `random_key`.
+    pub fn sandbox_with(&self, random_key: crate::plugin::RandomKey) -> anyhow::Result<Sandbox> {
+        Sandbox::new(SandboxConfig {
+            random_key,
+            ..self.config()?
+        })
     }
 }
 

@@ -7,6 +7,7 @@ use reconciler_sdk::k8s_openapi::jiff::Timestamp;
 
 use super::SandboxArgs;
 use crate::golden::duration_text::parse_duration;
+use crate::plugin::RandomKey;
 use crate::simulate::{SimulationConfig, simulate};
 
 #[derive(Debug, Args)]
@@ -43,7 +44,9 @@ fn parse_time(text: &str) -> Result<Timestamp, String> {
 }
 
 pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode> {
-    let sandbox = sandbox.sandbox()?;
+    // Runs must repeat exactly: the random streams plugins see depend only
+    // on the plugin and the object (plugin/call_random.rs).
+    let sandbox = sandbox.sandbox_with(RandomKey::fixed())?;
     let (plugins, failures) = crate::plugin::directory::load_dir(&sandbox, &args.plugins_dir)
         .map_err(|e| {
             anyhow::anyhow!(

@@ -6,6 +6,7 @@ use clap::Args;
 
 use super::SandboxArgs;
 use crate::golden::{CaseOutcome, discover, run_case};
+use crate::plugin::RandomKey;
 
 #[derive(Debug, Args)]
 pub struct TestArgs {
@@ -16,7 +17,9 @@ pub struct TestArgs {
 }
 
 pub fn run(sandbox: &SandboxArgs, args: TestArgs) -> anyhow::Result<ExitCode> {
-    let sandbox = sandbox.sandbox()?;
+    // Runs must repeat exactly: the random streams plugins see depend only
+    // on the plugin and the object (plugin/call_random.rs).
+    let sandbox = sandbox.sandbox_with(RandomKey::fixed())?;
     let plugin = sandbox.load(&args.plugin)?;
     let files = discover(&args.cases)?;
     let mut out = std::io::stdout().lock();

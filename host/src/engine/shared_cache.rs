@@ -9,7 +9,7 @@ use std::sync::RwLock;
 
 use reconciler_sdk::KindRef;
 use reconciler_sdk::contract::{Projection, ReconcileRequest};
-use reconciler_sdk::memory_cache::MemoryCache;
+use reconciler_sdk::memory_cache::{ListJsonError, MemoryCache};
 use serde_json::Value;
 
 use crate::cluster::backend::slimmed;
@@ -111,6 +111,20 @@ impl ObjectReader for SharedCache {
         projection: Projection,
     ) -> Result<Vec<String>, String> {
         self.read().list_json(kind, namespace, selector, projection)
+    }
+
+    /// Stops building the list once it passes `max_bytes`, so one call
+    /// cannot make the host allocate more than the plugin could take.
+    fn list_within(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+        projection: Projection,
+        max_bytes: usize,
+    ) -> Result<Vec<String>, ListJsonError> {
+        self.read()
+            .list_json_within(kind, namespace, selector, projection, max_bytes)
     }
 }
 

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use reconciler_sdk::KindRef;
 use reconciler_sdk::contract::Projection;
 use reconciler_sdk::k8s_openapi::jiff::Timestamp;
+use reconciler_sdk::memory_cache::ListJsonError;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -200,6 +201,21 @@ impl ObjectReader for RecordingReader {
         projection: Projection,
     ) -> Result<Vec<String>, String> {
         let listed = self.inner.list(kind, namespace, selector, projection)?;
+        self.keep(&listed);
+        Ok(listed)
+    }
+
+    fn list_within(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+        projection: Projection,
+        max_bytes: usize,
+    ) -> Result<Vec<String>, ListJsonError> {
+        let listed = self
+            .inner
+            .list_within(kind, namespace, selector, projection, max_bytes)?;
         self.keep(&listed);
         Ok(listed)
     }

@@ -1,17 +1,20 @@
-//! The state of one sandboxed call: WASI (empty), the memory limiter, and the
-//! host's side of the plugin's imports.
+//! The state of one sandboxed call: WASI (empty), the memory limiter, the
+//! call's clock and output budget, and the host's side of the plugin's
+//! imports.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 
 use reconciler_sdk::contract::Projection;
+use reconciler_sdk::memory_cache::ListJsonError;
 use reconciler_sdk::{KindRef, PluginMetadata};
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::kind_from_wit;
 use super::bindings::reconciler::plugin::{cache, clock, log, types};
+use super::call_clock::CallClock;
+use super::guest_output::OutputBudget;
 use super::object_reader::ObjectReader;
 
 /// What the imports may see during a reconcile. Absent during `metadata`.
@@ -28,69 +31,20 @@ pub(crate) struct CallState {
     pub table: ResourceTable,
     pub limiter: MemoryCap,
     pub scope: Option<ReconcileScope>,
-    pub now_millis: i64,
+    /// The call's time: WASI's clocks, its timers and the `clock` import.
+    pub clock: Arc<CallClock>,
+    /// When the call's deadline passes, in real time.
+    pub deadline: Instant,
+    /// A wait was refused because it would pass the deadline.
+    pub waited_past_deadline: bool,
+    /// What stdout, stderr and `log` may still put into the host log.
+    pub output_budget: OutputBudget,
+    /// The most JSON text one `cache.list` may return: the call's memory
+    /// limit, as no longer list could ever cross into the sandbox.
+    pub list_max_bytes: usize,
     /// For log events: the plugin and the object being reconciled.
     pub plugin: String,
     pub object: String,
-}
-
-/// Output pipes for guest stdout and stderr, kept to emit as log events.
-pub(crate) struct GuestOutput {
-    pub stdout: MemoryOutputPipe,
-    pub stderr: MemoryOutputPipe,
-    pub capacity: usize,
-}
-
-impl GuestOutput {
-    pub fn new(capacity: usize) -> Self {
-        Self {
-            stdout: MemoryOutputPipe::new(capacity),
-            stderr: MemoryOutputPipe::new(capacity),
-            capacity,
-        }
-    }
-
-    /// Whether the guest filled a pipe (its next write trapped).
-    pub fn overflowed(&self) -> bool {
-        self.stdout.contents().len() >= self.capacity
-            || self.stderr.contents().len() >= self.capacity
-    }
-
-    /// What the guest said on stderr just before it trapped: a Rust guest's
-    /// panic message (`panicked at src/lib.rs:3:5: <message>`), without the
-    /// backtrace hint, which means nothing inside the sandbox.
-    pub fn last_words(&self) -> Option<String> {
-        let bytes = self.stderr.contents();
-        let text = String::from_utf8_lossy(&bytes);
-        let lines: Vec<&str> = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
-            .collect();
-        let start = lines
-            .iter()
-            .rposition(|l| l.contains("panicked at"))
-            .unwrap_or(lines.len().saturating_sub(1));
-        let words = lines.get(start..)?.join(" ");
-        (!words.is_empty()).then_some(words)
-    }
-
-    /// Emits what the guest wrote as log events, one per line.
-    pub fn emit(&self, plugin: &str, object: &str) {
-        for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
-            let bytes = pipe.contents();
-            for line in String::from_utf8_lossy(&bytes)
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-            {
-                if stream == "stderr" {
-                    tracing::warn!(target: "plugin", plugin, object, stream, "{line}");
-                } else {
-                    tracing::info!(target: "plugin", plugin, object, stream, "{line}");
-                }
-            }
-        }
-    }
 }
 
 impl WasiView for CallState {
@@ -130,20 +84,6 @@ impl wasmtime::ResourceLimiter for MemoryCap {
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
-    }
-}
-
-/// WASI's wall clock follows the host clock, so a plugin that reads the time
-/// through std still sees the virtual time of a test or simulation.
-pub(crate) struct FixedWallClock(pub i64);
-
-impl wasmtime_wasi::HostWallClock for FixedWallClock {
-    fn resolution(&self) -> Duration {
-        Duration::from_millis(1)
-    }
-
-    fn now(&self) -> Duration {
-        Duration::from_millis(u64::try_from(self.0).unwrap_or(0))
     }
 }
 
@@ -201,15 +141,50 @@ impl cache::Host for CallState {
         label_selector: String,
     ) -> Result<Vec<String>, String> {
         let kind = kind_from_wit(kind);
+        let max_bytes = self.list_max_bytes;
         let read = self.readable(&kind, namespace.as_deref())?;
         read.reader
-            .list(&kind, read.namespace, &label_selector, read.projection)
+            .list_within(
+                &kind,
+                read.namespace,
+                &label_selector,
+                read.projection,
+                max_bytes,
+            )
+            .map_err(|e| match e {
+                ListJsonError::Selector(message) => message,
+                ListJsonError::TooLarge { listed, max_bytes } => {
+                    list_too_large(&kind, read.namespace, &label_selector, listed, max_bytes)
+                }
+            })
     }
+}
+
+/// Why a `cache.list` was refused, and what to do instead.
+fn list_too_large(
+    kind: &KindRef,
+    namespace: Option<&str>,
+    selector: &str,
+    listed: usize,
+    max_bytes: usize,
+) -> String {
+    let namespace = match namespace {
+        Some(ns) => format!("in namespace {ns}"),
+        None => "in every namespace".to_string(),
+    };
+    let selector = match selector {
+        "" => "no label selector".to_string(),
+        s => format!("label selector {s:?}"),
+    };
+    format!(
+        "listing {kind} {namespace} with {selector} passed {} MiB of JSON after {listed} objects, the plugin's memory limit (hints.memoryLimitMib), so the list could never reach the plugin: list with a narrower label selector or a namespace, or read the kind as metadata only",
+        max_bytes.div_ceil(1024 * 1024)
+    )
 }
 
 impl clock::Host for CallState {
     fn now(&mut self) -> i64 {
-        self.now_millis
+        self.clock.now_millis()
     }
 }
 
@@ -221,6 +196,12 @@ impl log::Host for CallState {
             .collect::<Vec<_>>()
             .join(" ");
         let (plugin, object) = (self.plugin.as_str(), self.object.as_str());
+        if !self
+            .output_budget
+            .admit(message.len() + fields.len(), plugin.len() + object.len())
+        {
+            return;
+        }
         match level {
             log::Level::Trace => {
                 tracing::trace!(target: "plugin", plugin, object, fields, "{message}")
@@ -275,7 +256,11 @@ mod tests {
                 reader: Arc::new(cache),
                 primary_namespace: primary_namespace.map(str::to_string),
             }),
-            now_millis: 0,
+            clock: super::super::call_clock::CallClock::new(0, std::time::Duration::from_secs(1)),
+            deadline: Instant::now() + std::time::Duration::from_secs(1),
+            waited_past_deadline: false,
+            output_budget: super::super::guest_output::OutputBudget::new(1 << 16),
+            list_max_bytes: 1 << 20,
             plugin: "podset".into(),
             object: "team-a/web".into(),
         }

@@ -33,8 +33,18 @@ pub enum LoadFailure {
     Contract(#[from] ContractError),
     #[error("cannot link the component: {0}")]
     Link(String),
+    #[error(
+        "metadata did not return within {} ms, the host's default deadline (--plugin-timeout-ms): it must return the plugin's declarations at once, without waiting",
+        limit.as_millis()
+    )]
+    MetadataTimeout { limit: Duration },
     #[error("calling metadata failed: {0}")]
     MetadataCall(#[source] CallError),
+    #[error(
+        "loading took longer than {} s (--plugin-load-timeout-secs): the plugin is not served; a smaller component compiles faster",
+        limit.as_secs()
+    )]
+    LoadTimeout { limit: Duration },
     #[error(transparent)]
     Metadata(#[from] MetadataError),
     #[error(transparent)]
@@ -73,6 +83,9 @@ pub enum CallError {
         "response is {bytes} bytes, over the output limit of {limit_bytes} bytes (raise it with hints.maxOutputKib, up to --plugin-output-max-kib)"
     )]
     OutputTooLarge { bytes: usize, limit_bytes: usize },
+    /// A Rust guest's panic: where, and the first line of its message.
+    #[error("panicked at {location}: {message}")]
+    Panic { location: String, message: String },
     #[error("trapped: {message}")]
     Trap { message: String },
     #[error("cannot instantiate: {0}")]
@@ -93,7 +106,9 @@ impl CallError {
             CallError::MemoryLimit { .. } => "MemoryLimit",
             CallError::StdioLimit { .. } => "StdioLimit",
             CallError::OutputTooLarge { .. } => "OutputTooLarge",
-            CallError::Trap { .. } => "Trap",
+            // A panic is a trap to metrics and Event reasons; its message
+            // says it panicked.
+            CallError::Panic { .. } | CallError::Trap { .. } => "Trap",
             CallError::Instantiate(_) => "InstantiateFailed",
             CallError::Plugin(_) => "ReconcileError",
             CallError::InvalidResponse(_) => "InvalidResponse",

@@ -35,7 +35,9 @@ pub struct HostLimits {
     /// (`--plugin-output-max-kib`)
     pub output_max_kib: u32,
     /// Guest stdout and stderr kept per call; a plugin writing more traps.
-    /// 64 KiB is thousands of log lines: anything beyond is a bug.
+    /// 64 KiB is thousands of log lines: anything beyond is a bug. Also the
+    /// budget stdout, stderr and `log` entries share in the host log per
+    /// call; lines past it are dropped and counted (guest_output.rs).
     pub stdio_kib: u32,
     /// Events one response may carry. Each is a write to the API server;
     /// 25 is the burst the host's per-object Event rate limit allows
@@ -65,6 +67,14 @@ pub struct HostLimits {
     /// queued never waits on fewer than that many others at full tilt.
     /// (`--plugin-concurrency-max`)
     pub concurrency_max: u32,
+    /// How long hot reload waits for a new plugin file to compile and
+    /// report its metadata before refusing it. Loading runs beside the loop
+    /// that serves the other plugins, so this only bounds how long a file
+    /// stays pending; a release build compiles a small plugin in tens of
+    /// milliseconds, and two minutes leaves room for components of tens of
+    /// MiB (Python, JavaScript) on a small machine.
+    /// (`--plugin-load-timeout-secs`)
+    pub load_timeout_secs: u32,
 }
 
 impl Default for HostLimits {
@@ -85,6 +95,7 @@ impl Default for HostLimits {
             deletes_max: 10_000,
             concurrency: 4,
             concurrency_max: 16,
+            load_timeout_secs: 120,
         }
     }
 }
@@ -197,6 +208,11 @@ impl HostLimits {
             max_deletes: deletes as usize,
             concurrency: concurrency.max(1) as usize,
         })
+    }
+
+    /// How long hot reload waits for one plugin file to load.
+    pub fn load_timeout(&self) -> Duration {
+        Duration::from_secs(u64::from(self.load_timeout_secs))
     }
 
     /// The limits `metadata` is called under, before any hint is known.

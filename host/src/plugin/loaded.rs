@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use reconciler_sdk::contract::{
     Event, EventType, Hints, ObjectRef, ReadKind, ReconcileRequest, ReconcileResponse,
@@ -13,8 +14,11 @@ use wasmtime::{Store, Trap};
 use wasmtime_wasi::WasiCtxBuilder;
 
 use super::bindings::{PluginPre, guest, kind_from_wit, types};
-use super::call_state::{CallState, FixedWallClock, GuestOutput, MemoryCap, ReconcileScope};
+use super::call_clock::{CallClock, MonotonicClock, WallClock};
+use super::call_random::{CallRandom, ObjectVersion, RandomKey};
+use super::call_state::{CallState, MemoryCap, ReconcileScope};
 use super::errors::CallError;
+use super::guest_output::{GuestOutput, OutputBudget};
 use super::limits::SandboxLimits;
 use super::object_reader::ObjectReader;
 use super::response_limits::check_response_limits;
@@ -28,6 +32,7 @@ pub struct LoadedPlugin {
     path: PathBuf,
     sha256: String,
     pre: PluginPre<CallState>,
+    random_key: RandomKey,
     // Deadlines only fire while the ticker runs: keep it alive with us.
     _ticker: Arc<EpochTicker>,
 }
@@ -51,6 +56,7 @@ impl LoadedPlugin {
         path: PathBuf,
         sha256: String,
         pre: PluginPre<CallState>,
+        random_key: RandomKey,
         ticker: Arc<EpochTicker>,
     ) -> Self {
         Self {
@@ -59,6 +65,7 @@ impl LoadedPlugin {
             path,
             sha256,
             pre,
+            random_key,
             _ticker: ticker,
         }
     }
@@ -88,19 +95,20 @@ impl LoadedPlugin {
     /// Nothing is applied here: an `Ok` is a response that may be applied
     /// whole, an `Err` means nothing of this call must be.
     pub fn reconcile(&self, input: ReconcileInput) -> Result<ValidResponse, CallError> {
-        let scope = ReconcileScope {
-            metadata: self.metadata.clone(),
-            reader: input.reader,
-            primary_namespace: input.primary_namespace.clone(),
+        let object = ObjectVersion::of_primary(&input.request.primary);
+        let call = Call {
+            limits: self.limits,
+            scope: Some(ReconcileScope {
+                metadata: self.metadata.clone(),
+                reader: input.reader,
+                primary_namespace: input.primary_namespace.clone(),
+            }),
+            now_millis: input.now_millis,
+            plugin: self.name(),
+            object: &input.object,
+            random: CallRandom::new(&self.random_key, &self.sha256, Some(&object)),
         };
-        let (mut store, output) = new_store(
-            &self.pre,
-            self.limits,
-            Some(scope),
-            input.now_millis,
-            self.name(),
-            &input.object,
-        );
+        let (mut store, output) = new_store(&self.pre, call);
         let request = guest::ReconcileRequest {
             primary: input.request.primary,
             children: input.request.children,
@@ -115,7 +123,7 @@ impl LoadedPlugin {
                     .call_reconcile(&mut store, &request)
                     .map_err(|e| classify(e, &store, &output, self.limits))
             });
-        output.emit(self.name(), &input.object);
+        emit_output(&mut store, &output, self.name(), &input.object);
         let response = response_from_wit(result?.map_err(CallError::Plugin)?);
         let bytes = response.text_len();
         if bytes > self.limits.output_bytes {
@@ -137,8 +145,17 @@ impl LoadedPlugin {
         pre: &PluginPre<CallState>,
         limits: SandboxLimits,
         file: &str,
+        random: CallRandom,
     ) -> Result<PluginMetadata, CallError> {
-        let (mut store, output) = new_store(pre, limits, None, 0, file, "-");
+        let call = Call {
+            limits,
+            scope: None,
+            now_millis: 0,
+            plugin: file,
+            object: "-",
+            random,
+        };
+        let (mut store, output) = new_store(pre, call);
         let result = pre
             .instantiate(&mut store)
             .map_err(|e| CallError::Instantiate(format!("{e:#}")))
@@ -147,40 +164,62 @@ impl LoadedPlugin {
                     .call_metadata(&mut store)
                     .map_err(|e| classify(e, &store, &output, limits))
             });
-        output.emit(file, "-");
+        emit_output(&mut store, &output, file, "-");
         result.map(metadata_from_wit)
     }
 }
 
-fn new_store(
-    pre: &PluginPre<CallState>,
+/// Everything one call's store is made from.
+struct Call<'a> {
     limits: SandboxLimits,
     scope: Option<ReconcileScope>,
     now_millis: i64,
-    plugin: &str,
-    object: &str,
-) -> (Store<CallState>, GuestOutput) {
+    plugin: &'a str,
+    object: &'a str,
+    random: CallRandom,
+}
+
+fn new_store(pre: &PluginPre<CallState>, call: Call<'_>) -> (Store<CallState>, GuestOutput) {
+    let limits = call.limits;
     let output = GuestOutput::new(limits.stdio_bytes);
-    // No preopened directories, environment, arguments, stdin or network.
+    let clock = CallClock::new(call.now_millis, limits.timeout);
+    // No preopened directories, environment, arguments, stdin or network;
+    // clocks and randomness of the call's own (call_clock.rs,
+    // call_random.rs).
     let wasi = WasiCtxBuilder::new()
         .stdout(output.stdout.clone())
         .stderr(output.stderr.clone())
-        .wall_clock(FixedWallClock(now_millis))
+        .wall_clock(WallClock(clock.clone()))
+        .monotonic_clock(MonotonicClock(clock.clone()))
+        .secure_random(call.random.secure)
+        .insecure_random(call.random.insecure)
+        .insecure_random_seed(call.random.insecure_seed)
+        // One request for random bytes is allocated on the host before it
+        // reaches the guest: no more than the guest could hold.
+        .max_random_size(limits.memory_bytes.min(MAX_RANDOM_BYTES) as u64)
         .allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false)
         .build();
+    let mut table = ResourceTable::new();
+    // Every timer, stream and pollable a plugin opens is a host allocation;
+    // a reconcile needs a handful. wasmtime's default allows a million.
+    table.set_max_capacity(MAX_RESOURCES);
     let state = CallState {
         wasi,
-        table: ResourceTable::new(),
+        table,
         limiter: MemoryCap {
             limit_bytes: limits.memory_bytes,
             hit: false,
         },
-        scope,
-        now_millis,
-        plugin: plugin.to_string(),
-        object: object.to_string(),
+        scope: call.scope,
+        clock,
+        deadline: Instant::now() + limits.timeout,
+        waited_past_deadline: false,
+        output_budget: OutputBudget::new(limits.stdio_bytes),
+        list_max_bytes: limits.memory_bytes,
+        plugin: call.plugin.to_string(),
+        object: call.object.to_string(),
     };
     let mut store = Store::new(pre.engine(), state);
     store.limiter(|s| &mut s.limiter);
@@ -192,6 +231,20 @@ fn new_store(
     store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
     store.epoch_deadline_trap();
     (store, output)
+}
+
+/// WASI resources (streams, timers, pollables) one call may hold at once.
+const MAX_RESOURCES: usize = 10_000;
+
+/// wasmtime-wasi's own cap on one request for random bytes.
+const MAX_RANDOM_BYTES: usize = 64 << 20;
+
+/// What the guest printed, into the host log within the call's budget, and
+/// one line saying what did not fit.
+fn emit_output(store: &mut Store<CallState>, output: &GuestOutput, plugin: &str, object: &str) {
+    let budget = &mut store.data_mut().output_budget;
+    output.emit(plugin, object, budget);
+    budget.report(plugin, object);
 }
 
 /// Turns a failed call into the error a user can act on: a limit the host
@@ -207,9 +260,21 @@ fn classify(
             limit_bytes: limits.memory_bytes,
         };
     }
-    if error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+    if store.data().waited_past_deadline || error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
         return CallError::Timeout {
             limit: limits.timeout,
+        };
+    }
+    // Before the stdio cap: a long panic message fills stderr, and the
+    // panic is what the user needs to hear about. Not a panic that only
+    // reports the cap (std panics when a print fails).
+    if let Some(panic) = output
+        .panic()
+        .filter(|p| !p.message.starts_with("failed printing to std"))
+    {
+        return CallError::Panic {
+            location: panic.location,
+            message: panic.message,
         };
     }
     if output.overflowed() {

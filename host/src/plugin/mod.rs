@@ -2,12 +2,16 @@
 //! everything a plugin says before the host acts on it.
 
 mod bindings;
+mod bounded_waits;
+mod call_clock;
+pub mod call_random;
 mod call_state;
 pub mod compile_cache;
 mod compiler;
 pub mod contract_version;
 pub mod directory;
 pub mod errors;
+mod guest_output;
 pub mod limits;
 mod loaded;
 pub mod metadata_rules;
@@ -17,6 +21,7 @@ pub mod response_limits;
 pub mod response_rules;
 pub mod sandbox;
 
+pub use call_random::RandomKey;
 pub use compile_cache::{CompileCache, CompileSource};
 pub use errors::{CallError, LoadError, LoadFailure};
 pub use limits::{HostLimits, SandboxLimits};

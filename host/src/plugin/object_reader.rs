@@ -2,7 +2,7 @@
 
 use reconciler_sdk::KindRef;
 use reconciler_sdk::contract::Projection;
-use reconciler_sdk::memory_cache::MemoryCache;
+use reconciler_sdk::memory_cache::{ListJsonError, MemoryCache};
 
 /// The host cache as one reconcile sees it. The runtime enforces that the
 /// plugin asks only for kinds it declared (same-namespace read kinds only in
@@ -26,6 +26,35 @@ pub trait ObjectReader: Send + Sync {
         selector: &str,
         projection: Projection,
     ) -> Result<Vec<String>, String>;
+
+    /// [`Self::list`] as the cache import asks for it: no more than
+    /// `max_bytes` of JSON text. An implementation should stop building the
+    /// list as soon as it passes the maximum, so one call cannot make the
+    /// host allocate more than that; this default, for readers that cannot,
+    /// builds it whole and then refuses it.
+    fn list_within(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+        projection: Projection,
+        max_bytes: usize,
+    ) -> Result<Vec<String>, ListJsonError> {
+        let listed = self
+            .list(kind, namespace, selector, projection)
+            .map_err(ListJsonError::Selector)?;
+        let mut bytes = 0usize;
+        for (n, text) in listed.iter().enumerate() {
+            bytes = bytes.saturating_add(text.len());
+            if bytes > max_bytes {
+                return Err(ListJsonError::TooLarge {
+                    listed: n,
+                    max_bytes,
+                });
+            }
+        }
+        Ok(listed)
+    }
 }
 
 impl ObjectReader for MemoryCache {
@@ -47,5 +76,55 @@ impl ObjectReader for MemoryCache {
         projection: Projection,
     ) -> Result<Vec<String>, String> {
         self.list_json(kind, namespace, selector, projection)
+    }
+
+    fn list_within(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+        projection: Projection,
+        max_bytes: usize,
+    ) -> Result<Vec<String>, ListJsonError> {
+        self.list_json_within(kind, namespace, selector, projection, max_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that only knows how to list everything at once.
+    struct Fixed(Vec<String>);
+
+    impl ObjectReader for Fixed {
+        fn get(&self, _: &KindRef, _: Option<&str>, _: &str, _: Projection) -> Option<String> {
+            None
+        }
+
+        fn list(
+            &self,
+            _: &KindRef,
+            _: Option<&str>,
+            _: &str,
+            _: Projection,
+        ) -> Result<Vec<String>, String> {
+            Ok(self.0.clone())
+        }
+    }
+
+    #[test]
+    fn a_reader_without_its_own_bound_still_refuses_a_list_past_the_maximum() {
+        let reader = Fixed(vec!["x".repeat(10); 3]);
+        let kind = KindRef::new("", "v1", "Pod");
+        let list = |max| reader.list_within(&kind, None, "", Projection::Full, max);
+        assert_eq!(list(30).unwrap().len(), 3);
+        assert_eq!(
+            list(25).unwrap_err(),
+            ListJsonError::TooLarge {
+                listed: 2,
+                max_bytes: 25
+            }
+        );
     }
 }

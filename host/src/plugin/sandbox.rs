@@ -15,6 +15,11 @@
 //!   between plugins (`engine::instance_share`). One instance is kept for
 //!   loading plugins (their `metadata` call) while others reconcile.
 //! - Per-call caps (memory, deadline, output) come from [`HostLimits`].
+//! - WASI's waiting functions are replaced by ones bounded by the call's
+//!   deadline (`bounded_waits.rs`), its clocks by the call's own
+//!   (`call_clock.rs`), and its randomness by streams derived from the
+//!   plugin and the object (`call_random.rs`), so a call can neither hang
+//!   nor differ between two runs of `simulate`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,11 +33,12 @@ use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings::PluginPre;
+use super::call_random::{CallRandom, RandomKey};
 use super::call_state::CallState;
 use super::compile_cache::{CompileCache, CompileSource};
 use super::compiler::Compiler;
 use super::contract_version::check_exports;
-use super::errors::{LoadError, LoadFailure};
+use super::errors::{CallError, LoadError, LoadFailure};
 use super::limits::{HostLimits, SandboxLimits};
 use super::loaded::LoadedPlugin;
 use super::metadata_rules::validate_metadata;
@@ -51,6 +57,9 @@ pub struct SandboxConfig {
     /// maximum of 16; each slot reserves address space for the memory
     /// ceiling, not memory. (`--plugin-instances`)
     pub max_instances: u32,
+    /// Keys the random streams plugins see: [`RandomKey::fixed`] where runs
+    /// must repeat (`simulate`, `test`), a secret one where they serve.
+    pub random_key: RandomKey,
 }
 
 impl Default for SandboxConfig {
@@ -59,6 +68,7 @@ impl Default for SandboxConfig {
             limits: HostLimits::default(),
             compile_cache: CompileCache::default_dir(),
             max_instances: 64,
+            random_key: RandomKey::secret(),
         }
     }
 }
@@ -105,6 +115,7 @@ pub struct Sandbox {
     limits: HostLimits,
     compile_cache: Option<CompileCache>,
     compiler: Compiler,
+    random_key: RandomKey,
     ticker: Arc<EpochTicker>,
     max_instances: u32,
 }
@@ -144,6 +155,7 @@ impl Sandbox {
             &mut linker,
             |s| s,
         )?;
+        super::bounded_waits::add_to_linker(&mut linker)?;
 
         let ticker = Arc::new(EpochTicker::start(engine.clone()));
         Ok(Self {
@@ -152,6 +164,7 @@ impl Sandbox {
             limits: config.limits,
             compile_cache: config.compile_cache.map(CompileCache::new),
             compiler,
+            random_key: config.random_key,
             ticker,
             max_instances: n,
         })
@@ -218,9 +231,15 @@ impl Sandbox {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let random = CallRandom::new(&self.random_key, &sha256, None);
         let metadata: PluginMetadata =
-            LoadedPlugin::call_metadata(&pre, self.limits.defaults(), &probe_name)
-                .map_err(|e| fail(path, LoadFailure::MetadataCall(e)))?;
+            LoadedPlugin::call_metadata(&pre, self.limits.defaults(), &probe_name, random)
+                .map_err(|e| match e {
+                    CallError::Timeout { limit } => {
+                        fail(path, LoadFailure::MetadataTimeout { limit })
+                    }
+                    e => fail(path, LoadFailure::MetadataCall(e)),
+                })?;
         validate_metadata(&metadata).map_err(|e| fail(path, e.into()))?;
         let limits: SandboxLimits = self
             .limits
@@ -233,6 +252,7 @@ impl Sandbox {
             path.to_path_buf(),
             sha256,
             pre,
+            self.random_key.clone(),
             self.ticker.clone(),
         );
         Ok((

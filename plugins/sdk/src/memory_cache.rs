@@ -110,6 +110,25 @@ pub struct CacheError {
     pub reason: String,
 }
 
+/// The most JSON text one [`MemoryCache::list_json`] builds: 256 MiB, the
+/// host's default ceiling on a plugin's memory. A list that long could reach
+/// no plugin; building it would only cost the host the memory.
+pub const LIST_JSON_MAX_BYTES: usize = 256 << 20;
+
+/// Why [`MemoryCache::list_json_within`] returned no list.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ListJsonError {
+    /// The label selector does not parse.
+    #[error("{0}")]
+    Selector(String),
+    /// The matching objects' text passes the maximum; `listed` objects fit.
+    #[error(
+        "the list passes {} MiB of JSON after {listed} objects: list with a narrower label selector or a namespace",
+        max_bytes.div_ceil(1024 * 1024)
+    )]
+    TooLarge { listed: usize, max_bytes: usize },
+}
+
 /// `metadata.name` of a JSON object.
 pub fn name_of(object: &Value) -> Option<&str> {
     object.pointer("/metadata/name")?.as_str()
@@ -289,7 +308,8 @@ impl MemoryCache {
     }
 
     /// [`Self::list`] as the cache import answers it: the selector in string
-    /// form, JSON text out, a clear error for a malformed selector.
+    /// form, JSON text out, a clear error for a malformed selector, and
+    /// never more than [`LIST_JSON_MAX_BYTES`] of text.
     pub fn list_json(
         &self,
         kind: &KindRef,
@@ -297,11 +317,41 @@ impl MemoryCache {
         selector: &str,
         projection: Projection,
     ) -> Result<Vec<String>, String> {
-        let selector = LabelSelector::parse(selector).map_err(|e| e.to_string())?;
-        Ok(self
-            .select(kind, namespace, &selector)
-            .map(|e| e.text(projection))
-            .collect())
+        self.list_json_within(kind, namespace, selector, projection, LIST_JSON_MAX_BYTES)
+            .map_err(|e| e.to_string())
+    }
+
+    /// [`Self::list_json`], stopping as soon as the text passes `max_bytes`:
+    /// the host's cache import builds a list on the host before the
+    /// plugin's memory cap can apply, so it must not build one the plugin
+    /// could never take.
+    pub fn list_json_within(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+        projection: Projection,
+        max_bytes: usize,
+    ) -> Result<Vec<String>, ListJsonError> {
+        let selector =
+            LabelSelector::parse(selector).map_err(|e| ListJsonError::Selector(e.to_string()))?;
+        let mut listed = Vec::new();
+        let mut bytes = 0usize;
+        for entry in self.select(kind, namespace, &selector) {
+            let text = match projection {
+                Projection::Full => &entry.json,
+                Projection::MetadataOnly => &entry.metadata_json,
+            };
+            bytes = bytes.saturating_add(text.len());
+            if bytes > max_bytes {
+                return Err(ListJsonError::TooLarge {
+                    listed: listed.len(),
+                    max_bytes,
+                });
+            }
+            listed.push(text.to_string());
+        }
+        Ok(listed)
     }
 
     /// The request the host sends for `primary`: its owned children from this
@@ -417,6 +467,42 @@ mod tests {
         assert_eq!(all, ["b", "d", "z", "c"]);
         assert!(cache.get(&kind, Some("b"), "c").is_some());
         assert!(cache.get(&kind, Some("a"), "c").is_none());
+    }
+
+    #[test]
+    fn a_bounded_list_stops_once_its_text_passes_the_maximum() {
+        let mut cache = MemoryCache::new();
+        for name in ["a", "b", "c"] {
+            cache.insert(pod("ns", name, "web")).unwrap();
+        }
+        let kind = KindRef::new("", "v1", "Pod");
+        let one = cache
+            .get_json(&kind, Some("ns"), "a", Projection::Full)
+            .unwrap()
+            .len();
+        let two = cache
+            .list_json_within(&kind, None, "", Projection::Full, 2 * one)
+            .unwrap_err();
+        assert_eq!(
+            two,
+            ListJsonError::TooLarge {
+                listed: 2,
+                max_bytes: 2 * one
+            }
+        );
+        let all = cache
+            .list_json_within(&kind, None, "app=web", Projection::Full, 3 * one)
+            .unwrap();
+        assert_eq!(
+            all,
+            cache
+                .list_json(&kind, None, "app=web", Projection::Full)
+                .unwrap()
+        );
+        assert!(matches!(
+            cache.list_json_within(&kind, None, "app in (", Projection::Full, 1),
+            Err(ListJsonError::Selector(_))
+        ));
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod flood;
 mod metadata_rules;
 mod ownership;
 mod reads;
+mod sandbox_limits;
 mod scope;
 mod scripted;
 
@@ -43,11 +44,13 @@ pub struct Hostiles;
 // `cluster-scope`, a namespaced primary that also owns ClusterRoles (refused
 // at load), with `cluster-primary`, a plugin of the cluster-scoped
 // ClusterHostile kind; for the host limits, with `greedy`, asking for 64
-// reconciles at once.
+// reconciles at once, with `sleepy-metadata`, one whose `metadata` sleeps.
 const NAME: &str = if cfg!(feature = "rival") {
     "rival"
 } else if cfg!(feature = "cluster-primary") {
     "cluster-hostile"
+} else if cfg!(feature = "sleepy-metadata") {
+    "sleepy"
 } else {
     "hostile"
 };
@@ -88,6 +91,7 @@ impl Reconciler for Hostiles {
     type Primary = Hostile;
 
     fn metadata() -> PluginMetadata {
+        sandbox_limits::before_metadata();
         let metadata = PluginMetadata::new(
             NAME,
             VERSION,
@@ -148,6 +152,7 @@ impl Reconciler for Hostiles {
             .or_else(|| reads::attempt(mode, &hostile, ctx))
             .or_else(|| scripted::attempt(mode, &hostile, ctx))
             .or_else(|| flood::attempt(mode, &hostile, ctx))
+            .or_else(|| sandbox_limits::attempt(mode, &hostile, ctx))
         {
             return response;
         }
