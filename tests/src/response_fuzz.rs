@@ -174,7 +174,7 @@ fn response(u: &mut Unstructured<'_>) -> ArbResult<Value> {
     let (status, status_depth) = match u.int_in_range(0..=9)? {
         0 => (json!([1, 2]), Value::Null),
         // Around serde_json's recursion limit (128), where parsers give up.
-        1 => (Value::Null, json!(u.int_in_range(1..=20)?)),
+        1 => (Value::Null, json!(u.int_in_range(100..=140)?)),
         2 | 3 => (Value::Null, Value::Null),
         _ => (
             json!({"ok": u.arbitrary::<bool>()?, "n": u.int_in_range(0..=3)?}),
@@ -193,7 +193,7 @@ fn response(u: &mut Unstructured<'_>) -> ArbResult<Value> {
     }
     let requeue = match u.int_in_range(0..=9)? {
         0 => json!(0),
-        1 => json!(5),
+        1 => json!(u64::MAX),
         2 => json!(u.int_in_range(1..=86_400_000u64)?),
         _ => Value::Null,
     };
