@@ -35,7 +35,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use reconciler_sdk::memory_cache::is_deleting;
+use reconciler_sdk::memory_cache::{finalizers_of, is_deleting};
 use serde_json::{Value, json};
 
 use super::plan::has_finalizer;
@@ -206,15 +206,10 @@ impl FinalizerHold {
     /// The hold of `object`, if it carries any of `ours`.
     pub fn of(object: &Value, ours: &BTreeSet<String>) -> Option<Self> {
         let key = ObjectKey::of(object)?;
-        let finalizers: Vec<String> = object
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .map(|list| {
-                list.iter()
-                    .filter_map(|f| f.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let finalizers: Vec<String> = finalizers_of(object)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
         let held_by: Vec<String> = finalizers
             .iter()
             .filter(|f| ours.contains(*f))

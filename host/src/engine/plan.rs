@@ -26,7 +26,7 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use reconciler_sdk::contract::Event;
-use reconciler_sdk::memory_cache::is_deleting;
+use reconciler_sdk::memory_cache::{finalizers_of, is_deleting};
 use reconciler_sdk::{KindRef, PluginMetadata};
 use serde_json::{Value, json};
 
@@ -239,10 +239,7 @@ pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, Re
 
 /// Whether `object` carries `finalizer`.
 pub fn has_finalizer(object: &Value, finalizer: &str) -> bool {
-    object
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| f.iter().any(|v| v.as_str() == Some(finalizer)))
+    finalizers_of(object).contains(&finalizer)
 }
 
 /// Refuses to apply an owned object over an existing one this primary does

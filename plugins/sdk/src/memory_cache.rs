@@ -146,6 +146,17 @@ pub fn is_deleting(object: &Value) -> bool {
         .is_some_and(|t| !t.is_null())
 }
 
+/// `metadata.finalizers` of a JSON object (string entries only), in order.
+pub fn finalizers_of(object: &Value) -> Vec<&str> {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 /// `metadata.labels` of a JSON object (string values only).
 pub fn labels_of(object: &Value) -> BTreeMap<String, String> {
     object

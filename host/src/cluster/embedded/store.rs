@@ -723,17 +723,7 @@ pub(super) fn uid_of(object: &Value) -> Option<&str> {
     object.pointer("/metadata/uid").and_then(Value::as_str)
 }
 
-pub(super) fn finalizers(object: &Value) -> Vec<&str> {
-    let list = object
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array);
-    list.into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect()
-}
-
-pub(super) use reconciler_sdk::memory_cache::is_deleting;
+pub(super) use reconciler_sdk::memory_cache::{finalizers_of as finalizers, is_deleting};
 
 /// Whether finalizers still hold the object: its own, or for a Namespace
 /// the ones in its spec that wait for its content to go.

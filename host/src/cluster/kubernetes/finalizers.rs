@@ -7,6 +7,7 @@
 //! the guard fails the object changed under us: read it again and retry.
 
 use kube::api::{Patch, PatchParams};
+use reconciler_sdk::memory_cache::finalizers_of;
 use serde_json::{Value, json};
 
 use super::{KubernetesBackend, errors, request, to_value};
@@ -16,15 +17,10 @@ use crate::cluster::backend::{BackendError, ObjectKey};
 const ATTEMPTS: usize = 5;
 
 fn finalizers(object: &Value) -> Vec<String> {
-    object
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .map(|list| {
-            list.iter()
-                .filter_map(|f| f.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    finalizers_of(object)
+        .into_iter()
+        .map(str::to_string)
+        .collect()
 }
 
 /// The patch adding `finalizer` to an object whose list is `current`.
