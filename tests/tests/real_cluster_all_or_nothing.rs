@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, bail, ensure};
 use reconciler_sdk::KindRef;
 use reconciler_tests::real_cluster::{Probe, Suite};
 use reconciler_tests::{example_plugin, root, test_plugin};
