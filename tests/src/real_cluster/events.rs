@@ -26,6 +26,8 @@ pub struct SeenEvent {
     /// `note` of events.k8s.io/v1, `message` of core v1.
     pub message: String,
     pub reporting_controller: String,
+    /// Which replica of the controller recorded it (the host's `POD_NAME`).
+    pub reporting_instance: String,
     /// The kind of the object it is about.
     pub regarding_kind: String,
     pub regarding_uid: Option<String>,
@@ -57,6 +59,7 @@ fn seen_new(event: &Value) -> SeenEvent {
         reason: text(event, "/reason"),
         message: text(event, "/note"),
         reporting_controller: text(event, "/reportingController"),
+        reporting_instance: text(event, "/reportingInstance"),
         regarding_kind: text(event, "/regarding/kind"),
         regarding_uid: event
             .pointer("/regarding/uid")
@@ -87,6 +90,10 @@ fn seen_core(event: &Value) -> SeenEvent {
         reason: text(event, "/reason"),
         message: text(event, "/message"),
         reporting_controller: reporter,
+        reporting_instance: match text(event, "/reportingInstance") {
+            i if i.is_empty() => text(event, "/source/host"),
+            i => i,
+        },
         regarding_kind: text(event, "/involvedObject/kind"),
         regarding_uid: event
             .pointer("/involvedObject/uid")

@@ -46,6 +46,20 @@ impl HostProcess {
         plugins: &[PathBuf],
         namespace: &str,
     ) -> Result<Self> {
+        Self::start_with(binary, workdir, compile_cache, plugins, namespace, &[], &[])
+    }
+
+    /// [`HostProcess::start`], with `args` after `run`'s own and `env` set
+    /// for the host: a replica of a Deployment, say.
+    pub(crate) fn start_with(
+        binary: &Path,
+        workdir: &Path,
+        compile_cache: &Path,
+        plugins: &[PathBuf],
+        namespace: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
         ensure!(
             binary.is_file(),
             "the host binary {} is missing (cargo builds it with the tests of reconciler-tests)",
@@ -79,6 +93,8 @@ impl HostProcess {
             // and the tests look at the cluster, not at /metrics.
             .arg("--http-listen")
             .arg("off")
+            .args(args)
+            .envs(env.iter().copied())
             // Logs are searched for text; colour codes would split it.
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -141,6 +157,22 @@ impl HostProcess {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// SIGKILL, as the kernel's OOM killer or a lost node would end it:
+    /// no draining, no release of its Lease. Returns once it is reaped.
+    pub fn sigkill(&self) -> Result<()> {
+        let mut child = self.child();
+        if let Some(status) = child
+            .try_wait()
+            .context("asking whether the host is still running")?
+        {
+            bail!("the host had already exited ({status}) before it was to be killed");
+        }
+        // std's kill is SIGKILL on Unix.
+        child.kill().context("sending SIGKILL to the host")?;
+        child.wait().context("waiting for the killed host")?;
+        Ok(())
     }
 
     fn kill(&self) {

@@ -22,6 +22,7 @@ pub mod events;
 pub mod host_process;
 pub mod objects;
 pub mod poll;
+mod replicas;
 
 use std::collections::HashMap;
 use std::io::Write as _;
