@@ -273,7 +273,15 @@ async fn leader_election(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) 
     cx.merge_patch(&podsets(), "web", json!({"spec": {"size": 3}}))
         .await?;
     cx.step("PodSet web: size 2 -> 3 while nobody leads");
-    let last_renewal = renewed_at(&read_lease(cx, LEASE).await?)?;
+    // SIGKILL leaves the Lease as it was: held by replica-a until it expires.
+    let orphaned = read_lease(cx, LEASE).await?;
+    ensure!(
+        holder(&orphaned).starts_with("replica-a_"),
+        "after replica-a was killed, Lease {lease} is held by {:?}, expected still replica-a \
+         until it expires (a killed process releases nothing)",
+        holder(&orphaned)
+    );
+    let last_renewal = renewed_at(&orphaned)?;
 
     let taking_over = format!("leading: lease {lease} is held by this process (replica-b_");
     let limit = LEASE_DURATION + RETRY_PERIOD + TAKEOVER_MARGIN;
