@@ -17,16 +17,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use futures::StreamExt as _;
-use kube::api::ListParams;
+use kube::api::{DynamicObject, ListParams, PostParams};
 use reconciler_sdk::KindRef;
 use reconciler_sdk::k8s_openapi::api::coordination::v1::Lease;
 use reconciler_sdk::k8s_openapi::jiff::{SignedDuration, Timestamp};
 use reconciler_tests::real_cluster::{
-    HostProcess, Probe, RealCluster, SeenEvent, Suite, owner_references, uid_of,
+    HostProcess, Probe, RealCluster, SeenEvent, Suite, TEST_MANAGER, owner_references, uid_of,
 };
 use reconciler_tests::{example_plugin, root};
 use serde_json::{Value, json};
@@ -52,13 +53,15 @@ const HOST_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The burst of the restart test.
 const BURST: usize = 100;
-/// PodSets created at once: a burst, not a flood of 100 connections.
-const CREATES_IN_FLIGHT: usize = 8;
+/// PodSets created at once: a burst, not a flood of 100 connections, and
+/// slow enough that the host is killed while PodSets still arrive
+/// (measured: 100 in about 1-2 s, the kill after about half of them).
+const CREATES_IN_FLIGHT: usize = 4;
 /// Deployments that must exist before the host is killed: it is in the
 /// middle of the burst, past its first reconciles.
 const KILL_AFTER_DEPLOYMENTS: usize = 10;
-/// A restarted host lists 100 PodSets and reconciles each; the pods of
-/// the sample must be created and seen too.
+/// A restarted host lists 100 PodSets and reconciles each; their pods
+/// must be created and seen too (measured: about 7 s).
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(90);
 
 fn podsets() -> KindRef {
@@ -376,8 +379,28 @@ async fn killed_in_a_burst(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>
 
     let deployments_api = cx.api(&deployments()).await?;
     let started = Instant::now();
+    // Straight through the API rather than `cx.create`, which would log
+    // each of the hundred.
+    let podsets_api = cx.api(&podsets()).await?;
+    let post = PostParams {
+        field_manager: Some(TEST_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    let created_so_far = AtomicUsize::new(0);
     let creates = futures::stream::iter(0..BURST)
-        .map(|i| cx.create(podset(&burst_name(i), burst_size(i))))
+        .map(|i| {
+            let (api, post, created_so_far) = (&podsets_api, &post, &created_so_far);
+            async move {
+                let name = burst_name(i);
+                let body: DynamicObject = serde_json::from_value(podset(&name, burst_size(i)))?;
+                let created = api
+                    .create(post, &body)
+                    .await
+                    .with_context(|| format!("creating PodSet {name}"))?;
+                created_so_far.fetch_add(1, Ordering::Relaxed);
+                Ok(created)
+            }
+        })
         .buffer_unordered(CREATES_IN_FLIGHT)
         .collect::<Vec<_>>();
     let killer = async {
@@ -399,14 +422,16 @@ async fn killed_in_a_burst(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>
             .await?;
         first.sigkill()?;
         cx.step(format!(
-            "killed the host with SIGKILL {:.1} s into the burst, having seen {seen} Deployments",
-            started.elapsed().as_secs_f64()
+            "killed the host with SIGKILL {:.1} s into the burst, having seen {seen} Deployments \
+             with {} of {BURST} PodSets created",
+            started.elapsed().as_secs_f64(),
+            created_so_far.load(Ordering::Relaxed)
         ));
         Ok::<_, anyhow::Error>(())
     };
     let (created, killed) = tokio::join!(creates, killer);
     killed?;
-    let created: Vec<Value> = created.into_iter().collect::<Result<_>>()?;
+    let created: Vec<DynamicObject> = created.into_iter().collect::<Result<_>>()?;
     cx.step(format!(
         "created {} PodSets in {:.1} s",
         created.len(),
