@@ -34,7 +34,8 @@ pub struct HostProcess {
 impl HostProcess {
     /// Starts `binary run` serving only `namespace`, with a plugins
     /// directory under `workdir` holding a copy of each of `plugins`, and
-    /// its log (stdout and stderr) in `workdir/host.log`.
+    /// its log (stdout and stderr) in `workdir/host.log`; `kubeconfig` is its
+    /// KUBECONFIG (else the test's own).
     ///
     /// `compile_cache` is shared by every test: entries are keyed by the
     /// plugin's content and written atomically, so parallel hosts can share
@@ -45,6 +46,7 @@ impl HostProcess {
         compile_cache: &Path,
         plugins: &[PathBuf],
         namespace: &str,
+        kubeconfig: Option<&Path>,
     ) -> Result<Self> {
         ensure!(
             binary.is_file(),
@@ -67,7 +69,11 @@ impl HostProcess {
         }
         let log = workdir.join("host.log");
         let log_file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        if let Some(kubeconfig) = kubeconfig {
+            command.env("KUBECONFIG", kubeconfig);
+        }
+        let child = command
             .arg("--compile-cache")
             .arg(compile_cache)
             .arg("run")
