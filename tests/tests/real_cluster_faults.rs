@@ -49,6 +49,8 @@ const UNSEEN_FOR: Duration = Duration::from_secs(2);
 /// While the API server is down: the host's requests and watches fail.
 const OUTAGE: Duration = Duration::from_secs(3);
 
+/// What the host says of a request refused for want of an RBAC rule.
+const RBAC_REFUSAL: &str = "lacks RBAC permission";
 /// The service account the RBAC tests run the host as.
 const HOST_ACCOUNT: &str = "reconciler-host";
 
@@ -188,10 +190,15 @@ async fn divergence(cx: &RealCluster, expected: &Expected) -> Result<Option<Stri
 }
 
 /// Waits until the namespace is as `expected`, then checks it stays so for
-/// [`SETTLE`].
+/// [`SETTLE`]. A request of the host's refused for want of RBAC ends the
+/// wait at once: it cannot converge, and that line says why.
 async fn converge(cx: &RealCluster, expected: &Expected) -> Result<()> {
     let what = format!("the PodSets {:?} to converge", expected.sizes);
+    let host = cx.host()?;
     cx.wait_for(&what, CONVERGE_TIMEOUT, async || {
+        if let Some(refused) = host.log_lines_with(&[RBAC_REFUSAL]).first() {
+            bail!("the host was refused a request: {refused}");
+        }
         Ok(match divergence(cx, expected).await? {
             None => Probe::Ready(()),
             Some(seen) => Probe::Pending(seen),
@@ -630,7 +637,7 @@ async fn least_privilege(cx: &mut RealCluster, form: RbacForm) -> Result<()> {
         .lines()
         .filter(|l| {
             let lower = l.to_lowercase();
-            lower.contains("forbidden") || lower.contains("lacks rbac permission")
+            lower.contains("forbidden") || l.contains(RBAC_REFUSAL)
         })
         .map(str::to_string)
         .collect();
@@ -680,7 +687,7 @@ async fn least_privilege(cx: &mut RealCluster, form: RbacForm) -> Result<()> {
 
     cx.create(podset("denied", 1)).await?;
     let rule = format!(
-        "the service account lacks RBAC permission for verb \"patch\" on resource \
+        "the service account {RBAC_REFUSAL} for verb \"patch\" on resource \
          \"deployments\" in API group \"apps\" in namespace \"{}\"",
         cx.namespace
     );
