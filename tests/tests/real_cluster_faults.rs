@@ -7,13 +7,14 @@
 //!
 //! Killing the API server and compacting etcd would pull the cluster from
 //! under every other test, so that test starts a control plane of its own
-//! with `../shared/kube` (skipped without it); the RBAC tests use the
-//! cluster of `KUBECONFIG`, each in a namespace of its own, with a
-//! ClusterRole named after it and deleted at the end.
+//! with `../shared/kube` (about 8 s; skipped without the script, whatever
+//! `KUBECONFIG` says). The RBAC tests use the cluster of `KUBECONFIG`, each
+//! in a namespace of its own, with a ClusterRole and ClusterRoleBinding
+//! named after it and deleted at the end.
 //!
 //! ```text
 //! scripts/build-plugins
-//! eval "$(../shared/kube/kube up)"
+//! eval "$(../shared/kube/kube up)"     # for the RBAC tests
 //! RECONCILER_E2E=1 cargo test -p reconciler-tests --test real_cluster_faults -- --nocapture
 //! ```
 
@@ -39,10 +40,9 @@ const SUITE: Suite = Suite {
 /// host's watches coming back after a failure (kube's backoff grows to a
 /// few seconds): seconds; the margin is for a loaded CI machine.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(90);
-/// How long a converged state must hold: a PodSet the host wrongly still
-/// believes in would get its Deployment back within this time, since the
-/// garbage collector deletes it again at once and each delete triggers a
-/// reconcile.
+/// How long a converged state must hold: a late write of the host's (a
+/// Deployment put back for a PodSet it wrongly still believes in, a stale
+/// status) shows within this time.
 const SETTLE: Duration = Duration::from_secs(3);
 /// Long enough for the host to have acted on a change had it seen it.
 const UNSEEN_FOR: Duration = Duration::from_secs(2);
@@ -244,9 +244,10 @@ async fn wait_for_new_log_line(
 /// Points 2e and 2d: the API server killed (SIGKILL) and started again
 /// while the host runs, then every connection of the host cut while
 /// objects change and etcd's history is compacted, so that its watches
-/// come back to 410 Gone. After each, the host is still the same process,
-/// and every PodSet, including those created, resized and deleted
-/// meanwhile, ends as it should, with one Deployment each.
+/// come back to 410 Gone. The host keeps running throughout (every wait
+/// fails at once if it exits), every PodSet, including those created,
+/// resized and deleted meanwhile, ends as it should, with one Deployment
+/// each, and the host still stops cleanly (SIGTERM, exit code 0).
 ///
 /// One control plane for both, in that order: `kube up` after the kill
 /// restarts the controller-manager too, whose garbage collector then knows
@@ -269,16 +270,10 @@ fn the_host_converges_across_an_api_server_restart_and_compacted_watches() {
             kubeconfig::with_server(cx.kubeconfig(), &link.url(), &host_kubeconfig)?;
             cx.install_crds(&root().join("crds/podset.yaml")).await?;
             cx.start_host_with_kubeconfig(&[example_plugin("podset")], &host_kubeconfig)?;
-            let pid = cx.host()?.pid();
 
             let mut expected = Expected::default();
             api_server_restart(cx, &link, &mut expected).await?;
             compacted_watches(cx, &link, &mut expected).await?;
-
-            ensure!(
-                cx.host()?.pid() == pid,
-                "the host is not the process the test started"
-            );
             // Stopped while the relay still runs: a clean exit, code 0.
             cx.stop_host().await?;
             Ok(())

@@ -80,3 +80,68 @@ pub fn with_token(source: Option<&Path>, token: &str, path: &Path) -> Result<()>
     let (cluster, _) = current(source)?;
     write(path, &cluster, json!({"token": token}))
 }
+
+#[cfg(test)]
+mod tests {
+    use kube::config::Kubeconfig;
+
+    use super::*;
+
+    const SOURCE: &str = "apiVersion: v1
+kind: Config
+clusters:
+- name: other
+  cluster:
+    server: https://10.0.0.9:6443
+- name: test
+  cluster:
+    server: https://127.0.0.1:6443
+    certificate-authority: ca.crt
+users:
+- name: admin
+  user:
+    client-certificate-data: Y2VydA==
+    client-key-data: a2V5
+contexts:
+- name: other
+  context: {cluster: other, user: admin}
+- name: test
+  context: {cluster: test, user: admin}
+current-context: test
+";
+
+    /// The cluster and user of the written file's current context.
+    fn written(path: &Path) -> (Cluster, Value) {
+        let config = Kubeconfig::read_from(path).unwrap();
+        let user = serde_json::to_value(&config.auth_infos[0].auth_info).unwrap();
+        (config.clusters[0].cluster.clone().unwrap(), user)
+    }
+
+    #[test]
+    fn a_relay_keeps_the_credentials_and_the_ca_of_the_current_context() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("config");
+        std::fs::write(&source, SOURCE).unwrap();
+        let out = dir.path().join("relayed");
+        with_server(Some(&source), "https://127.0.0.1:9999", &out).unwrap();
+        let (cluster, user) = written(&out);
+        assert_eq!(cluster.server.as_deref(), Some("https://127.0.0.1:9999"));
+        // Relative to the source's directory, as kubectl reads it.
+        let ca = dir.path().join("ca.crt");
+        assert_eq!(cluster.certificate_authority.as_deref(), ca.to_str());
+        assert_eq!(user["client-certificate-data"], "Y2VydA==");
+        assert_eq!(user["client-key-data"], "a2V5");
+    }
+
+    #[test]
+    fn a_token_user_keeps_the_cluster_and_nothing_of_the_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("config");
+        std::fs::write(&source, SOURCE).unwrap();
+        let out = dir.path().join("token");
+        with_token(Some(&source), "abc.def", &out).unwrap();
+        let (cluster, user) = written(&out);
+        assert_eq!(cluster.server.as_deref(), Some("https://127.0.0.1:6443"));
+        assert_eq!(user, json!({"token": "abc.def"}));
+    }
+}

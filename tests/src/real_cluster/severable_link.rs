@@ -202,3 +202,74 @@ fn relay(mut from: TcpStream, mut to: TcpStream) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read as _, Write as _};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+
+    use super::SeverableLink;
+
+    /// A server that echoes every connection, on threads of its own.
+    fn echo_server() -> std::net::SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut stream = stream;
+                    let mut buffer = [0u8; 64];
+                    while let Ok(n) = stream.read(&mut buffer) {
+                        if n == 0 || stream.write_all(&buffer[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn connect(link: &SeverableLink) -> TcpStream {
+        let stream = TcpStream::connect(link.listen).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        stream
+    }
+
+    /// Whether `stream` echoes what it is sent.
+    fn echoes(stream: &mut TcpStream) -> bool {
+        if stream.write_all(b"ping").is_err() {
+            return false;
+        }
+        let mut answer = [0u8; 4];
+        stream.read_exact(&mut answer).is_ok() && &answer == b"ping"
+    }
+
+    #[test]
+    fn relays_until_severed_and_again_once_restored() {
+        let link = SeverableLink::start(echo_server()).unwrap();
+        let mut open = connect(&link);
+        assert!(echoes(&mut open), "the link should relay");
+
+        link.sever();
+        assert!(
+            !echoes(&mut open),
+            "a connection open when severed should be shut"
+        );
+        let mut refused = connect(&link);
+        assert!(
+            !echoes(&mut refused),
+            "a new connection should be closed while severed"
+        );
+
+        link.restore();
+        let mut again = connect(&link);
+        assert!(
+            echoes(&mut again),
+            "the link should relay again once restored"
+        );
+    }
+}
