@@ -34,7 +34,8 @@ pub struct HostProcess {
 impl HostProcess {
     /// Starts `binary run` serving only `namespace`, with a plugins
     /// directory under `workdir` holding a copy of each of `plugins`, and
-    /// its log (stdout and stderr) in `workdir/host.log`.
+    /// its log (stdout and stderr) in `workdir/host.log`; `kubeconfig` is its
+    /// KUBECONFIG (else the test's own).
     ///
     /// `compile_cache` is shared by every test: entries are keyed by the
     /// plugin's content and written atomically, so parallel hosts can share
@@ -45,8 +46,22 @@ impl HostProcess {
         compile_cache: &Path,
         plugins: &[PathBuf],
         namespace: &str,
+        kubeconfig: Option<&Path>,
     ) -> Result<Self> {
-        Self::start_with(binary, workdir, compile_cache, plugins, namespace, &[], &[])
+        let kubeconfig = kubeconfig.map(|k| k.to_string_lossy().into_owned());
+        let env: Vec<(&str, &str)> = kubeconfig
+            .iter()
+            .map(|k| ("KUBECONFIG", k.as_str()))
+            .collect();
+        Self::start_with(
+            binary,
+            workdir,
+            compile_cache,
+            plugins,
+            namespace,
+            &[],
+            &env,
+        )
     }
 
     /// [`HostProcess::start`], with `args` after `run`'s own and `env` set

@@ -16,13 +16,21 @@
 //! on stderr (which `scripts/test` counts), unless `RECONCILER_E2E=1` and
 //! `KUBECONFIG` are both set. The cluster must run a kube-controller-manager
 //! (garbage collection, namespace deletion); `../shared/kube` does.
+//!
+//! A test that kills or compacts the control plane runs on one of its own
+//! instead ([`Suite::run_on_own_control_plane`], see [`control_plane`]),
+//! which is stopped at the end; it is skipped unless `RECONCILER_E2E=1` and
+//! `../shared/kube` is there.
 
+pub mod control_plane;
 pub mod crds;
 pub mod events;
 pub mod host_process;
+pub mod kubeconfig;
 pub mod objects;
 pub mod poll;
 mod replicas;
+pub mod severable_link;
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -41,11 +49,13 @@ use kube::api::{
 use reconciler_sdk::KindRef;
 use serde_json::json;
 
+pub use control_plane::OwnControlPlane;
 pub use crds::InstalledCrd;
 pub use events::SeenEvent;
 pub use host_process::HostProcess;
 pub use objects::{controller_of, controller_reference, is_api_error, owner_references, uid_of};
 pub use poll::Probe;
+pub use severable_link::SeverableLink;
 
 /// The field manager of the tests' own writes, and the value of the
 /// `app.kubernetes.io/created-by` label on their namespaces.
@@ -85,34 +95,79 @@ impl Suite {
     /// went wrong, after the cleanup. Skips (passing) without a cluster.
     pub fn run(&self, test: &str, body: impl AsyncFnOnce(&mut RealCluster) -> Result<()>) {
         if let Some(why) = skip_reason() {
-            // Straight to the process's stderr: the test harness captures
-            // `eprintln!` of a passing test, and a skip must be seen. One
-            // write of the whole line, so that the lines of tests skipping
-            // in parallel (and libtest's own) do not interleave within it.
-            let line = format!(
-                "{suite}: SKIPPED {test}: {why}. To run it against a cluster: scripts/build-plugins, \
-                 then RECONCILER_E2E=1 KUBECONFIG=~/.kube/config \
-                 cargo test -p reconciler-tests --test {suite} -- --nocapture\n",
-                suite = self.name
+            self.skip(
+                test,
+                &why,
+                "RECONCILER_E2E=1 KUBECONFIG=~/.kube/config cargo test -p reconciler-tests",
             );
-            let _ = std::io::stderr().write_all(line.as_bytes());
             return;
         }
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("a tokio runtime");
-        if let Err(e) = runtime.block_on(self.run_in_namespace(test, body)) {
+        if let Err(e) = runtime.block_on(self.run_in_namespace(test, None, body)) {
             panic!("{test}: {e:#}");
         }
+    }
+
+    /// Like [`Suite::run`], on a control plane of the test's own, started
+    /// with `kube` settings `settings` and stopped at the end, whatever
+    /// happens. Skips unless `RECONCILER_E2E=1` and `../shared/kube` is
+    /// there, whatever `KUBECONFIG` says.
+    pub fn run_on_own_control_plane(
+        &self,
+        test: &str,
+        settings: &[(&'static str, &str)],
+        body: impl AsyncFnOnce(&mut RealCluster) -> Result<()>,
+    ) {
+        if let Some(why) = control_plane::own_control_plane_skip_reason() {
+            self.skip(
+                test,
+                &why,
+                "RECONCILER_E2E=1 cargo test -p reconciler-tests",
+            );
+            return;
+        }
+        let started = Instant::now();
+        let plane = match OwnControlPlane::up(settings) {
+            Ok(plane) => plane,
+            Err(e) => panic!("{test}: starting a control plane of its own: {e:#}"),
+        };
+        eprintln!(
+            "[{test} {:6.1}s] started a control plane of its own in {}",
+            started.elapsed().as_secs_f64(),
+            plane.state_dir().display()
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        if let Err(e) = runtime.block_on(self.run_in_namespace(test, Some(plane), body)) {
+            panic!("{test}: {e:#}");
+        }
+    }
+
+    fn skip(&self, test: &str, why: &str, command: &str) {
+        // Straight to the process's stderr: the test harness captures
+        // `eprintln!` of a passing test, and a skip must be seen. One
+        // write of the whole line, so that the lines of tests skipping
+        // in parallel (and libtest's own) do not interleave within it.
+        let line = format!(
+            "{suite}: SKIPPED {test}: {why}. To run it against a cluster: scripts/build-plugins, \
+             then {command} --test {suite} -- --nocapture\n",
+            suite = self.name
+        );
+        let _ = std::io::stderr().write_all(line.as_bytes());
     }
 
     async fn run_in_namespace(
         &self,
         test: &str,
+        plane: Option<OwnControlPlane>,
         body: impl AsyncFnOnce(&mut RealCluster) -> Result<()>,
     ) -> Result<()> {
-        let mut cluster = RealCluster::new(test, Path::new(self.host_binary)).await?;
+        let mut cluster = RealCluster::new(test, Path::new(self.host_binary), plane).await?;
         cluster.step(format!("namespace {}", cluster.namespace));
         // From here on, the outcome (or panic) is reported only after the
         // cleanup.
@@ -126,7 +181,11 @@ impl Suite {
         }
         problems.extend(cluster.cleanup().await);
         if problems.is_empty() {
-            cluster.step("passed; its namespace is gone");
+            cluster.step(if cluster.plane.is_some() {
+                "passed; its control plane is stopped"
+            } else {
+                "passed; its namespace is gone"
+            });
             return Ok(());
         }
         if let Some(host) = &cluster.host {
@@ -158,16 +217,25 @@ pub struct RealCluster {
     host_stopped: bool,
     crds: Vec<InstalledCrd>,
     kinds: Mutex<HashMap<KindRef, (ApiResource, bool)>>,
+    /// The test's own control plane, if it has one: its kubeconfig is the
+    /// test's and the host's, and it is stopped at the end.
+    plane: Option<OwnControlPlane>,
+    /// Cluster-scoped objects the test created, deleted at the end: they
+    /// outlive the namespace.
+    cluster_scoped: Mutex<Vec<(KindRef, String)>>,
 }
 
 impl RealCluster {
-    async fn new(test: &str, host_binary: &Path) -> Result<Self> {
+    async fn new(test: &str, host_binary: &Path, plane: Option<OwnControlPlane>) -> Result<Self> {
         // Everything that can fail before the namespace exists, so that a
         // namespace is never left behind by a failed start.
         let workdir = tempfile::tempdir().context("creating a temporary directory")?;
-        let client = Client::try_default()
-            .await
-            .context("building a Kubernetes client from KUBECONFIG")?;
+        let client = match &plane {
+            None => Client::try_default()
+                .await
+                .context("building a Kubernetes client from KUBECONFIG")?,
+            Some(plane) => client_of(plane.kubeconfig()).await?,
+        };
         let namespaces: Api<DynamicObject> = Api::all_with(client.clone(), &namespace_resource());
         // The test's name in the namespace's, so a leftover says whose it is.
         let tag: String = test
@@ -211,7 +279,41 @@ impl RealCluster {
             host_stopped: false,
             crds: Vec::new(),
             kinds: Mutex::new(HashMap::new()),
+            plane,
+            cluster_scoped: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The test's own control plane ([`Suite::run_on_own_control_plane`]).
+    pub fn own_control_plane(&self) -> Result<&OwnControlPlane> {
+        self.plane
+            .as_ref()
+            .context("the test has no control plane of its own (Suite::run_on_own_control_plane)")
+    }
+
+    /// The kubeconfig the test's client uses: its own control plane's, or
+    /// `None` for `KUBECONFIG`'s.
+    pub fn kubeconfig(&self) -> Option<&Path> {
+        self.plane.as_ref().map(OwnControlPlane::kubeconfig)
+    }
+
+    /// A temporary directory of the test's, removed at the end.
+    pub fn workdir(&self) -> &Path {
+        self.workdir.path()
+    }
+
+    /// The host binary with its shared compile cache, for its other
+    /// commands (`rbac`, `inspect`); it talks to the test's cluster.
+    pub fn host_command(&self) -> std::process::Command {
+        let mut command = std::process::Command::new(&self.host_binary);
+        command
+            .arg("--compile-cache")
+            .arg(crate::test_compile_cache_dir())
+            .env("NO_COLOR", "1");
+        if let Some(kubeconfig) = self.kubeconfig() {
+            command.env("KUBECONFIG", kubeconfig);
+        }
+        command
     }
 
     /// A progress line, visible with `--nocapture` and on failure.
@@ -230,6 +332,25 @@ impl RealCluster {
     /// Starts `reconciler-host run` for the test's namespace with exactly
     /// these plugins (.wasm files).
     pub fn start_host(&mut self, plugins: &[PathBuf]) -> Result<&HostProcess> {
+        let kubeconfig = self.kubeconfig().map(Path::to_path_buf);
+        self.start_host_with(plugins, kubeconfig.as_deref())
+    }
+
+    /// Starts the host as [`RealCluster::start_host`], with `kubeconfig` as
+    /// its KUBECONFIG: another server (a relay) or another user.
+    pub fn start_host_with_kubeconfig(
+        &mut self,
+        plugins: &[PathBuf],
+        kubeconfig: &Path,
+    ) -> Result<&HostProcess> {
+        self.start_host_with(plugins, Some(kubeconfig))
+    }
+
+    fn start_host_with(
+        &mut self,
+        plugins: &[PathBuf],
+        kubeconfig: Option<&Path>,
+    ) -> Result<&HostProcess> {
         if self.host.is_some() {
             bail!("the test already started a host");
         }
@@ -239,6 +360,7 @@ impl RealCluster {
             &crate::test_compile_cache_dir(),
             plugins,
             &self.namespace,
+            kubeconfig,
         )?;
         self.step(format!(
             "started reconciler-host run (pid {}) with {:?}",
@@ -249,6 +371,21 @@ impl RealCluster {
                 .collect::<Vec<_>>()
         ));
         Ok(self.host.insert(host))
+    }
+
+    /// Stops the test's host with SIGTERM, expecting exit code 0; the end
+    /// of the test does it too, if the test did not.
+    pub async fn stop_host(&mut self) -> Result<()> {
+        if self.host_stopped {
+            return Ok(());
+        }
+        self.host_stopped = true;
+        let Some(host) = &self.host else {
+            return Ok(());
+        };
+        host.stop().await?;
+        self.step("the host exited with code 0 after SIGTERM");
+        Ok(())
     }
 
     /// The host the test started.
@@ -299,13 +436,20 @@ impl RealCluster {
     async fn cleanup(&mut self) -> Vec<String> {
         let mut problems = Vec::new();
         // First the host, so that nothing writes into the namespace any more.
-        if let Some(host) = &self.host {
-            match host.stop().await {
-                Ok(()) => self.step("the host exited with code 0 after SIGTERM"),
+        if let Err(e) = self.stop_host().await {
+            problems.push(format!("{e:#}"));
+        }
+        if let Some(plane) = &mut self.plane {
+            // Everything goes with the cluster.
+            match plane.down() {
+                Ok(()) => self.step("stopped the test's control plane"),
                 Err(e) => problems.push(format!("{e:#}")),
             }
+            return problems;
         }
-        self.host_stopped = true;
+        if let Err(e) = self.delete_cluster_scoped().await {
+            problems.push(format!("{e:#}"));
+        }
         // With the host gone nobody would release them, and the namespace
         // would wait for them forever.
         if let Err(e) = self.release_finalizers().await {
@@ -315,6 +459,38 @@ impl RealCluster {
             problems.push(format!("{e:#}"));
         }
         problems
+    }
+
+    /// Has `kind`/`name`, a cluster-scoped object, deleted at the end.
+    pub(crate) fn delete_at_cleanup(&self, kind: KindRef, name: &str) {
+        self.cluster_scoped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((kind, name.to_string()));
+    }
+
+    async fn delete_cluster_scoped(&self) -> Result<()> {
+        let objects = std::mem::take(
+            &mut *self
+                .cluster_scoped
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let mut failed = Vec::new();
+        for (kind, name) in objects.iter().rev() {
+            match self.delete(kind, name).await {
+                Ok(()) => self.step(format!("deleted {} {name}", kind.kind)),
+                Err(e) => failed.push(format!(
+                    "{e:#}; delete it with kubectl delete {} {name}",
+                    kind.kind.to_lowercase()
+                )),
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            bail!("{}", failed.join("\n"))
+        }
     }
 
     async fn release_finalizers(&self) -> Result<()> {
@@ -418,6 +594,16 @@ impl RealCluster {
         )
         .await
     }
+}
+
+/// A client for the cluster of the kubeconfig file `path`.
+async fn client_of(path: &Path) -> Result<Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .with_context(|| format!("loading {}", path.display()))?;
+    Client::try_from(config).with_context(|| format!("building a client for {}", path.display()))
 }
 
 fn namespace_resource() -> ApiResource {

@@ -127,11 +127,13 @@ impl RealCluster {
     }
 
     /// Creates `object` (a manifest with apiVersion, kind and metadata.name
-    /// or generateName) in the test's namespace; returns it as stored.
+    /// or generateName) in the test's namespace; returns it as stored. A
+    /// cluster-scoped object is deleted when the test ends.
     pub async fn create(&self, object: Value) -> Result<Value> {
         let kind = KindRef::of_object(&object)
             .with_context(|| format!("a manifest without apiVersion and kind: {object}"))?;
         let api = self.api(&kind).await?;
+        let (_, namespaced) = self.resolve(&kind).await?;
         let body: DynamicObject = serde_json::from_value(object.clone())
             .with_context(|| format!("not an object manifest: {object}"))?;
         let what = format!(
@@ -153,6 +155,9 @@ impl RealCluster {
             )
             .await?;
         self.step(format!("created {what}"));
+        if !namespaced && let Some(name) = &created.metadata.name {
+            self.delete_at_cleanup(kind, name);
+        }
         to_json(created)
     }
 

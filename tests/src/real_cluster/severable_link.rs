@@ -1,0 +1,275 @@
+//! A TCP relay between the host and the API server that a test can cut.
+//!
+//! Some faults are a network's, not a server's: every connection of one
+//! client drops at once while the API server keeps running and others keep
+//! changing objects. Nothing in a Kubernetes cluster does that on demand,
+//! and stopping the host (SIGSTOP) is no substitute: its open watches keep
+//! receiving events into their sockets and it would read them on waking. So
+//! the host is pointed at this relay (a kubeconfig whose server is
+//! [`SeverableLink::url`]) and the test severs it: every open connection is
+//! shut at once, what was in flight is lost, and new connections are closed
+//! as soon as they are accepted, until the test restores it.
+//!
+//! Bytes are relayed as they are (TLS passes through; the API server's
+//! certificate names 127.0.0.1, which is also where the relay listens). It
+//! runs on threads of its own, so a test blocked in a synchronous call does
+//! not stall the host's traffic.
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read as _, Write as _};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+
+/// How long the relay waits for the API server to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A relay from a port of 127.0.0.1 to the API server.
+pub struct SeverableLink {
+    listen: SocketAddr,
+    shared: Arc<Shared>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    upstream: Mutex<SocketAddr>,
+    severed: AtomicBool,
+    stopping: AtomicBool,
+    next_id: AtomicU64,
+    /// Both ends of every open relayed connection, to shut them at once.
+    open: Mutex<HashMap<u64, (TcpStream, TcpStream)>>,
+}
+
+impl Shared {
+    fn open(&self) -> MutexGuard<'_, HashMap<u64, (TcpStream, TcpStream)>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn close(&self, id: u64) {
+        if let Some((client, server)) = self.open().remove(&id) {
+            let _ = client.shutdown(Shutdown::Both);
+            let _ = server.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn close_all(&self) {
+        for (_, (client, server)) in self.open().drain() {
+            let _ = client.shutdown(Shutdown::Both);
+            let _ = server.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl SeverableLink {
+    /// Starts relaying connections to `upstream` (the API server's address).
+    pub fn start(upstream: SocketAddr) -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").context("binding the relay's port")?;
+        let listen = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            upstream: Mutex::new(upstream),
+            severed: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            next_id: AtomicU64::new(0),
+            open: Mutex::new(HashMap::new()),
+        });
+        let acceptor = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("severable-link".into())
+                .spawn(move || accept(&listener, &shared))
+                .context("starting the relay's thread")?
+        };
+        Ok(Self {
+            listen,
+            shared,
+            acceptor: Some(acceptor),
+        })
+    }
+
+    /// `https://127.0.0.1:<port>`: the server a kubeconfig gives the host.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.listen)
+    }
+
+    /// Where to relay from now on (an API server restarted on another port).
+    pub fn set_upstream(&self, upstream: SocketAddr) {
+        *self
+            .shared
+            .upstream
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = upstream;
+    }
+
+    /// Shuts every open connection and refuses new ones until [`restore`].
+    ///
+    /// [`restore`]: SeverableLink::restore
+    pub fn sever(&self) {
+        self.shared.severed.store(true, Ordering::SeqCst);
+        self.shared.close_all();
+    }
+
+    /// Relays new connections again.
+    pub fn restore(&self) {
+        self.shared.severed.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for SeverableLink {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.shared.close_all();
+        // The acceptor blocks in accept(): a connection wakes it to stop.
+        let _ = TcpStream::connect_timeout(&self.listen, CONNECT_TIMEOUT);
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+    }
+}
+
+fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
+    for client in listener.incoming() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(client) = client else {
+            continue;
+        };
+        // Severed: the client sees its connection closed at once, as when
+        // the network between it and the server is gone.
+        if shared.severed.load(Ordering::SeqCst) {
+            let _ = client.shutdown(Shutdown::Both);
+            continue;
+        }
+        let upstream = *shared.upstream.lock().unwrap_or_else(|e| e.into_inner());
+        let Ok(server) = TcpStream::connect_timeout(&upstream, CONNECT_TIMEOUT) else {
+            let _ = client.shutdown(Shutdown::Both);
+            continue;
+        };
+        let _ = client.set_nodelay(true);
+        let _ = server.set_nodelay(true);
+        let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
+        let ends = (client.try_clone(), server.try_clone());
+        let (Ok(client_end), Ok(server_end)) = ends else {
+            continue;
+        };
+        shared.open().insert(id, (client_end, server_end));
+        // Severed while connecting: this one goes too.
+        if shared.severed.load(Ordering::SeqCst) {
+            shared.close(id);
+            continue;
+        }
+        let directions = [
+            (client.try_clone(), server.try_clone()),
+            (Ok(server), Ok(client)),
+        ];
+        for (from, to) in directions {
+            let (Ok(from), Ok(to)) = (from, to) else {
+                shared.close(id);
+                break;
+            };
+            let relaying = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name("severable-link-relay".into())
+                .spawn(move || {
+                    relay(from, to);
+                    // One direction ending ends the connection: HTTP needs
+                    // no half-closed sockets.
+                    relaying.close(id);
+                });
+            if spawned.is_err() {
+                shared.close(id);
+            }
+        }
+    }
+}
+
+/// Copies until either side closes or fails.
+fn relay(mut from: TcpStream, mut to: TcpStream) {
+    let mut buffer = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buffer) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        if to.write_all(&buffer[..n]).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read as _, Write as _};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+
+    use super::SeverableLink;
+
+    /// A server that echoes every connection, on threads of its own.
+    fn echo_server() -> std::net::SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut stream = stream;
+                    let mut buffer = [0u8; 64];
+                    while let Ok(n) = stream.read(&mut buffer) {
+                        if n == 0 || stream.write_all(&buffer[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn connect(link: &SeverableLink) -> TcpStream {
+        let stream = TcpStream::connect(link.listen).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        stream
+    }
+
+    /// Whether `stream` echoes what it is sent.
+    fn echoes(stream: &mut TcpStream) -> bool {
+        if stream.write_all(b"ping").is_err() {
+            return false;
+        }
+        let mut answer = [0u8; 4];
+        stream.read_exact(&mut answer).is_ok() && &answer == b"ping"
+    }
+
+    #[test]
+    fn relays_until_severed_and_again_once_restored() {
+        let link = SeverableLink::start(echo_server()).unwrap();
+        let mut open = connect(&link);
+        assert!(echoes(&mut open), "the link should relay");
+
+        link.sever();
+        assert!(
+            !echoes(&mut open),
+            "a connection open when severed should be shut"
+        );
+        let mut refused = connect(&link);
+        assert!(
+            !echoes(&mut refused),
+            "a new connection should be closed while severed"
+        );
+
+        link.restore();
+        let mut again = connect(&link);
+        assert!(
+            echoes(&mut again),
+            "the link should relay again once restored"
+        );
+    }
+}
