@@ -29,12 +29,14 @@ pub struct HostProcess {
     child: Mutex<Child>,
     pid: u32,
     log: PathBuf,
+    plugins_dir: PathBuf,
 }
 
 impl HostProcess {
     /// Starts `binary run` serving only `namespace`, with a plugins
     /// directory under `workdir` holding a copy of each of `plugins`, and
-    /// its log (stdout and stderr) in `workdir/host.log`.
+    /// its log (stdout and stderr) in `workdir/host.log`. `env` is added to
+    /// the host's environment (e.g. `RUST_LOG`).
     ///
     /// `compile_cache` is shared by every test: entries are keyed by the
     /// plugin's content and written atomically, so parallel hosts can share
@@ -45,6 +47,7 @@ impl HostProcess {
         compile_cache: &Path,
         plugins: &[PathBuf],
         namespace: &str,
+        env: &[(&str, &str)],
     ) -> Result<Self> {
         ensure!(
             binary.is_file(),
@@ -81,6 +84,7 @@ impl HostProcess {
             .arg("off")
             // Logs are searched for text; colour codes would split it.
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file)
@@ -91,11 +95,29 @@ impl HostProcess {
             child: Mutex::new(child),
             pid,
             log,
+            plugins_dir,
         })
     }
 
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The directory the host loads its plugins from, and watches.
+    pub fn plugins_dir(&self) -> &Path {
+        &self.plugins_dir
+    }
+
+    /// Puts `contents` into the plugins directory as `name` the way `cp` to
+    /// a temporary name and `mv` do: the host never sees a half-written file.
+    pub fn put_plugin(&self, name: &str, contents: &[u8]) -> Result<PathBuf> {
+        let target = self.plugins_dir.join(name);
+        let temporary = self.plugins_dir.join(format!(".{name}.tmp"));
+        std::fs::write(&temporary, contents)
+            .with_context(|| format!("writing {}", temporary.display()))?;
+        std::fs::rename(&temporary, &target)
+            .with_context(|| format!("renaming {} to {}", temporary.display(), target.display()))?;
+        Ok(target)
     }
 
     fn child(&self) -> MutexGuard<'_, Child> {

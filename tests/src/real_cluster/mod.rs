@@ -229,6 +229,16 @@ impl RealCluster {
     /// Starts `reconciler-host run` for the test's namespace with exactly
     /// these plugins (.wasm files).
     pub fn start_host(&mut self, plugins: &[PathBuf]) -> Result<&HostProcess> {
+        self.start_host_with_env(plugins, &[])
+    }
+
+    /// [`Self::start_host`] with these variables added to the host's
+    /// environment, e.g. `RUST_LOG` for log lines a test looks for.
+    pub fn start_host_with_env(
+        &mut self,
+        plugins: &[PathBuf],
+        env: &[(&str, &str)],
+    ) -> Result<&HostProcess> {
         if self.host.is_some() {
             bail!("the test already started a host");
         }
@@ -238,6 +248,7 @@ impl RealCluster {
             &crate::test_compile_cache_dir(),
             plugins,
             &self.namespace,
+            env,
         )?;
         self.step(format!(
             "started reconciler-host run (pid {}) with {:?}",
