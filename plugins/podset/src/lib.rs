@@ -56,7 +56,7 @@ impl Reconciler for PodSets {
     fn metadata() -> PluginMetadata {
         PluginMetadata::new(
             "podset",
-            env!("CARGO_PKG_VERSION"),
+            VERSION,
             KindRef::new("example.com", "v1alpha1", "PodSet"),
         )
         .owns(KindRef::of::<Deployment>())
@@ -151,6 +151,7 @@ fn deployment(
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels),
+                    annotations: template_annotations(),
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
@@ -167,4 +168,32 @@ fn deployment(
         }),
         ..Default::default()
     }
+}
+
+/// The version `metadata()` reports.
+#[cfg(not(feature = "test-v2"))]
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[cfg(not(feature = "test-v2"))]
+fn template_annotations() -> Option<BTreeMap<String, String>> {
+    None
+}
+
+/// A second version for the hot-reload tests (`--features test-v2`, built by
+/// scripts/build-plugins to target/test-plugins/podset-v2.wasm): it reports
+/// 0.2.0 and marks each Deployment's pod template, so a test sees which
+/// version last applied it.
+#[cfg(feature = "test-v2")]
+const VERSION: &str = "0.2.0";
+
+/// The pod template annotation of the test-v2 build.
+#[cfg(feature = "test-v2")]
+pub const TEST_V2_ANNOTATION: &str = "podset.example.com/build";
+
+#[cfg(feature = "test-v2")]
+fn template_annotations() -> Option<BTreeMap<String, String>> {
+    Some(BTreeMap::from([(
+        TEST_V2_ANNOTATION.to_string(),
+        "test-v2".to_string(),
+    )]))
 }

@@ -29,13 +29,15 @@ pub struct HostProcess {
     child: Mutex<Child>,
     pid: u32,
     log: PathBuf,
+    plugins_dir: PathBuf,
 }
 
 impl HostProcess {
     /// Starts `binary run` serving only `namespace`, with a plugins
     /// directory under `workdir` holding a copy of each of `plugins`, and
     /// its log (stdout and stderr) in `workdir/host.log`; `kubeconfig` is its
-    /// KUBECONFIG (else the test's own).
+    /// KUBECONFIG (else the test's own), and `env` is added to the host's
+    /// environment (e.g. `RUST_LOG`).
     ///
     /// `compile_cache` is shared by every test: entries are keyed by the
     /// plugin's content and written atomically, so parallel hosts can share
@@ -47,11 +49,13 @@ impl HostProcess {
         plugins: &[PathBuf],
         namespace: &str,
         kubeconfig: Option<&Path>,
+        env: &[(&str, &str)],
     ) -> Result<Self> {
         let kubeconfig = kubeconfig.map(|k| k.to_string_lossy().into_owned());
         let env: Vec<(&str, &str)> = kubeconfig
             .iter()
             .map(|k| ("KUBECONFIG", k.as_str()))
+            .chain(env.iter().copied())
             .collect();
         Self::start_with(
             binary,
@@ -112,6 +116,7 @@ impl HostProcess {
             .envs(env.iter().copied())
             // Logs are searched for text; colour codes would split it.
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file)
@@ -122,11 +127,29 @@ impl HostProcess {
             child: Mutex::new(child),
             pid,
             log,
+            plugins_dir,
         })
     }
 
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The directory the host loads its plugins from, and watches.
+    pub fn plugins_dir(&self) -> &Path {
+        &self.plugins_dir
+    }
+
+    /// Puts `contents` into the plugins directory as `name` the way `cp` to
+    /// a temporary name and `mv` do: the host never sees a half-written file.
+    pub fn put_plugin(&self, name: &str, contents: &[u8]) -> Result<PathBuf> {
+        let target = self.plugins_dir.join(name);
+        let temporary = self.plugins_dir.join(format!(".{name}.tmp"));
+        std::fs::write(&temporary, contents)
+            .with_context(|| format!("writing {}", temporary.display()))?;
+        std::fs::rename(&temporary, &target)
+            .with_context(|| format!("renaming {} to {}", temporary.display(), target.display()))?;
+        Ok(target)
     }
 
     fn child(&self) -> MutexGuard<'_, Child> {

@@ -333,7 +333,7 @@ impl RealCluster {
     /// these plugins (.wasm files).
     pub fn start_host(&mut self, plugins: &[PathBuf]) -> Result<&HostProcess> {
         let kubeconfig = self.kubeconfig().map(Path::to_path_buf);
-        self.start_host_with(plugins, kubeconfig.as_deref())
+        self.start_host_with(plugins, kubeconfig.as_deref(), &[])
     }
 
     /// Starts the host as [`RealCluster::start_host`], with `kubeconfig` as
@@ -343,13 +343,25 @@ impl RealCluster {
         plugins: &[PathBuf],
         kubeconfig: &Path,
     ) -> Result<&HostProcess> {
-        self.start_host_with(plugins, Some(kubeconfig))
+        self.start_host_with(plugins, Some(kubeconfig), &[])
+    }
+
+    /// [`Self::start_host`] with these variables added to the host's
+    /// environment, e.g. `RUST_LOG` for log lines a test looks for.
+    pub fn start_host_with_env(
+        &mut self,
+        plugins: &[PathBuf],
+        env: &[(&str, &str)],
+    ) -> Result<&HostProcess> {
+        let kubeconfig = self.kubeconfig().map(Path::to_path_buf);
+        self.start_host_with(plugins, kubeconfig.as_deref(), env)
     }
 
     fn start_host_with(
         &mut self,
         plugins: &[PathBuf],
         kubeconfig: Option<&Path>,
+        env: &[(&str, &str)],
     ) -> Result<&HostProcess> {
         if self.host.is_some() {
             bail!("the test already started a host");
@@ -361,6 +373,7 @@ impl RealCluster {
             plugins,
             &self.namespace,
             kubeconfig,
+            env,
         )?;
         self.step(format!(
             "started reconciler-host run (pid {}) with {:?}",

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
 };
 use kube::discovery::{Scope, pinned_kind};
 use reconciler_sdk::KindRef;
@@ -195,6 +196,50 @@ impl RealCluster {
             .await
             .with_context(|| format!("patching {} {name} with {patch}", kind.kind))?;
         to_json(patched)
+    }
+
+    /// A JSON merge patch of one object's status subresource, by the test's
+    /// field manager: how a test plays a controller that is not there (the
+    /// Job controller's verdict on a Job no kubelet runs).
+    pub async fn merge_patch_status(
+        &self,
+        kind: &KindRef,
+        name: &str,
+        patch: Value,
+    ) -> Result<Value> {
+        let params = PatchParams {
+            field_manager: Some(TEST_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        let patched = self
+            .api(kind)
+            .await?
+            .patch_status(name, &params, &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("patching the status of {} {name} with {patch}", kind.kind))?;
+        to_json(patched)
+    }
+
+    /// The objects of `kind` in the test's namespace (or all of them, for a
+    /// cluster-scoped kind) matching `label_selector` (`""`: all), by name.
+    pub async fn list(&self, kind: &KindRef, label_selector: &str) -> Result<Vec<Value>> {
+        let listed = self
+            .api(kind)
+            .await?
+            .list(&ListParams::default().labels(label_selector))
+            .await
+            .with_context(|| format!("listing {} with {label_selector:?}", kind.kind))?;
+        let mut objects = listed
+            .items
+            .into_iter()
+            .map(to_json)
+            .collect::<Result<Vec<_>>>()?;
+        objects.sort_by(|a, b| {
+            a.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .cmp(&b.pointer("/metadata/name").and_then(Value::as_str))
+        });
+        Ok(objects)
     }
 
     /// Server-side apply of `object` by `manager`, without force; the API
