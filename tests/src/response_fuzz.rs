@@ -13,9 +13,9 @@
 //! 3. a response refused before anything was applied changes nothing at
 //!    all (a failure that is not reported as a partial apply).
 //!
-//! [`check`] is one case from raw bytes, for the bounded run in the test
-//! suite (`tests/tests/response_fuzz.rs`) and for a coverage-guided fuzzer
-//! (`fuzz/`, see its README).
+//! [`Fuzzer::check`] is one case from raw bytes: the bounded run in the
+//! test suite (`tests/tests/response_fuzz.rs`) feeds it bytes from a seeded
+//! generator, and any byte source (a coverage-guided fuzzer) can drive it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
