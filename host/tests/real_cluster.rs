@@ -67,9 +67,10 @@
 //! running pods (`sleep` ignores SIGTERM) take their whole 30 s grace period.
 #![cfg(unix)]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -121,41 +122,12 @@ const LOG_TAIL_LINES: usize = 400;
 
 #[test]
 fn podset_lifecycle_on_a_real_cluster() {
-    if let Some(why) = skip_reason() {
-        // Straight to the process's stderr: the test harness captures
-        // `eprintln!` of a passing test, and a skip must be seen in the log.
-        let _ = writeln!(
-            std::io::stderr(),
-            "real_cluster: SKIPPED podset_lifecycle_on_a_real_cluster: {why}. To run it against a cluster: \
-             scripts/build-plugins, then RECONCILER_E2E=1 KUBECONFIG=~/.kube/config \
-             cargo test -p reconciler-host --test real_cluster -- --nocapture"
-        );
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    if let Err(e) = runtime.block_on(end_to_end()) {
-        panic!("{e:#}");
-    }
-}
-
-/// Why the test does not run here, or `None` if it does.
-fn skip_reason() -> Option<String> {
-    let mut missing = Vec::new();
-    match std::env::var_os("RECONCILER_E2E") {
-        Some(v) if v == "1" => {}
-        Some(v) => missing.push(format!("RECONCILER_E2E is {v:?}, not \"1\"")),
-        None => missing.push("RECONCILER_E2E is not set".to_string()),
-    }
-    match std::env::var_os("KUBECONFIG") {
-        Some(v) if !v.is_empty() => {}
-        Some(_) => missing.push("KUBECONFIG is empty".to_string()),
-        None => missing.push("KUBECONFIG is not set".to_string()),
-    }
-    (!missing.is_empty()).then(|| missing.join(" and "))
+    common::run_or_skip(
+        "real_cluster",
+        "podset_lifecycle_on_a_real_cluster",
+        "To run it against a cluster: scripts/build-plugins, then RECONCILER_E2E=1 KUBECONFIG=~/.kube/config cargo test -p reconciler-host --test real_cluster -- --nocapture",
+        end_to_end,
+    );
 }
 
 /// Progress lines, visible with `--nocapture` and on failure.

@@ -16,7 +16,8 @@
 //! deletes the namespace at the end (also after a failure). It needs the
 //! right to create and delete namespaces, ConfigMaps and Events.
 
-use std::io::Write as _;
+mod common;
+
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
@@ -33,41 +34,12 @@ use reconciler_sdk::{EventType, KindRef};
 
 #[test]
 fn a_repeated_event_is_one_event_with_a_growing_series_on_a_real_cluster() {
-    if let Some(why) = skip_reason() {
-        // Straight to the process's stderr: the harness captures eprintln!
-        // of a passing test, and a skip must be seen in the log.
-        let _ = writeln!(
-            std::io::stderr(),
-            "real_cluster_events: SKIPPED a_repeated_event_is_one_event_with_a_growing_series_on_a_real_cluster: {why}. \
-             To run it: RECONCILER_E2E=1 KUBECONFIG=~/.kube/config \
-             cargo test -p reconciler-host --test real_cluster_events -- --nocapture"
-        );
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    if let Err(e) = runtime.block_on(in_a_namespace()) {
-        panic!("{e:#}");
-    }
-}
-
-/// Why the test does not run here, or `None` if it does.
-fn skip_reason() -> Option<String> {
-    let mut missing = Vec::new();
-    match std::env::var_os("RECONCILER_E2E") {
-        Some(v) if v == "1" => {}
-        Some(v) => missing.push(format!("RECONCILER_E2E is {v:?}, not \"1\"")),
-        None => missing.push("RECONCILER_E2E is not set".to_string()),
-    }
-    match std::env::var_os("KUBECONFIG") {
-        Some(v) if !v.is_empty() => {}
-        Some(_) => missing.push("KUBECONFIG is empty".to_string()),
-        None => missing.push("KUBECONFIG is not set".to_string()),
-    }
-    (!missing.is_empty()).then(|| missing.join(" and "))
+    common::run_or_skip(
+        "real_cluster_events",
+        "a_repeated_event_is_one_event_with_a_growing_series_on_a_real_cluster",
+        "To run it: RECONCILER_E2E=1 KUBECONFIG=~/.kube/config cargo test -p reconciler-host --test real_cluster_events -- --nocapture",
+        in_a_namespace,
+    );
 }
 
 async fn in_a_namespace() -> Result<()> {
