@@ -28,7 +28,7 @@ use crate::cluster::RealClock;
 use crate::cluster::kubernetes::KubernetesBackend;
 use crate::crd_install::install_crds;
 use crate::dir_watch::watch_dir;
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{Dispatcher, Wake};
 use crate::engine::{Engine, Outcome, ReconcileRecord, ServeScope};
 use crate::golden::recorder::CaseRecorder;
 use crate::hot_reload::{PluginDirectory, ReloadEvent};
@@ -178,14 +178,16 @@ pub async fn run(
             log_record(&record);
         }
         dispatcher.dispatch();
-        let wait = dispatcher.idle_wait();
         tokio::select! {
-            record = dispatcher.finished() => log_record(&record),
+            woke = dispatcher.wake() => {
+                if let Wake::Finished(record) = woke {
+                    log_record(&record);
+                }
+            }
             update = reloads.next() => {
                 status.metrics.reloaded(&update.events);
                 status.set_plugins(update.status);
             }
-            _ = tokio::time::sleep(wait) => {}
             signal = &mut shutdown => break Stop::Signal(signal),
             lost = leadership_lost(&mut leadership) => break Stop::Lost(lost),
         }
