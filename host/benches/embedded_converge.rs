@@ -226,7 +226,9 @@ fn child(args: &[String]) -> anyhow::Result<()> {
         Path::new(podset),
         Path::new(cache),
         Path::new(crds),
-    ))
+    ))?;
+    // Measured and printed: tearing 10,000 objects down would only add time.
+    std::process::exit(0)
 }
 
 async fn converge(n: usize, podset: &Path, cache: &Path, crds: &Path) -> anyhow::Result<()> {
