@@ -177,6 +177,9 @@ pub struct Engine<B: ClusterBackend> {
     events: EventRecorder,
     /// The sandbox's instance pool: calls at once, shared by all plugins.
     calls: Arc<CallSlots>,
+    /// How long a change of a child or read object waits for others before
+    /// its primary is reconciled (see [`Self::with_coalescing`]).
+    coalesce: Duration,
     scope: ServeScope,
     /// Writes every reconcile as a golden case (`--record`).
     recorder: Option<Arc<CaseRecorder>>,
@@ -220,6 +223,7 @@ impl<B: ClusterBackend> Engine<B> {
             events: EventRecorder::default(),
             // No pool given: bounded by each plugin's concurrency only.
             calls: CallSlots::new(usize::MAX / 2),
+            coalesce: Duration::ZERO,
             scope,
             recorder: None,
             kind_scopes: Mutex::default(),
@@ -229,6 +233,16 @@ impl<B: ClusterBackend> Engine<B> {
     /// Records every reconcile from now on as a golden case.
     pub fn with_recorder(mut self, recorder: Arc<CaseRecorder>) -> Self {
         self.recorder = Some(recorder);
+        self
+    }
+
+    /// Reconciles a primary `window` after a change of one of its children
+    /// or read objects rather than at once, so a burst of such changes is
+    /// one reconcile and one status write. Changes of the primary itself
+    /// are never delayed. Zero (the default, and what `simulate` and `test`
+    /// use) reconciles on every change at once.
+    pub fn with_coalescing(mut self, window: Duration) -> Self {
+        self.coalesce = window;
         self
     }
 
@@ -615,17 +629,27 @@ impl<B: ClusterBackend> Engine<B> {
 
     fn observe(&self, event: &WatchEvent, now: i64) {
         self.cache.observe(event);
+        let window = i64::try_from(self.coalesce.as_millis()).unwrap_or(i64::MAX);
         for (name, c) in self.controllers() {
             let plugin = c.plugin();
+            let primary = &plugin.metadata().primary;
+            // A change of the primary itself is reconciled at once; one of
+            // a child or a read object after the window, with the others
+            // that come in it (a ReplicaSet creating its Pods).
+            let of_primary = KindRef::of_object(&event.object).is_some_and(|k| &k == primary);
             let keys = event_mapping::primaries_for(plugin.metadata(), &event.object);
             let keys: Vec<PrimaryKey> = keys
                 .into_iter()
-                .filter(|key| self.in_scope(&name, &plugin.metadata().primary, key))
+                .filter(|key| self.in_scope(&name, primary, key))
                 .collect();
             if !keys.is_empty() {
                 let mut state = c.state();
                 for key in keys {
-                    state.queue.add(key, now);
+                    if of_primary || window == 0 {
+                        state.queue.add(key, now);
+                    } else {
+                        state.queue.add_coalesced(key, now.saturating_add(window));
+                    }
                 }
             }
         }

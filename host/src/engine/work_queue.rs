@@ -80,6 +80,19 @@ impl WorkQueue {
     }
 
     /// Removes the times of `key` up to `until` (all with `None`).
+    /// Schedules `key` at `at` unless it is already due by then: every
+    /// change within a window is seen by the one reconcile at its end.
+    pub fn add_coalesced(&mut self, key: PrimaryKey, at: i64) {
+        let due_by_then = self
+            .times
+            .get(&key)
+            .and_then(|times| times.first())
+            .is_some_and(|first| *first <= at);
+        if !due_by_then {
+            self.add(key, at);
+        }
+    }
+
     fn take_times(&mut self, key: &PrimaryKey, until: Option<i64>) {
         let Some(times) = self.times.get_mut(key) else {
             return;
@@ -239,6 +252,23 @@ mod tests {
         assert_eq!(q.requeue_too_soon(&key("a")), 1);
         q.forget(&key("b"));
         assert_eq!(q.requeue_too_soon(&key("b")), 1);
+    }
+
+    #[test]
+    fn changes_within_a_window_are_one_reconcile_at_its_end() {
+        let mut q = WorkQueue::new();
+        q.add_coalesced(key("a"), 100);
+        q.add_coalesced(key("a"), 130);
+        assert_eq!(q.pop_ready(99), None, "not before the window ends");
+        assert_eq!(q.pop_ready(130), Some(key("a")));
+        q.done(&key("a"), None);
+        assert_eq!(q.pop_ready(10_000), None, "one reconcile for both");
+        // A change of the primary itself is due now: the window adds nothing.
+        q.add(key("b"), 5);
+        q.add_coalesced(key("b"), 105);
+        assert_eq!(q.pop_ready(5), Some(key("b")));
+        q.done(&key("b"), None);
+        assert_eq!(q.next_ready_at(), None);
     }
 
     #[test]
