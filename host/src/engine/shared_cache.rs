@@ -7,9 +7,9 @@
 
 use std::sync::RwLock;
 
-use reconciler_sdk::KindRef;
-use reconciler_sdk::contract::{Projection, ReconcileRequest};
-use reconciler_sdk::memory_cache::{ListJsonError, MemoryCache};
+use reconciler_contract::KindRef;
+use reconciler_contract::memory_cache::{ListJsonError, MemoryCache};
+use reconciler_contract::{Projection, ReconcileRequest};
 use serde_json::Value;
 
 use crate::cluster::backend::slimmed;
@@ -65,7 +65,7 @@ impl SharedCache {
 
     /// Every cached object of `kind`.
     pub fn list(&self, kind: &KindRef) -> Vec<Value> {
-        let everything = reconciler_sdk::selector::LabelSelector::everything();
+        let everything = reconciler_contract::selector::LabelSelector::everything();
         self.read().list(kind, None, &everything).collect()
     }
 
