@@ -68,7 +68,7 @@ export function exportPlugin({ metadata, reconcile }) {
         if (!(e instanceof ReconcileError)) {
           // A bug in the plugin: the stack goes to stderr (the host logs it
           // under the object), the message to the Warning Event.
-          console.error(e?.stack ?? String(e));
+          console.error(e instanceof Error ? `${e.name}: ${e.message}\n${e.stack}` : String(e));
         }
         const message = e instanceof ReconcileError ? e.message : `${e?.name ?? 'Error'}: ${e?.message ?? String(e)}`;
         return { tag: 'err', val: message };
