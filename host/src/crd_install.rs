@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use reconciler_sdk::KindRef;
+use reconciler_contract::KindRef;
 use serde_json::Value;
 
 use crate::cluster::{ClusterBackend, ObjectKey};

@@ -289,7 +289,7 @@ pub fn primaries_table<B: crate::cluster::ClusterBackend>(engine: &Engine<B>) ->
 
 #[cfg(test)]
 mod tests {
-    use reconciler_sdk::KindRef;
+    use reconciler_contract::KindRef;
 
     use super::*;
     use crate::cluster::VirtualClock;

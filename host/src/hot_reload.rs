@@ -28,7 +28,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use reconciler_sdk::{KindRef, PluginMetadata};
+use reconciler_contract::{KindRef, PluginMetadata};
 
 use crate::cluster::clock::rfc3339;
 use crate::cluster::{Clock, ClusterBackend, RealClock};

@@ -14,7 +14,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
-use reconciler_sdk::KindRef;
+use reconciler_contract::KindRef;
 
 use crate::engine::QueueStats;
 use crate::hot_reload::PluginStatus;

@@ -15,7 +15,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use reconciler_sdk::KindRef;
+use reconciler_contract::KindRef;
 
 use crate::engine::{Outcome, QueueStats, ReconcileRecord};
 use crate::hot_reload::ReloadEvent;

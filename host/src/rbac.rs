@@ -28,7 +28,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use kube::api::{ApiResource, GroupVersionKind};
-use reconciler_sdk::{KindRef, PluginMetadata};
+use reconciler_contract::{KindRef, PluginMetadata};
 use serde_json::Value;
 
 use crate::cluster::KindScope;
@@ -421,7 +421,7 @@ fn quoted(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use reconciler_sdk::MapRule;
+    use reconciler_contract::MapRule;
     use serde_json::json;
 
     use super::*;

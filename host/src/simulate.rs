@@ -41,7 +41,7 @@ pub struct SimulationConfig {
 impl Default for SimulationConfig {
     fn default() -> Self {
         Self {
-            start_millis: reconciler_sdk::testing::DEFAULT_NOW_MILLIS,
+            start_millis: reconciler_contract::DEFAULT_NOW_MILLIS,
             advance: Duration::ZERO,
             max_rounds: 20,
             max_reconciles: 100_000,
@@ -131,7 +131,7 @@ pub async fn simulate(
 }
 
 fn is_crd_object(object: &Value) -> bool {
-    reconciler_sdk::KindRef::of_object(object)
+    reconciler_contract::KindRef::of_object(object)
         .is_some_and(|kind| crate::cluster::embedded::kind_scopes::is_crd(&kind))
 }
 

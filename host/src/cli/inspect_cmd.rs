@@ -2,8 +2,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use reconciler_sdk::PluginMetadata;
-use reconciler_sdk::contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
+use reconciler_contract::PluginMetadata;
+use reconciler_contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 use serde::Serialize;
 
 use super::SandboxArgs;

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use reconciler_sdk::k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::Timestamp;
 
 use super::SandboxArgs;
 use crate::golden::duration_text::parse_duration;

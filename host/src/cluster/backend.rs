@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
 
-use reconciler_sdk::memory_cache::metadata_only;
-use reconciler_sdk::{EventType, KindRef};
+use reconciler_contract::memory_cache::metadata_only;
+use reconciler_contract::{EventType, KindRef};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 

@@ -55,7 +55,7 @@ impl Clock for VirtualClock {
 
 /// RFC 3339 text of a clock reading, as Kubernetes writes timestamps.
 pub fn rfc3339(millis: i64) -> String {
-    reconciler_sdk::k8s_openapi::jiff::Timestamp::from_millisecond(millis)
+    k8s_openapi::jiff::Timestamp::from_millisecond(millis)
         .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
         .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
 }

@@ -4,7 +4,7 @@
 //! owner of the primary kind; to an object of a read kind, whatever the
 //! plugin's map rule names (always in the object's own namespace).
 
-use reconciler_sdk::{KindRef, MapRule, PluginMetadata};
+use reconciler_contract::{KindRef, MapRule, PluginMetadata};
 use serde_json::Value;
 
 use super::work_queue::PrimaryKey;

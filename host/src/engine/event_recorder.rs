@@ -34,7 +34,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use reconciler_sdk::EventType;
+use reconciler_contract::EventType;
 
 use crate::cluster::{BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, ObjectKey};
 
@@ -448,7 +448,7 @@ fn forget_full(buckets: &mut HashMap<BucketKey, Bucket>, policy: &EventPolicy, n
 mod tests {
     use std::sync::Arc;
 
-    use reconciler_sdk::KindRef;
+    use reconciler_contract::KindRef;
 
     use super::*;
     use crate::cluster::VirtualClock;

@@ -35,7 +35,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use reconciler_sdk::memory_cache::{finalizers_of, is_deleting};
+use reconciler_contract::memory_cache::{finalizers_of, is_deleting};
 use serde_json::{Value, json};
 
 use super::plan::has_finalizer;
@@ -290,7 +290,7 @@ pub fn holds_text(plugin: &str, holds: &[FinalizerHold]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use reconciler_sdk::KindRef;
+    use reconciler_contract::KindRef;
 
     use super::*;
 

@@ -41,9 +41,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use reconciler_sdk::contract::{Projection, ReconcileRequest};
-use reconciler_sdk::memory_cache::is_deleting;
-use reconciler_sdk::{EventType, KindRef, PluginMetadata};
+use reconciler_contract::memory_cache::is_deleting;
+use reconciler_contract::{EventType, KindRef, PluginMetadata};
+use reconciler_contract::{Projection, ReconcileRequest};
 use serde_json::Value;
 use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedReceiver;

@@ -25,9 +25,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use reconciler_sdk::contract::Event;
-use reconciler_sdk::memory_cache::{finalizers_of, is_deleting};
-use reconciler_sdk::{KindRef, PluginMetadata};
+use reconciler_contract::Event;
+use reconciler_contract::memory_cache::{finalizers_of, is_deleting};
+use reconciler_contract::{KindRef, PluginMetadata};
 use serde_json::{Value, json};
 
 use crate::cluster::ObjectKey;
@@ -390,7 +390,7 @@ fn fingerprint(object: &Value) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use reconciler_sdk::contract::ObjectRef;
+    use reconciler_contract::ObjectRef;
     use serde_json::Map;
 
     use super::*;

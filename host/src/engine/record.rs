@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use reconciler_sdk::EventType;
+use reconciler_contract::EventType;
 
 use super::work_queue::PrimaryKey;
 use crate::cluster::ObjectKey;

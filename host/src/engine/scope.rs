@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use reconciler_sdk::selector::LabelSelector;
+use reconciler_contract::selector::LabelSelector;
 use serde_json::Value;
 
 /// What a host serves; the default serves everything.
@@ -31,7 +31,7 @@ pub struct PrimarySelectors {
 #[derive(Debug, thiserror::Error)]
 pub enum SelectorSpecError {
     #[error(transparent)]
-    Invalid(#[from] reconciler_sdk::selector::SelectorError),
+    Invalid(#[from] reconciler_contract::selector::SelectorError),
     #[error(
         "{0:?} is given more than once: give one selector per plugin (and at most one for all)"
     )]

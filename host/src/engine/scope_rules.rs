@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 
-use reconciler_sdk::{KindRef, PluginMetadata};
+use reconciler_contract::{KindRef, PluginMetadata};
 use serde_json::Value;
 
 use super::EngineError;
@@ -133,7 +133,7 @@ pub fn check_response(
 mod tests {
     use std::sync::Arc;
 
-    use reconciler_sdk::contract::ObjectRef;
+    use reconciler_contract::ObjectRef;
     use serde_json::json;
 
     use super::*;

@@ -20,7 +20,7 @@
 //!   error: spec.size must be     # instead of the above: the call must fail
 //! ```
 
-use reconciler_sdk::contract::{Event, ObjectRef};
+use reconciler_contract::{Event, ObjectRef};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

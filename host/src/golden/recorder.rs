@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use reconciler_sdk::KindRef;
-use reconciler_sdk::contract::Projection;
-use reconciler_sdk::k8s_openapi::jiff::Timestamp;
-use reconciler_sdk::memory_cache::ListJsonError;
+use k8s_openapi::jiff::Timestamp;
+use reconciler_contract::KindRef;
+use reconciler_contract::Projection;
+use reconciler_contract::memory_cache::ListJsonError;
 use serde::Serialize;
 use serde_json::Value;
 

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reconciler_sdk::k8s_openapi::jiff::Timestamp;
-use reconciler_sdk::memory_cache::MemoryCache;
-use reconciler_sdk::testing::DEFAULT_NOW_MILLIS;
+use k8s_openapi::jiff::Timestamp;
+use reconciler_contract::DEFAULT_NOW_MILLIS;
+use reconciler_contract::memory_cache::MemoryCache;
 use serde_json::Value;
 
 use super::case::{Case, Expectation};

@@ -9,8 +9,8 @@ pub use exports::reconciler::plugin::reconciler as guest;
 pub use reconciler::plugin::types;
 
 /// The SDK's kind from the bindings' kind (the same record on both sides).
-pub fn kind_from_wit(k: types::KindRef) -> reconciler_sdk::KindRef {
-    reconciler_sdk::KindRef {
+pub fn kind_from_wit(k: types::KindRef) -> reconciler_contract::KindRef {
+    reconciler_contract::KindRef {
         group: k.group,
         version: k.version,
         kind: k.kind,

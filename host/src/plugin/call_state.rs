@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use reconciler_sdk::contract::Projection;
-use reconciler_sdk::memory_cache::ListJsonError;
-use reconciler_sdk::{KindRef, PluginMetadata};
+use reconciler_contract::Projection;
+use reconciler_contract::memory_cache::ListJsonError;
+use reconciler_contract::{KindRef, PluginMetadata};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
@@ -224,8 +224,8 @@ impl log::Host for CallState {
 
 #[cfg(test)]
 mod tests {
-    use reconciler_sdk::MapRule;
-    use reconciler_sdk::memory_cache::MemoryCache;
+    use reconciler_contract::MapRule;
+    use reconciler_contract::memory_cache::MemoryCache;
     use serde_json::json;
 
     use super::*;

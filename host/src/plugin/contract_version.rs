@@ -4,7 +4,7 @@
 //! (`reconciler:plugin/reconciler@0.2.0`). Versions follow semver: before 1.0
 //! the minor version is the breaking one, after it the major.
 
-use reconciler_sdk::contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
+use reconciler_contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 
 /// The export a plugin must provide, at this host's contract version.
 pub fn expected_export() -> String {
@@ -15,11 +15,11 @@ pub fn expected_export() -> String {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ContractError {
     #[error(
-        "not a reconciler plugin: it exports no `{CONTRACT_PACKAGE}/reconciler` interface (it exports: {exports}); build it against wit/ with reconciler-sdk"
+        "not a reconciler plugin: it exports no `{CONTRACT_PACKAGE}/reconciler` interface (it exports: {exports}); build it against the `plugin` world of wit/ (reconciler-sdk, sdk-python or sdk-js)"
     )]
     NotAPlugin { exports: String },
     #[error(
-        "built for contract {CONTRACT_PACKAGE}@{plugin}, but this host speaks {CONTRACT_PACKAGE}@{host}: rebuild the plugin with a matching reconciler-sdk, or run a host that speaks @{plugin}"
+        "built for contract {CONTRACT_PACKAGE}@{plugin}, but this host speaks {CONTRACT_PACKAGE}@{host}: rebuild the plugin against a matching wit/ (reconciler-sdk, sdk-python or sdk-js), or run a host that speaks @{plugin}"
     )]
     Incompatible { plugin: String, host: String },
 }

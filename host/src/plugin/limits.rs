@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use reconciler_sdk::Hints;
+use reconciler_contract::Hints;
 
 /// Host-wide defaults and ceilings. The CLI maps one option to each field.
 #[derive(Clone, Debug, PartialEq, Eq)]

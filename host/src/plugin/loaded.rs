@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use reconciler_sdk::contract::{
+use reconciler_contract::{
     Event, EventType, Hints, ObjectRef, ReadKind, ReconcileRequest, ReconcileResponse,
 };
-use reconciler_sdk::{MapRule, PluginMetadata};
+use reconciler_contract::{MapRule, PluginMetadata};
 use wasmtime::component::ResourceTable;
 use wasmtime::{Store, Trap};
 use wasmtime_wasi::WasiCtxBuilder;

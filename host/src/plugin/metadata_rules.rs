@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use reconciler_sdk::{KindRef, MapRule, PluginMetadata};
+use reconciler_contract::{KindRef, MapRule, PluginMetadata};
 
 use super::names::{check_dns_label, check_dns_subdomain, check_kind, check_qualified_name};
 
@@ -114,7 +114,7 @@ pub fn validate_metadata(m: &PluginMetadata) -> Result<(), MetadataError> {
 
 #[cfg(test)]
 mod tests {
-    use reconciler_sdk::Hints;
+    use reconciler_contract::Hints;
 
     use super::*;
 

@@ -1,8 +1,8 @@
 //! What the cache import reads from.
 
-use reconciler_sdk::KindRef;
-use reconciler_sdk::contract::Projection;
-use reconciler_sdk::memory_cache::{ListJsonError, MemoryCache};
+use reconciler_contract::KindRef;
+use reconciler_contract::Projection;
+use reconciler_contract::memory_cache::{ListJsonError, MemoryCache};
 
 /// The host cache as one reconcile sees it. The runtime enforces that the
 /// plugin asks only for kinds it declared (same-namespace read kinds only in

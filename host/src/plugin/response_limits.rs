@@ -15,8 +15,8 @@
 //! wrapping on the way: the status inside the object, `managedFields`,
 //! watch events and list responses.
 
-use reconciler_sdk::contract::ReconcileResponse;
-use reconciler_sdk::json_depth::nesting_depth;
+use reconciler_contract::ReconcileResponse;
+use reconciler_contract::json_depth::nesting_depth;
 
 use super::limits::SandboxLimits;
 
@@ -121,8 +121,8 @@ pub fn check_response_limits(
 
 #[cfg(test)]
 mod tests {
-    use reconciler_sdk::Hints;
-    use reconciler_sdk::contract::{Event, EventType, ObjectRef};
+    use reconciler_contract::Hints;
+    use reconciler_contract::{Event, EventType, ObjectRef};
 
     use super::*;
     use crate::plugin::HostLimits;

@@ -12,9 +12,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use reconciler_sdk::contract::{Event, ObjectRef, ReconcileResponse};
-use reconciler_sdk::memory_cache::{name_of, namespace_of};
-use reconciler_sdk::{KindRef, PluginMetadata};
+use reconciler_contract::memory_cache::{name_of, namespace_of};
+use reconciler_contract::{Event, ObjectRef, ReconcileResponse};
+use reconciler_contract::{KindRef, PluginMetadata};
 use serde_json::{Map, Value};
 
 use super::names::{check_dns_label, check_kind, check_object_name};
@@ -269,8 +269,8 @@ fn json_type(v: &Value) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use reconciler_sdk::MapRule;
-    use reconciler_sdk::contract::EventType;
+    use reconciler_contract::EventType;
+    use reconciler_contract::MapRule;
     use serde_json::json;
 
     use super::*;

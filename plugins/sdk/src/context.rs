@@ -2,8 +2,8 @@
 
 use serde::de::DeserializeOwned;
 
-use crate::contract::{KindRef, LogLevel};
 use crate::error::Error;
+use reconciler_contract::{KindRef, LogLevel};
 
 /// The host's side of the boundary, as the SDK sees it.
 ///

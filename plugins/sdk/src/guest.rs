@@ -16,11 +16,11 @@ wit_bindgen::generate!({
 use exports::reconciler::plugin::reconciler as wit;
 use reconciler::plugin::types as wit_types;
 
-use crate::contract::{
+use crate::{HostApi, Reconciler};
+use reconciler_contract::{
     Event, EventType, Hints, KindRef, LogLevel, MapRule, ObjectRef, PluginMetadata, ReadKind,
     ReconcileRequest, ReconcileResponse,
 };
-use crate::{HostApi, Reconciler};
 
 /// Names the [`Reconciler`] a plugin exports; implemented by the macro.
 pub trait GuestExports {

@@ -22,19 +22,22 @@
 extern crate self as reconciler_sdk;
 
 pub mod context;
-pub mod contract;
 pub mod error;
-pub mod json_depth;
-pub mod memory_cache;
 pub mod object;
 pub mod response;
-pub mod selector;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
 
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
 pub mod guest;
+
+/// The contract's types (`reconciler-contract`), where plugins have always
+/// found them.
+pub mod contract {
+    pub use reconciler_contract::types::*;
+}
+pub use reconciler_contract::{json_depth, memory_cache, selector};
 
 pub use context::{Context, HostApi};
 pub use contract::{EventType, Hints, KindRef, LogLevel, MapRule, PluginMetadata};
@@ -45,7 +48,7 @@ pub use response::Response;
 
 use serde::de::DeserializeOwned;
 
-use contract::{ReconcileRequest, ReconcileResponse};
+use reconciler_contract::{ReconcileRequest, ReconcileResponse};
 
 /// The one trait a plugin implements.
 pub trait Reconciler {

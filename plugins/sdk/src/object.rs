@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
-use crate::contract::KindRef;
+use reconciler_contract::KindRef;
 
 /// A custom resource with your own spec and status types. Without a status
 /// type the status is kept as plain JSON, so an object that has one (written

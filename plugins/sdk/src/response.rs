@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::contract::{Event, EventType, KindRef, ObjectRef, ReconcileResponse};
 use crate::error::Error;
+use reconciler_contract::{Event, EventType, KindRef, ObjectRef, ReconcileResponse};
 
 /// The desired state for one primary object.
 ///

@@ -20,13 +20,11 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::contract::{Event, KindRef, LogLevel, ObjectRef, PluginMetadata, ReconcileResponse};
-use crate::memory_cache::{MemoryCache, namespace_of};
 use crate::{HostApi, Reconciler};
+use reconciler_contract::memory_cache::{MemoryCache, namespace_of};
+use reconciler_contract::{Event, KindRef, LogLevel, ObjectRef, PluginMetadata, ReconcileResponse};
 
-/// The clock of a test that sets none: 2024-01-01T00:00:00Z. Shared with
-/// `reconciler-host test`, so a native test and a golden case agree.
-pub const DEFAULT_NOW_MILLIS: i64 = 1_704_067_200_000;
+pub use reconciler_contract::DEFAULT_NOW_MILLIS;
 
 /// One log entry a plugin wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -288,7 +288,7 @@ impl EmbeddedStore {
 
 #[cfg(test)]
 mod tests {
-    use reconciler_sdk::KindRef;
+    use reconciler_contract::KindRef;
     use serde_json::json;
 
     use super::*;

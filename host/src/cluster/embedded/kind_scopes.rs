@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 
-use reconciler_sdk::KindRef;
+use reconciler_contract::KindRef;
 use serde_json::Value;
 
 use crate::cluster::backend::KindScope;

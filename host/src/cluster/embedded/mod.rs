@@ -19,7 +19,7 @@ pub mod store;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use reconciler_sdk::KindRef;
+use reconciler_contract::KindRef;
 use serde_json::Value;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 

@@ -28,7 +28,7 @@
 //! call (and the call that removes the last finalizer), and content is
 //! deleted in key order.
 
-use reconciler_sdk::KindRef;
+use reconciler_contract::KindRef;
 use serde_json::{Value, json};
 
 use super::store::{EmbeddedStore, StoreError, is_deleting, metadata_mut};

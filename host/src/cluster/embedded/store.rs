@@ -62,7 +62,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use reconciler_sdk::KindRef;
+use reconciler_contract::KindRef;
 use serde_json::{Map, Value, json};
 
 use super::field_set::{FieldConflict, FieldPath, Manager, Operation, Ownership, Segment};
@@ -724,7 +724,7 @@ pub(super) fn uid_of(object: &Value) -> Option<&str> {
     object.pointer("/metadata/uid").and_then(Value::as_str)
 }
 
-pub(super) use reconciler_sdk::memory_cache::{finalizers_of as finalizers, is_deleting};
+pub(super) use reconciler_contract::memory_cache::{finalizers_of as finalizers, is_deleting};
 
 /// Whether finalizers still hold the object: its own, or for a Namespace
 /// the ones in its spec that wait for its content to go.

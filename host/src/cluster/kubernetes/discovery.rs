@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use kube::api::{ApiResource, GroupVersionKind};
 use kube::discovery::{self, Scope};
-use reconciler_sdk::KindRef;
+use reconciler_contract::KindRef;
 
 use super::errors;
 use crate::cluster::backend::BackendError;

@@ -8,12 +8,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use reconciler_sdk::EventType;
-use reconciler_sdk::k8s_openapi::api::core::v1::ObjectReference;
-use reconciler_sdk::k8s_openapi::api::events::v1::Event;
-use reconciler_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use reconciler_sdk::k8s_openapi::jiff::Timestamp;
+use reconciler_contract::EventType;
 
 use super::{KubernetesBackend, errors, truncate_at_char};
 use crate::cluster::backend::{BackendError, EventRecord, EventRef, EventSeries};
@@ -139,7 +139,7 @@ pub(crate) async fn update_series(
 mod tests {
     use super::super::testing::{self, next};
     use crate::cluster::backend::{ClusterBackend, EventRecord, ObjectKey};
-    use reconciler_sdk::{EventType, KindRef};
+    use reconciler_contract::{EventType, KindRef};
 
     fn record(namespace: Option<&str>) -> EventRecord {
         EventRecord {
@@ -257,7 +257,7 @@ mod tests {
     fn cluster_scoped_objects_get_events_in_default_and_unique_names() {
         let mut r = record(None);
         r.regarding = ObjectKey::new(KindRef::new("", "v1", "Namespace"), None, "team");
-        let now = reconciler_sdk::k8s_openapi::jiff::Timestamp::now();
+        let now = k8s_openapi::jiff::Timestamp::now();
         let a = super::build(&r, "pod-0", now);
         let b = super::build(&r, "pod-0", now);
         assert_eq!(a.metadata.namespace.as_deref(), Some("default"));

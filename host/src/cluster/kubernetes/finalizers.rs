@@ -7,7 +7,7 @@
 //! the guard fails the object changed under us: read it again and retry.
 
 use kube::api::{Patch, PatchParams};
-use reconciler_sdk::memory_cache::finalizers_of;
+use reconciler_contract::memory_cache::finalizers_of;
 use serde_json::{Value, json};
 
 use super::{KubernetesBackend, errors, request, to_value};

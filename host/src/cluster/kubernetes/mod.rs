@@ -26,7 +26,7 @@ use kube::api::{
     PropagationPolicy,
 };
 use kube::discovery::Scope;
-use reconciler_sdk::KindRef;
+use reconciler_contract::KindRef;
 use serde_json::Value;
 
 use crate::cluster::backend::{
@@ -261,7 +261,7 @@ mod tests {
 
     use super::testing::{self, failure, respond};
     use crate::cluster::backend::{BackendError, ClusterBackend, ObjectKey, Propagation};
-    use reconciler_sdk::KindRef;
+    use reconciler_contract::KindRef;
 
     #[tokio::test]
     async fn unknown_kind_is_found_by_discovery() {

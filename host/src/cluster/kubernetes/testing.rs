@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use kube::client::Body;
-use reconciler_sdk::KindRef;
+use reconciler_contract::KindRef;
 use serde_json::{Value, json};
 
 use super::KubernetesBackend;

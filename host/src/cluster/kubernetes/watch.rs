@@ -19,8 +19,8 @@ use futures::stream::BoxStream;
 use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use reconciler_sdk::KindRef;
-use reconciler_sdk::memory_cache::metadata_only;
+use reconciler_contract::KindRef;
+use reconciler_contract::memory_cache::metadata_only;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 

@@ -6,14 +6,14 @@
 //!
 //! An index of candidates, not the answer: a controller ownerReference
 //! points at its owner by uid when both have one, otherwise by kind and
-//! name (`reconciler_sdk::memory_cache::is_controlled_by`), so each
+//! name (`reconciler_contract::memory_cache::is_controlled_by`), so each
 //! reference is filed under both, and the caller checks each candidate with
 //! that same rule.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use reconciler_sdk::KindRef;
+use reconciler_contract::KindRef;
 use serde_json::Value;
 
 /// A cached object: kind, namespace, name, in the cache's order.

@@ -11,9 +11,11 @@ mod controller_index;
 
 use std::sync::RwLock;
 
-use reconciler_sdk::KindRef;
-use reconciler_sdk::contract::{Projection, ReconcileRequest};
-use reconciler_sdk::memory_cache::{ListJsonError, MemoryCache, is_controlled_by, namespace_of};
+use reconciler_contract::KindRef;
+use reconciler_contract::memory_cache::{
+    ListJsonError, MemoryCache, is_controlled_by, namespace_of,
+};
+use reconciler_contract::{Projection, ReconcileRequest};
 use serde_json::Value;
 
 use self::controller_index::ControllerIndex;
@@ -34,7 +36,10 @@ struct Cached {
 }
 
 impl Cached {
-    fn insert(&mut self, object: Value) -> Result<(), reconciler_sdk::memory_cache::CacheError> {
+    fn insert(
+        &mut self,
+        object: Value,
+    ) -> Result<(), reconciler_contract::memory_cache::CacheError> {
         let key = ObjectKey::of(&object).map(|k| (k.kind, k.namespace, k.name));
         let owners = controller_index::owner_keys(&object);
         self.objects.insert(object)?;
@@ -103,7 +108,7 @@ impl SharedCache {
 
     /// Every cached object of `kind`.
     pub fn list(&self, kind: &KindRef) -> Vec<Value> {
-        let everything = reconciler_sdk::selector::LabelSelector::everything();
+        let everything = reconciler_contract::selector::LabelSelector::everything();
         self.read().list(kind, None, &everything).collect()
     }
 

@@ -5,7 +5,7 @@
 //! annotations), what it refuses (a number as a label value, a malformed
 //! key, one byte more) is refused here with the key named.
 
-use reconciler_sdk::KindRef;
+use reconciler_contract::KindRef;
 use serde_json::{Map, Value};
 
 use super::json_type;

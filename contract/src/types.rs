@@ -12,7 +12,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// The contract version this SDK and host speak: the WIT package version.
+/// The contract version the host and its guests speak: the WIT package version.
 pub const CONTRACT_VERSION: &str = "0.2.0";
 /// The WIT package name, without version.
 pub const CONTRACT_PACKAGE: &str = "reconciler:plugin";

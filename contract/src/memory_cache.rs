@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::contract::{KindRef, Projection, ReconcileRequest};
 use crate::json_depth::{READABLE_DEPTH, nesting_depth};
 use crate::selector::LabelSelector;
+use crate::types::{KindRef, Projection, ReconcileRequest};
 
 /// Objects kept sorted by kind, namespace and name, each as JSON text with
 /// its labels and controller extracted once at insert: a `list` filters

@@ -1,0 +1,234 @@
+//! The same podset decisions from a plugin written in Rust, Python
+//! (componentize-py) and JavaScript (componentize-js), through the host as it
+//! serves them: component size, compile and warm-cache load time, the linear
+//! memory one instance needs, and one reconcile (a fresh instance, the call,
+//! the host's validation) with ~10 KB of JSON in. Rust's figures come from the
+//! same run, so the ratios hold whatever the machine's load.
+//!
+//! A bench binary rather than criterion, like `reconcile.rs`: the figures are
+//! medians of single calls, plus the calling thread's CPU time, which other
+//! processes on a loaded machine disturb less than wall time.
+//!
+//!     scripts/build-plugins && cargo bench -p reconciler-host --bench guest_languages
+//!
+//! Environment: BENCH_ITERATIONS (default 1000 reconciles per plugin).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reconciler_host::plugin::{CompileSource, HostLimits, ReconcileInput, Sandbox, SandboxConfig};
+use reconciler_sdk::contract::ReconcileRequest;
+use reconciler_sdk::memory_cache::MemoryCache;
+use serde_json::{Value, json};
+
+/// The plugins compared, by language, as scripts/build-plugins leaves them.
+const PLUGINS: [(&str, &str); 3] = [
+    ("Rust", "plugins/podset.wasm"),
+    ("Python", "plugins/podset-py/podset-py.wasm"),
+    ("JavaScript", "plugins/podset-js/podset-js.wasm"),
+];
+
+struct Figures {
+    language: &'static str,
+    bytes: u64,
+    compile: Duration,
+    warm_load: Duration,
+    memory_mib: u32,
+    wall: Duration,
+    cpu: Duration,
+}
+
+fn main() -> anyhow::Result<()> {
+    let iterations: usize = std::env::var("BENCH_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cache_dir = tempfile::tempdir()?;
+    let (primary, cache) = fixture();
+    let cache = Arc::new(cache);
+
+    let mut all = Vec::new();
+    for (language, file) in PLUGINS {
+        let wasm = root.join(file);
+        anyhow::ensure!(
+            wasm.is_file(),
+            "{} is missing: run scripts/build-plugins first",
+            wasm.display()
+        );
+        let sandbox = sandbox(cache_dir.path(), HostLimits::default())?;
+        let (plugin, cold) = sandbox.load_with_report(&wasm)?;
+        anyhow::ensure!(
+            cold.source == CompileSource::Compiled,
+            "{file}: not compiled cold"
+        );
+        let mut warm: Vec<Duration> = (0..10)
+            .map(|_| sandbox.load_with_report(&wasm).map(|(_, r)| r.total))
+            .collect::<Result<_, _>>()?;
+        warm.sort();
+
+        let request = cache.request_for(&primary, &plugin.metadata().owns);
+        let (wall, cpu) = measure(iterations, || {
+            plugin
+                .reconcile(input(&request, &cache))
+                .expect("reconcile");
+        });
+        all.push(Figures {
+            language,
+            bytes: std::fs::metadata(&wasm)?.len(),
+            compile: cold.compile,
+            warm_load: warm[warm.len() / 2],
+            memory_mib: least_memory(cache_dir.path(), &wasm, &request, &cache)?,
+            wall,
+            cpu,
+        });
+    }
+
+    println!(
+        "one podset reconcile (instantiate + call + validate), 20 pods listed metadata-only; n = {iterations}"
+    );
+    println!(
+        "{:<11} {:>12} {:>12} {:>11} {:>11} {:>11} {:>11} {:>8}",
+        "language", "bytes", "compile ms", "load ms", "memory MiB", "median us", "cpu us", "x Rust"
+    );
+    let rust_cpu = all[0].cpu.as_secs_f64();
+    for f in &all {
+        println!(
+            "{:<11} {:>12} {:>12.1} {:>11.2} {:>11} {:>11.1} {:>11.1} {:>8.1}",
+            f.language,
+            f.bytes,
+            ms(f.compile),
+            ms(f.warm_load),
+            f.memory_mib,
+            us(f.wall),
+            us(f.cpu),
+            f.cpu.as_secs_f64() / rust_cpu
+        );
+    }
+    println!(
+        "compile: cold, no cache; load: warm compile cache, median of 10; memory: the smallest \
+         --plugin-memory-mib under which this reconcile succeeds; cpu: the calling thread's CPU \
+         time per reconcile (mean); x Rust: cpu over Rust's"
+    );
+    Ok(())
+}
+
+fn sandbox(cache_dir: &Path, limits: HostLimits) -> anyhow::Result<Sandbox> {
+    Sandbox::new(SandboxConfig {
+        limits,
+        compile_cache: Some(cache_dir.to_path_buf()),
+        ..SandboxConfig::default()
+    })
+}
+
+/// The smallest memory cap, in whole MiB, under which the plugin loads and
+/// answers the fixture: what one instance needs (its initial linear memory
+/// plus what the reconcile grows it by).
+fn least_memory(
+    cache_dir: &Path,
+    wasm: &Path,
+    request: &ReconcileRequest,
+    cache: &Arc<MemoryCache>,
+) -> anyhow::Result<u32> {
+    for mib in 1..=HostLimits::default().memory_max_mib {
+        let limits = HostLimits {
+            memory_mib: mib,
+            ..HostLimits::default()
+        };
+        let answered = sandbox(cache_dir, limits)?
+            .load(wasm)
+            .map(|plugin| plugin.reconcile(input(request, cache)).is_ok());
+        if let Ok(true) = answered {
+            return Ok(mib);
+        }
+    }
+    anyhow::bail!(
+        "{} needs more than the host's maximum memory",
+        wasm.display()
+    )
+}
+
+fn input(request: &ReconcileRequest, cache: &Arc<MemoryCache>) -> ReconcileInput {
+    ReconcileInput {
+        request: request.clone(),
+        primary_namespace: Some("default".into()),
+        object: "default/web".into(),
+        reader: cache.clone(),
+        now_millis: 0,
+    }
+}
+
+/// A PodSet and 20 Pods shaped like `kubectl get -o json` prints them (the
+/// fixture of `reconcile.rs`).
+fn fixture() -> (Value, MemoryCache) {
+    let primary = json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": "web", "namespace": "default", "uid": "2c9d6f0e-5a4b-4d8e-9f1a-7b3c2d1e0f9a",
+            "resourceVersion": "48213", "generation": 3, "creationTimestamp": "2024-01-01T00:00:00Z"},
+        "spec": {"size": 20}});
+    let mut cache = MemoryCache::new();
+    cache.insert(primary.clone()).expect("primary");
+    for i in 0..20 {
+        cache
+            .insert(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("web-7d4b9c8f6-{i:05}"), "namespace": "default",
+                    "uid": format!("0f1e2d3c-4b5a-6978-8a9b-{i:012}"), "resourceVersion": "48190",
+                    "creationTimestamp": "2024-01-01T00:00:00Z",
+                    "labels": {"app": "podset", "podset": "web", "pod-template-hash": "7d4b9c8f6"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c8f6",
+                        "uid": "9e8d7c6b-5a49-3827-1605-f4e3d2c1b0a9", "controller": true, "blockOwnerDeletion": true}]},
+                "spec": {"containers": [{"name": "busybox", "image": "busybox:1.36", "command": ["sleep", "3600"]}],
+                    "nodeName": "node-1"},
+                "status": {"phase": "Running", "podIP": format!("10.244.0.{i}"), "startTime": "2024-01-01T00:00:05Z"}}))
+            .expect("pod");
+    }
+    (primary, cache)
+}
+
+/// The median wall time of one call, and the mean CPU time of the calling
+/// thread per call, after a warm-up of a tenth as many calls.
+fn measure(iterations: usize, mut f: impl FnMut()) -> (Duration, Duration) {
+    for _ in 0..iterations / 10 {
+        f();
+    }
+    let cpu_start = thread_cpu();
+    let mut times: Vec<Duration> = (0..iterations)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    let cpu = thread_cpu().saturating_sub(cpu_start) / iterations.max(1) as u32;
+    times.sort();
+    (times[times.len() / 2], cpu)
+}
+
+/// CPU time of the calling thread: the reconcile runs on it, while the
+/// epoch ticker and other processes run elsewhere.
+#[cfg(unix)]
+fn thread_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for clock_gettime to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+#[cfg(not(unix))]
+fn thread_cpu() -> Duration {
+    Duration::ZERO
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}

@@ -1,0 +1,158 @@
+// The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.0`) in
+// JavaScript: plain classes that mirror the WIT records. The guest glue
+// converts them into the component's values; the native harness uses them
+// directly, so a plugin tested with `node --test` declares and is checked
+// exactly as inside the host.
+
+export const CONTRACT_PACKAGE = 'reconciler:plugin';
+export const CONTRACT_VERSION = '0.2.0';
+
+/** A Kubernetes group-version-kind; the core group is `""`. */
+export class KindRef {
+  constructor(group, version, kind) {
+    this.group = group;
+    this.version = version;
+    this.kind = kind;
+    Object.freeze(this);
+  }
+
+  static fromApiVersion(apiVersion, kind) {
+    const slash = apiVersion.lastIndexOf('/');
+    return slash < 0
+      ? new KindRef('', apiVersion, kind)
+      : new KindRef(apiVersion.slice(0, slash), apiVersion.slice(slash + 1), kind);
+  }
+
+  /** The kind of an object from its `apiVersion` and `kind`, or null. */
+  static of(object) {
+    const { apiVersion, kind } = object ?? {};
+    if (typeof apiVersion !== 'string' || typeof kind !== 'string') return null;
+    return KindRef.fromApiVersion(apiVersion, kind);
+  }
+
+  get apiVersion() {
+    return this.group ? `${this.group}/${this.version}` : this.version;
+  }
+
+  equals(other) {
+    return other != null && this.group === other.group && this.version === other.version && this.kind === other.kind;
+  }
+
+  /** Orders as the host does: group, then version, then kind. */
+  static compare(a, b) {
+    return cmp(a.group, b.group) || cmp(a.version, b.version) || cmp(a.kind, b.kind);
+  }
+
+  toString() {
+    return `${this.apiVersion} ${this.kind}`;
+  }
+}
+
+/** Code-unit order, as Rust compares strings byte-wise for ASCII names. */
+export function cmp(a, b) {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** How an event on a read kind finds its primary object. */
+export const MapRule = Object.freeze({
+  label: (key) => ({ rule: 'label', key }),
+  annotation: (key) => ({ rule: 'annotation', key }),
+  sameName: () => ({ rule: 'same-name' }),
+  none: () => ({ rule: 'none' }),
+});
+
+export const EventType = Object.freeze({ NORMAL: 'Normal', WARNING: 'Warning' });
+export const LogLevel = Object.freeze({ TRACE: 'trace', DEBUG: 'debug', INFO: 'info', WARN: 'warn', ERROR: 'error' });
+
+const HINTS = ['maxConcurrentReconciles', 'memoryLimitMib', 'timeoutMs', 'maxOutputKib', 'maxEvents', 'maxApplies', 'maxDeletes'];
+
+/**
+ * What a plugin is and which kinds it may touch, declared builder style:
+ *
+ *   new PluginMetadata('podset-js', '0.1.0', PODSET)
+ *     .owns(DEPLOYMENT)
+ *     .readsInNamespace(POD, MapRule.label('podset'), { metadataOnly: true })
+ */
+export class PluginMetadata {
+  constructor(name, version, primary) {
+    this.name = name;
+    this.version = version;
+    this.primary = primary;
+    this.owned = [];
+    this.reads = [];
+    this.written = [];
+    this.finalizer = undefined;
+    this.hints = {};
+  }
+
+  /** An owned child kind: ownerReference set, children passed back, pruned when not returned. */
+  owns(kind) {
+    this.owned.push(kind);
+    return this;
+  }
+
+  /** A read kind, readable in any namespace. */
+  readsKind(kind, mapsBy, { metadataOnly = false } = {}) {
+    this.reads.push({ kind, mapsBy, metadataOnly, sameNamespace: false });
+    return this;
+  }
+
+  /** A read kind confined to the primary's namespace. */
+  readsInNamespace(kind, mapsBy, { metadataOnly = false } = {}) {
+    this.reads.push({ kind, mapsBy, metadataOnly, sameNamespace: true });
+    return this;
+  }
+
+  /** A kind patched without owning it. */
+  writes(kind) {
+    this.written.push(kind);
+    return this;
+  }
+
+  withFinalizer(finalizer) {
+    this.finalizer = finalizer;
+    return this;
+  }
+
+  /** Sets hints by their WIT names in camelCase (`{ memoryLimitMib: 128 }`). */
+  withHints(hints) {
+    for (const key of Object.keys(hints)) {
+      if (!HINTS.includes(key)) throw new TypeError(`unknown hint ${key}: one of ${HINTS.join(', ')}`);
+    }
+    this.hints = { ...this.hints, ...hints };
+    return this;
+  }
+
+  // The cache rules, as the host applies them to every `get` and `list`.
+
+  declares(kind) {
+    return (
+      this.primary.equals(kind) ||
+      this.owned.some((k) => k.equals(kind)) ||
+      this.written.some((k) => k.equals(kind)) ||
+      this.reads.some((r) => r.kind.equals(kind))
+    );
+  }
+
+  /** The namespace a read of `kind` uses, or throws with the host's message. */
+  checkRead(kind, namespace, primaryNamespace) {
+    if (!this.declares(kind)) {
+      throw new Error(
+        `plugin ${JSON.stringify(this.name)} did not declare ${kind}: add it to owns, reads or writes in its metadata to read it`,
+      );
+    }
+    const confined = this.reads.some((r) => r.sameNamespace && r.kind.equals(kind));
+    if (!confined || primaryNamespace == null) return namespace ?? null;
+    if (namespace == null || namespace === primaryNamespace) return primaryNamespace;
+    throw new Error(
+      `plugin ${JSON.stringify(this.name)} declared ${kind} a same-namespace read kind, so it reads it only in its ` +
+        `primary's namespace ${JSON.stringify(primaryNamespace)}, not in ${JSON.stringify(namespace)}: declare it with ` +
+        '`readsKind` instead of `readsInNamespace` to read across namespaces',
+    );
+  }
+
+  /** Whether reads of `kind` return metadata only. */
+  isMetadataOnly(kind) {
+    return this.reads.some((r) => r.metadataOnly && r.kind.equals(kind));
+  }
+}

@@ -1,0 +1,79 @@
+// The Wasm side of the boundary: the component's imports of
+// `wit/reconciler.wit` and the glue between its values and the SDK's types.
+// Only a componentize-js build can load this module (the `reconciler:plugin`
+// imports exist only there); bin/build-plugin.js imports it into the entry.
+
+import * as cache from 'reconciler:plugin/cache@0.2.0';
+import { now } from 'reconciler:plugin/clock@0.2.0';
+import { log } from 'reconciler:plugin/log@0.2.0';
+
+import { EventType } from './contract.js';
+import { ReconcileError } from './errors.js';
+import { dispatch } from './plugin.js';
+
+const witKind = (k) => ({ group: k.group, version: k.version, kind: k.kind });
+
+/** The host API backed by the imports; a refused call throws with the host's message as `payload`. */
+const witHost = {
+  get: (kind, namespace, name) => cache.get(witKind(kind), namespace, name),
+  list: (kind, namespace, selector) => cache.list(witKind(kind), namespace, selector),
+  nowMillis: () => now(),
+  log: (level, message, fields) => log(level, message, fields),
+};
+
+const witMapRule = ({ rule, key }) => (key === undefined ? { tag: rule } : { tag: rule, val: key });
+
+function metadataToWit(m) {
+  return {
+    name: m.name,
+    version: m.version,
+    primary: witKind(m.primary),
+    owns: m.owned.map(witKind),
+    reads: m.reads.map((r) => ({
+      kind: witKind(r.kind),
+      mapsBy: witMapRule(r.mapsBy),
+      metadataOnly: r.metadataOnly,
+      sameNamespace: r.sameNamespace,
+    })),
+    writes: m.written.map(witKind),
+    finalizer: m.finalizer,
+    hints: { ...m.hints },
+  };
+}
+
+function responseToWit(r) {
+  return {
+    apply: r.applied,
+    delete: r.deleted,
+    status: r.statusJson,
+    events: r.events.map((e) => ({
+      eventType: e.type === EventType.NORMAL ? 'normal' : 'warning',
+      reason: e.reason,
+      message: e.message,
+    })),
+    requeueAfterMs: r.requeueAfterMs === undefined ? undefined : BigInt(r.requeueAfterMs),
+    finalized: r.isFinalized,
+  };
+}
+
+/** The component's `reconciler` export for a plugin made with `plugin()`. */
+export function exportPlugin({ metadata, reconcile }) {
+  return {
+    metadata: () => metadataToWit(metadata),
+    reconcile(request) {
+      let response;
+      try {
+        response = dispatch(reconcile, request, witHost);
+      } catch (e) {
+        if (!(e instanceof ReconcileError)) {
+          // A bug in the plugin: the stack goes to stderr (the host logs it
+          // under the object), the message to the Warning Event.
+          console.error(e instanceof Error ? `${e.name}: ${e.message}\n${e.stack}` : String(e));
+        }
+        const message = e instanceof ReconcileError ? e.message : `${e?.name ?? 'Error'}: ${e?.message ?? String(e)}`;
+        return { tag: 'err', val: message };
+      }
+      return { tag: 'ok', val: responseToWit(response) };
+    },
+  };
+}

@@ -1,0 +1,163 @@
+// A native test harness: run a plugin's reconcile under `node --test`, no Wasm.
+//
+// The harness stands in for the host with its rules: an in-memory cache
+// answers `get` and `list` for declared kinds only (same-namespace read kinds
+// only in the primary's namespace, metadata-only read kinds projected to
+// apiVersion, kind and metadata, label selectors, order by namespace then
+// name); the request is assembled as the host assembles it (children: objects
+// of owned kinds in the primary's namespace whose controller ownerReference is
+// the primary; `deleting` from the deletionTimestamp); the clock is whatever
+// the test sets. The call crosses the same JSON boundary as the compiled plugin:
+//
+//   const outcome = new Harness(podset).withObjects(pod).reconcile(podSet);
+//   assert.equal(outcome.appliedOf(DEPLOYMENT)[0].spec.replicas, 3);
+
+import { KindRef, cmp } from './contract.js';
+import { labels, name, namespace } from './objects.js';
+import { dispatch } from './plugin.js';
+import { parseSelector } from './selector.js';
+
+/** The clock of a test that sets none, 2024-01-01T00:00:00Z: the same as `reconciler-host test`. */
+export const DEFAULT_NOW_MILLIS = 1_704_067_200_000;
+
+/** What a metadata-only read returns: apiVersion, kind and metadata without managedFields. */
+export function metadataOnly(object) {
+  const { managedFields, ...metadata } = object.metadata ?? {};
+  return { apiVersion: object.apiVersion, kind: object.kind, metadata };
+}
+
+/** Whether `object`'s controller ownerReference points at `owner` (by uid when both have one, else kind and name). */
+export function isControlledBy(object, owner) {
+  const ownerUid = owner.metadata?.uid;
+  return (object.metadata?.ownerReferences ?? []).some((ref) => {
+    if (ref.controller !== true) return false;
+    if (ref.uid != null && ownerUid != null) return ref.uid === ownerUid;
+    return ref.kind === owner.kind && ref.name === name(owner);
+  });
+}
+
+function order(a, b) {
+  return (
+    KindRef.compare(a.kind, b.kind) ||
+    (a.namespace === null) - (b.namespace === null) ||
+    // a namespace of null sorts first, as the host's Option does
+    (a.namespace === null ? 0 : (b.namespace === null ? 0 : cmp(a.namespace, b.namespace))) ||
+    cmp(a.name, b.name)
+  );
+}
+
+export class Harness {
+  #objects = new Map();
+
+  /** `plugin` is what `plugin(metadata, reconcile)` returned. */
+  constructor(plugin, { now } = {}) {
+    this.metadata = plugin.metadata;
+    this.reconcileFn = plugin.reconcile;
+    this.nowMillis = now === undefined ? DEFAULT_NOW_MILLIS : now.getTime();
+    this.logs = [];
+  }
+
+  withObjects(...objects) {
+    objects.forEach((o) => this.insert(o));
+    return this;
+  }
+
+  /** Adds or replaces an object (a broken object is a broken test: throws). */
+  insert(object) {
+    const kind = KindRef.of(object);
+    if (kind === null || !name(object)) {
+      throw new TypeError(`cannot cache ${JSON.stringify(object)}: it needs apiVersion, kind and metadata.name`);
+    }
+    const entry = { kind, namespace: namespace(object), name: name(object), object: structuredClone(object) };
+    this.#objects.set(JSON.stringify([kind.group, kind.version, kind.kind, entry.namespace, entry.name]), entry);
+  }
+
+  remove(kind, ns, objectName) {
+    return this.#objects.delete(JSON.stringify([kind.group, kind.version, kind.kind, ns ?? null, objectName]));
+  }
+
+  at(date) {
+    this.nowMillis = date.getTime();
+    return this;
+  }
+
+  advance(ms) {
+    this.nowMillis += ms;
+  }
+
+  #sorted() {
+    return [...this.#objects.values()].sort(order);
+  }
+
+  /** The owned children the host would pass, sorted by kind, namespace, name. */
+  childrenOf(primary) {
+    const ns = namespace(primary);
+    return this.#sorted()
+      .filter((e) => this.metadata.owned.some((k) => k.equals(e.kind)) && e.namespace === ns)
+      .filter((e) => isControlledBy(e.object, primary))
+      .map((e) => e.object);
+  }
+
+  /** Reconciles `primary` as the host would; the plugin's error is thrown as `ReconcileError`. */
+  reconcile(primary) {
+    const request = {
+      primary: JSON.stringify(primary),
+      children: this.childrenOf(primary).map((c) => JSON.stringify(c)),
+      deleting: primary.metadata?.deletionTimestamp != null,
+    };
+    return new Outcome(dispatch(this.reconcileFn, request, this.#hostFor(namespace(primary))));
+  }
+
+  #hostFor(primaryNamespace) {
+    const project = (kind, object) =>
+      JSON.stringify(this.metadata.isMetadataOnly(kind) ? metadataOnly(object) : object);
+    return {
+      get: (kind, ns, objectName) => {
+        const at = this.metadata.checkRead(kind, ns, primaryNamespace);
+        const entry = this.#objects.get(JSON.stringify([kind.group, kind.version, kind.kind, at ?? null, objectName]));
+        return entry === undefined ? undefined : project(kind, entry.object);
+      },
+      list: (kind, ns, selector) => {
+        const at = this.metadata.checkRead(kind, ns, primaryNamespace);
+        const matches = parseSelector(selector);
+        return this.#sorted()
+          .filter((e) => e.kind.equals(kind) && (at === null || e.namespace === at) && matches(labels(e.object)))
+          .map((e) => project(kind, e.object));
+      },
+      nowMillis: () => this.nowMillis,
+      log: (level, message, fields) => this.logs.push({ level, message, fields }),
+    };
+  }
+}
+
+/** A plugin's response, with accessors for assertions. */
+export class Outcome {
+  constructor(response) {
+    this.response = response;
+    this.applied = response.applied.map((text) => JSON.parse(text));
+  }
+
+  appliedOf(kind) {
+    return this.applied.filter((o) => kind.equals(KindRef.of(o)));
+  }
+
+  get status() {
+    return this.response.statusJson === undefined ? null : JSON.parse(this.response.statusJson);
+  }
+
+  get events() {
+    return this.response.events;
+  }
+
+  get deleted() {
+    return this.response.deleted;
+  }
+
+  get requeueAfterMs() {
+    return this.response.requeueAfterMs ?? null;
+  }
+
+  get finalized() {
+    return this.response.isFinalized;
+  }
+}

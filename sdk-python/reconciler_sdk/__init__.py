@@ -1,0 +1,52 @@
+"""Write reconciler-host plugins in Python.
+
+A plugin module declares its metadata, defines ``reconcile(primary, ctx)``
+on plain dicts, and exports both::
+
+    from reconciler_sdk import KindRef, MapRule, PluginMetadata, Response, plugin
+
+    METADATA = PluginMetadata("podset-py", "0.1.0", KindRef("example.com", "v1alpha1", "PodSet"))
+
+    def reconcile(podset: dict, ctx) -> Response:
+        return Response().status({"seen": True})
+
+    Reconciler = plugin(METADATA, reconcile)
+
+componentize-py builds the module into a component against
+``wit/reconciler.wit``; ``reconciler_sdk.testing.Harness`` runs the same
+module under pytest. The contract a plugin keeps (idempotent, no effects
+beyond the response, the full desired state every time) is the WIT file's.
+"""
+
+from . import objects
+from .context import Context
+from .contract import (
+    CONTRACT_VERSION,
+    EventType,
+    Hints,
+    KindRef,
+    LogLevel,
+    MapRule,
+    PluginMetadata,
+    ReadKind,
+)
+from .errors import HostError, ReconcileError
+from .plugin import plugin
+from .response import Response
+
+__all__ = [
+    "CONTRACT_VERSION",
+    "Context",
+    "EventType",
+    "Hints",
+    "HostError",
+    "KindRef",
+    "LogLevel",
+    "MapRule",
+    "PluginMetadata",
+    "ReadKind",
+    "ReconcileError",
+    "Response",
+    "objects",
+    "plugin",
+]
