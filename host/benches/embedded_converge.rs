@@ -295,7 +295,7 @@ async fn converge(n: usize, podset: &Path, cache: &Path, crds: &Path) -> anyhow:
     let cpu = cpu_time()?.since(&cpu_start);
     let status = proc_status()?;
     ensure!(failures == 0, "{failures} reconciles failed");
-    check_converged(&*cluster, n).await?;
+    check_converged(&cluster, n).await?;
 
     print_measured(&[
         ("podsets", n as u64),
