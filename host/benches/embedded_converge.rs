@@ -33,7 +33,7 @@ use anyhow::{Context, bail, ensure};
 use reconciler_host::cluster::embedded::EmbeddedCluster;
 use reconciler_host::cluster::{ClusterBackend, ObjectKey, RealClock};
 use reconciler_host::dev::seed_crds;
-use reconciler_host::dispatch::Dispatcher;
+use reconciler_host::dispatch::{Dispatcher, Wake};
 use reconciler_host::engine::{Engine, Outcome};
 use reconciler_host::plugin::{Sandbox, SandboxConfig};
 use reconciler_sdk::KindRef;
@@ -285,10 +285,8 @@ async fn converge(n: usize, podset: &Path, cache: &Path, crds: &Path) -> anyhow:
         {
             break;
         }
-        let wait = dispatcher.idle_wait();
-        tokio::select! {
-            record = dispatcher.finished() => tally(&record.outcome, &record),
-            _ = tokio::time::sleep(wait) => {}
+        if let Wake::Finished(record) = dispatcher.wake().await {
+            tally(&record.outcome, &record);
         }
     }
     let elapsed = started.elapsed();

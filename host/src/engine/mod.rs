@@ -1098,7 +1098,17 @@ impl<B: ClusterBackend> Engine<B> {
                 )
                 .await
             {
-                Ok(_) => changes.push(Change::StatusUpdated),
+                Ok(stored) => {
+                    // The cache takes the stored primary now, not when its
+                    // watch event comes: a reconcile starting before that
+                    // would otherwise write its status against the old
+                    // resourceVersion and be refused.
+                    self.cache.observe(&WatchEvent {
+                        event_type: WatchEventType::Modified,
+                        object: stored,
+                    });
+                    changes.push(Change::StatusUpdated)
+                }
                 // The primary changed since it was read (or was deleted and
                 // made again under its name): this status describes an
                 // older object. Its watch event queues a reconcile of the
