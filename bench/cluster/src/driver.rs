@@ -125,6 +125,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         None
     };
 
+    let load_at_start = load_average();
     let mut native_runs = Vec::new();
     let mut host_runs = Vec::new();
     for &side in &sides {
@@ -152,6 +153,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         singles: args.singles,
     };
     println!("{}", render(&shape, &native_runs, &host_runs));
+    if matches!(cluster, Cluster::External(_)) {
+        println!(
+            "kube-apiserver CPU and the writes are n/a: the bench ran against KUBECONFIG, not an API server of its own, so it has neither the API server's pid nor an audit log of the controller's requests."
+        );
+    }
+    println!(
+        "Load average (1, 5, 15 min) at the start: {load_at_start}; at the end: {}.",
+        load_average()
+    );
     Ok(())
 }
 
@@ -324,6 +334,15 @@ async fn settle(
         total.add(&new);
     }
     Ok(Some(total))
+}
+
+/// /proc/loadavg's first three fields: other work on the machine disturbs
+/// the wall times most.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn latest(times: &[Instant]) -> Instant {

@@ -12,6 +12,8 @@ mod procfs;
 mod stats;
 mod table;
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -36,20 +38,31 @@ enum Command {
     NativeController,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async {
-        match cli.command {
-            Command::NativeController => native::run().await,
-            Command::Run(args) => {
-                // Dropping the run on Ctrl-C stops the controller and the
-                // cluster and removes the state dir (their Drop impls).
-                tokio::select! {
-                    result = driver::run(args) => result,
-                    _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; cleaned up"),
+    let result = tokio::runtime::Runtime::new()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                match cli.command {
+                    Command::NativeController => native::run().await.map(|()| ExitCode::SUCCESS),
+                    Command::Run(args) => {
+                        // Dropping the run on Ctrl-C stops the controller and
+                        // the cluster and removes the state dir (their Drop
+                        // impls).
+                        tokio::select! {
+                            result = driver::run(args) => result.map(|()| ExitCode::SUCCESS),
+                            _ = tokio::signal::ctrl_c() => {
+                                eprintln!("bench-cluster: interrupted; stopping what it started");
+                                Ok(ExitCode::from(130))
+                            }
+                        }
+                    }
                 }
-            }
-        }
+            })
+        });
+    result.unwrap_or_else(|e| {
+        eprintln!("bench-cluster: {e:#}");
+        ExitCode::FAILURE
     })
 }
