@@ -2,14 +2,15 @@
 //! controller written directly against kube-rs, doing what the podset plugin
 //! (plugins/podset/src/lib.rs) does under the host.
 //!
-//! It is built the way `Controller::run` is built (kube-runtime's `applier`
+//! It is built the way `Controller::run` is built: kube-runtime's `applier`
 //! fed by `trigger_self`, `trigger_owners` and `trigger_with`, each reconcile
-//! spawned on the runtime, the default `Config`: no bound on concurrent
-//! reconciles) rather than through the `Controller` builder, because the
-//! builder's stream-taking methods (needed for a metadata-only Pod reflector
-//! whose store the reconcile reads) sit behind kube's unstable features, and
-//! enabling a kube feature in one workspace member changes how every member
-//! that uses kube is built.
+//! spawned on the runtime, the default `Config` (no bound on concurrent
+//! reconciles, no debounce). The `Controller` builder itself would watch the
+//! Deployments and Pods but keep no store of them for the reconcile to read
+//! (its methods that take a reflected stream instead sit behind kube's
+//! unstable features, and enabling a kube feature in one workspace member
+//! changes how every member that uses kube is built), so the reconcile would
+//! have to list Pods from the API server on every call.
 //!
 //! Like podset under the host: PodSets and Deployments are watched and cached
 //! whole, Pods as metadata only and mapped back by their `podset` label; a
