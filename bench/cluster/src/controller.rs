@@ -1,0 +1,178 @@
+//! The controller under test as a child process: this binary's
+//! `native-controller`, or `reconciler-host run` with podset.
+
+use std::fmt;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, bail};
+
+use crate::cluster::tail;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Side {
+    Native,
+    Host,
+}
+
+impl fmt::Display for Side {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Side::Native => "native",
+            Side::Host => "host",
+        })
+    }
+}
+
+/// How to start the host: its binary, a plugins dir holding only podset, a
+/// compile cache already holding podset.
+pub struct HostSetup {
+    bin: PathBuf,
+    plugins_dir: PathBuf,
+    compile_cache: PathBuf,
+    extra_args: Vec<String>,
+}
+
+impl HostSetup {
+    /// Copies `plugin` into a plugins dir of its own under `work` and
+    /// compiles it into a compile cache there (`reconciler-host inspect`
+    /// loads through the cache), so that `run` loads it from the cache as a
+    /// restarted host would.
+    pub fn prepare(
+        bin: PathBuf,
+        plugin: &Path,
+        work: &Path,
+        extra_args: Vec<String>,
+    ) -> anyhow::Result<Self> {
+        if !bin.is_file() {
+            bail!(
+                "no host binary at {} (build it with `cargo build --release -p reconciler-host`, or give --host-bin)",
+                bin.display()
+            );
+        }
+        let plugins_dir = work.join("plugins");
+        let compile_cache = work.join("compile-cache");
+        std::fs::create_dir_all(&plugins_dir)?;
+        std::fs::create_dir_all(&compile_cache)?;
+        std::fs::copy(plugin, plugins_dir.join("podset.wasm")).with_context(|| {
+            format!(
+                "copying {} (build the plugins with scripts/build-plugins, or give --plugin)",
+                plugin.display()
+            )
+        })?;
+        let out = Command::new(&bin)
+            .arg("inspect")
+            .arg(plugins_dir.join("podset.wasm"))
+            .arg("--compile-cache")
+            .arg(&compile_cache)
+            .output()
+            .with_context(|| format!("running {} inspect", bin.display()))?;
+        if !out.status.success() {
+            bail!(
+                "{} inspect {} failed: {}",
+                bin.display(),
+                plugin.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        if std::fs::read_dir(&compile_cache)?.next().is_none() {
+            bail!(
+                "warming the compile cache left {} empty: the host would compile podset at start",
+                compile_cache.display()
+            );
+        }
+        Ok(HostSetup {
+            bin,
+            plugins_dir,
+            compile_cache,
+            extra_args,
+        })
+    }
+}
+
+/// A running controller; dropping it kills it.
+pub struct ControllerProcess {
+    child: Child,
+    log: PathBuf,
+    side: Side,
+}
+
+impl ControllerProcess {
+    /// Starts `side`'s controller with `kubeconfig`, its output in `log`.
+    pub fn start(
+        side: Side,
+        host: Option<&HostSetup>,
+        kubeconfig: &Path,
+        log: PathBuf,
+    ) -> anyhow::Result<Self> {
+        let mut cmd = match side {
+            Side::Native => {
+                let mut cmd = Command::new(std::env::current_exe()?);
+                cmd.arg("native-controller");
+                cmd
+            }
+            Side::Host => {
+                let host = host.context("the host side needs a prepared host")?;
+                let mut cmd = Command::new(&host.bin);
+                cmd.arg("run")
+                    .arg("--plugins-dir")
+                    .arg(&host.plugins_dir)
+                    .arg("--compile-cache")
+                    .arg(&host.compile_cache);
+                // Beside other engineers' hosts on the same machine: not the
+                // default 127.0.0.1:8080.
+                if !host
+                    .extra_args
+                    .iter()
+                    .any(|a| a.starts_with("--http-listen"))
+                {
+                    let port = free_port()?;
+                    eprintln!("  host metrics: http://127.0.0.1:{port}/metrics");
+                    cmd.arg("--http-listen").arg(format!("127.0.0.1:{port}"));
+                }
+                cmd.args(&host.extra_args);
+                cmd
+            }
+        };
+        let out =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = cmd
+            .env("KUBECONFIG", kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting the {side} controller ({cmd:?})"))?;
+        Ok(ControllerProcess { child, log, side })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// An error with the end of its log if the controller has exited.
+    pub fn check_running(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "the {} controller exited ({status}); the end of {}:\n{}",
+                self.side,
+                self.log.display(),
+                tail(&self.log, 30)
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port nothing listens on right now.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}

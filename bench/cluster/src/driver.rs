@@ -1,0 +1,463 @@
+//! `bench-cluster run`: each side on a fresh cluster, the phases one after
+//! the other, then the table.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+
+use crate::audit::{AuditTail, Writes};
+use crate::cluster::{CONTROLLER_USER, Cluster, LocalKube, Target};
+use crate::controller::{ControllerProcess, HostSetup, Side};
+use crate::observer::{Observer, key};
+use crate::podset::{CRD_YAML, PodSet};
+use crate::procfs;
+use crate::stats::percentile;
+use crate::table::{Shape, SideRun, render};
+
+const PROBE_NAMESPACE: &str = "bench-probe";
+const SINGLES_NAMESPACE: &str = "bench-singles";
+const BULK_NAMESPACE: &str = "bench-bulk";
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Run one side only.
+    #[arg(long, value_enum)]
+    pub only: Option<Side>,
+    /// Runs of each side, each on a freshly reset cluster.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+    /// PodSets of the bulk phase.
+    #[arg(long, default_value_t = 1000)]
+    pub count: usize,
+    /// Concurrent creators of the bulk phase.
+    #[arg(long, default_value_t = 16)]
+    pub creators: usize,
+    /// PodSets created one at a time before the bulk phase.
+    #[arg(long, default_value_t = 50)]
+    pub singles: usize,
+    /// spec.size of every PodSet (each gets that many Pods, which stay Pending).
+    #[arg(long, default_value_t = 2)]
+    pub size: i32,
+    /// The kube script of a control plane for the bench's own use; without it
+    /// the bench runs against the cluster KUBECONFIG names.
+    #[arg(long, default_value = "../shared/kube/kube")]
+    pub kube: PathBuf,
+    /// The state dir of that control plane, removed at the end
+    /// [default: <temp dir>/reconciler-bench-cluster-<pid>].
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Keep the state dir (controller logs, audit log of the last side).
+    #[arg(long)]
+    pub keep_state: bool,
+    /// The host binary.
+    #[arg(long, default_value = "target/release/reconciler-host")]
+    pub host_bin: PathBuf,
+    /// The podset plugin the host runs.
+    #[arg(long, default_value = "plugins/podset.wasm")]
+    pub plugin: PathBuf,
+    /// An extra flag for `reconciler-host run` (repeatable), e.g.
+    /// `--host-arg=--plugin-concurrency=64`.
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    pub host_arg: Vec<String>,
+    /// Longest wait for any one phase.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_secs: u64,
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    if args.runs == 0 || args.creators == 0 || args.count == 0 || args.size < 0 {
+        bail!("--runs, --count and --creators must be at least 1, --size at least 0");
+    }
+    let state = args.state_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("reconciler-bench-cluster-{}", std::process::id()))
+    });
+    let mut cluster = if args.kube.is_file() {
+        eprintln!(
+            "bench-cluster: control plane from {}, state in {}",
+            args.kube.display(),
+            state.display()
+        );
+        Cluster::Local(LocalKube::new(
+            args.kube.clone(),
+            state.clone(),
+            args.keep_state,
+        )?)
+    } else {
+        let kubeconfig = std::env::var_os("KUBECONFIG").with_context(|| {
+            format!(
+                "no control plane at {} (give --kube) and no KUBECONFIG: nothing to run against",
+                args.kube.display()
+            )
+        })?;
+        eprintln!(
+            "bench-cluster: no {}: running against KUBECONFIG={}; kube-apiserver CPU and the controller's writes are n/a (they need an API server and an audit log of the bench's own)",
+            args.kube.display(),
+            kubeconfig.to_string_lossy()
+        );
+        std::fs::create_dir_all(&state)?;
+        Cluster::External(PathBuf::from(kubeconfig))
+    };
+    // The local cluster removes its state dir itself when dropped.
+    let _state_guard = RemoveOnDrop(
+        (matches!(cluster, Cluster::External(_)) && !args.keep_state).then(|| state.clone()),
+    );
+    std::fs::create_dir_all(state.join("work"))?;
+
+    let sides: Vec<Side> = match args.only {
+        Some(side) => vec![side],
+        None => vec![Side::Native, Side::Host],
+    };
+    let host = if sides.contains(&Side::Host) {
+        Some(HostSetup::prepare(
+            args.host_bin.clone(),
+            &args.plugin,
+            &state.join("work"),
+            args.host_arg.clone(),
+        )?)
+    } else {
+        None
+    };
+
+    let load_at_start = load_average();
+    let mut native_runs = Vec::new();
+    let mut host_runs = Vec::new();
+    for &side in &sides {
+        for run in 1..=args.runs {
+            let label = format!("{side} {run}/{}", args.runs);
+            eprintln!("[{label}] starting a fresh cluster");
+            let target = cluster.fresh()?;
+            if matches!(cluster, Cluster::External(_)) {
+                clean_up(&target).await?;
+            }
+            let result = measure_side(&args, side, host.as_ref(), &target, &state, &label).await;
+            if matches!(cluster, Cluster::External(_)) {
+                clean_up(&target).await?;
+            }
+            let result = result.with_context(|| format!("the {label} run"))?;
+            match side {
+                Side::Native => native_runs.push(result),
+                Side::Host => host_runs.push(result),
+            }
+        }
+    }
+    let shape = Shape {
+        count: args.count,
+        creators: args.creators,
+        singles: args.singles,
+    };
+    println!("{}", render(&shape, &native_runs, &host_runs));
+    if matches!(cluster, Cluster::External(_)) {
+        println!(
+            "kube-apiserver CPU and the writes are n/a: the bench ran against KUBECONFIG, not an API server of its own, so it has neither the API server's pid nor an audit log of the controller's requests."
+        );
+    }
+    println!(
+        "Load average (1, 5, 15 min) at the start: {load_at_start}; at the end: {}.",
+        load_average()
+    );
+    Ok(())
+}
+
+/// Removes a directory on every way out of `run`, failures and Ctrl-C too.
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+async fn client_for(kubeconfig: &std::path::Path) -> anyhow::Result<Client> {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+async fn measure_side(
+    args: &RunArgs,
+    side: Side,
+    host: Option<&HostSetup>,
+    target: &Target,
+    state: &std::path::Path,
+    label: &str,
+) -> anyhow::Result<SideRun> {
+    let client = client_for(&target.admin_kubeconfig).await?;
+    install_crd(&client).await?;
+    for namespace in [PROBE_NAMESPACE, SINGLES_NAMESPACE, BULK_NAMESPACE] {
+        create_namespace(&client, namespace).await?;
+    }
+    let observer = Observer::start(client.clone()).await?;
+    let timeout = Duration::from_secs(args.timeout_secs);
+
+    let log = state.join(format!("{side}-controller.log"));
+    let mut controller = ControllerProcess::start(side, host, &target.controller_kubeconfig, log)?;
+    let pid = controller.pid();
+    let started = Instant::now();
+    let probe = create_podsets(
+        &client,
+        PROBE_NAMESPACE,
+        &["probe".to_string()],
+        args.size,
+        1,
+    )
+    .await?;
+    observer
+        .deployments(&probe, timeout, || controller.check_running())
+        .await
+        .context("waiting for the controller to reconcile a first PodSet")?;
+    eprintln!(
+        "[{label}] controller ready (pid {pid}): first PodSet reconciled {:.2} s after start",
+        started.elapsed().as_secs_f64()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_rss = procfs::rss_bytes(pid)?;
+
+    // a. one at a time
+    let mut single_latencies = Vec::with_capacity(args.singles);
+    for i in 0..args.singles {
+        let name = format!("single-{i:03}");
+        let sent = Instant::now();
+        let keys = create_podsets(&client, SINGLES_NAMESPACE, &[name], args.size, 1).await?;
+        let seen = observer
+            .deployments(&keys, timeout, || controller.check_running())
+            .await?;
+        single_latencies.push(seen[0].saturating_duration_since(sent));
+    }
+    let single_p50 = percentile(&single_latencies, 0.5).unwrap_or_default();
+    let single_p95 = percentile(&single_latencies, 0.95).unwrap_or_default();
+    eprintln!(
+        "[{label}] {} single creates: p50 {:.1} ms, p95 {:.1} ms",
+        args.singles,
+        single_p50.as_secs_f64() * 1e3,
+        single_p95.as_secs_f64() * 1e3
+    );
+
+    // b. many at once
+    let names: Vec<String> = (0..args.count).map(|i| format!("ps-{i:05}")).collect();
+    let mut audit = match &target.audit_log {
+        Some(path) => Some(AuditTail::from_end(path.clone(), CONTROLLER_USER)?),
+        None => None,
+    };
+    // The last single's Event or status may still be on its way: not the
+    // bulk phase's.
+    settle(audit.as_mut(), &mut controller, Duration::from_secs(1)).await?;
+    let apiserver_cpu_before = target.apiserver_pid.map(procfs::cpu_time).transpose()?;
+    let cpu_before = procfs::cpu_time(pid)?;
+    let start = Instant::now();
+    let sent =
+        create_podsets_timed(&client, BULK_NAMESPACE, &names, args.size, args.creators).await?;
+    let keys: Vec<String> = names.iter().map(|n| key(BULK_NAMESPACE, n)).collect();
+    let deployments_seen = observer
+        .deployments(&keys, timeout, || controller.check_running())
+        .await?;
+    let all_deployments = latest(&deployments_seen).saturating_duration_since(start);
+    let lags: Vec<Duration> = deployments_seen
+        .iter()
+        .zip(&sent)
+        .map(|(seen, sent)| seen.saturating_duration_since(*sent))
+        .collect();
+    eprintln!(
+        "[{label}] {} PodSets: all Deployments after {:.2} s",
+        args.count,
+        all_deployments.as_secs_f64()
+    );
+    let filled = observer
+        .pod_names_filled(&keys, timeout, || controller.check_running())
+        .await?;
+    let all_pod_names = latest(&filled).saturating_duration_since(start);
+    eprintln!(
+        "[{label}] {} PodSets: all status.podNames after {:.2} s; waiting for the controller to settle",
+        args.count,
+        all_pod_names.as_secs_f64()
+    );
+    let writes = settle(audit.as_mut(), &mut controller, Duration::from_secs(3)).await?;
+    let controller_cpu = procfs::cpu_time(pid)?.saturating_sub(cpu_before);
+    let apiserver_cpu = match (target.apiserver_pid, apiserver_cpu_before) {
+        (Some(api), Some(before)) => Some(procfs::cpu_time(api)?.saturating_sub(before)),
+        _ => None,
+    };
+    let rss_after = procfs::rss_bytes(pid)?;
+    controller.check_running()?;
+    let result = SideRun {
+        single_p50,
+        single_p95,
+        all_deployments,
+        lag_p50: percentile(&lags, 0.5).unwrap_or_default(),
+        lag_p95: percentile(&lags, 0.95).unwrap_or_default(),
+        all_pod_names,
+        controller_cpu,
+        apiserver_cpu,
+        writes,
+        rss_after,
+        idle_rss,
+    };
+    eprintln!("[{label}] {result:?}");
+    Ok(result)
+}
+
+/// Waits until the controller has written nothing for `quiet` (at most
+/// 60 s), and returns its writes since the tail's last read. Without an audit
+/// log it waits `quiet`.
+async fn settle(
+    audit: Option<&mut AuditTail>,
+    controller: &mut ControllerProcess,
+    quiet: Duration,
+) -> anyhow::Result<Option<Writes>> {
+    let Some(audit) = audit else {
+        tokio::time::sleep(quiet).await;
+        return Ok(None);
+    };
+    let mut total = audit.read()?;
+    let started = Instant::now();
+    let mut quiet_since = Instant::now();
+    while quiet_since.elapsed() < quiet {
+        if started.elapsed() > Duration::from_secs(60) {
+            eprintln!("bench-cluster: the controller still writes after 60 s; counting up to now");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        controller.check_running()?;
+        let new = audit.read()?;
+        if new.total() > 0 {
+            quiet_since = Instant::now();
+        }
+        total.add(&new);
+    }
+    Ok(Some(total))
+}
+
+/// /proc/loadavg's first three fields: other work on the machine disturbs
+/// the wall times most.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn latest(times: &[Instant]) -> Instant {
+    times.iter().copied().max().unwrap_or_else(Instant::now)
+}
+
+async fn install_crd(client: &Client) -> anyhow::Result<()> {
+    let crd: CustomResourceDefinition =
+        serde_yaml_ng::from_str(CRD_YAML).context("parsing crds/podset.yaml")?;
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    api.patch(
+        "podsets.example.com",
+        &PatchParams::apply("bench-cluster").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .context("installing the PodSet CRD")?;
+    let established = kube::runtime::wait::await_condition(
+        api,
+        "podsets.example.com",
+        kube::runtime::conditions::is_crd_established(),
+    );
+    tokio::time::timeout(Duration::from_secs(60), established)
+        .await
+        .context("the PodSet CRD was not established within 60 s")??;
+    Ok(())
+}
+
+async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name }
+    }))?;
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating namespace {name}")),
+    }
+}
+
+/// Creates PodSets `names` in `namespace` with `creators` at once; returns
+/// their keys.
+async fn create_podsets(
+    client: &Client,
+    namespace: &str,
+    names: &[String],
+    size: i32,
+    creators: usize,
+) -> anyhow::Result<Vec<String>> {
+    create_podsets_timed(client, namespace, names, size, creators).await?;
+    Ok(names.iter().map(|n| key(namespace, n)).collect())
+}
+
+/// Creates PodSets `names` in `namespace`, `creators` of them at once, each
+/// creator its share in turn; returns when each create was sent, in the
+/// order of `names`.
+async fn create_podsets_timed(
+    client: &Client,
+    namespace: &str,
+    names: &[String],
+    size: i32,
+    creators: usize,
+) -> anyhow::Result<Vec<Instant>> {
+    let api = Api::<PodSet>::namespaced(client.clone(), namespace);
+    let names = Arc::new(names.to_vec());
+    let mut tasks = Vec::new();
+    for creator in 0..creators.min(names.len()) {
+        let (api, names) = (api.clone(), names.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut sent = Vec::new();
+            for i in (creator..names.len()).step_by(creators) {
+                let at = Instant::now();
+                api.create(&PostParams::default(), &PodSet::new(&names[i], size))
+                    .await
+                    .with_context(|| format!("creating PodSet {}", names[i]))?;
+                sent.push((i, at));
+            }
+            anyhow::Ok(sent)
+        }));
+    }
+    let mut sent = vec![None; names.len()];
+    for task in tasks {
+        for (i, at) in task.await?? {
+            sent[i] = Some(at);
+        }
+    }
+    Ok(sent
+        .into_iter()
+        .map(|at| at.unwrap_or_else(Instant::now))
+        .collect())
+}
+
+/// On a cluster not the bench's own: removes the bench's namespaces, so the
+/// next side starts from nothing, and waits until they are gone.
+async fn clean_up(target: &Target) -> anyhow::Result<()> {
+    let client = client_for(&target.admin_kubeconfig).await?;
+    let api = Api::<Namespace>::all(client);
+    for namespace in [PROBE_NAMESPACE, SINGLES_NAMESPACE, BULK_NAMESPACE] {
+        match api.delete(namespace, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e).with_context(|| format!("deleting namespace {namespace}")),
+        }
+    }
+    eprintln!("bench-cluster: waiting for the bench's namespaces to be deleted");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    for namespace in [PROBE_NAMESPACE, SINGLES_NAMESPACE, BULK_NAMESPACE] {
+        while api.get_opt(namespace).await?.is_some() {
+            if Instant::now() > deadline {
+                bail!("namespace {namespace} still exists after 10 minutes; delete it by hand");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,68 @@
+//! `bench-cluster`: the reconciler host against a native kube-rs controller
+//! on a real API server (issue 14). See BENCHMARKS.md, "On a real API server".
+
+mod audit;
+mod cluster;
+mod controller;
+mod driver;
+mod native;
+mod observer;
+mod podset;
+mod procfs;
+mod stats;
+mod table;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "bench-cluster",
+    about = "The host with podset against a native kube-rs PodSet controller, on a real API server.",
+    long_about = "The host with podset against a native kube-rs PodSet controller, on a real API server.\n\n\
+`run` starts the control plane of ../shared/kube (or uses KUBECONFIG), resets it for each side, \
+starts the controller, measures and prints a Markdown table. Usually started through scripts/bench-cluster, \
+which builds what it needs first."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure both sides and print the table.
+    Run(driver::RunArgs),
+    /// The native PodSet controller (KUBECONFIG), as the driver starts it.
+    NativeController,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = tokio::runtime::Runtime::new()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                match cli.command {
+                    Command::NativeController => native::run().await.map(|()| ExitCode::SUCCESS),
+                    Command::Run(args) => {
+                        // Dropping the run on Ctrl-C stops the controller and
+                        // the cluster and removes the state dir (their Drop
+                        // impls).
+                        tokio::select! {
+                            result = driver::run(args) => result.map(|()| ExitCode::SUCCESS),
+                            _ = tokio::signal::ctrl_c() => {
+                                eprintln!("bench-cluster: interrupted; stopping what it started");
+                                Ok(ExitCode::from(130))
+                            }
+                        }
+                    }
+                }
+            })
+        });
+    result.unwrap_or_else(|e| {
+        eprintln!("bench-cluster: {e:#}");
+        ExitCode::FAILURE
+    })
+}
