@@ -5,7 +5,7 @@
 //! golden case and a native test observe identical results: same ordering,
 //! same selector rules, same way of finding a primary's children.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -26,7 +26,18 @@ use crate::types::{KindRef, Projection, ReconcileRequest};
 #[derive(Clone, Debug, Default)]
 pub struct MemoryCache {
     entries: BTreeMap<EntryKey, Entry>,
+    /// Every label of every object: a `list` with a `key=value`
+    /// requirement reads the objects carrying that label instead of every
+    /// object of the kind (a PodSet's two Pods among thousands).
+    by_label: BTreeSet<LabelKey>,
 }
+
+/// Kind, `key=value`, namespace, name: in the cache's order per label.
+type LabelKey = (KindRef, Box<str>, Option<String>, String);
+
+/// How many objects one label may select before a `list` looks for a
+/// narrower one among its selector's other `key=value` requirements.
+const NARROW_ENOUGH: usize = 64;
 
 /// Kind, namespace, name: the cache's order and the contract's.
 type EntryKey = (KindRef, Option<String>, String);
@@ -215,6 +226,10 @@ impl MemoryCache {
             metadata_json,
             controllers: controller_refs(&object),
         };
+        if let Some(old) = self.entries.remove(&key) {
+            self.index_labels(&key, &old, false);
+        }
+        self.index_labels(&key, &entry, true);
         self.entries.insert(key, entry);
         Ok(())
     }
@@ -226,7 +241,52 @@ impl MemoryCache {
             namespace.map(str::to_string),
             name.to_string(),
         );
-        self.entries.remove(&key).is_some()
+        match self.entries.remove(&key) {
+            Some(old) => {
+                self.index_labels(&key, &old, false);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn index_labels(&mut self, key: &EntryKey, entry: &Entry, add: bool) {
+        for (k, v) in &entry.labels {
+            let label = label_key(key, k, v);
+            if add {
+                self.by_label.insert(label);
+            } else {
+                self.by_label.remove(&label);
+            }
+        }
+    }
+
+    /// The objects of `kind` in `namespace` (all when `None`) carrying the
+    /// label `key=value`, in namespace and name order.
+    fn with_label<'a>(
+        &'a self,
+        kind: &KindRef,
+        label: &str,
+        namespace: Option<&'a str>,
+    ) -> impl Iterator<Item = (EntryKey, &'a Entry)> + 'a {
+        let label: Box<str> = label.into();
+        let start = (
+            kind.clone(),
+            label.clone(),
+            namespace.map(str::to_string),
+            String::new(),
+        );
+        let kind = kind.clone();
+        self.by_label
+            .range(start..)
+            .take_while(move |(k, l, ns, _)| {
+                *k == kind && *l == label && namespace.is_none_or(|n| ns.as_deref() == Some(n))
+            })
+            .filter_map(|(k, _, ns, name)| {
+                let key = (k.clone(), ns.clone(), name.clone());
+                let entry = self.entries.get(&key)?;
+                Some((key, entry))
+            })
     }
 
     pub fn len(&self) -> usize {
@@ -297,13 +357,36 @@ impl MemoryCache {
         kind: &KindRef,
         namespace: Option<&'a str>,
         selector: &'a LabelSelector,
-    ) -> impl Iterator<Item = &'a Entry> + 'a {
-        self.of_kind(kind)
-            .filter(move |((_, ns, _), e)| {
-                namespace.is_none_or(|wanted| ns.as_deref() == Some(wanted))
-                    && selector.matches(&e.labels)
+    ) -> Box<dyn Iterator<Item = &'a Entry> + 'a> {
+        // The narrowest `key=value` requirement, counted up to a bound.
+        let narrowest = selector
+            .equalities()
+            .map(|(k, v)| {
+                let label = format!("{k}={v}");
+                let count = self
+                    .with_label(kind, &label, namespace)
+                    .take(NARROW_ENOUGH + 1)
+                    .count();
+                (count, label)
             })
-            .map(|(_, e)| e)
+            .min_by_key(|(count, _)| *count);
+        match narrowest {
+            Some((_, label)) => Box::new(
+                self.with_label(kind, &label, namespace)
+                    .map(|(_, e)| e)
+                    .filter(move |e| selector.matches(&e.labels))
+                    .collect::<Vec<_>>()
+                    .into_iter(),
+            ),
+            None => Box::new(
+                self.of_kind(kind)
+                    .filter(move |((_, ns, _), e)| {
+                        namespace.is_none_or(|wanted| ns.as_deref() == Some(wanted))
+                            && selector.matches(&e.labels)
+                    })
+                    .map(|(_, e)| e),
+            ),
+        }
     }
 
     /// [`Self::get`] as the cache import answers it: JSON text.
@@ -423,6 +506,15 @@ impl MemoryCache {
     }
 }
 
+fn label_key(key: &EntryKey, k: &str, v: &str) -> LabelKey {
+    (
+        key.0.clone(),
+        format!("{k}={v}").into(),
+        key.1.clone(),
+        key.2.clone(),
+    )
+}
+
 /// `apiVersion`, `kind` and `metadata` of an object, without managedFields
 /// (bookkeeping of the API server that no plugin decides on).
 pub fn metadata_only(object: &Value) -> Value {
@@ -514,6 +606,32 @@ mod tests {
             cache.list_json_within(&kind, None, "app in (", Projection::Full, 1),
             Err(ListJsonError::Selector(_))
         ));
+    }
+
+    #[test]
+    fn a_list_by_label_follows_relabels_and_removals() {
+        let mut cache = MemoryCache::new();
+        let kind = KindRef::new("", "v1", "Pod");
+        for i in 0..200 {
+            cache.insert(pod("a", &format!("p{i:03}"), "web")).unwrap();
+        }
+        cache.insert(pod("b", "other-ns", "db")).unwrap();
+        cache.insert(pod("a", "p007", "db")).unwrap();
+        cache.insert(pod("a", "p100", "db")).unwrap();
+        cache.remove(&kind, Some("a"), "p100");
+        let names = |selector: &str, ns: Option<&str>| -> Vec<String> {
+            let selector = LabelSelector::parse(selector).unwrap();
+            cache
+                .list(&kind, ns, &selector)
+                .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(names("app=db", Some("a")), ["p007"]);
+        assert_eq!(names("app in (db)", None), ["p007", "other-ns"]);
+        assert_eq!(names("app=web", Some("a")).len(), 198);
+        assert!(!names("app=web", Some("a")).contains(&"p007".to_string()));
+        assert_eq!(names("app=db,app!=db", None), Vec::<String>::new());
+        assert_eq!(names("app=nothing", None), Vec::<String>::new());
     }
 
     #[test]

@@ -66,6 +66,16 @@ impl LabelSelector {
         Ok(Self { requirements })
     }
 
+    /// The `key=value` requirements: every object selected carries each of
+    /// these labels, which lets a cache look objects up by label.
+    pub fn equalities(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.requirements.iter().filter_map(|r| match r {
+            Requirement::Equals(k, v) => Some((k.as_str(), v.as_str())),
+            Requirement::In(k, vs) if vs.len() == 1 => Some((k.as_str(), vs[0].as_str())),
+            _ => None,
+        })
+    }
+
     /// Whether labels (a `metadata.labels` map) satisfy every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))

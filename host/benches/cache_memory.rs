@@ -33,10 +33,8 @@
 //! MALLOC_ARENA_MAX passes through to the children.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -51,6 +49,9 @@ use reconciler_host::engine::Engine;
 use reconciler_host::plugin::{LoadedPlugin, Sandbox, SandboxConfig};
 use reconciler_sdk::memory_cache::metadata_only;
 use serde_json::{Value, json};
+
+mod measured_child;
+use measured_child::{Measured, print_measured, proc_status, proc_status_kb, run_child};
 
 /// Counts live heap bytes so a child can tell its data from allocator slack.
 struct CountingAllocator;
@@ -142,9 +143,6 @@ enum CacheUse {
     /// No compile cache at all: compiled on every start.
     Off,
 }
-
-/// What a child measured: kB figures from /proc, bytes from the allocator.
-type Measured = HashMap<String, u64>;
 
 fn parent() -> anyhow::Result<()> {
     let sizes: Vec<usize> = std::env::var("BENCH_PODS")
@@ -288,26 +286,7 @@ fn spawn_child(run: &Run, work: &Path, cache_dir: &Path) -> anyhow::Result<Measu
         }
         CacheUse::Off => "-".to_string(),
     };
-    let output = Command::new(std::env::current_exe()?)
-        .args(["--child", run.what, &plugins, &pods, &cache])
-        .output()
-        .context("running a child")?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    ensure!(
-        output.status.success(),
-        "child {} failed: {}\n{stdout}",
-        run.label,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("MEASURED "))
-        .with_context(|| format!("child {} printed no figures", run.label))?;
-    let mut measured = Measured::new();
-    for pair in line.split_whitespace() {
-        let (k, v) = pair.split_once('=').context("key=value")?;
-        measured.insert(k.to_string(), v.parse()?);
-    }
+    let measured = run_child(&run.label, &[run.what.to_string(), plugins, pods, cache])?;
     // Only Pods exist on the mocked server.
     let cached = measured["cached"] as usize;
     ensure!(
@@ -494,8 +473,7 @@ fn child(args: &[String]) -> anyhow::Result<()> {
             }
             other => bail!("unknown child {other}"),
         };
-        let line: Vec<String> = figures.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        println!("MEASURED {}", line.join(" "));
+        print_measured(&figures);
         Ok(())
     })
 }
@@ -507,12 +485,7 @@ async fn measure(cached: usize, settle: Duration) -> anyhow::Result<Vec<(&'stati
         trim();
     }
     let status = proc_status()?;
-    let kb = |key: &str| {
-        status
-            .get(key)
-            .copied()
-            .with_context(|| format!("{key} in /proc/self/status"))
-    };
+    let kb = |key: &str| proc_status_kb(&status, key);
     Ok(vec![
         ("cached", cached as u64),
         ("rss_kb", kb("VmRSS")?),
@@ -658,19 +631,6 @@ fn trim() {
 #[cfg(not(target_env = "gnu"))]
 fn trim() {
     eprintln!("BENCH_MALLOC_TRIM needs glibc; ignored");
-}
-
-/// VmRSS, VmHWM, RssAnon, RssFile and the like, in kB.
-fn proc_status() -> anyhow::Result<HashMap<String, u64>> {
-    let text = std::fs::read_to_string("/proc/self/status")?;
-    Ok(text
-        .lines()
-        .filter_map(|line| {
-            let (key, rest) = line.split_once(':')?;
-            let kb = rest.trim().strip_suffix(" kB")?.parse().ok()?;
-            Some((key.to_string(), kb))
-        })
-        .collect())
 }
 
 // ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ use crate::cluster::embedded::EmbeddedCluster;
 use crate::cluster::embedded::kind_scopes::is_crd;
 use crate::cluster::{ObjectKey, RealClock};
 use crate::dir_watch::watch_dir;
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{Dispatcher, Wake};
 use crate::engine::Engine;
 use crate::golden::recorder::CaseRecorder;
 use crate::hot_reload::PluginDirectory;
@@ -167,10 +167,11 @@ pub async fn run(
                 break;
             }
         }
-        let wait = dispatcher.idle_wait();
         tokio::select! {
-            record = dispatcher.finished() => {
-                writeln!(out, "{}", stamp(&record.to_string()))?;
+            woke = dispatcher.wake() => {
+                if let Wake::Finished(record) = woke {
+                    writeln!(out, "{}", stamp(&record.to_string()))?;
+                }
             }
             update = reloads.next() => {
                 for event in &update.events {
@@ -184,7 +185,6 @@ pub async fn run(
                     writeln!(out, "{}", stamp(&line))?;
                 }
             }
-            _ = tokio::time::sleep(wait) => {}
             _ = &mut ctrl_c => {
                 writeln!(out, "stopping: waiting for {} reconcile(s) in flight", dispatcher.outstanding())?;
                 break;

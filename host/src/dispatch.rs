@@ -3,9 +3,11 @@
 //!
 //! The engine decides what is ready; the dispatcher takes watch events in,
 //! spawns every ready reconcile as its own task (the engine caps each
-//! plugin's concurrency), collects what they did, and says how long the
-//! caller may sleep before something else can become ready. Commands add
-//! their own wake-ups (file changes, signals) around it with `select!`.
+//! plugin's concurrency), and collects what they did. Nothing polls: a loop
+//! sleeps in [`Dispatcher::wake`] until a watch event arrives, a reconcile
+//! finishes, or a delayed reconcile (or a flush of Event counts) is due.
+//! Commands add their own wake-ups (file changes, signals) around it with
+//! `select!`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +16,6 @@ use tokio::sync::mpsc;
 
 use crate::cluster::{Clock, ClusterBackend, RealClock};
 use crate::engine::{Engine, ReconcileRecord};
-
-/// The longest a loop sleeps without looking at the watches: the latency
-/// of a change arriving while nothing else is due.
-const POLL: Duration = Duration::from_millis(50);
 
 /// How often counts of repeated Events that are behind are written (each
 /// series at most once per its own refresh interval).
@@ -33,7 +31,16 @@ pub struct Dispatcher<B: ClusterBackend> {
     done_rx: mpsc::UnboundedReceiver<ReconcileRecord>,
     /// Reconciles spawned whose record has not been collected.
     outstanding: usize,
-    last_event_flush: std::time::Instant,
+    last_event_flush: tokio::time::Instant,
+}
+
+/// Why [`Dispatcher::wake`] returned.
+#[derive(Debug)]
+pub enum Wake {
+    /// A reconcile finished.
+    Finished(ReconcileRecord),
+    /// Watch events arrived, or something became due.
+    Work,
 }
 
 impl<B: ClusterBackend> Dispatcher<B> {
@@ -45,7 +52,7 @@ impl<B: ClusterBackend> Dispatcher<B> {
             done_tx,
             done_rx,
             outstanding: 0,
-            last_event_flush: std::time::Instant::now(),
+            last_event_flush: tokio::time::Instant::now(),
         }
     }
 
@@ -64,7 +71,7 @@ impl<B: ClusterBackend> Dispatcher<B> {
     pub fn dispatch(&mut self) -> usize {
         let changes = self.engine.pump();
         if self.last_event_flush.elapsed() >= EVENT_FLUSH {
-            self.last_event_flush = std::time::Instant::now();
+            self.last_event_flush = tokio::time::Instant::now();
             let engine = self.engine.clone();
             tokio::spawn(async move {
                 engine.flush_events(false).await;
@@ -114,15 +121,30 @@ impl<B: ClusterBackend> Dispatcher<B> {
         record
     }
 
-    /// How long to sleep before a delayed reconcile is due or the watches
-    /// should be looked at again.
+    /// How long until a delayed reconcile is due or Event counts are to be
+    /// flushed, whichever comes first.
     pub fn idle_wait(&self) -> Duration {
+        let flush = EVENT_FLUSH.saturating_sub(self.last_event_flush.elapsed());
         let now = RealClock.now_millis();
-        self.engine
+        let due = self
+            .engine
             .next_wakeup()
-            .map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0)))
-            .unwrap_or(POLL)
-            .clamp(Duration::from_millis(1), POLL)
+            .map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0)));
+        due.map_or(flush, |due| due.min(flush))
+            .max(Duration::from_millis(1))
+    }
+
+    /// Sleeps until there is something to do: a reconcile finished, a watch
+    /// event arrived, or the time of [`Self::idle_wait`] passed.
+    /// Cancel-safe, for `select!` beside a command's own wake-ups.
+    pub async fn wake(&mut self) -> Wake {
+        let wait = self.idle_wait();
+        let engine = self.engine.clone();
+        tokio::select! {
+            record = self.finished() => Wake::Finished(record),
+            () = engine.watch_events() => Wake::Work,
+            () = tokio::time::sleep(wait) => Wake::Work,
+        }
     }
 
     /// Waits, up to `within`, for the reconciles already started to finish;

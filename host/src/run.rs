@@ -28,7 +28,7 @@ use crate::cluster::RealClock;
 use crate::cluster::kubernetes::KubernetesBackend;
 use crate::crd_install::install_crds;
 use crate::dir_watch::watch_dir;
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{Dispatcher, Wake};
 use crate::engine::{Engine, Outcome, ReconcileRecord, ServeScope};
 use crate::golden::recorder::CaseRecorder;
 use crate::hot_reload::{PluginDirectory, ReloadEvent};
@@ -53,6 +53,9 @@ pub struct RunConfig {
     pub leader_election: Option<LeaderElectionConfig>,
     /// Write every reconcile as a golden case under this directory.
     pub record: Option<PathBuf>,
+    /// How long a change of a child or read object waits for others before
+    /// its primary is reconciled ([`Engine::with_coalescing`]).
+    pub coalesce: Duration,
 }
 
 /// Why the loop of [`run`] stopped.
@@ -110,7 +113,8 @@ pub async fn run(
     }
     let selectors = config.scope.selectors.clone();
     let mut engine = Engine::scoped(backend, Arc::new(RealClock), config.scope)
-        .with_instance_pool(sandbox.reconcile_instances());
+        .with_instance_pool(sandbox.reconcile_instances())
+        .with_coalescing(config.coalesce);
     if let Some(dir) = &config.record {
         match CaseRecorder::new(dir, "run") {
             Ok(recorder) => engine = engine.with_recorder(Arc::new(recorder)),
@@ -178,14 +182,16 @@ pub async fn run(
             log_record(&record);
         }
         dispatcher.dispatch();
-        let wait = dispatcher.idle_wait();
         tokio::select! {
-            record = dispatcher.finished() => log_record(&record),
+            woke = dispatcher.wake() => {
+                if let Wake::Finished(record) = woke {
+                    log_record(&record);
+                }
+            }
             update = reloads.next() => {
                 status.metrics.reloaded(&update.events);
                 status.set_plugins(update.status);
             }
-            _ = tokio::time::sleep(wait) => {}
             signal = &mut shutdown => break Stop::Signal(signal),
             lost = leadership_lost(&mut leadership) => break Stop::Lost(lost),
         }
@@ -340,6 +346,7 @@ mod tests {
             http_listen: None,
             leader_election: Some(election()),
             record: None,
+            coalesce: Duration::ZERO,
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let host = tokio::spawn(run(Arc::new(sandbox), client, config, async move {

@@ -387,7 +387,7 @@ fn generous_sandbox() -> &'static Sandbox {
     SANDBOX.get_or_init(|| {
         Sandbox::new(SandboxConfig {
             limits: HostLimits {
-                concurrency_max: 64,
+                concurrency_max: 4096,
                 timeout_ms: HostLimits::default().timeout_ms,
                 ..test_limits()
             },
@@ -427,13 +427,13 @@ fn a_concurrency_hint_above_the_hosts_maximum_is_refused_naming_the_option() {
     assert!(matches!(err.reason, LoadFailure::Limits(_)), "{err:?}");
     let text = err.to_string();
     assert!(
-        text.contains("hints.maxConcurrentReconciles asks for 64 reconciles, above this host's maximum of 16 reconciles (raise it with --plugin-concurrency-max)"),
+        text.contains("hints.maxConcurrentReconciles asks for 4096 reconciles, above this host's maximum of 1024 reconciles (raise it with --plugin-concurrency-max)"),
         "{text}"
     );
     let greedy = generous_sandbox()
         .load(&test_plugin("hostile-greedy"))
         .expect("loads under a higher maximum");
-    assert_eq!(greedy.limits().concurrency, 64);
+    assert_eq!(greedy.limits().concurrency, 4096);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -441,9 +441,10 @@ async fn a_greedy_plugin_leaves_the_others_their_share_of_the_instance_pool() {
     let sandbox = generous_sandbox();
     let clock = VirtualClock::at(0);
     let cluster = Arc::new(EmbeddedCluster::new(Arc::new(clock.clone())));
+    // Ten reconciles whose calls each hold an instance until their deadline.
     for i in 0..10 {
         cluster
-            .apply_as_user(hostile(&format!("h{i}"), "ok"))
+            .apply_as_user(hostile(&format!("h{i}"), "sleep"))
             .unwrap();
     }
     cluster.apply_as_user(podset("web", 1)).unwrap();
@@ -457,20 +458,42 @@ async fn a_greedy_plugin_leaves_the_others_their_share_of_the_instance_pool() {
         .unwrap()
         .with_instance_pool(sandbox.reconcile_instances());
     assert_eq!(sandbox.reconcile_instances(), 4);
+    let engine = Arc::new(engine);
 
-    // Start everything that may start, finishing nothing: the pool's view
-    // while every reconcile holds its instance.
-    let mut started = Vec::new();
-    while let Some((plugin, _)) = engine.next_ready() {
-        started.push(plugin);
+    // The greedy plugin's reconciles are handed out first (plugin name).
+    let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+    while let Some((plugin, key)) = engine.next_ready() {
+        let (engine, done_tx) = (engine.clone(), done_tx.clone());
+        tokio::spawn(async move {
+            let _ = done_tx.send(engine.reconcile(&plugin, key).await);
+        });
     }
-    let count = |name: &str| started.iter().filter(|p| *p == name).count();
     assert_eq!(
-        (count("hostile"), count("podset")),
-        (2, 2),
-        "the greedy plugin (64 allowed, 10 waiting) takes its share, podset its own: {started:?}"
+        engine.in_flight(),
+        12,
+        "the pool bounds sandbox calls, not reconciles in flight"
     );
-    assert_eq!(engine.in_flight(), 4, "never more than the pool");
+    let (mut greedy, mut podset) = (0, 0);
+    while podset < 2 {
+        let record = done.recv().await.expect("a record");
+        match record.plugin.as_str() {
+            "podset" => {
+                assert!(
+                    matches!(record.outcome, Outcome::Applied { .. }),
+                    "{record}"
+                );
+                podset += 1;
+            }
+            _ => greedy += 1,
+        }
+    }
+    // Without shares podset would wait behind all ten sleepers (three
+    // rounds of deadlines); with them it gets its share of the first
+    // instances freed, while the greedy plugin still has calls waiting.
+    assert!(
+        greedy <= 6,
+        "podset waited for {greedy} of the greedy plugin's 10 calls"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

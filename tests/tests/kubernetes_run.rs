@@ -271,6 +271,7 @@ async fn podset_reconcile_against_a_mocked_api() {
         http_listen: Some(http),
         leader_election: None,
         record: None,
+        coalesce: std::time::Duration::ZERO,
     };
     let host = tokio::spawn(run(Arc::clone(sandbox()), client, config, async move {
         let _ = stop_rx.await;

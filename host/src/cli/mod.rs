@@ -143,13 +143,13 @@ pub struct SandboxArgs {
     /// The most objects per response a plugin may ask to delete (hints.maxDeletes).
     #[arg(long, global = true, default_value_t = HostLimits::default().deletes_max, value_name = "N")]
     pub plugin_deletes_max: u32,
-    /// Reconciles of one plugin at once, for plugins that do not ask.
+    /// Reconciles of one plugin in flight at once (API round trips included), for plugins that do not ask.
     #[arg(long, global = true, default_value_t = HostLimits::default().concurrency, value_name = "N")]
     pub plugin_concurrency: u32,
     /// The most reconciles at once a plugin may ask for (hints.maxConcurrentReconciles).
     #[arg(long, global = true, default_value_t = HostLimits::default().concurrency_max, value_name = "N")]
     pub plugin_concurrency_max: u32,
-    /// Sandbox instances for all plugins together: reconciles running at once, plus one kept
+    /// Sandbox instances for all plugins together: plugin calls running at once, plus one kept
     /// for loading plugins. Shared fairly: while others wait, no plugin holds more than its share.
     #[arg(long, global = true, default_value_t = SandboxConfig::default().max_instances, value_name = "N")]
     pub plugin_instances: u32,

@@ -63,6 +63,12 @@ pub struct RunArgs {
     /// `reconciler-host test plugins/<plugin>.wasm DIR/<plugin>`.
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
+    /// How long a change of an owned or read object (a Pod of a PodSet) waits before its primary
+    /// is reconciled, so a burst of them (a ReplicaSet creating its Pods) is one reconcile and
+    /// one status write. Changes of the primary itself are reconciled at once. 0 reconciles on
+    /// every change at once.
+    #[arg(long, default_value_t = 100, value_name = "MS")]
+    pub coalesce_ms: u64,
 }
 
 /// `--http-listen`: an address, or `off`.
@@ -105,6 +111,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         install_crds: args.install_crds,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout_secs),
         retry_every: Duration::from_secs(args.kind_retry_secs),
+        coalesce: Duration::from_millis(args.coalesce_ms),
         http_listen: match args.http_listen {
             Listen::Off => None,
             Listen::At(addr) => Some(addr),

@@ -19,9 +19,11 @@
 //!    starts again from the cache, never from the half-done state.
 //!
 //! Events go through [`event_recorder`] (aggregated, rate-limited per
-//! object); reconciles start only within the instance pool, shared fairly
-//! between plugins ([`instance_share`]).
+//! object). A plugin has up to its concurrency of reconciles in flight;
+//! only their sandbox calls take an instance from the pool, shared fairly
+//! between plugins ([`call_slots`], [`instance_share`]).
 
+pub mod call_slots;
 pub mod event_mapping;
 pub mod event_recorder;
 pub mod finalizer_handover;
@@ -43,12 +45,13 @@ use reconciler_contract::memory_cache::is_deleting;
 use reconciler_contract::{EventType, KindRef, PluginMetadata};
 use reconciler_contract::{Projection, ReconcileRequest};
 use serde_json::Value;
+use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing::Instrument;
 
+use self::call_slots::CallSlots;
 use self::event_recorder::EventRecorder;
 use self::finalizer_handover::{FinalizerHandover, FinalizerHold, Handover, handover_event};
-use self::instance_share::{PluginLoad, may_start};
 use self::panic_guard::catch_panic;
 use self::plan::{DeleteReason, Observed, has_finalizer};
 pub use self::record::{Change, Outcome, ReconcileRecord};
@@ -129,7 +132,8 @@ impl Controller {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// From the plugin's hint, within the host's maximum (`limits`).
+    /// Reconciles in flight at once, API round trips included: from the
+    /// plugin's hint, within the host's maximum (`limits`).
     fn concurrency(&self) -> usize {
         self.plugin().limits().concurrency
     }
@@ -163,12 +167,19 @@ pub struct Engine<B: ClusterBackend> {
     /// Kinds watched, and whether as metadata only.
     watched: Mutex<BTreeMap<KindRef, bool>>,
     watches: Mutex<Vec<(KindRef, UnboundedReceiver<WatchEvent>)>>,
+    /// Events taken off the watches while waiting for one (see
+    /// [`Self::watch_events`]), ahead of those still in the channels.
+    arrived: Mutex<Vec<WatchEvent>>,
+    /// Told when a watch is added or replaced, so a wait includes it.
+    watches_changed: Notify,
     backoff: BackoffPolicy,
     requeue: RequeuePolicy,
     events: EventRecorder,
-    /// Reconciles the sandbox's instance pool holds at once, shared by all
-    /// plugins; `None`: no bound beyond each plugin's concurrency.
-    instances: Option<usize>,
+    /// The sandbox's instance pool: calls at once, shared by all plugins.
+    calls: Arc<CallSlots>,
+    /// How long a change of a child or read object waits for others before
+    /// its primary is reconciled (see [`Self::with_coalescing`]).
+    coalesce: Duration,
     scope: ServeScope,
     /// Writes every reconcile as a golden case (`--record`).
     recorder: Option<Arc<CaseRecorder>>,
@@ -205,10 +216,14 @@ impl<B: ClusterBackend> Engine<B> {
             controllers: RwLock::new(BTreeMap::new()),
             watched: Mutex::new(BTreeMap::new()),
             watches: Mutex::new(Vec::new()),
+            arrived: Mutex::new(Vec::new()),
+            watches_changed: Notify::new(),
             backoff: BackoffPolicy::default(),
             requeue: RequeuePolicy::default(),
             events: EventRecorder::default(),
-            instances: None,
+            // No pool given: bounded by each plugin's concurrency only.
+            calls: CallSlots::new(usize::MAX / 2),
+            coalesce: Duration::ZERO,
             scope,
             recorder: None,
             kind_scopes: Mutex::default(),
@@ -221,10 +236,20 @@ impl<B: ClusterBackend> Engine<B> {
         self
     }
 
-    /// Starts at most `instances` reconciles at once across all plugins,
-    /// sharing them fairly: the sandbox's pool (see [`instance_share`]).
+    /// Reconciles a primary `window` after a change of one of its children
+    /// or read objects rather than at once, so a burst of such changes is
+    /// one reconcile and one status write. Changes of the primary itself
+    /// are never delayed. Zero (the default, and what `simulate` and `test`
+    /// use) reconciles on every change at once.
+    pub fn with_coalescing(mut self, window: Duration) -> Self {
+        self.coalesce = window;
+        self
+    }
+
+    /// Runs at most `instances` sandbox calls at once across all plugins,
+    /// sharing them fairly: the sandbox's pool (see [`call_slots`]).
     pub fn with_instance_pool(mut self, instances: usize) -> Self {
-        self.instances = Some(instances.max(1));
+        self.calls = CallSlots::new(instances);
         self
     }
 
@@ -499,6 +524,8 @@ impl<B: ClusterBackend> Engine<B> {
             // A re-watch replaces the old stream, whose task then stops.
             watches.retain(|(k, _)| k != kind);
             watches.push((kind.clone(), stream.events));
+            drop(watches);
+            self.watches_changed.notify_waiters();
         }
         Ok(())
     }
@@ -602,17 +629,27 @@ impl<B: ClusterBackend> Engine<B> {
 
     fn observe(&self, event: &WatchEvent, now: i64) {
         self.cache.observe(event);
+        let window = i64::try_from(self.coalesce.as_millis()).unwrap_or(i64::MAX);
         for (name, c) in self.controllers() {
             let plugin = c.plugin();
+            let primary = &plugin.metadata().primary;
+            // A change of the primary itself is reconciled at once; one of
+            // a child or a read object after the window, with the others
+            // that come in it (a ReplicaSet creating its Pods).
+            let of_primary = KindRef::of_object(&event.object).is_some_and(|k| &k == primary);
             let keys = event_mapping::primaries_for(plugin.metadata(), &event.object);
             let keys: Vec<PrimaryKey> = keys
                 .into_iter()
-                .filter(|key| self.in_scope(&name, &plugin.metadata().primary, key))
+                .filter(|key| self.in_scope(&name, primary, key))
                 .collect();
             if !keys.is_empty() {
                 let mut state = c.state();
                 for key in keys {
-                    state.queue.add(key, now);
+                    if of_primary || window == 0 {
+                        state.queue.add(key, now);
+                    } else {
+                        state.queue.add_coalesced(key, now.saturating_add(window));
+                    }
                 }
             }
         }
@@ -622,7 +659,7 @@ impl<B: ClusterBackend> Engine<B> {
     /// queues; returns how many there were.
     pub fn pump(&self) -> usize {
         let now = self.clock.now_millis();
-        let mut events = Vec::new();
+        let mut events = std::mem::take(&mut *self.lock_arrived());
         {
             let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
             for (_, rx) in watches.iter_mut() {
@@ -637,38 +674,65 @@ impl<B: ClusterBackend> Engine<B> {
         events.len()
     }
 
+    fn lock_arrived(&self) -> MutexGuard<'_, Vec<WatchEvent>> {
+        self.arrived.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Resolves as soon as a watch event is waiting for [`Self::pump`] (at
+    /// once if one already is), or a watch was added: what wakes a loop
+    /// the moment there is something to do, instead of it looking every so
+    /// often. Cancel-safe: an event taken off its channel here is kept for
+    /// the next pump.
+    pub async fn watch_events(&self) {
+        let changed = self.watches_changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        std::future::poll_fn(|cx| {
+            if changed.as_mut().poll(cx).is_ready() {
+                return std::task::Poll::Ready(());
+            }
+            if !self.lock_arrived().is_empty() {
+                return std::task::Poll::Ready(());
+            }
+            let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+            // Every channel is polled, so each has this task's waker when
+            // none has an event. A closed one (its watch replaced or ended)
+            // is ready with nothing: passed over.
+            for (_, rx) in watches.iter_mut() {
+                if let std::task::Poll::Ready(Some(event)) = rx.poll_recv(cx) {
+                    self.lock_arrived().push(event);
+                    return std::task::Poll::Ready(());
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+
     /// The next object ready to reconcile, marked in flight: the earliest
     /// ready across plugins (ties broken by plugin name, then object), among
-    /// plugins below their concurrency limit.
+    /// plugins below their concurrency. Only its sandbox call waits for the
+    /// instance pool (see [`call_slots`]).
     pub fn next_ready(&self) -> Option<(String, PrimaryKey)> {
         let now = self.clock.now_millis();
-        let controllers = self.controllers();
-        let mut ready_at = Vec::with_capacity(controllers.len());
-        let mut loads = Vec::with_capacity(controllers.len());
-        for (_, c) in &controllers {
+        let mut best: Option<(i64, Arc<Controller>, String)> = None;
+        for (name, c) in self.controllers() {
             let concurrency = c.concurrency();
             let state = c.state();
-            let at = state.queue.next_ready_at().filter(|at| *at <= now);
-            ready_at.push(at);
-            loads.push(PluginLoad {
-                in_flight: state.queue.in_flight(),
-                concurrency,
-                waiting: at.is_some(),
-            });
-        }
-        let capacity = self.instances.unwrap_or(usize::MAX);
-        let mut best: Option<(i64, &Arc<Controller>, &String)> = None;
-        for (i, (name, c)) in controllers.iter().enumerate() {
-            if let Some(at) = ready_at[i]
-                && may_start(&loads, i, capacity)
-                && best.is_none_or(|(b, _, _)| at < b)
-            {
+            if state.queue.in_flight() >= concurrency {
+                continue;
+            }
+            let Some(at) = state.queue.next_ready_at().filter(|at| *at <= now) else {
+                continue;
+            };
+            drop(state);
+            if best.as_ref().is_none_or(|(b, _, _)| at < *b) {
                 best = Some((at, c, name));
             }
         }
         let (_, controller, name) = best?;
         let key = controller.state().queue.pop_ready(now)?;
-        Some((name.clone(), key))
+        Some((name, key))
     }
 
     /// When the next delayed reconcile becomes ready, if any is waiting.
@@ -935,14 +999,22 @@ impl<B: ClusterBackend> Engine<B> {
             now_millis,
         };
         let call_plugin = plugin.clone();
-        let answer = tokio::task::spawn_blocking(move || call_plugin.reconcile(input))
-            .await
-            .map_err(|e| {
-                (
-                    "HostError".to_string(),
-                    format!("the plugin call panicked: {e}"),
-                )
-            })?;
+        let slot = self
+            .calls
+            .acquire(&metadata.name, controller.concurrency())
+            .await;
+        let answer = tokio::task::spawn_blocking(move || {
+            let answer = call_plugin.reconcile(input);
+            drop(slot);
+            answer
+        })
+        .await
+        .map_err(|e| {
+            (
+                "HostError".to_string(),
+                format!("the plugin call panicked: {e}"),
+            )
+        })?;
         if let (Some(recorder), Some(reads)) = (&self.recorder, &reads) {
             recorder.record(&Recording {
                 plugin: &metadata.name,

@@ -58,13 +58,15 @@ pub struct HostLimits {
     pub deletes: u32,
     /// (`--plugin-deletes-max`)
     pub deletes_max: u32,
-    /// Reconciles of one plugin at once. 4 keeps a slow plugin from holding
-    /// a queue up while leaving most of the instance pool to the others.
+    /// Reconciles of one plugin in flight at once, API round trips
+    /// included (only the sandbox call itself takes an instance from the
+    /// pool, see `engine::call_slots`). 64 keeps a burst of creates from
+    /// queueing behind a few slow round trips, as kube-rs (unbounded) and
+    /// controller-runtime users tune it, while bounding what one plugin asks
+    /// of the API server at once. At most one per object, always.
     /// (`--plugin-concurrency`)
     pub concurrency: u32,
     /// The most a plugin may ask for (`hints.maxConcurrentReconciles`).
-    /// 16 is a quarter of the default instance pool: a plugin with work
-    /// queued never waits on fewer than that many others at full tilt.
     /// (`--plugin-concurrency-max`)
     pub concurrency_max: u32,
     /// How long hot reload waits for a new plugin file to compile and
@@ -93,8 +95,8 @@ impl Default for HostLimits {
             applies_max: 10_000,
             deletes: 500,
             deletes_max: 10_000,
-            concurrency: 4,
-            concurrency_max: 16,
+            concurrency: 64,
+            concurrency_max: 1_024,
             load_timeout_secs: 120,
         }
     }
@@ -254,7 +256,7 @@ mod tests {
                 none.max_deletes,
                 none.concurrency
             ),
-            (25, 500, 500, 4)
+            (25, 500, 500, 64)
         );
         let asked = host
             .resolve(&Hints {
@@ -307,11 +309,11 @@ mod tests {
             ),
             (
                 Hints {
-                    max_concurrent_reconciles: Some(64),
+                    max_concurrent_reconciles: Some(1_025),
                     ..Default::default()
                 },
                 [
-                    "hints.maxConcurrentReconciles asks for 64 reconciles, above this host's maximum of 16",
+                    "hints.maxConcurrentReconciles asks for 1025 reconciles, above this host's maximum of 1024",
                     "--plugin-concurrency-max",
                 ],
             ),

@@ -52,10 +52,13 @@ pub struct SandboxConfig {
     pub limits: HostLimits,
     /// Where compiled components are kept; `None` compiles on every load.
     pub compile_cache: Option<PathBuf>,
-    /// Concurrent instances the pooling allocator holds (all plugins).
-    /// 64: sixteen plugins at the default concurrency of 4, or four at the
-    /// maximum of 16; each slot reserves address space for the memory
-    /// ceiling, not memory. (`--plugin-instances`)
+    /// Concurrent instances the pooling allocator holds (all plugins): the
+    /// sandbox calls running at once, plus one for loading plugins. A call
+    /// lasts microseconds, so 64 is far more than a small machine's cores
+    /// can run, and enough that plugins whose calls run to their deadline
+    /// cannot fill it alone (each gets a share while others wait); each
+    /// slot reserves address space for the memory ceiling, not memory.
+    /// (`--plugin-instances`)
     pub max_instances: u32,
     /// Keys the random streams plugins see: [`RandomKey::fixed`] where runs
     /// must repeat (`simulate`, `test`), a secret one where they serve.

@@ -63,13 +63,15 @@ pub enum Segment {
     Item { key: String, value: String },
 }
 
-/// The path of one owned field, from the object's root.
+/// The path of one owned field, from the object's root. A boxed slice,
+/// not a `Vec`: every stored object keeps a path per owned leaf, and a
+/// `Vec` grown by one segment keeps room for more.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FieldPath(Vec<Segment>);
+pub struct FieldPath(Box<[Segment]>);
 
 impl FieldPath {
     pub fn new(segments: Vec<Segment>) -> Self {
-        Self(segments)
+        Self(segments.into_boxed_slice())
     }
 
     /// A path of map members only: `FieldPath::fields(&["spec", "replicas"])`.
@@ -88,9 +90,10 @@ impl FieldPath {
     }
 
     fn child(&self, segment: Segment) -> Self {
-        let mut segments = self.0.clone();
+        let mut segments = Vec::with_capacity(self.0.len() + 1);
+        segments.extend_from_slice(&self.0);
         segments.push(segment);
-        Self(segments)
+        Self(segments.into_boxed_slice())
     }
 
     fn is_set_list(&self) -> bool {

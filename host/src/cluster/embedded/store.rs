@@ -139,8 +139,10 @@ pub struct EmbeddedStore {
     objects: BTreeMap<ObjectKey, Entry>,
     /// uid -> key of every stored object.
     uids: BTreeMap<String, ObjectKey>,
-    /// owner uid -> stored objects with an ownerReference to it.
-    dependents: BTreeMap<String, BTreeSet<ObjectKey>>,
+    /// (owner uid, stored object with an ownerReference to it): one flat
+    /// set, as most owners have one dependent, and a set per owner would
+    /// cost a whole B-tree node for it.
+    dependents: BTreeSet<(String, ObjectKey)>,
     max_objects: usize,
     resource_version: u64,
     created: u64,
@@ -162,7 +164,7 @@ impl EmbeddedStore {
         Self {
             objects: BTreeMap::new(),
             uids: BTreeMap::new(),
-            dependents: BTreeMap::new(),
+            dependents: BTreeSet::new(),
             max_objects,
             resource_version: 0,
             created: 0,
@@ -624,16 +626,23 @@ impl EmbeddedStore {
 
     /// Stored objects with an ownerReference to `uid`, in key order.
     pub(super) fn dependents_of(&self, uid: &str) -> Vec<ObjectKey> {
-        self.dependents
-            .get(uid)
-            .map(|keys| keys.iter().cloned().collect())
-            .unwrap_or_default()
+        self.dependents_iter(uid).cloned().collect()
     }
 
     pub(super) fn has_dependents(&self, uid: &str) -> bool {
+        self.dependents_iter(uid).next().is_some()
+    }
+
+    fn dependents_iter<'a>(&'a self, uid: &'a str) -> impl Iterator<Item = &'a ObjectKey> + 'a {
+        let first = ObjectKey {
+            kind: KindRef::new("", "", ""),
+            namespace: None,
+            name: String::new(),
+        };
         self.dependents
-            .get(uid)
-            .is_some_and(|keys| !keys.is_empty())
+            .range((uid.to_string(), first)..)
+            .take_while(move |(owner, _)| owner == uid)
+            .map(|(_, key)| key)
     }
 
     pub(super) fn enqueue(&mut self, task: GcTask) {
@@ -646,21 +655,13 @@ impl EmbeddedStore {
 
     fn index_owners(&mut self, key: &ObjectKey, owners: &[String]) {
         for uid in owners {
-            self.dependents
-                .entry(uid.clone())
-                .or_default()
-                .insert(key.clone());
+            self.dependents.insert((uid.clone(), key.clone()));
         }
     }
 
     fn unindex_owners(&mut self, key: &ObjectKey, owners: &[String]) {
         for uid in owners {
-            if let Some(keys) = self.dependents.get_mut(uid) {
-                keys.remove(key);
-                if keys.is_empty() {
-                    self.dependents.remove(uid);
-                }
-            }
+            self.dependents.remove(&(uid.clone(), key.clone()));
         }
     }
 

@@ -43,7 +43,7 @@ pub struct Hostiles;
 // versions whose finalizer is renamed or gone; for the scope rule, with
 // `cluster-scope`, a namespaced primary that also owns ClusterRoles (refused
 // at load), with `cluster-primary`, a plugin of the cluster-scoped
-// ClusterHostile kind; for the host limits, with `greedy`, asking for 64
+// ClusterHostile kind; for the host limits, with `greedy`, asking for 4096
 // reconciles at once, with `sleepy-metadata`, one whose `metadata` sleeps.
 const NAME: &str = if cfg!(feature = "rival") {
     "rival"
@@ -118,7 +118,7 @@ impl Reconciler for Hostiles {
             // ownership and host-owned fields in through a written kind.
             .writes(KindRef::new("", "v1", "ServiceAccount"));
         let metadata = metadata.hints(reconciler_sdk::Hints {
-            max_concurrent_reconciles: cfg!(feature = "greedy").then_some(64),
+            max_concurrent_reconciles: cfg!(feature = "greedy").then_some(4096),
             ..Default::default()
         });
         match FINALIZER {

@@ -1,0 +1,368 @@
+//! One cache for every plugin of a host, fed by one watch per kind.
+//!
+//! Plugins read it through the sandbox's cache import, the engine reads it to
+//! assemble requests and to skip no-op applies. Objects are stored without
+//! `managedFields` and the last-applied annotation: bookkeeping no plugin
+//! decides on, and most of an object's bytes. Beside them, which objects
+//! name which controller ([`controller_index`]), for finding a primary's
+//! children.
+
+mod controller_index;
+
+use std::sync::RwLock;
+
+use reconciler_contract::KindRef;
+use reconciler_contract::memory_cache::{
+    ListJsonError, MemoryCache, is_controlled_by, namespace_of,
+};
+use reconciler_contract::{Projection, ReconcileRequest};
+use serde_json::Value;
+
+use self::controller_index::ControllerIndex;
+use crate::cluster::backend::slimmed;
+use crate::cluster::{ObjectKey, WatchEvent, WatchEventType};
+use crate::plugin::ObjectReader;
+
+#[derive(Default)]
+pub struct SharedCache {
+    objects: RwLock<Cached>,
+}
+
+/// The objects and their index, changed together under one lock.
+#[derive(Default)]
+struct Cached {
+    objects: MemoryCache,
+    controllers: ControllerIndex,
+}
+
+impl Cached {
+    fn insert(
+        &mut self,
+        object: Value,
+    ) -> Result<(), reconciler_contract::memory_cache::CacheError> {
+        let key = ObjectKey::of(&object).map(|k| (k.kind, k.namespace, k.name));
+        let owners = controller_index::owner_keys(&object);
+        self.objects.insert(object)?;
+        if let Some(key) = key {
+            self.controllers.insert(key, owners);
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self, key: &ObjectKey) {
+        self.objects
+            .remove(&key.kind, key.namespace.as_deref(), &key.name);
+        self.controllers
+            .remove(&(key.kind.clone(), key.namespace.clone(), key.name.clone()));
+    }
+}
+
+impl std::ops::Deref for Cached {
+    type Target = MemoryCache;
+
+    fn deref(&self) -> &MemoryCache {
+        &self.objects
+    }
+}
+
+impl SharedCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Cached> {
+        self.objects.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Cached> {
+        self.objects.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies one watch event. Objects the cache cannot hold (no name,
+    /// nested too deep to read back) are logged and skipped: one malformed
+    /// object must not stop the watch. A version it cannot hold also drops
+    /// the version it held, which is no longer the object.
+    pub fn observe(&self, event: &WatchEvent) {
+        match event.event_type {
+            WatchEventType::Added | WatchEventType::Modified => {
+                let mut cache = self.write();
+                if let Err(e) = cache.insert(slimmed(event.object.clone())) {
+                    if let Some(key) = ObjectKey::of(&event.object) {
+                        cache.remove(&key);
+                    }
+                    tracing::warn!("skipping an object from the watch: {e}");
+                }
+            }
+            WatchEventType::Deleted => {
+                if let Some(key) = ObjectKey::of(&event.object) {
+                    self.write().remove(&key);
+                }
+            }
+        }
+    }
+
+    pub fn get(&self, key: &ObjectKey) -> Option<Value> {
+        self.read()
+            .get(&key.kind, key.namespace.as_deref(), &key.name)
+    }
+
+    /// Every cached object of `kind`.
+    pub fn list(&self, kind: &KindRef) -> Vec<Value> {
+        let everything = reconciler_contract::selector::LabelSelector::everything();
+        self.read().list(kind, None, &everything).collect()
+    }
+
+    /// The owned children of `primary` among `owns` kinds: objects of those
+    /// kinds in its namespace whose controller reference points at it, in
+    /// kind, namespace and name order (as `MemoryCache::children_of`).
+    pub fn children_of(&self, primary: &Value, owns: &[KindRef]) -> Vec<Value> {
+        let cache = self.read();
+        let namespace = namespace_of(primary);
+        cache
+            .controllers
+            .candidates(primary)
+            .into_iter()
+            .filter(|(kind, ns, _)| ns.as_deref() == namespace && owns.contains(kind))
+            .filter_map(|(kind, ns, name)| cache.objects.get(kind, ns.as_deref(), name))
+            .filter(|child| is_controlled_by(child, primary))
+            .collect()
+    }
+
+    pub fn request_for(&self, primary: &Value, owns: &[KindRef]) -> ReconcileRequest {
+        self.read().request_for(primary, owns)
+    }
+
+    /// How many objects of each kind are cached.
+    pub fn counts_by_kind(&self) -> Vec<(KindRef, usize)> {
+        self.read().counts_by_kind()
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl ObjectReader for SharedCache {
+    fn get(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+        projection: Projection,
+    ) -> Option<String> {
+        self.read().get_json(kind, namespace, name, projection)
+    }
+
+    fn list(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+        projection: Projection,
+    ) -> Result<Vec<String>, String> {
+        self.read().list_json(kind, namespace, selector, projection)
+    }
+
+    /// Stops building the list once it passes `max_bytes`, so one call
+    /// cannot make the host allocate more than the plugin could take.
+    fn list_within(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &str,
+        projection: Projection,
+        max_bytes: usize,
+    ) -> Result<Vec<String>, ListJsonError> {
+        self.read()
+            .list_json_within(kind, namespace, selector, projection, max_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::cluster::backend::LAST_APPLIED;
+
+    #[test]
+    fn a_version_too_deep_to_read_back_replaces_the_old_one_by_nothing() {
+        let cache = SharedCache::new();
+        let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "d"}});
+        let key = ObjectKey::of(&object).unwrap();
+        cache.observe(&WatchEvent {
+            event_type: WatchEventType::Added,
+            object: object.clone(),
+        });
+        assert!(cache.get(&key).is_some());
+        let mut deep = json!({});
+        for _ in 0..200 {
+            deep = json!({ "a": deep });
+        }
+        object["data"] = deep;
+        cache.observe(&WatchEvent {
+            event_type: WatchEventType::Modified,
+            object,
+        });
+        assert!(cache.get(&key).is_none(), "not the stale version");
+        assert!(cache.list(&key.kind).is_empty());
+    }
+
+    #[test]
+    fn children_are_those_the_sdks_cache_finds_as_objects_come_and_go() {
+        let cache = SharedCache::new();
+        let mut reference = MemoryCache::new();
+        let observe = |cache: &SharedCache, reference: &mut MemoryCache, object: Value| {
+            cache.observe(&WatchEvent {
+                event_type: WatchEventType::Added,
+                object: object.clone(),
+            });
+            reference.insert(object).unwrap();
+        };
+        let primary = |ns: &str, name: &str, uid: Option<&str>| {
+            let mut p = json!({"apiVersion": "example.com/v1", "kind": "PodSet",
+                "metadata": {"name": name, "namespace": ns}});
+            if let Some(uid) = uid {
+                p["metadata"]["uid"] = json!(uid);
+            }
+            p
+        };
+        let child = |kind: &str, ns: &str, name: &str, refs: Value| {
+            let api_version = if kind == "Deployment" {
+                "apps/v1"
+            } else {
+                "v1"
+            };
+            json!({"apiVersion": api_version, "kind": kind,
+                "metadata": {"name": name, "namespace": ns, "ownerReferences": refs}})
+        };
+        let controller = |uid: Option<&str>, name: &str| {
+            let mut r = json!({"apiVersion": "example.com/v1", "kind": "PodSet",
+                "name": name, "controller": true});
+            if let Some(uid) = uid {
+                r["uid"] = json!(uid);
+            }
+            r
+        };
+        let objects = [
+            child(
+                "Deployment",
+                "d",
+                "by-uid",
+                json!([controller(Some("u1"), "web")]),
+            ),
+            child(
+                "Deployment",
+                "d",
+                "by-name",
+                json!([controller(None, "web")]),
+            ),
+            child(
+                "Deployment",
+                "d",
+                "other-uid",
+                json!([controller(Some("u9"), "web")]),
+            ),
+            child(
+                "Deployment",
+                "e",
+                "elsewhere",
+                json!([controller(Some("u1"), "web")]),
+            ),
+            child(
+                "ConfigMap",
+                "d",
+                "config",
+                json!([controller(Some("u1"), "web")]),
+            ),
+            child(
+                "Service",
+                "d",
+                "not-owned-kind",
+                json!([controller(Some("u1"), "web")]),
+            ),
+            child(
+                "Deployment",
+                "d",
+                "not-controller",
+                json!([{"apiVersion": "example.com/v1",
+                "kind": "PodSet", "name": "web", "uid": "u1"}]),
+            ),
+        ];
+        for object in objects {
+            observe(&cache, &mut reference, object);
+        }
+        let owns = [
+            KindRef::new("apps", "v1", "Deployment"),
+            KindRef::new("", "v1", "ConfigMap"),
+        ];
+        let names = |children: Vec<Value>| -> Vec<String> {
+            children
+                .iter()
+                .map(|c| c["metadata"]["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let same = |cache: &SharedCache, reference: &MemoryCache, p: &Value| {
+            let expected: Vec<Value> = reference.children_of(p, &owns).collect();
+            assert_eq!(cache.children_of(p, &owns), expected, "children of {p}");
+            names(expected)
+        };
+        let with_uid = primary("d", "web", Some("u1"));
+        assert_eq!(
+            same(&cache, &reference, &with_uid),
+            ["config", "by-name", "by-uid"]
+        );
+        let without_uid = primary("d", "web", None);
+        assert_eq!(
+            same(&cache, &reference, &without_uid),
+            ["config", "by-name", "by-uid", "other-uid"]
+        );
+
+        // A child that changes controller, and one that is deleted.
+        let moved = child(
+            "Deployment",
+            "d",
+            "by-uid",
+            json!([controller(Some("u2"), "api")]),
+        );
+        observe(&cache, &mut reference, moved);
+        let gone = child("Deployment", "d", "by-name", json!([]));
+        cache.observe(&WatchEvent {
+            event_type: WatchEventType::Deleted,
+            object: gone.clone(),
+        });
+        let key = ObjectKey::of(&gone).unwrap();
+        reference.remove(&key.kind, key.namespace.as_deref(), &key.name);
+        assert_eq!(same(&cache, &reference, &with_uid), ["config"]);
+        assert_eq!(
+            same(&cache, &reference, &primary("d", "api", Some("u2"))),
+            ["by-uid"]
+        );
+    }
+
+    #[test]
+    fn cached_objects_lose_managed_fields_and_last_applied() {
+        let cache = SharedCache::new();
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "d",
+            "managedFields": [{"manager": "kubectl"}],
+            "annotations": {LAST_APPLIED: "{...}", "keep": "me"}}});
+        cache.observe(&WatchEvent {
+            event_type: WatchEventType::Added,
+            object,
+        });
+        let key = ObjectKey::new(KindRef::new("", "v1", "ConfigMap"), Some("d"), "c");
+        let cached = cache.get(&key).unwrap();
+        assert!(cached["metadata"].get("managedFields").is_none());
+        assert_eq!(cached["metadata"]["annotations"], json!({"keep": "me"}));
+        cache.observe(&WatchEvent {
+            event_type: WatchEventType::Deleted,
+            object: cached,
+        });
+        assert!(cache.get(&key).is_none());
+    }
+}
