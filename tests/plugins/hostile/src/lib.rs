@@ -174,6 +174,7 @@ impl Reconciler for Hostiles {
                 }
             }
             "panic" => panic!("hostile plugin panicked on purpose"),
+            "remember" => Response::new().status(&remember()),
             "spam" => loop {
                 println!("{}", "spam ".repeat(100));
             },
@@ -223,3 +224,34 @@ impl Reconciler for Hostiles {
 }
 
 reconciler_sdk::export_plugin!(Hostiles);
+
+/// Looks for what an earlier call left behind, then leaves something for the
+/// next: counters in the data segment and in zero-initialised memory, and
+/// 3 MiB of heap read before it is written (more than the host keeps
+/// resident per instance slot, so both ways a slot is reset are seen).
+/// Reading memory the allocator handed out uninitialised is exactly what a
+/// plugin snooping on an earlier reconcile would do.
+fn remember() -> serde_json::Value {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static IN_DATA: AtomicU32 = AtomicU32::new(7);
+    static IN_BSS: AtomicU32 = AtomicU32::new(0);
+    const HEAP: usize = 3 << 20;
+    let data_calls = IN_DATA.fetch_add(1, Ordering::Relaxed) - 6;
+    let bss_calls = IN_BSS.fetch_add(1, Ordering::Relaxed) + 1;
+    let layout = std::alloc::Layout::from_size_align(HEAP, 1).expect("layout");
+    // SAFETY: a non-zero size; the block is only read and written within
+    // its bounds and freed once.
+    let leftover_bytes = unsafe {
+        let block = std::alloc::alloc(layout);
+        if block.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        let leftover = (0..HEAP)
+            .filter(|&i| std::ptr::read_volatile(block.add(i)) != 0)
+            .count();
+        block.write_bytes(0xAB, HEAP);
+        std::alloc::dealloc(block, layout);
+        leftover
+    };
+    json!({"dataCalls": data_calls, "bssCalls": bss_calls, "leftoverHeapBytes": leftover_bytes})
+}
