@@ -201,7 +201,7 @@ fn a_call_sees_nothing_an_earlier_call_wrote() {
         let status = Value::Object(response.status.expect("a status"));
         assert_eq!(
             status,
-            json!({"dataCalls": 1, "bssCalls": 1, "leftoverHeapBytes": 0}),
+            json!({"dataCalls": 1, "bssCalls": 1, "leftoverMarkers": 0}),
             "call {call_number} saw an earlier call's memory"
         );
     }
