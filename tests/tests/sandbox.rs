@@ -191,6 +191,23 @@ fn no_state_leaks_between_calls() {
 }
 
 #[test]
+fn a_call_sees_nothing_an_earlier_call_wrote() {
+    // The same loaded plugin, so the same pool slot is reused and reset
+    // between calls (in place where the host keeps slots resident).
+    let plugin = load(&test_plugin("hostile"));
+    for call_number in 1..=4 {
+        let response = call(&plugin, hostile_object("remember"), MemoryCache::new())
+            .expect("remember answers");
+        let status = Value::Object(response.status.expect("a status"));
+        assert_eq!(
+            status,
+            json!({"dataCalls": 1, "bssCalls": 1, "leftoverMarkers": 0}),
+            "call {call_number} saw an earlier call's memory"
+        );
+    }
+}
+
+#[test]
 fn files_that_are_not_plugins_are_refused_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
     type IsExpected = fn(&LoadFailure) -> bool;

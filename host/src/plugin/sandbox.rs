@@ -14,6 +14,17 @@
 //!   [`Sandbox::reconcile_instances`] reconciles at once, shared fairly
 //!   between plugins (`engine::instance_share`). One instance is kept for
 //!   loading plugins (their `metadata` call) while others reconcile.
+//! - A slot's memory stays resident between instances: when an instance is
+//!   dropped, wasmtime finds the pages it wrote (the `PAGEMAP_SCAN` ioctl,
+//!   Linux 6.7 and later) and copies the module's initial contents back
+//!   over them, up to [`KEEP_RESIDENT`] bytes, instead of handing the pages
+//!   to the kernel and faulting them in again on the next call. Every
+//!   instance still starts from the module's initial memory, so nothing
+//!   crosses from one reconcile to the next; what it costs is up to
+//!   [`KEEP_RESIDENT`] of resident memory per slot that has been used.
+//!   Where the ioctl is missing, wasmtime falls back to zeroing the first
+//!   [`KEEP_RESIDENT`] bytes and releasing the rest, which costs more than
+//!   it saves; the setting is then left off.
 //! - Per-call caps (memory, deadline, output) come from [`HostLimits`].
 //! - WASI's waiting functions are replaced by ones bounded by the call's
 //!   deadline (`bounded_waits.rs`), its clocks by the call's own
@@ -30,7 +41,7 @@ use std::time::{Duration, Instant};
 use reconciler_contract::PluginMetadata;
 use sha2::{Digest, Sha256};
 use wasmtime::component::Linker;
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings::PluginPre;
 use super::call_random::{CallRandom, RandomKey};
@@ -45,6 +56,16 @@ use super::metadata_rules::validate_metadata;
 
 /// How often the epoch advances: the granularity of deadlines.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// How much of a slot's linear memory is reset in place rather than
+/// released: a plugin that writes more has the rest released as before. A
+/// podset reconcile leaves 48 KiB written (its stack, data and heap); 2 and
+/// 4 MiB measured no faster (BENCHMARKS.md, "One podset reconcile").
+pub const KEEP_RESIDENT: usize = 1 << 20;
+
+/// The same for a slot's tables (function tables of a few thousand
+/// entries).
+const TABLE_KEEP_RESIDENT: usize = 64 << 10;
 
 /// Everything that configures the sandbox for one host.
 #[derive(Clone, Debug)]
@@ -143,6 +164,11 @@ impl Sandbox {
             .total_memories(n * 2)
             .total_tables(n * 4)
             .max_memory_size(max_memory);
+        if PoolingAllocationConfig::is_pagemap_scan_available() {
+            pool.pagemap_scan(Enabled::Yes)
+                .linear_memory_keep_resident(KEEP_RESIDENT)
+                .table_keep_resident(TABLE_KEEP_RESIDENT);
+        }
         // Code generation: shared by the running engine and the short-lived
         // ones that compile (compiler.rs).
         let mut codegen = Config::new();
@@ -181,6 +207,14 @@ impl Sandbox {
 
     pub fn limits(&self) -> &HostLimits {
         &self.limits
+    }
+
+    /// Bytes of linear memory and tables that slots not in use keep
+    /// resident for their next instance ([`KEEP_RESIDENT`]).
+    pub fn idle_slots_resident_bytes(&self) -> usize {
+        self.engine.pooling_allocator_metrics().map_or(0, |m| {
+            m.unused_memory_bytes_resident() + m.unused_table_bytes_resident()
+        })
     }
 
     pub fn compile_cache(&self) -> Option<&CompileCache> {

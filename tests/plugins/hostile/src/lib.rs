@@ -174,6 +174,7 @@ impl Reconciler for Hostiles {
                 }
             }
             "panic" => panic!("hostile plugin panicked on purpose"),
+            "remember" => Response::new().status(&remember()),
             "spam" => loop {
                 println!("{}", "spam ".repeat(100));
             },
@@ -223,3 +224,38 @@ impl Reconciler for Hostiles {
 }
 
 reconciler_sdk::export_plugin!(Hostiles);
+
+/// Looks for what an earlier call left behind, then leaves something for the
+/// next: counters in the data segment and in zero-initialised memory, and a
+/// marker written over 3 MiB of heap (more than the host keeps resident per
+/// instance slot, so both ways a slot is reset are seen), searched for in
+/// that heap before it is written. Reading memory the allocator handed out
+/// uninitialised is exactly what a plugin snooping on an earlier reconcile
+/// would do; it holds this call's own freed allocations too, hence a marker
+/// rather than "anything not zero".
+fn remember() -> serde_json::Value {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static IN_DATA: AtomicU32 = AtomicU32::new(7);
+    static IN_BSS: AtomicU32 = AtomicU32::new(0);
+    const HEAP: usize = 3 << 20;
+    const MARKER: &[u8; 16] = b"left by a call!!";
+    let data_calls = IN_DATA.fetch_add(1, Ordering::Relaxed) - 6;
+    let bss_calls = IN_BSS.fetch_add(1, Ordering::Relaxed) + 1;
+    let layout = std::alloc::Layout::from_size_align(HEAP, 16).expect("layout");
+    // SAFETY: a non-zero size; the block is only read and written within
+    // its bounds and freed once.
+    let leftover_markers = unsafe {
+        let block = std::alloc::alloc(layout);
+        if block.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        let read = |at: usize| std::ptr::read_volatile(block.add(at).cast::<[u8; 16]>());
+        let found = (0..HEAP / 16).filter(|&i| read(i * 16) == *MARKER).count();
+        for i in 0..HEAP / 16 {
+            block.add(i * 16).cast::<[u8; 16]>().write(*MARKER);
+        }
+        std::alloc::dealloc(block, layout);
+        found
+    };
+    json!({"dataCalls": data_calls, "bssCalls": bss_calls, "leftoverMarkers": leftover_markers})
+}
