@@ -304,13 +304,13 @@ fn inspect_names_the_option_a_concurrency_hint_above_the_maximum_needs() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("hints.maxConcurrentReconciles asks for 64 reconciles, above this host's maximum of 16 reconciles (raise it with --plugin-concurrency-max)"),
+        stderr.contains("hints.maxConcurrentReconciles asks for 4096 reconciles, above this host's maximum of 1024 reconciles (raise it with --plugin-concurrency-max)"),
         "{stderr}"
     );
-    let out = inspect(&["--plugin-concurrency-max", "64"]);
+    let out = inspect(&["--plugin-concurrency-max", "4096"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
-        text(&out.stdout).contains("maxConcurrentReconciles: 64"),
+        text(&out.stdout).contains("maxConcurrentReconciles: 4096"),
         "{}",
         text(&out.stdout)
     );
@@ -321,7 +321,10 @@ fn host_option_defaults_above_their_maxima_are_refused() {
     let setup = Setup::new(&[], &[]);
     for (args, option) in [
         (["--plugin-events", "2000"], "--plugin-events is 2000"),
-        (["--plugin-concurrency", "32"], "--plugin-concurrency is 32"),
+        (
+            ["--plugin-concurrency", "2000"],
+            "--plugin-concurrency is 2000",
+        ),
         (["--plugin-instances", "1"], "--plugin-instances is 1"),
     ] {
         let out = setup

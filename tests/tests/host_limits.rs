@@ -441,10 +441,11 @@ async fn a_greedy_plugin_leaves_the_others_their_share_of_the_instance_pool() {
     let sandbox = generous_sandbox();
     let clock = VirtualClock::at(0);
     let cluster = Arc::new(EmbeddedCluster::new(Arc::new(clock.clone())));
-    // Ten reconciles whose calls each hold an instance until their deadline.
+    // Ten reconciles whose calls each spin, holding an instance until their
+    // deadline (a WASI sleep would not: its clock is virtual).
     for i in 0..10 {
         cluster
-            .apply_as_user(hostile(&format!("h{i}"), "sleep"))
+            .apply_as_user(hostile(&format!("h{i}"), "loop"))
             .unwrap();
     }
     cluster.apply_as_user(podset("web", 1)).unwrap();
