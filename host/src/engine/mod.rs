@@ -630,13 +630,14 @@ impl<B: ClusterBackend> Engine<B> {
     fn observe(&self, event: &WatchEvent, now: i64) {
         self.cache.observe(event);
         let window = i64::try_from(self.coalesce.as_millis()).unwrap_or(i64::MAX);
+        let kind = KindRef::of_object(&event.object);
         for (name, c) in self.controllers() {
             let plugin = c.plugin();
             let primary = &plugin.metadata().primary;
             // A change of the primary itself is reconciled at once; one of
             // a child or a read object after the window, with the others
             // that come in it (a ReplicaSet creating its Pods).
-            let of_primary = KindRef::of_object(&event.object).is_some_and(|k| &k == primary);
+            let of_primary = kind.as_ref() == Some(primary);
             let keys = event_mapping::primaries_for(plugin.metadata(), &event.object);
             let keys: Vec<PrimaryKey> = keys
                 .into_iter()
