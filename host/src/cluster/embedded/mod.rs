@@ -60,6 +60,8 @@ pub struct EmbeddedCluster {
     /// Wakes [`EmbeddedCluster::drive_builtins`] when a change may have set
     /// an earlier timer.
     builtins_changed: tokio::sync::Notify,
+    /// Wakes [`EmbeddedCluster::builtin_changes_ready`].
+    changes_ready: tokio::sync::Notify,
 }
 
 /// One open watch.
@@ -149,6 +151,7 @@ impl EmbeddedCluster {
             inner: Mutex::new(inner),
             clock,
             builtins_changed: tokio::sync::Notify::new(),
+            changes_ready: tokio::sync::Notify::new(),
         }
     }
 
@@ -165,6 +168,23 @@ impl EmbeddedCluster {
     }
 
     /// What the built-in controllers did since the last call, oldest first.
+    /// Returns once the built-in controllers made changes not yet taken
+    /// (at once if some wait).
+    pub async fn builtin_changes_ready(&self) {
+        loop {
+            let ready = self.changes_ready.notified();
+            if self
+                .lock()
+                .builtins
+                .as_ref()
+                .is_some_and(BuiltinControllers::has_changes)
+            {
+                return;
+            }
+            ready.await;
+        }
+    }
+
     pub fn take_builtin_changes(&self) -> Vec<builtins::BuiltinChange> {
         self.lock()
             .builtins
@@ -182,6 +202,7 @@ impl EmbeddedCluster {
         inner.settle(now);
         drop(inner);
         self.builtins_changed.notify_one();
+        self.changes_ready.notify_one();
     }
 
     /// Runs the built-in controllers' delayed changes on the real clock,
@@ -222,6 +243,7 @@ impl EmbeddedCluster {
         inner.settle(now);
         if inner.builtins.is_some() {
             self.builtins_changed.notify_one();
+            self.changes_ready.notify_one();
         }
         result.map_err(into_backend_error)
     }

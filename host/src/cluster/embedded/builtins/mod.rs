@@ -192,6 +192,10 @@ impl BuiltinControllers {
         }
     }
 
+    pub fn has_changes(&self) -> bool {
+        !self.changes.is_empty()
+    }
+
     /// What the controllers did since the last call, oldest first.
     pub fn take_changes(&mut self) -> Vec<BuiltinChange> {
         std::mem::take(&mut self.changes)
