@@ -422,3 +422,6 @@ fn apply(round: &mut Round<'_>, object: Value) -> Option<Value> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
