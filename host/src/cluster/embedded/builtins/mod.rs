@@ -40,7 +40,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use reconciler_contract::KindRef;
-use reconciler_contract::selector::LabelSelector;
+pub use reconciler_contract::selector::LabelSelector;
 use serde_json::Value;
 
 use super::store::{EmbeddedStore, StoreEvent};
