@@ -105,3 +105,71 @@ fn a_job_selected_to_fail_fails_after_its_duration() {
     let cluster = object(&text, "KubernetesCluster", "prod");
     assert!(cluster.contains("  phase: Failed"), "{cluster}");
 }
+
+/// `dev --until-settled` on the PodSet example alone, with `extra` options.
+fn dev(extra: &[&str]) -> String {
+    let work = tempfile::tempdir().unwrap();
+    let plugins = work.path().join("plugins");
+    let objects = work.path().join("objects");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::create_dir_all(&objects).unwrap();
+    std::fs::copy(
+        root().join("plugins/podset.wasm"),
+        plugins.join("podset.wasm"),
+    )
+    .unwrap();
+    std::fs::copy(
+        root().join("examples/podset.yaml"),
+        objects.join("podset.yaml"),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
+        .current_dir(work.path())
+        .args([
+            "--compile-cache",
+            work.path().join("cache").to_str().unwrap(),
+        ])
+        .args(["dev", "--until-settled", "--crds"])
+        .arg(root().join("crds"))
+        .arg("--plugins-dir")
+        .arg(&plugins)
+        .arg("--objects")
+        .arg(&objects)
+        .args(extra)
+        .output()
+        .expect("run reconciler-host");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn dev_prints_the_built_ins_changes_indented_and_grouped() {
+    let text = dev(&[]);
+    let lines: Vec<&str> = text.lines().collect();
+    let replica_set = lines
+        .iter()
+        .position(|l| l.contains("   (cluster) created ReplicaSet default/example-"))
+        .unwrap_or_else(|| panic!("no ReplicaSet line in:\n{text}"));
+    let pods = lines
+        .iter()
+        .find(|l| l.contains("   (cluster) created Pod default/example-"))
+        .unwrap_or_else(|| panic!("no Pod line in:\n{text}"));
+    assert_eq!(
+        pods.matches("default/example-").count(),
+        3,
+        "one line: {pods}"
+    );
+    let created = lines
+        .iter()
+        .position(|l| l.contains("podset PodSet default/example: created Deployment"))
+        .unwrap_or_else(|| panic!("no reconcile line in:\n{text}"));
+    assert!(created < replica_set, "after the reconcile:\n{text}");
+
+    let off = dev(&["--no-builtin-controllers"]);
+    assert!(!off.contains("(cluster)"), "{off}");
+    assert!(off.contains(r#"{"podNames":[]}"#), "{off}");
+}
