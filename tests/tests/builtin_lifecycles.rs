@@ -238,3 +238,45 @@ async fn a_kubernetes_cluster_is_created_fails_a_scaling_and_is_cleaned_up_the_s
     let second = kubernetes_cluster_life().await;
     assert_eq!(first, second, "two runs printed differently");
 }
+
+#[tokio::test]
+async fn a_scheduled_restart_rolls_the_deployment_onto_new_pods() {
+    let mut sim = Simulation::new(
+        &["rollout_schedules", "rollout_restarter"],
+        BuiltinConfig::default(),
+    )
+    .await;
+    sim.apply(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default",
+            "annotations": {"rollout-scheduler.io/enabled": "true",
+                "rollout-scheduler.io/schedule": "*/5 * * * *"}},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1"}]}}}}));
+    sim.settle_for(Duration::from_secs(10)).await;
+    let before = sim.pod_names();
+    assert_eq!(before.len(), 2);
+    sim.apply(
+        json!({"apiVersion": "example.com/v1alpha1", "kind": "RolloutSchedule",
+        "metadata": {"name": "web", "namespace": "default"}, "spec": {"enabled": true}}),
+    );
+
+    let printed = sim.settle_for(Duration::from_secs(6 * 60)).await;
+    assert!(
+        printed.contains("(cluster) scaled ReplicaSet default/web-") && printed.contains(" to 0"),
+        "{printed}"
+    );
+    let after = sim.pod_names();
+    assert_eq!(after.len(), 2, "{printed}");
+    assert!(
+        after.iter().all(|p| !before.contains(p)),
+        "{before:?} -> {after:?}"
+    );
+    let deployment = sim.get("Deployment", "web").unwrap();
+    assert_eq!(
+        deployment["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "2"
+    );
+    assert_eq!(deployment["status"]["readyReplicas"], 2, "{printed}");
+    assert_eq!(sim.all("ReplicaSet").len(), 2, "the old one stays, at 0");
+}
