@@ -167,7 +167,6 @@ impl EmbeddedCluster {
         self.lock().builtins.as_ref()?.next_due()
     }
 
-    /// What the built-in controllers did since the last call, oldest first.
     /// Returns once the built-in controllers made changes not yet taken
     /// (at once if some wait).
     pub async fn builtin_changes_ready(&self) {
@@ -185,6 +184,7 @@ impl EmbeddedCluster {
         }
     }
 
+    /// What the built-in controllers did since the last call, oldest first.
     pub fn take_builtin_changes(&self) -> Vec<builtins::BuiltinChange> {
         self.lock()
             .builtins
