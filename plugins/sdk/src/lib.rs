@@ -46,7 +46,9 @@ pub use contract::{EventType, Hints, KindRef, LogLevel, MapRule, PluginMetadata}
 pub use error::Error;
 pub use k8s_openapi;
 pub use object::{Object, PartialObject};
-pub use reconciler_contract::{AdmissionSettings, FailurePolicy, Operation, UserInfo, Verdict};
+pub use reconciler_contract::{
+    AdmissionRequest, AdmissionSettings, FailurePolicy, Operation, UserInfo, Verdict,
+};
 pub use response::Response;
 
 use serde::de::DeserializeOwned;

@@ -5,6 +5,7 @@
 //! wasm32-wasip2 and checks that the host turns each into a clear error for
 //! that one object and keeps serving.
 
+mod admission;
 mod finalizers;
 mod flood;
 mod metadata_rules;
@@ -125,6 +126,23 @@ impl Reconciler for Hostiles {
             Some(finalizer) => metadata.finalizer(finalizer),
             None => metadata,
         }
+    }
+
+    fn admission() -> Option<reconciler_sdk::AdmissionSettings> {
+        Some(admission::settings())
+    }
+
+    fn validate(
+        request: &reconciler_sdk::Admission<Hostile>,
+    ) -> Result<reconciler_sdk::Verdict, Error> {
+        admission::validate(request)
+    }
+
+    fn apply_defaults(
+        object: &mut serde_json::Value,
+        request: &reconciler_sdk::Admission<Hostile>,
+    ) -> Result<(), Error> {
+        admission::apply_defaults(object, request)
     }
 
     fn reconcile(hostile: Hostile, ctx: &Context) -> Result<Response, Error> {
