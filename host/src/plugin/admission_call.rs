@@ -200,19 +200,19 @@ impl LoadedPlugin {
     ) -> Result<AdmissionDecision, AdmissionError> {
         let mut patch = Vec::new();
         let defaults_apply = matches!(request.operation, Operation::Create | Operation::Update);
-        if settings.mutating && defaults_apply {
-            if let Some(text) = request.object.clone() {
-                let original: Value = serde_json::from_str(&text)
-                    .map_err(|e| AdmissionError::BadObject(e.to_string()))?;
-                let defaulted =
-                    self.call_admission(object, now_millis, &request, |a, store, r| {
-                        a.call_apply_defaults(store, r)
-                    })?;
-                if let Some(defaulted) = defaulted {
-                    patch = defaults_patch(&original, &defaulted, self.limits().output_bytes)?;
-                    if !patch.is_empty() {
-                        request.object = Some(defaulted);
-                    }
+        if settings.mutating
+            && defaults_apply
+            && let Some(text) = request.object.clone()
+        {
+            let original: Value = serde_json::from_str(&text)
+                .map_err(|e| AdmissionError::BadObject(e.to_string()))?;
+            let defaulted = self.call_admission(object, now_millis, &request, |a, store, r| {
+                a.call_apply_defaults(store, r)
+            })?;
+            if let Some(defaulted) = defaulted {
+                patch = defaults_patch(&original, &defaulted, self.limits().output_bytes)?;
+                if !patch.is_empty() {
+                    request.object = Some(defaulted);
                 }
             }
         }

@@ -52,7 +52,7 @@ impl<T: 'static> PluginPre<T> {
         let reconciler = guest::GuestIndices::new(&instance_pre)?;
         let admission = match instance_pre
             .component()
-            .get_export_index(None, &admission_export())
+            .get_export_index(None, admission_export())
         {
             Some(_) => Some(admission::GuestIndices::new(&instance_pre)?),
             None => None,

@@ -118,14 +118,15 @@ impl<R: Reconciler> Harness<R> {
         let mut request = request.clone();
         let mut defaulted = None;
         let defaults_apply = matches!(request.operation, Operation::Create | Operation::Update);
-        if settings.mutating && defaults_apply {
-            if let Some(text) = crate::admission::dispatch_defaults::<R>(&request)? {
-                defaulted = Some(
-                    serde_json::from_str(&text)
-                        .map_err(|e| format!("the defaulted object is not JSON: {e}"))?,
-                );
-                request.object = Some(text);
-            }
+        if settings.mutating
+            && defaults_apply
+            && let Some(text) = crate::admission::dispatch_defaults::<R>(&request)?
+        {
+            defaulted = Some(
+                serde_json::from_str(&text)
+                    .map_err(|e| format!("the defaulted object is not JSON: {e}"))?,
+            );
+            request.object = Some(text);
         }
         let verdict = crate::admission::dispatch_validate::<R>(&request)?;
         Ok(AdmissionOutcome { verdict, defaulted })
