@@ -3,5 +3,8 @@
 //! AdmissionReviews.
 
 pub mod object_gate;
+pub mod plugin_set;
+pub mod review;
+pub mod serving_cert;
 
 pub use object_gate::{GateOutcome, admit_object};

@@ -31,6 +31,19 @@ use super::loaded::{Call, LoadedPlugin, classify, emit_output, new_store};
 /// webhook timeout is at most 30 s, and it waits for every webhook in turn.
 pub const MAX_ADMISSION_TIMEOUT_MS: u32 = 10_000;
 
+/// Which of a plugin's admission calls one request runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdmissionPhase {
+    /// Defaulting, then validation of the defaulted object: what `test`,
+    /// `dev` and `simulate` run, where nothing else mutates in between.
+    Both,
+    /// Defaulting only: the API server's mutating webhook.
+    Mutate,
+    /// Validation only: the API server's validating webhook, which sees the
+    /// object after every mutating webhook ran.
+    Validate,
+}
+
 /// What the host answers the API server for one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdmissionDecision {
@@ -143,6 +156,17 @@ impl LoadedPlugin {
         object: &str,
         now_millis: i64,
     ) -> AdmissionDecision {
+        self.admit_in(AdmissionPhase::Both, request, object, now_millis)
+    }
+
+    /// [`Self::admit`], running only the calls of `phase`.
+    pub fn admit_in(
+        &self,
+        phase: AdmissionPhase,
+        request: AdmissionRequest,
+        object: &str,
+        now_millis: i64,
+    ) -> AdmissionDecision {
         let Some(settings) = self.admission.clone() else {
             return AdmissionDecision {
                 allowed: true,
@@ -161,7 +185,7 @@ impl LoadedPlugin {
                 failure: None,
             };
         }
-        match self.try_admit(&settings, request, object, now_millis) {
+        match self.try_admit(&settings, phase, request, object, now_millis) {
             Ok(decision) => decision,
             Err(error) => {
                 let failure = format!(
@@ -194,6 +218,7 @@ impl LoadedPlugin {
     fn try_admit(
         &self,
         settings: &AdmissionSettings,
+        phase: AdmissionPhase,
         mut request: AdmissionRequest,
         object: &str,
         now_millis: i64,
@@ -201,6 +226,7 @@ impl LoadedPlugin {
         let mut patch = Vec::new();
         let defaults_apply = matches!(request.operation, Operation::Create | Operation::Update);
         if settings.mutating
+            && phase != AdmissionPhase::Validate
             && defaults_apply
             && let Some(text) = request.object.clone()
         {
@@ -215,6 +241,15 @@ impl LoadedPlugin {
                     request.object = Some(defaulted);
                 }
             }
+        }
+        if phase == AdmissionPhase::Mutate {
+            return Ok(AdmissionDecision {
+                allowed: true,
+                message: None,
+                warnings: Vec::new(),
+                patch,
+                failure: None,
+            });
         }
         let verdict = self.call_admission(object, now_millis, &request, |a, store, r| {
             a.call_validate(store, r)

@@ -23,7 +23,7 @@ pub mod response_limits;
 pub mod response_rules;
 pub mod sandbox;
 
-pub use admission_call::{AdmissionDecision, AdmissionError};
+pub use admission_call::{AdmissionDecision, AdmissionError, AdmissionPhase};
 pub use call_random::RandomKey;
 pub use compile_cache::{CompileCache, CompileSource};
 pub use errors::{CallError, LoadError, LoadFailure};
