@@ -5,6 +5,8 @@
 pub mod object_gate;
 pub mod plugin_set;
 pub mod review;
+pub mod server;
 pub mod serving_cert;
+pub mod webhook_configs;
 
 pub use object_gate::{GateOutcome, admit_object};
