@@ -6,6 +6,7 @@ pub mod object_gate;
 pub mod plugin_set;
 pub mod review;
 pub mod server;
+pub mod service;
 pub mod serving_cert;
 pub mod webhook_configs;
 
