@@ -254,6 +254,7 @@ fn the_configurations_name_the_kind_the_endpoint_and_the_policy() {
             port: 8443,
         },
         ca_bundle_pem: "PEM".into(),
+        namespaces: vec!["team-a".into()],
     };
     let (validating, mutating) =
         configurations(&plugin, &settings, "kubernetesclusters", true, &setup);
@@ -276,6 +277,11 @@ fn the_configurations_name_the_kind_the_endpoint_and_the_policy() {
             "path": "/admission/kubernetescluster/validate"})
     );
     assert_eq!(hook["clientConfig"]["caBundle"], "UEVN");
+    assert_eq!(
+        hook["namespaceSelector"],
+        json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}]}),
+        "called only for the namespaces the host serves"
+    );
     let mutating = mutating.expect("kubernetescluster defaults");
     assert_eq!(
         mutating["webhooks"][0]["clientConfig"]["service"]["path"],

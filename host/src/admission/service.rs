@@ -46,6 +46,8 @@ pub struct AdmissionConfig {
     /// Apply and remove the webhook configurations (off when they are
     /// managed elsewhere, e.g. by a GitOps tool).
     pub manage_webhooks: bool,
+    /// The namespaces the host serves; empty: all.
+    pub namespaces: Vec<String>,
     /// How often configurations are applied again (plugins whose kind was
     /// not served yet, configurations edited by hand).
     pub resync_every: Duration,
@@ -104,6 +106,7 @@ pub async fn start(
         prefix: config.prefix.clone(),
         endpoint: config.endpoint.clone(),
         ca_bundle_pem: cert.ca_bundle_pem.clone(),
+        namespaces: config.namespaces.clone(),
     };
     if config.manage_webhooks {
         apply(&client, &plugins, &setup).await;

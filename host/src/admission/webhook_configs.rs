@@ -71,6 +71,9 @@ pub struct WebhookSetup {
     pub prefix: String,
     pub endpoint: WebhookEndpoint,
     pub ca_bundle_pem: String,
+    /// The namespaces the host serves (`run --namespace`); empty: all. The
+    /// API server then calls the webhooks only for objects in them.
+    pub namespaces: Vec<String>,
 }
 
 /// The API server's webhook timeout for a plugin: its admission deadline,
@@ -80,6 +83,18 @@ fn timeout_seconds(settings: &AdmissionSettings) -> u32 {
         .timeout_ms
         .unwrap_or(AdmissionSettings::DEFAULT_TIMEOUT_MS);
     (ms.div_ceil(1000) + 1).min(30)
+}
+
+/// Objects in these namespaces only (ignored for cluster-scoped kinds).
+fn namespace_selector(namespaces: &[String]) -> Value {
+    if namespaces.is_empty() {
+        return json!({});
+    }
+    json!({"matchExpressions": [{
+        "key": "kubernetes.io/metadata.name",
+        "operator": "In",
+        "values": namespaces,
+    }]})
 }
 
 /// The configurations of one plugin: the validating one, and the mutating
@@ -126,6 +141,7 @@ pub fn configurations(
             "admissionReviewVersions": ["v1"],
             "matchPolicy": "Equivalent",
             "timeoutSeconds": timeout_seconds(settings),
+            "namespaceSelector": namespace_selector(&setup.namespaces),
         })
     };
     let validating = json!({

@@ -164,6 +164,7 @@ impl AdmissionArgs {
             cert,
             prefix: self.admission_webhook_prefix.clone(),
             manage_webhooks: !self.admission_no_webhook_configs,
+            namespaces: Vec::new(),
             resync_every: Duration::from_secs(60),
         }))
     }
@@ -220,7 +221,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let config = RunConfig {
         plugins_dir: args.plugins_dir,
         scope: ServeScope {
-            namespaces,
+            namespaces: namespaces.clone(),
             selectors,
         },
         install_crds: args.install_crds,
@@ -239,7 +240,10 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
             )
         }),
         record: args.record,
-        admission: args.admission.config()?,
+        admission: args.admission.config()?.map(|admission| AdmissionConfig {
+            namespaces: namespaces.iter().cloned().collect(),
+            ..admission
+        }),
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
