@@ -18,11 +18,11 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use reconciler_sdk::KindRef;
 use reconciler_sdk::k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
-use reconciler_sdk::KindRef;
 use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
 use reconciler_tests::{example_plugin, root, test_plugin};
 use serde_json::{Value, json};
@@ -43,7 +43,10 @@ fn free_port() -> Result<u16> {
 /// Starts the host with admission on a free port of 127.0.0.1, its
 /// certificate generated into a Secret of the test's namespace; returns the
 /// webhook prefix.
-fn start_host_with_admission(cx: &mut RealCluster, plugins: &[std::path::PathBuf]) -> Result<String> {
+fn start_host_with_admission(
+    cx: &mut RealCluster,
+    plugins: &[std::path::PathBuf],
+) -> Result<String> {
     let port = free_port()?;
     let prefix = format!("e2e-{}", cx.namespace);
     let listen = format!("127.0.0.1:{port}");
@@ -80,7 +83,12 @@ async fn remove_configurations(cx: &RealCluster, prefix: &str) -> Result<()> {
 }
 
 /// Waits until the validating configuration of `plugin` has `policy`.
-async fn wait_for_configuration(cx: &RealCluster, prefix: &str, plugin: &str, policy: &str) -> Result<()> {
+async fn wait_for_configuration(
+    cx: &RealCluster,
+    prefix: &str,
+    plugin: &str,
+    policy: &str,
+) -> Result<()> {
     let api: Api<ValidatingWebhookConfiguration> = Api::all(cx.client.clone());
     let name = format!("{prefix}-{plugin}");
     cx.wait_for(
@@ -114,16 +122,18 @@ async fn try_create(cx: &RealCluster, object: &Value) -> Result<Result<Value, St
     let kind = KindRef::of_object(object).context("a kind")?;
     let api: Api<DynamicObject> = cx.api(&kind).await?;
     let body: DynamicObject = serde_json::from_value(object.clone())?;
-    cx.wait_for("the API server to answer a create", WAIT, async || {
-        match api.create(&PostParams::default(), &body).await {
+    cx.wait_for(
+        "the API server to answer a create",
+        WAIT,
+        async || match api.create(&PostParams::default(), &body).await {
             Ok(created) => Ok(Probe::Ready(Ok(serde_json::to_value(created)?))),
             Err(kube::Error::Api(e)) if e.message.contains("failed calling webhook") => {
                 Ok(Probe::Pending(e.message))
             }
             Err(kube::Error::Api(e)) => Ok(Probe::Ready(Err(e.message))),
             Err(e) => Err(e.into()),
-        }
-    })
+        },
+    )
     .await
 }
 
@@ -139,82 +149,99 @@ fn hostile(name: &str, mode: &str) -> Value {
 
 #[test]
 fn the_api_server_denies_a_change_of_masters_and_gets_defaults() {
-    SUITE.run("the_api_server_denies_a_change_of_masters_and_gets_defaults", async |cx| {
-        cx.install_crds(&root().join("crds/kubernetescluster.yaml")).await?;
-        let prefix = start_host_with_admission(cx, &[example_plugin("kubernetescluster")])?;
-        let result = async {
-            wait_for_configuration(cx, &prefix, "kubernetescluster", "Fail").await?;
-            let created = match try_create(cx, &cluster("prod", 3)).await? {
-                Ok(created) => created,
-                Err(denied) => bail!("a valid cluster was denied: {denied}"),
-            };
-            if created["spec"]["version"] != "1.33" {
-                bail!("defaulting did not fill spec.version: {}", created["spec"]);
+    SUITE.run(
+        "the_api_server_denies_a_change_of_masters_and_gets_defaults",
+        async |cx| {
+            cx.install_crds(&root().join("crds/kubernetescluster.yaml"))
+                .await?;
+            let prefix = start_host_with_admission(cx, &[example_plugin("kubernetescluster")])?;
+            let result = async {
+                wait_for_configuration(cx, &prefix, "kubernetescluster", "Fail").await?;
+                let created = match try_create(cx, &cluster("prod", 3)).await? {
+                    Ok(created) => created,
+                    Err(denied) => bail!("a valid cluster was denied: {denied}"),
+                };
+                if created["spec"]["version"] != "1.33" {
+                    bail!("defaulting did not fill spec.version: {}", created["spec"]);
+                }
+                cx.step("created with spec.version defaulted to 1.33");
+                let kind = KindRef::new("example.com", "v1alpha1", "KubernetesCluster");
+                let denied = cx
+                    .merge_patch(&kind, "prod", json!({"spec": {"masters": 5}}))
+                    .await
+                    .err()
+                    .context("an update of spec.masters was admitted")?;
+                let message = format!("{denied:#}");
+                if !message.contains(
+                    "spec.masters cannot change after creation: it is 3, the update asks for 5",
+                ) {
+                    bail!("not the plugin's message: {message}");
+                }
+                cx.step(format!("update denied: {message}"));
+                let stored = cx.must_get(&kind, "prod").await?;
+                if stored["spec"]["masters"] != 3 {
+                    bail!("the denied change was stored: {}", stored["spec"]);
+                }
+                cx.merge_patch(&kind, "prod", json!({"spec": {"workers": 4}}))
+                    .await
+                    .context("another change is admitted")?;
+                Ok(())
             }
-            cx.step("created with spec.version defaulted to 1.33");
-            let kind = KindRef::new("example.com", "v1alpha1", "KubernetesCluster");
-            let denied = cx
-                .merge_patch(&kind, "prod", json!({"spec": {"masters": 5}}))
-                .await
-                .err()
-                .context("an update of spec.masters was admitted")?;
-            let message = format!("{denied:#}");
-            if !message.contains(
-                "spec.masters cannot change after creation: it is 3, the update asks for 5",
-            ) {
-                bail!("not the plugin's message: {message}");
-            }
-            cx.step(format!("update denied: {message}"));
-            let stored = cx.must_get(&kind, "prod").await?;
-            if stored["spec"]["masters"] != 3 {
-                bail!("the denied change was stored: {}", stored["spec"]);
-            }
-            cx.merge_patch(&kind, "prod", json!({"spec": {"workers": 4}}))
-                .await
-                .context("another change is admitted")?;
-            Ok(())
-        }
-        .await;
-        remove_configurations(cx, &prefix).await?;
-        result
-    });
+            .await;
+            remove_configurations(cx, &prefix).await?;
+            result
+        },
+    );
 }
 
 #[test]
 fn a_trapping_plugin_gets_its_failure_policy_across_a_hot_reload() {
-    SUITE.run("a_trapping_plugin_gets_its_failure_policy_across_a_hot_reload", async |cx| {
-        cx.install_crds(&root().join("tests/crds/hostile.yaml")).await?;
-        let prefix = start_host_with_admission(cx, &[test_plugin("hostile")])?;
-        let result = async {
-            wait_for_configuration(cx, &prefix, "hostile", "Fail").await?;
-            match try_create(cx, &hostile("trap", "admit-trap")).await? {
-                Ok(_) => bail!("a trapping plugin under Fail admitted the object"),
-                Err(message) if message.contains("failure policy Fail") => {
-                    cx.step(format!("denied under Fail: {message}"));
-                }
-                Err(message) => bail!("denied, but not by the failure policy: {message}"),
-            }
-            // The same file name, a version whose policy is Ignore.
-            let ignore = std::fs::read(test_plugin("hostile-admission-ignore"))?;
-            cx.host()?.put_plugin("hostile.wasm", &ignore)?;
-            wait_for_configuration(cx, &prefix, "hostile", "Ignore").await?;
-            let admitted = cx
-                .wait_for("the reloaded plugin to admit under Ignore", WAIT, async || {
-                    Ok(match try_create(cx, &hostile("trap", "admit-trap")).await? {
-                        Ok(created) => Probe::Ready(created),
-                        Err(message) => Probe::Pending(message),
-                    })
-                })
+    SUITE.run(
+        "a_trapping_plugin_gets_its_failure_policy_across_a_hot_reload",
+        async |cx| {
+            cx.install_crds(&root().join("tests/crds/hostile.yaml"))
                 .await?;
-            cx.step(format!("admitted under Ignore after the reload: {}", admitted["metadata"]["name"]));
-            match try_create(cx, &hostile("denied", "admit-deny")).await? {
-                Ok(_) => bail!("the reloaded plugin's denial was not applied"),
-                Err(message) if message.contains("hostile says no") => Ok(()),
-                Err(message) => bail!("denied with another message: {message}"),
+            let prefix = start_host_with_admission(cx, &[test_plugin("hostile")])?;
+            let result = async {
+                wait_for_configuration(cx, &prefix, "hostile", "Fail").await?;
+                match try_create(cx, &hostile("trap", "admit-trap")).await? {
+                    Ok(_) => bail!("a trapping plugin under Fail admitted the object"),
+                    Err(message) if message.contains("failure policy Fail") => {
+                        cx.step(format!("denied under Fail: {message}"));
+                    }
+                    Err(message) => bail!("denied, but not by the failure policy: {message}"),
+                }
+                // The same file name, a version whose policy is Ignore.
+                let ignore = std::fs::read(test_plugin("hostile-admission-ignore"))?;
+                cx.host()?.put_plugin("hostile.wasm", &ignore)?;
+                wait_for_configuration(cx, &prefix, "hostile", "Ignore").await?;
+                let admitted = cx
+                    .wait_for(
+                        "the reloaded plugin to admit under Ignore",
+                        WAIT,
+                        async || {
+                            Ok(
+                                match try_create(cx, &hostile("trap", "admit-trap")).await? {
+                                    Ok(created) => Probe::Ready(created),
+                                    Err(message) => Probe::Pending(message),
+                                },
+                            )
+                        },
+                    )
+                    .await?;
+                cx.step(format!(
+                    "admitted under Ignore after the reload: {}",
+                    admitted["metadata"]["name"]
+                ));
+                match try_create(cx, &hostile("denied", "admit-deny")).await? {
+                    Ok(_) => bail!("the reloaded plugin's denial was not applied"),
+                    Err(message) if message.contains("hostile says no") => Ok(()),
+                    Err(message) => bail!("denied with another message: {message}"),
+                }
             }
-        }
-        .await;
-        remove_configurations(cx, &prefix).await?;
-        result
-    });
+            .await;
+            remove_configurations(cx, &prefix).await?;
+            result
+        },
+    );
 }

@@ -381,7 +381,10 @@ impl RealCluster {
             args,
             &env,
         )?;
-        self.step(format!("started reconciler-host run (pid {}) with {args:?}", host.pid()));
+        self.step(format!(
+            "started reconciler-host run (pid {}) with {args:?}",
+            host.pid()
+        ));
         Ok(self.host.insert(host))
     }
 
