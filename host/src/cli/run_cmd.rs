@@ -72,7 +72,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 100, value_name = "MS")]
     pub coalesce_ms: u64,
     #[command(flatten)]
-    pub admission: AdmissionArgs,
+    pub admission: Box<AdmissionArgs>,
 }
 
 /// Admission webhooks for plugins that declare admission.
