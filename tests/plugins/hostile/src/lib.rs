@@ -45,7 +45,9 @@ pub struct Hostiles;
 // `cluster-scope`, a namespaced primary that also owns ClusterRoles (refused
 // at load), with `cluster-primary`, a plugin of the cluster-scoped
 // ClusterHostile kind; for the host limits, with `greedy`, asking for 4096
-// reconciles at once, with `sleepy-metadata`, one whose `metadata` sleeps.
+// reconciles at once, with `sleepy-metadata`, one whose `metadata` sleeps;
+// for admission (admission.rs), with `admission-ignore`, one whose failure
+// policy is Ignore instead of Fail.
 const NAME: &str = if cfg!(feature = "rival") {
     "rival"
 } else if cfg!(feature = "cluster-primary") {
