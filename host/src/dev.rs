@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use crate::admission::{GateOutcome, admit_object};
 use crate::background_reload::BackgroundReload;
 use crate::cluster::embedded::EmbeddedCluster;
+use crate::cluster::embedded::builtins::{BuiltinConfig, group_changes};
 use crate::cluster::embedded::kind_scopes::is_crd;
 use crate::cluster::{ObjectKey, RealClock};
 use crate::dir_watch::watch_dir;
@@ -152,6 +153,8 @@ pub struct DevConfig {
     pub until_settled: bool,
     /// Write every reconcile as a golden case under this directory.
     pub record: Option<PathBuf>,
+    /// Play the built-in controllers with these settings (`None`: off).
+    pub builtins: Option<BuiltinConfig>,
 }
 
 /// Runs the dev loop until Ctrl-C (or until settled, if asked). Plugins are
@@ -162,7 +165,14 @@ pub async fn run(
     config: DevConfig,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<u64> {
-    let cluster = Arc::new(EmbeddedCluster::new(Arc::new(RealClock)));
+    let mut cluster = EmbeddedCluster::new(Arc::new(RealClock));
+    if let Some(builtins) = &config.builtins {
+        cluster = cluster.with_builtin_controllers(builtins.clone());
+    }
+    let cluster = Arc::new(cluster);
+    // Pods start and Jobs end on the real clock; the task ends with the
+    // runtime.
+    tokio::spawn(cluster.clone().drive_builtins());
     if let Some(dir) = &config.crds_dir {
         for line in seed_crds(dir, &cluster) {
             writeln!(out, "{}", stamp(&line))?;
@@ -210,6 +220,11 @@ pub async fn run(
         while let Some(record) = dispatcher.try_finished() {
             writeln!(out, "{}", stamp(&record.to_string()))?;
         }
+        // After the reconciles whose writes they answered: while some run,
+        // their records bring the changes with them.
+        if dispatcher.outstanding() == 0 {
+            write_builtin_changes(&cluster, out)?;
+        }
         let changes = dispatcher.dispatch();
         if dispatcher.outstanding() == 0 && changes == 0 {
             let table = primaries_table(&engine);
@@ -225,6 +240,7 @@ pub async fn run(
             woke = dispatcher.wake() => {
                 if let Wake::Finished(record) = woke {
                     writeln!(out, "{}", stamp(&record.to_string()))?;
+                    write_builtin_changes(&cluster, out)?;
                 }
             }
             update = reloads.next() => {
@@ -233,6 +249,7 @@ pub async fn run(
                 }
                 failures = update.failures;
             }
+            () = cluster.builtin_changes_ready(), if config.builtins.is_some() && dispatcher.outstanding() == 0 => {}
             Some(()) = fs_rx.recv() => {
                 while fs_rx.try_recv().is_ok() {}
                 for line in manifests.sync_admitted(&config.objects_dir, &cluster, &engine.plugins()) {
@@ -251,6 +268,19 @@ pub async fn run(
         writeln!(out, "{}", stamp(&record.to_string()))?;
     }
     Ok(failures)
+}
+
+/// The built-in controllers' changes since the last call, quieter than a
+/// reconcile: indented, marked `(cluster)`, a line per kind of change
+/// naming every object it touched.
+fn write_builtin_changes(
+    cluster: &EmbeddedCluster,
+    out: &mut (dyn Write + Send),
+) -> std::io::Result<()> {
+    for line in group_changes(&cluster.take_builtin_changes()) {
+        writeln!(out, "{}", stamp(&format!("  (cluster) {line}")))?;
+    }
+    Ok(())
 }
 
 /// Applies the CRDs of `dir`, so the cluster knows which custom kinds are

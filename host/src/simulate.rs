@@ -16,6 +16,7 @@ use reconciler_contract::Operation;
 use serde_json::Value;
 
 use crate::admission::{GateOutcome, admit_object};
+use crate::cluster::embedded::builtins::{BuiltinChange, BuiltinConfig, group_changes};
 use crate::cluster::embedded::{EmbeddedCluster, RecordedEvent};
 use crate::cluster::{Clock, ClusterBackend, VirtualClock};
 use crate::engine::{Engine, ReconcileRecord};
@@ -38,6 +39,9 @@ pub struct SimulationConfig {
     pub max_reconciles: usize,
     /// Write every reconcile as a golden case under this directory.
     pub record: Option<PathBuf>,
+    /// Play the built-in controllers (Deployments, ReplicaSets, Pods, Jobs)
+    /// with these settings; `None` shows plugins only what they wrote.
+    pub builtins: Option<BuiltinConfig>,
 }
 
 impl Default for SimulationConfig {
@@ -48,6 +52,7 @@ impl Default for SimulationConfig {
             max_rounds: 20,
             max_reconciles: 100_000,
             record: None,
+            builtins: None,
         }
     }
 }
@@ -64,6 +69,8 @@ pub struct SimulationReport {
     /// or a name another plugin took first, a namespaced primary owning a
     /// cluster-scoped kind); the others ran without them.
     pub refused: Vec<String>,
+    /// What the built-in controllers did, each after how many of `records`.
+    pub builtin_changes: Vec<(usize, BuiltinChange)>,
     /// What admission said of the seeded objects: denied ones (not stored)
     /// and defaulted ones, a line each.
     pub admission: Vec<String>,
@@ -96,7 +103,11 @@ pub async fn simulate(
     config: &SimulationConfig,
 ) -> Result<(SimulationReport, Arc<EmbeddedCluster>), SimulationError> {
     let clock = VirtualClock::at(config.start_millis);
-    let cluster = Arc::new(EmbeddedCluster::new(Arc::new(clock.clone())));
+    let mut cluster = EmbeddedCluster::new(Arc::new(clock.clone()));
+    if let Some(builtins) = &config.builtins {
+        cluster = cluster.with_builtin_controllers(builtins.clone());
+    }
+    let cluster = Arc::new(cluster);
     let (crds, others): (Vec<Value>, Vec<Value>) = objects.into_iter().partition(is_crd_object);
     let mut admission = Vec::new();
     for object in crds.into_iter().chain(others) {
@@ -147,7 +158,14 @@ pub async fn simulate(
             refused.push(format!("{}: {e}", plugin.path().display()));
         }
     }
-    let report = run(&engine, &clock, config).await;
+    // What the built-ins did to the seed objects comes first.
+    let seeded = cluster.take_builtin_changes();
+    let mut report = run_with_builtins(&engine, &clock, config, Some(&cluster)).await;
+    report.builtin_changes = seeded
+        .into_iter()
+        .map(|c| (0, c))
+        .chain(std::mem::take(&mut report.builtin_changes))
+        .collect();
     let report = SimulationReport {
         start_millis: config.start_millis,
         events: cluster.events(),
@@ -170,11 +188,38 @@ pub async fn run<B: ClusterBackend>(
     clock: &VirtualClock,
     config: &SimulationConfig,
 ) -> SimulationReport {
+    run_with_builtins(engine, clock, config, None).await
+}
+
+/// [`run`], with the built-in controllers of `cluster` on the same clock:
+/// their delays are due times like the engine's requeues, and at one
+/// instant they act before the reconciles.
+pub async fn run_with_builtins<B: ClusterBackend>(
+    engine: &Engine<B>,
+    clock: &VirtualClock,
+    config: &SimulationConfig,
+    cluster: Option<&EmbeddedCluster>,
+) -> SimulationReport {
     let end = config.start_millis + i64::try_from(config.advance.as_millis()).unwrap_or(i64::MAX);
     let mut records = Vec::new();
+    let mut builtin_changes = Vec::new();
     let mut rounds: HashMap<(String, String, i64), u32> = HashMap::new();
     let mut unsettled = None;
     loop {
+        if let Some(cluster) = cluster {
+            if cluster
+                .next_builtin_due()
+                .is_some_and(|at| at <= clock.now_millis())
+            {
+                cluster.run_builtins();
+            }
+            builtin_changes.extend(
+                cluster
+                    .take_builtin_changes()
+                    .into_iter()
+                    .map(|c| (records.len(), c)),
+            );
+        }
         engine.pump();
         if let Some((plugin, key)) = engine.next_ready() {
             let now = clock.now_millis();
@@ -197,7 +242,12 @@ pub async fn run<B: ClusterBackend>(
             records.push(record);
             continue;
         }
-        match engine.next_wakeup() {
+        let builtin_due = cluster.and_then(EmbeddedCluster::next_builtin_due);
+        let next = match (engine.next_wakeup(), builtin_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match next {
             Some(at) if at <= end => clock.set(at.max(clock.now_millis())),
             _ => break,
         }
@@ -216,6 +266,7 @@ pub async fn run<B: ClusterBackend>(
         admission: Vec::new(),
         unsettled,
         refused: Vec::new(),
+        builtin_changes,
     }
 }
 
@@ -226,6 +277,36 @@ pub fn offset(start_millis: i64, at_millis: i64) -> String {
 }
 
 impl SimulationReport {
+    /// The built-in controllers' changes made before reconcile `index`, a
+    /// line per instant and kind of change, marked apart from reconciles.
+    fn render_changes_before<'a>(
+        &self,
+        index: usize,
+        changes: &mut std::iter::Peekable<impl Iterator<Item = &'a (usize, BuiltinChange)>>,
+        out: &mut String,
+    ) {
+        let mut batch: Vec<BuiltinChange> = Vec::new();
+        let flush = |batch: &mut Vec<BuiltinChange>, out: &mut String| {
+            if let Some(first) = batch.first() {
+                let at = offset(self.start_millis, first.at_millis);
+                for line in group_changes(batch) {
+                    out.push_str(&format!("[{at}]   (cluster) {line}\n"));
+                }
+            }
+            batch.clear();
+        };
+        while let Some((_, change)) = changes.next_if(|(before, _)| *before <= index) {
+            if batch
+                .first()
+                .is_some_and(|f| f.at_millis != change.at_millis)
+            {
+                flush(&mut batch, out);
+            }
+            batch.push(change.clone());
+        }
+        flush(&mut batch, out);
+    }
+
     /// The report as text: reconciles, Events, then the objects as YAML.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -238,12 +319,15 @@ impl SimulationReport {
             out.push('\n');
         }
         out.push_str("# reconciles\n");
-        for r in &self.records {
+        let mut changes = self.builtin_changes.iter().peekable();
+        for (i, r) in self.records.iter().enumerate() {
+            self.render_changes_before(i, &mut changes, &mut out);
             out.push_str(&format!(
                 "[{}] {r}\n",
                 offset(self.start_millis, r.at_millis)
             ));
         }
+        self.render_changes_before(usize::MAX, &mut changes, &mut out);
         if let Some(why) = &self.unsettled {
             out.push_str(&format!("NOT SETTLED: {why}\n"));
         }

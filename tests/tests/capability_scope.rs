@@ -171,6 +171,7 @@ async fn dev_reports_the_refused_plugin_by_file_and_runs_the_others() {
         crds_dir: Some(root().join("crds")),
         until_settled: true,
         record: None,
+        builtins: None,
     };
     let mut out = Vec::new();
     let refused = run_dev(sandbox().clone(), config, &mut out).await.unwrap();

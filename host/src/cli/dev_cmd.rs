@@ -5,6 +5,7 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::SandboxArgs;
+use super::builtins_args::BuiltinArgs;
 use crate::dev::{DevConfig, run};
 
 #[derive(Debug, Args)]
@@ -27,6 +28,8 @@ pub struct DevArgs {
     /// cache reads returned, the response), to replay with `reconciler-host test`.
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
+    #[command(flatten)]
+    pub builtins: BuiltinArgs,
 }
 
 /// Where `dev` looks for CRDs when `--crds` is not given: the project's own.
@@ -54,6 +57,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
         crds_dir,
         until_settled: args.until_settled,
         record: args.record,
+        builtins: args.builtins.config(),
     };
     let mut out = std::io::stdout();
     let refused = runtime.block_on(run(sandbox, config, &mut out))?;

@@ -1,5 +1,6 @@
 //! The `reconciler-host` command line.
 
+mod builtins_args;
 mod dev_cmd;
 mod inspect_cmd;
 mod rbac_cmd;

@@ -6,6 +6,7 @@ use clap::Args;
 use k8s_openapi::jiff::Timestamp;
 
 use super::SandboxArgs;
+use super::builtins_args::BuiltinArgs;
 use crate::golden::duration_text::parse_duration;
 use crate::plugin::RandomKey;
 use crate::simulate::{SimulationConfig, simulate};
@@ -36,6 +37,8 @@ pub struct SimulateArgs {
     /// cache reads returned, the response), to replay with `reconciler-host test`.
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
+    #[command(flatten)]
+    pub builtins: BuiltinArgs,
 }
 
 fn parse_time(text: &str) -> Result<Timestamp, String> {
@@ -74,6 +77,7 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
         advance: args.advance,
         max_rounds: args.max_rounds,
         record: args.record,
+        builtins: args.builtins.config(),
         ..SimulationConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_current_thread()

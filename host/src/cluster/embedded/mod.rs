@@ -9,7 +9,12 @@
 //! [`store`]. It is exact and immediate where a real cluster is
 //! eventually consistent: garbage collection happens inside the delete call.
 //! Time comes from a [`Clock`], real in `dev`, virtual in `simulate`.
+//!
+//! Optionally ([`EmbeddedCluster::with_builtin_controllers`]) it also plays
+//! the built-in controllers the examples rely on ([`builtins`]): Deployments
+//! get ReplicaSets and Pods, Pods run, Jobs end.
 
+pub mod builtins;
 pub mod field_set;
 pub mod garbage_collector;
 pub mod kind_scopes;
@@ -23,7 +28,8 @@ use reconciler_contract::KindRef;
 use serde_json::Value;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
-use self::store::{EmbeddedStore, StoreError};
+use self::builtins::{BuiltinConfig, BuiltinControllers};
+use self::store::{EmbeddedStore, StoreError, StoreEvent};
 use super::backend::{
     BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, ListedObject,
     ObjectKey, Propagation, WatchEvent, WatchScope, WatchStream,
@@ -51,6 +57,11 @@ pub struct RecordedEvent {
 pub struct EmbeddedCluster {
     inner: Mutex<Inner>,
     clock: Arc<dyn Clock>,
+    /// Wakes [`EmbeddedCluster::drive_builtins`] when a change may have set
+    /// an earlier timer.
+    builtins_changed: tokio::sync::Notify,
+    /// Wakes [`EmbeddedCluster::builtin_changes_ready`].
+    changes_ready: tokio::sync::Notify,
 }
 
 /// One open watch.
@@ -67,6 +78,59 @@ struct Inner {
     events: Vec<RecordedEvent>,
     /// Events recorded so far, for their names.
     events_recorded: u64,
+    /// Off unless asked for: tests and benchmarks of the engine see only
+    /// what it wrote.
+    builtins: Option<BuiltinControllers>,
+}
+
+impl Inner {
+    /// Sends each change to the watches of its kind, in order.
+    fn deliver(
+        kinds: &mut BTreeSet<KindRef>,
+        subscribers: &mut Vec<Subscriber>,
+        events: Vec<StoreEvent>,
+    ) {
+        for event in events {
+            let Some(kind) = KindRef::of_object(&event.object) else {
+                continue;
+            };
+            kinds.insert(kind.clone());
+            subscribers.retain(|s| {
+                s.kind != kind
+                    || !s.scope.admits(&event.object)
+                    || s.events
+                        .send(WatchEvent {
+                            event_type: event.event_type,
+                            object: s.scope.project(event.object.clone()),
+                        })
+                        .is_ok()
+            });
+        }
+    }
+
+    /// Delivers the changes of the last call, then lets the built-in
+    /// controllers react (and delivers what they changed) until they rest.
+    fn settle(&mut self, now: i64) {
+        let Inner {
+            store,
+            subscribers,
+            kinds,
+            builtins,
+            ..
+        } = self;
+        let events = store.drain_events();
+        if let Some(builtins) = builtins {
+            for event in &events {
+                builtins.observe(event);
+            }
+        }
+        Self::deliver(kinds, subscribers, events);
+        if let Some(builtins) = builtins {
+            builtins.settle(store, now, |events| {
+                Self::deliver(kinds, subscribers, events)
+            });
+        }
+    }
 }
 
 impl EmbeddedCluster {
@@ -81,10 +145,85 @@ impl EmbeddedCluster {
             kinds: BTreeSet::new(),
             events: Vec::new(),
             events_recorded: 0,
+            builtins: None,
         };
         Self {
             inner: Mutex::new(inner),
             clock,
+            builtins_changed: tokio::sync::Notify::new(),
+            changes_ready: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Plays the built-in controllers ([`builtins`]) from now on.
+    pub fn with_builtin_controllers(self, config: BuiltinConfig) -> Self {
+        self.lock().builtins = Some(BuiltinControllers::new(config));
+        self
+    }
+
+    /// When the built-in controllers next have something to do (a Pod to
+    /// start, a Job to end), epoch millis; `None` when off or idle.
+    pub fn next_builtin_due(&self) -> Option<i64> {
+        self.lock().builtins.as_ref()?.next_due()
+    }
+
+    /// Returns once the built-in controllers made changes not yet taken
+    /// (at once if some wait).
+    pub async fn builtin_changes_ready(&self) {
+        loop {
+            let ready = self.changes_ready.notified();
+            if self
+                .lock()
+                .builtins
+                .as_ref()
+                .is_some_and(BuiltinControllers::has_changes)
+            {
+                return;
+            }
+            ready.await;
+        }
+    }
+
+    /// What the built-in controllers did since the last call, oldest first.
+    pub fn take_builtin_changes(&self) -> Vec<builtins::BuiltinChange> {
+        self.lock()
+            .builtins
+            .as_mut()
+            .map(BuiltinControllers::take_changes)
+            .unwrap_or_default()
+    }
+
+    /// Lets the built-in controllers do what is due by now. A virtual clock
+    /// calls it after moving to [`Self::next_builtin_due`]; with the real
+    /// clock, [`Self::drive_builtins`] does.
+    pub fn run_builtins(&self) {
+        let now = self.clock.now_millis();
+        let mut inner = self.lock();
+        inner.settle(now);
+        drop(inner);
+        self.builtins_changed.notify_one();
+        self.changes_ready.notify_one();
+    }
+
+    /// Runs the built-in controllers' delayed changes on the real clock,
+    /// forever (spawn it; it ends with its task).
+    pub async fn drive_builtins(self: Arc<Self>) {
+        loop {
+            let wait = self
+                .next_builtin_due()
+                .map(|at| at.saturating_sub(self.clock.now_millis()).max(0));
+            let changed = self.builtins_changed.notified();
+            match wait {
+                Some(millis) => {
+                    let sleep =
+                        tokio::time::sleep(std::time::Duration::from_millis(millis.unsigned_abs()));
+                    tokio::select! {
+                        () = sleep => self.run_builtins(),
+                        () = changed => {}
+                    }
+                }
+                None => changed.await,
+            }
         }
     }
 
@@ -101,22 +240,10 @@ impl EmbeddedCluster {
         let now = self.clock.now_millis();
         let mut inner = self.lock();
         let result = f(&mut inner.store, now);
-        let events = inner.store.drain_events();
-        for event in events {
-            let Some(kind) = KindRef::of_object(&event.object) else {
-                continue;
-            };
-            inner.kinds.insert(kind.clone());
-            inner.subscribers.retain(|s| {
-                s.kind != kind
-                    || !s.scope.admits(&event.object)
-                    || s.events
-                        .send(WatchEvent {
-                            event_type: event.event_type,
-                            object: s.scope.project(event.object.clone()),
-                        })
-                        .is_ok()
-            });
+        inner.settle(now);
+        if inner.builtins.is_some() {
+            self.builtins_changed.notify_one();
+            self.changes_ready.notify_one();
         }
         result.map_err(into_backend_error)
     }
