@@ -12,11 +12,15 @@
 //! guest library) re-exports the types and its native test harness applies
 //! the same rules, so a plugin tested natively sees what it sees in the host.
 
+pub mod admission;
 pub mod json_depth;
 pub mod memory_cache;
 pub mod selector;
 pub mod types;
 
+pub use admission::{
+    AdmissionRequest, AdmissionSettings, FailurePolicy, Operation, UserInfo, Verdict,
+};
 pub use types::*;
 
 /// The clock of a test or golden case that sets none: 2024-01-01T00:00:00Z.

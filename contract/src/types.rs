@@ -13,7 +13,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The contract version the host and its guests speak: the WIT package version.
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.2.1";
 /// The WIT package name, without version.
 pub const CONTRACT_PACKAGE: &str = "reconciler:plugin";
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::admission::{GateOutcome, admit_object};
 use crate::background_reload::BackgroundReload;
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::cluster::embedded::builtins::{BuiltinConfig, group_changes};
@@ -26,6 +27,7 @@ use crate::golden::recorder::CaseRecorder;
 use crate::hot_reload::PluginDirectory;
 use crate::manifests::{manifest_files, read_crds, read_objects};
 use crate::plugin::Sandbox;
+use reconciler_contract::Operation;
 
 /// The objects of a manifest directory as last read, per file, so a rescan
 /// turns into exactly the creates, updates and deletes that happened.
@@ -38,6 +40,19 @@ impl ManifestDir {
     /// Reads `dir` again and applies the differences to `cluster`; returns a
     /// line per change (or per unreadable file).
     pub fn sync(&mut self, dir: &Path, cluster: &EmbeddedCluster) -> Vec<String> {
+        self.sync_admitted(dir, cluster, &[])
+    }
+
+    /// [`Self::sync`], running each create, update and delete past the
+    /// plugin of `plugins` that serves admission for the object's kind: a
+    /// denied change is reported and not made (editing the file retries it),
+    /// a defaulted object is stored defaulted.
+    pub fn sync_admitted(
+        &mut self,
+        dir: &Path,
+        cluster: &EmbeddedCluster,
+        plugins: &[Arc<crate::plugin::LoadedPlugin>],
+    ) -> Vec<String> {
         let mut lines = Vec::new();
         let files = manifest_files(dir).unwrap_or_default();
         let mut seen = BTreeMap::new();
@@ -74,12 +89,50 @@ impl ManifestDir {
             } else {
                 "created"
             };
-            match cluster.apply_as_user(object.clone()) {
+            let stored = cluster.get_as_user(key);
+            let operation = if stored.is_some() {
+                Operation::Update
+            } else {
+                Operation::Create
+            };
+            let outcome = admit_object(
+                plugins,
+                operation,
+                Some(object),
+                stored.as_ref(),
+                now_millis(),
+            );
+            if let Some(line) = outcome.report(&key.to_string()) {
+                lines.push(line);
+            }
+            let object = match outcome {
+                GateOutcome::Denied { .. } => continue,
+                GateOutcome::Admitted { object, .. } => object,
+                GateOutcome::NotCovered => object.clone(),
+            };
+            match cluster.apply_as_user(object) {
                 Ok(_) => lines.push(format!("{verb} {key} from {}", dir.display())),
                 Err(e) => lines.push(format!("error: cannot apply {key}: {e}")),
             }
         }
         for key in old.keys().filter(|k| !new.contains_key(*k)) {
+            let Some(stored) = cluster.get_as_user(key) else {
+                // Never stored (its create was denied): nothing to delete.
+                continue;
+            };
+            let outcome = admit_object(
+                plugins,
+                Operation::Delete,
+                None,
+                Some(&stored),
+                now_millis(),
+            );
+            if let Some(line) = outcome.report(&key.to_string()) {
+                lines.push(line);
+            }
+            if matches!(outcome, GateOutcome::Denied { .. }) {
+                continue;
+            }
             match cluster.delete_as_user(key) {
                 Ok(()) => lines.push(format!("deleted {key} (its file changed or is gone)")),
                 Err(e) => lines.push(format!("error: cannot delete {key}: {e}")),
@@ -125,10 +178,6 @@ pub async fn run(
             writeln!(out, "{}", stamp(&line))?;
         }
     }
-    let mut manifests = ManifestDir::default();
-    for line in manifests.sync(&config.objects_dir, &cluster) {
-        writeln!(out, "{}", stamp(&line))?;
-    }
     let mut engine = Engine::empty(cluster.clone(), Arc::new(RealClock))
         .with_instance_pool(sandbox.reconcile_instances());
     if let Some(dir) = &config.record {
@@ -140,6 +189,11 @@ pub async fn run(
     let mut plugins = PluginDirectory::new(&config.plugins_dir, sandbox);
     for event in plugins.sync(&engine).await {
         writeln!(out, "{}", stamp(&event.to_string()))?;
+    }
+    // Objects after plugins: the plugins that serve admission admit them.
+    let mut manifests = ManifestDir::default();
+    for line in manifests.sync_admitted(&config.objects_dir, &cluster, &engine.plugins()) {
+        writeln!(out, "{}", stamp(&line))?;
     }
     if engine.plugins().is_empty() {
         writeln!(
@@ -198,7 +252,7 @@ pub async fn run(
             () = cluster.builtin_changes_ready(), if config.builtins.is_some() && dispatcher.outstanding() == 0 => {}
             Some(()) = fs_rx.recv() => {
                 while fs_rx.try_recv().is_ok() {}
-                for line in manifests.sync(&config.objects_dir, &cluster) {
+                for line in manifests.sync_admitted(&config.objects_dir, &cluster, &engine.plugins()) {
                     writeln!(out, "{}", stamp(&line))?;
                 }
             }

@@ -6,6 +6,7 @@
 //! - [`golden`]: golden cases (`reconciler-host test`) against a compiled plugin.
 //! - [`cli`]: the `reconciler-host` command line.
 
+pub mod admission;
 pub mod api_client;
 pub mod background_reload;
 pub mod cli;

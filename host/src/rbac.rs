@@ -13,7 +13,11 @@
 //! - record Events (events.k8s.io): create, patch, in the object's namespace
 //!   (`default` for a cluster-scoped object);
 //! - leader election on a coordination.k8s.io Lease: get, create, update, patch;
-//! - with `run --install-crds`: get, create and patch CustomResourceDefinitions.
+//! - with `run --install-crds`: get, create and patch CustomResourceDefinitions;
+//! - when a plugin serves admission: the Validating- and
+//!   MutatingWebhookConfigurations (cluster-wide: get, list, create, patch,
+//!   delete) and the generated certificate's Secret (get, create, by a Role
+//!   in the Secret's namespace only: Secrets are not granted cluster-wide).
 //!
 //! Without namespaces everything is one ClusterRole. With them (`run
 //! --namespace`, which watches namespaced kinds in those namespaces only),
@@ -215,6 +219,9 @@ pub struct RbacScope {
     pub lease_namespace: String,
     /// Whether the host installs CRDs (`run --install-crds`).
     pub install_crds: bool,
+    /// When a plugin serves admission: the namespace of the Secret the
+    /// generated certificate is kept in (`run --admission-cert-secret`).
+    pub admission_secret_namespace: Option<String>,
 }
 
 impl RbacScope {
@@ -227,6 +234,7 @@ impl RbacScope {
             service_account_namespace: "reconciler-host".into(),
             lease_namespace: "reconciler-host".into(),
             install_crds: false,
+            admission_secret_namespace: None,
         }
     }
 }
@@ -325,6 +333,16 @@ pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) ->
             "leases",
             LEASES,
         );
+    }
+    if let Some(namespace) = &scope.admission_secret_namespace {
+        const WEBHOOKS: &[&str] = &["create", "delete", "get", "list", "patch"];
+        for resource in [
+            "mutatingwebhookconfigurations",
+            "validatingwebhookconfigurations",
+        ] {
+            placement.cluster("admissionregistration.k8s.io", resource, WEBHOOKS);
+        }
+        placement.namespace(namespace, "", "secrets", &["create", "get"]);
     }
     if scope.install_crds {
         placement.cluster(
@@ -659,6 +677,50 @@ mod tests {
                 "because their scope is unknown (pass their CRDs with --crds): other.io/v1 Gadget."
             ),
             "{yaml}"
+        );
+    }
+
+    #[test]
+    fn admission_adds_webhook_configurations_and_the_certificate_secret_only_in_its_namespace() {
+        let scope = RbacScope {
+            admission_secret_namespace: Some("ops".into()),
+            ..RbacScope::cluster_wide("reconciler-host")
+        };
+        let yaml = rbac(&[website()], &website_crd("Namespaced"), &scope);
+        let docs = documents(&yaml);
+        let cluster = rules_of(&docs[&("ClusterRole".to_string(), String::new())]);
+        assert!(
+            cluster.contains(&t(
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+                "create,delete,get,list,patch"
+            )) && cluster.contains(&t(
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                "create,delete,get,list,patch"
+            )),
+            "{yaml}"
+        );
+        assert!(
+            !cluster.iter().any(|(_, resource, _)| resource == "secrets"),
+            "no Secrets cluster-wide: {yaml}"
+        );
+        let role = rules_of(&docs[&("Role".to_string(), "ops".to_string())]);
+        assert_eq!(
+            role,
+            BTreeSet::from([t("", "secrets", "create,get")]),
+            "{yaml}"
+        );
+        assert!(docs.contains_key(&("RoleBinding".to_string(), "ops".to_string())));
+
+        let without = rbac(
+            &[website()],
+            &website_crd("Namespaced"),
+            &RbacScope::cluster_wide("reconciler-host"),
+        );
+        assert!(
+            !without.contains("webhookconfigurations") && !without.contains("secrets"),
+            "{without}"
         );
     }
 

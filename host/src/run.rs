@@ -56,6 +56,9 @@ pub struct RunConfig {
     /// How long a change of a child or read object waits for others before
     /// its primary is reconciled ([`Engine::with_coalescing`]).
     pub coalesce: Duration,
+    /// Serve admission webhooks for the plugins that declare admission, on
+    /// every replica; `None`: no admission.
+    pub admission: Option<crate::admission::service::AdmissionConfig>,
 }
 
 /// Why the loop of [`run`] stopped.
@@ -78,6 +81,17 @@ pub async fn run(
     let status = Arc::new(HostStatus::new());
     if let Some(addr) = config.http_listen {
         serve(addr, status.clone()).await?;
+    }
+    // Every replica serves admission, leader or not: before the election.
+    if let Some(admission) = config.admission.take() {
+        crate::admission::service::start(
+            sandbox.clone(),
+            client.clone(),
+            config.plugins_dir.clone(),
+            admission,
+        )
+        .await
+        .context("admission")?;
     }
     tokio::pin!(shutdown);
     // Before anything writes to the cluster (CRDs included) or fills a cache.
@@ -347,6 +361,7 @@ mod tests {
             leader_election: Some(election()),
             record: None,
             coalesce: Duration::ZERO,
+            admission: None,
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let host = tokio::spawn(run(Arc::new(sandbox), client, config, async move {

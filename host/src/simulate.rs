@@ -12,8 +12,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use reconciler_contract::Operation;
 use serde_json::Value;
 
+use crate::admission::{GateOutcome, admit_object};
 use crate::cluster::embedded::builtins::{BuiltinChange, BuiltinConfig, group_changes};
 use crate::cluster::embedded::{EmbeddedCluster, RecordedEvent};
 use crate::cluster::{Clock, ClusterBackend, VirtualClock};
@@ -69,6 +71,9 @@ pub struct SimulationReport {
     pub refused: Vec<String>,
     /// What the built-in controllers did, each after how many of `records`.
     pub builtin_changes: Vec<(usize, BuiltinChange)>,
+    /// What admission said of the seeded objects: denied ones (not stored)
+    /// and defaulted ones, a line each.
+    pub admission: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -104,10 +109,33 @@ pub async fn simulate(
     }
     let cluster = Arc::new(cluster);
     let (crds, others): (Vec<Value>, Vec<Value>) = objects.into_iter().partition(is_crd_object);
+    let mut admission = Vec::new();
     for object in crds.into_iter().chain(others) {
-        let name = crate::cluster::ObjectKey::of(&object)
-            .map(|k| k.to_string())
-            .unwrap_or_default();
+        let key = crate::cluster::ObjectKey::of(&object);
+        let name = key.as_ref().map(|k| k.to_string()).unwrap_or_default();
+        // As on a cluster, the plugin serving admission for the kind admits
+        // the object first: denied, it is reported and not stored.
+        let stored = key.as_ref().and_then(|k| cluster.get_as_user(k));
+        let operation = if stored.is_some() {
+            Operation::Update
+        } else {
+            Operation::Create
+        };
+        let outcome = admit_object(
+            &plugins,
+            operation,
+            Some(&object),
+            stored.as_ref(),
+            clock.now_millis(),
+        );
+        if let Some(line) = outcome.report(&name) {
+            admission.push(line);
+        }
+        let object = match outcome {
+            GateOutcome::Denied { .. } => continue,
+            GateOutcome::Admitted { object, .. } => object,
+            GateOutcome::NotCovered => object,
+        };
         cluster
             .apply_as_user(object)
             .map_err(|source| SimulationError::Seed {
@@ -143,6 +171,7 @@ pub async fn simulate(
         events: cluster.events(),
         objects: cluster.objects(),
         refused,
+        admission,
         ..report
     };
     Ok((report, cluster))
@@ -234,6 +263,7 @@ pub async fn run_with_builtins<B: ClusterBackend>(
         records,
         events: Vec::new(),
         objects: Vec::new(),
+        admission: Vec::new(),
         unsettled,
         refused: Vec::new(),
         builtin_changes,
@@ -279,7 +309,16 @@ impl SimulationReport {
 
     /// The report as text: reconciles, Events, then the objects as YAML.
     pub fn render(&self) -> String {
-        let mut out = String::from("# reconciles\n");
+        let mut out = String::new();
+        if !self.admission.is_empty() {
+            out.push_str("# admission\n");
+            for line in &self.admission {
+                out.push_str(line);
+                out.push('\n');
+            }
+            out.push('\n');
+        }
+        out.push_str("# reconciles\n");
         let mut changes = self.builtin_changes.iter().peekable();
         for (i, r) in self.records.iter().enumerate() {
             self.render_changes_before(i, &mut changes, &mut out);

@@ -1,11 +1,11 @@
-// The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.0`) in
+// The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.1`) in
 // JavaScript: plain classes that mirror the WIT records. The guest glue
 // converts them into the component's values; the native harness uses them
 // directly, so a plugin tested with `node --test` declares and is checked
 // exactly as inside the host.
 
 export const CONTRACT_PACKAGE = 'reconciler:plugin';
-export const CONTRACT_VERSION = '0.2.0';
+export const CONTRACT_VERSION = '0.2.1';
 
 /** A Kubernetes group-version-kind; the core group is `""`. */
 export class KindRef {

@@ -3,9 +3,9 @@
 // Only a componentize-js build can load this module (the `reconciler:plugin`
 // imports exist only there); bin/build-plugin.js imports it into the entry.
 
-import * as cache from 'reconciler:plugin/cache@0.2.0';
-import { now } from 'reconciler:plugin/clock@0.2.0';
-import { log } from 'reconciler:plugin/log@0.2.0';
+import * as cache from 'reconciler:plugin/cache@0.2.1';
+import { now } from 'reconciler:plugin/clock@0.2.1';
+import { log } from 'reconciler:plugin/log@0.2.1';
 
 import { EventType } from './contract.js';
 import { ReconcileError } from './errors.js';

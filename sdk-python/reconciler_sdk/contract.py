@@ -1,4 +1,4 @@
-"""The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.0`) in Python.
+"""The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.1`) in Python.
 
 Plain dataclasses that mirror the WIT records. The guest glue converts them
 into the generated bindings; the native harness uses them directly, so a
@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 
 CONTRACT_PACKAGE = "reconciler:plugin"
-CONTRACT_VERSION = "0.2.0"
+CONTRACT_VERSION = "0.2.1"
 
 
 @dataclass(frozen=True, order=True)

@@ -1,6 +1,6 @@
 //! The manifests in deploy/ that are derived from code stay in step with it.
 
-use reconciler_host::rbac::{Plurals, cluster_role};
+use reconciler_host::rbac::{Plurals, RbacScope, rbac};
 use reconciler_tests::{example_plugin, load, root};
 
 const EXAMPLES: [&str; 5] = [
@@ -18,7 +18,13 @@ fn the_cluster_role_in_deploy_is_what_rbac_generates_for_the_example_plugins() {
         .map(|name| load(&example_plugin(name)).metadata().clone())
         .collect();
     let plurals = Plurals::from_crds(&root().join("crds")).unwrap();
-    let generated = cluster_role(&metadata, &plurals, "reconciler-host");
+    // kubernetescluster serves admission: the webhook configurations, and
+    // the certificate Secret in the host's namespace.
+    let scope = RbacScope {
+        admission_secret_namespace: Some("reconciler-host".into()),
+        ..RbacScope::cluster_wide("reconciler-host")
+    };
+    let generated = rbac(&metadata, &plurals, &scope);
     let path = root().join("deploy/cluster-role.yaml");
     let checked_in = std::fs::read_to_string(&path).unwrap();
     assert!(
@@ -29,9 +35,20 @@ fn the_cluster_role_in_deploy_is_what_rbac_generates_for_the_example_plugins() {
 }
 
 fn manifest(name: &str) -> serde_json::Value {
+    manifests(name).remove(0)
+}
+
+/// Every document of a manifest file.
+fn manifests(name: &str) -> Vec<serde_json::Value> {
+    use serde::Deserialize as _;
     let path = root().join("deploy").join(name);
     let text = std::fs::read_to_string(&path).unwrap();
-    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| {
+            serde_json::Value::deserialize(doc)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        })
+        .collect()
 }
 
 #[test]
@@ -52,11 +69,12 @@ fn kustomization_lists_every_manifest_in_deploy() {
     present.sort();
     assert_eq!(listed, present);
     for name in &present {
-        let object = manifest(name);
-        assert!(
-            object["apiVersion"].is_string() && object["kind"].is_string(),
-            "{name}"
-        );
+        for object in manifests(name) {
+            assert!(
+                object["apiVersion"].is_string() && object["kind"].is_string(),
+                "{name}"
+            );
+        }
     }
 }
 
@@ -75,6 +93,31 @@ fn the_deployment_runs_the_host_with_flags_it_has() {
     );
     assert!(parsed.is_ok(), "{args:?}: {}", parsed.unwrap_err());
     assert!(args.contains(&"--leader-election"), "{args:?}");
+    // Admission on every replica, reached through the Service's webhooks port.
+    assert!(
+        args.contains(&"--admission-listen=0.0.0.0:8443"),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--admission-service=reconciler-host/reconciler-host:8443"),
+        "{args:?}"
+    );
+    let service = manifest("service.yaml");
+    let webhooks = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "webhooks")
+        .expect("the Service exposes the webhooks port");
+    assert_eq!(webhooks["port"], 8443);
+    assert!(
+        container["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "webhooks" && p["containerPort"] == 8443),
+        "{container}"
+    );
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     let security = &container["securityContext"];
@@ -276,6 +319,7 @@ async fn generated_roles_grant_the_service_account_its_namespaces_only_on_a_real
             namespaces: BTreeSet::from([served.clone()]),
             service_account_namespace: served.clone(),
             lease_namespace: served.clone(),
+            admission_secret_namespace: None,
             ..RbacScope::cluster_wide("reconciler-host-e2e")
         };
         let yaml = rbac(&metadata, &plurals, &scope);

@@ -272,6 +272,7 @@ async fn podset_reconcile_against_a_mocked_api() {
         leader_election: None,
         record: None,
         coalesce: std::time::Duration::ZERO,
+        admission: None,
     };
     let host = tokio::spawn(run(Arc::clone(sandbox()), client, config, async move {
         let _ = stop_rx.await;

@@ -41,6 +41,11 @@ pub struct RbacArgs {
     /// CustomResourceDefinitions).
     #[arg(long)]
     pub install_crds: bool,
+    /// Where `run` keeps the generated admission certificate (the namespace of
+    /// --admission-cert-secret), granted when a plugin serves admission
+    /// [default: the service account's namespace].
+    #[arg(long, value_name = "NAMESPACE")]
+    pub admission_secret_namespace: Option<String>,
 }
 
 pub fn run(sandbox: &SandboxArgs, args: RbacArgs) -> anyhow::Result<ExitCode> {
@@ -56,12 +61,20 @@ pub fn run(sandbox: &SandboxArgs, args: RbacArgs) -> anyhow::Result<ExitCode> {
         None => Plurals::default(),
     };
     let metadata: Vec<_> = plugins.iter().map(|p| p.metadata().clone()).collect();
-    print!("{}", rbac(&metadata, &plurals, &scope_of(args)));
+    let admission = plugins.iter().any(|p| p.admission().is_some());
+    print!("{}", rbac(&metadata, &plurals, &scope_of(args, admission)));
     Ok(ExitCode::SUCCESS)
 }
 
-fn scope_of(args: RbacArgs) -> RbacScope {
+/// The scope of the role; `admission`: a plugin serves admission.
+fn scope_of(args: RbacArgs, admission: bool) -> RbacScope {
+    let admission_secret_namespace = admission.then(|| {
+        args.admission_secret_namespace
+            .clone()
+            .unwrap_or_else(|| args.service_account_namespace.clone())
+    });
     RbacScope {
+        admission_secret_namespace,
         name: args.name,
         namespaces: args.namespace.into_iter().collect::<BTreeSet<_>>(),
         lease_namespace: args
@@ -90,7 +103,8 @@ mod tests {
 
     #[test]
     fn namespaces_and_the_service_account_come_from_flags() {
-        let scope = scope_of(rbac_args(&["-n", "b", "--namespace", "a"]).unwrap());
+        let scope = scope_of(rbac_args(&["-n", "b", "--namespace", "a"]).unwrap(), false);
+        assert_eq!(scope.admission_secret_namespace, None);
         assert_eq!(scope.namespaces, BTreeSet::from(["a".into(), "b".into()]));
         assert_eq!(
             (
@@ -110,6 +124,12 @@ mod tests {
                 "leases",
             ])
             .unwrap(),
+            true,
+        );
+        assert_eq!(
+            scope.admission_secret_namespace.as_deref(),
+            Some("ops"),
+            "the certificate Secret defaults to the service account's namespace"
         );
         assert_eq!(
             (

@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::SandboxArgs;
+use crate::admission::service::{AdmissionConfig, CertSource};
+use crate::admission::webhook_configs::WebhookEndpoint;
 use crate::api_client::{DEFAULT_REQUEST_TIMEOUT, connect};
 use crate::engine::{PrimarySelectors, ServeScope};
 use crate::leader_election::{DEFAULT_LEASE_NAME, LeaderElectionConfig, default_namespace};
@@ -69,6 +71,120 @@ pub struct RunArgs {
     /// every change at once.
     #[arg(long, default_value_t = 100, value_name = "MS")]
     pub coalesce_ms: u64,
+    #[command(flatten)]
+    pub admission: Box<AdmissionArgs>,
+}
+
+/// Admission webhooks for plugins that declare admission.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Admission")]
+pub struct AdmissionArgs {
+    /// Serve admission webhooks (HTTPS) here for the plugins that declare admission, on every
+    /// replica; `off` (the default) serves none. In a pod: `0.0.0.0:8443`.
+    #[arg(long, default_value = "off", value_name = "ADDR", value_parser = parse_listen)]
+    pub admission_listen: Listen,
+    /// How the API server reaches the webhooks: a Service, NAMESPACE/NAME:PORT (the host as a
+    /// pod), given as is to the webhook configurations' clientConfig.
+    #[arg(
+        long,
+        value_name = "NAMESPACE/NAME:PORT",
+        conflicts_with = "admission_url"
+    )]
+    pub admission_service: Option<String>,
+    /// How the API server reaches the webhooks: a base URL (`https://127.0.0.1:8443`, for a host
+    /// outside the cluster); paths `/admission/<plugin>/{mutate,validate}` are added.
+    #[arg(long, value_name = "URL")]
+    pub admission_url: Option<String>,
+    /// Serve this certificate (PEM), e.g. cert-manager's Secret mounted as files, instead of
+    /// generating one.
+    #[arg(long, value_name = "FILE", requires = "admission_tls_key")]
+    pub admission_tls_cert: Option<PathBuf>,
+    /// The key of --admission-tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "admission_tls_cert")]
+    pub admission_tls_key: Option<PathBuf>,
+    /// The CA bundle put in the webhook configurations' caBundle (cert-manager's ca.crt)
+    /// [default: the certificate itself].
+    #[arg(long, value_name = "FILE", requires = "admission_tls_cert")]
+    pub admission_tls_ca: Option<PathBuf>,
+    /// Without --admission-tls-cert: the Secret NAMESPACE/NAME the generated certificate is kept
+    /// in, shared by every replica [default: <the host's namespace>/reconciler-host-admission-tls].
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub admission_cert_secret: Option<String>,
+    /// Names the webhook configurations <PREFIX>-<plugin>; hosts sharing a cluster need
+    /// different ones.
+    #[arg(long, default_value = "reconciler-host", value_name = "PREFIX")]
+    pub admission_webhook_prefix: String,
+    /// Leave the webhook configurations alone (they are managed elsewhere).
+    #[arg(long)]
+    pub admission_no_webhook_configs: bool,
+}
+
+impl AdmissionArgs {
+    /// The admission configuration, or none when admission is off.
+    pub fn config(&self) -> anyhow::Result<Option<AdmissionConfig>> {
+        let Listen::At(listen) = self.admission_listen else {
+            return Ok(None);
+        };
+        let endpoint = match (&self.admission_service, &self.admission_url) {
+            (Some(service), _) => parse_service(service)?,
+            (None, Some(url)) => {
+                if !url.starts_with("https://") {
+                    anyhow::bail!("--admission-url must be an https:// URL, got {url}");
+                }
+                WebhookEndpoint::Url(url.clone())
+            }
+            (None, None) => anyhow::bail!(
+                "--admission-listen needs --admission-service NAMESPACE/NAME:PORT (in a pod) or --admission-url https://HOST:PORT: the webhook configurations must say how the API server reaches the host"
+            ),
+        };
+        let cert = match (&self.admission_tls_cert, &self.admission_tls_key) {
+            (Some(cert), Some(key)) => CertSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: self.admission_tls_ca.clone(),
+            },
+            _ => {
+                let (namespace, name) = match &self.admission_cert_secret {
+                    Some(text) => text
+                        .split_once('/')
+                        .map(|(ns, name)| (ns.to_string(), name.to_string()))
+                        .ok_or_else(|| {
+                            anyhow::anyhow!(
+                                "--admission-cert-secret must be NAMESPACE/NAME, got {text}"
+                            )
+                        })?,
+                    None => (default_namespace(), DEFAULT_CERT_SECRET.to_string()),
+                };
+                CertSource::Secret { namespace, name }
+            }
+        };
+        Ok(Some(AdmissionConfig {
+            listen,
+            endpoint,
+            cert,
+            prefix: self.admission_webhook_prefix.clone(),
+            manage_webhooks: !self.admission_no_webhook_configs,
+            namespaces: Vec::new(),
+            resync_every: Duration::from_secs(60),
+        }))
+    }
+}
+
+/// The Secret a generated admission certificate is kept in.
+pub const DEFAULT_CERT_SECRET: &str = "reconciler-host-admission-tls";
+
+fn parse_service(text: &str) -> anyhow::Result<WebhookEndpoint> {
+    let parsed = text.split_once('/').and_then(|(namespace, rest)| {
+        let (name, port) = rest.rsplit_once(':')?;
+        Some(WebhookEndpoint::Service {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            port: port.parse().ok()?,
+        })
+    });
+    parsed.ok_or_else(|| {
+        anyhow::anyhow!("--admission-service must be NAMESPACE/NAME:PORT (reconciler-system/reconciler-host:8443), got {text}")
+    })
 }
 
 /// `--http-listen`: an address, or `off`.
@@ -105,7 +221,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let config = RunConfig {
         plugins_dir: args.plugins_dir,
         scope: ServeScope {
-            namespaces,
+            namespaces: namespaces.clone(),
             selectors,
         },
         install_crds: args.install_crds,
@@ -124,6 +240,10 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
             )
         }),
         record: args.record,
+        admission: args.admission.config()?.map(|admission| AdmissionConfig {
+            namespaces: namespaces.iter().cloned().collect(),
+            ..admission
+        }),
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
@@ -168,5 +288,65 @@ mod tests {
         // Naming a Lease without electing would silently do nothing.
         assert!(run_args(&["--leader-election-id", "podsets"]).is_err());
         assert!(run_args(&["--leader-election-namespace", "ops"]).is_err());
+    }
+
+    #[test]
+    fn admission_is_off_unless_listening_and_then_needs_an_endpoint() {
+        use crate::admission::service::CertSource;
+        use crate::admission::webhook_configs::WebhookEndpoint;
+
+        assert!(run_args(&[]).unwrap().admission.config().unwrap().is_none());
+        let err = run_args(&["--admission-listen", "0.0.0.0:8443"])
+            .unwrap()
+            .admission
+            .config()
+            .unwrap_err();
+        assert!(err.to_string().contains("--admission-service"), "{err}");
+
+        let config = run_args(&[
+            "--admission-listen",
+            "0.0.0.0:8443",
+            "--admission-service",
+            "ops/reconciler-host:8443",
+            "--admission-cert-secret",
+            "ops/webhook-tls",
+        ])
+        .unwrap()
+        .admission
+        .config()
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            config.endpoint,
+            WebhookEndpoint::Service {
+                namespace: "ops".into(),
+                name: "reconciler-host".into(),
+                port: 8443
+            }
+        );
+        assert!(
+            matches!(&config.cert, CertSource::Secret { namespace, name } if namespace == "ops" && name == "webhook-tls")
+        );
+
+        let config = run_args(&[
+            "--admission-listen",
+            "127.0.0.1:9443",
+            "--admission-url",
+            "https://127.0.0.1:9443",
+            "--admission-tls-cert",
+            "tls.crt",
+            "--admission-tls-key",
+            "tls.key",
+        ])
+        .unwrap()
+        .admission
+        .config()
+        .unwrap()
+        .unwrap();
+        assert!(matches!(config.cert, CertSource::Files { .. }));
+        assert!(
+            run_args(&["--admission-tls-cert", "tls.crt"]).is_err(),
+            "a cert needs its key"
+        );
     }
 }

@@ -19,8 +19,13 @@
 //!   finalized: true
 //!   error: spec.size must be     # instead of the above: the call must fail
 //! ```
+//!
+//! An admission case has `admission` (the request) instead of `primary` and
+//! `objects`, and expects a verdict and a patch: see `admission_case.rs`.
 
 use reconciler_contract::{Event, ObjectRef};
+
+use super::admission_case::AdmissionCase;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -31,10 +36,17 @@ pub struct Case {
     pub description: Option<String>,
     #[serde(default)]
     pub now: Option<String>,
-    pub primary: Value,
+    /// The object to reconcile; absent in an admission case.
+    #[serde(default)]
+    pub primary: Option<Value>,
+    /// The admission request of an admission case.
+    #[serde(default)]
+    pub admission: Option<AdmissionCase>,
     #[serde(default)]
     pub objects: Vec<Value>,
-    pub expect: Expectation,
+    /// An [`Expectation`], or for an admission case an
+    /// [`super::admission_case::AdmissionExpectation`].
+    pub expect: Value,
 }
 
 /// The response a case expects, in the shape the runner also prints the

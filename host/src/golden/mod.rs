@@ -1,6 +1,7 @@
 //! Golden cases: YAML files that pin what a compiled plugin answers for a
 //! given primary object and cache. `reconciler-host test` runs them.
 
+pub mod admission_case;
 pub mod case;
 pub mod duration_text;
 pub mod recorder;

@@ -9,6 +9,7 @@ use reconciler_contract::DEFAULT_NOW_MILLIS;
 use reconciler_contract::memory_cache::MemoryCache;
 use serde_json::Value;
 
+use super::admission_case::check_admission;
 use super::case::{Case, Expectation};
 use super::duration_text::format_duration;
 use crate::plugin::{LoadedPlugin, ReconcileInput, ValidResponse};
@@ -82,22 +83,48 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
         Some(Ok(t)) => t.as_millisecond(),
         Some(Err(e)) => return CaseOutcome::Broken(format!("`now` is not an RFC 3339 time: {e}")),
     };
+    let primary = match (case.primary, &case.admission) {
+        (Some(primary), None) => primary,
+        (None, Some(admission)) => {
+            if !case.objects.is_empty() {
+                return CaseOutcome::Broken(
+                    "an admission case has no `objects`: admission cannot read the cache"
+                        .to_string(),
+                );
+            }
+            return check_admission(plugin, admission, case.expect, now_millis);
+        }
+        (Some(_), Some(_)) => {
+            return CaseOutcome::Broken(
+                "a case has `primary` (reconcile) or `admission`, not both".to_string(),
+            );
+        }
+        (None, None) => {
+            return CaseOutcome::Broken(
+                "a case needs `primary` (a reconcile case) or `admission` (an admission case)"
+                    .to_string(),
+            );
+        }
+    };
+    let expect: Expectation = match serde_json::from_value(case.expect) {
+        Ok(e) => e,
+        Err(e) => return CaseOutcome::Broken(format!("not a valid case: expect: {e}")),
+    };
     let mut cache = MemoryCache::new();
-    for object in case.objects.iter().chain([&case.primary]) {
+    for object in case.objects.iter().chain([&primary]) {
         if let Err(e) = cache.insert(object.clone()) {
             return CaseOutcome::Broken(e.to_string());
         }
     }
-    let primary_namespace = case
-        .primary
+    let primary_namespace = primary
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .map(str::to_string);
-    let request = cache.request_for(&case.primary, &plugin.metadata().owns);
+    let request = cache.request_for(&primary, &plugin.metadata().owns);
     let object = format!(
         "{}/{}",
         primary_namespace.as_deref().unwrap_or(""),
-        case.primary
+        primary
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or("")
@@ -111,7 +138,7 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
     };
     let result = plugin.reconcile(input);
 
-    match (&case.expect.error, result) {
+    match (&expect.error, result) {
         (Some(needle), Err(e)) if e.to_string().contains(needle.as_str()) => CaseOutcome::Passed,
         (Some(needle), Err(e)) => {
             CaseOutcome::Failed(format!("expected an error containing {needle:?}, got: {e}"))
@@ -122,7 +149,7 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
         )),
         (None, Err(e)) => CaseOutcome::Failed(format!("reconcile failed: {e}")),
         (None, Ok(r)) => {
-            let expected = normalise(case.expect, primary_namespace.as_deref());
+            let expected = normalise(expect, primary_namespace.as_deref());
             let actual = expectation_of(r);
             if expected == actual {
                 CaseOutcome::Passed
@@ -195,11 +222,19 @@ fn sort(e: &mut Expectation) {
     e.delete.sort();
 }
 
-fn to_yaml(e: &Expectation) -> String {
+fn to_yaml(e: &impl serde::Serialize) -> String {
     serde_yaml_ng::to_string(e).unwrap_or_else(|err| format!("<cannot print: {err}>"))
 }
 
 fn diff(expected: &Expectation, actual: &Expectation) -> String {
+    diff_yaml(expected, actual)
+}
+
+/// A unified diff of two expectations printed as YAML.
+pub(crate) fn diff_yaml(
+    expected: &impl serde::Serialize,
+    actual: &impl serde::Serialize,
+) -> String {
     let (expected, actual) = (to_yaml(expected), to_yaml(actual));
     similar::TextDiff::from_lines(&expected, &actual)
         .unified_diff()

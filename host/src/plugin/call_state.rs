@@ -105,7 +105,7 @@ impl CallState {
         let scope = self
             .scope
             .as_ref()
-            .ok_or("the cache cannot be read while reporting metadata")?;
+            .ok_or("the cache can be read only during a reconcile (not in metadata, admission settings or admission calls)")?;
         let namespace =
             scope
                 .metadata

@@ -49,6 +49,10 @@ pub enum LoadFailure {
     Metadata(#[from] MetadataError),
     #[error(transparent)]
     Limits(#[from] LimitTooHigh),
+    #[error("calling admission settings failed: {0}")]
+    AdmissionSettingsCall(#[source] CallError),
+    #[error(transparent)]
+    AdmissionSettings(#[from] super::admission_call::InvalidAdmissionSettings),
     /// Two files of one plugin set hold plugins of the same name; the
     /// later file (by name) is refused.
     #[error("plugin name {name} is already used by {}", first.display())]

@@ -31,8 +31,10 @@ pub struct LoadedPlugin {
     limits: SandboxLimits,
     path: PathBuf,
     sha256: String,
-    pre: PluginPre<CallState>,
-    random_key: RandomKey,
+    pub(super) pre: PluginPre<CallState>,
+    pub(super) random_key: RandomKey,
+    /// What the plugin declared of admission at load; none serves none.
+    pub(super) admission: Option<reconciler_contract::AdmissionSettings>,
     // Deadlines only fire while the ticker runs: keep it alive with us.
     _ticker: Arc<EpochTicker>,
 }
@@ -66,6 +68,7 @@ impl LoadedPlugin {
             sha256,
             pre,
             random_key,
+            admission: None,
             _ticker: ticker,
         }
     }
@@ -170,16 +173,19 @@ impl LoadedPlugin {
 }
 
 /// Everything one call's store is made from.
-struct Call<'a> {
-    limits: SandboxLimits,
-    scope: Option<ReconcileScope>,
-    now_millis: i64,
-    plugin: &'a str,
-    object: &'a str,
-    random: CallRandom,
+pub(super) struct Call<'a> {
+    pub(super) limits: SandboxLimits,
+    pub(super) scope: Option<ReconcileScope>,
+    pub(super) now_millis: i64,
+    pub(super) plugin: &'a str,
+    pub(super) object: &'a str,
+    pub(super) random: CallRandom,
 }
 
-fn new_store(pre: &PluginPre<CallState>, call: Call<'_>) -> (Store<CallState>, GuestOutput) {
+pub(super) fn new_store(
+    pre: &PluginPre<CallState>,
+    call: Call<'_>,
+) -> (Store<CallState>, GuestOutput) {
     let limits = call.limits;
     let output = GuestOutput::new(limits.stdio_bytes);
     let clock = CallClock::new(call.now_millis, limits.timeout);
@@ -241,7 +247,12 @@ const MAX_RANDOM_BYTES: usize = 64 << 20;
 
 /// What the guest printed, into the host log within the call's budget, and
 /// one line saying what did not fit.
-fn emit_output(store: &mut Store<CallState>, output: &GuestOutput, plugin: &str, object: &str) {
+pub(super) fn emit_output(
+    store: &mut Store<CallState>,
+    output: &GuestOutput,
+    plugin: &str,
+    object: &str,
+) {
     let budget = &mut store.data_mut().output_budget;
     output.emit(plugin, object, budget);
     budget.report(plugin, object);
@@ -249,7 +260,7 @@ fn emit_output(store: &mut Store<CallState>, output: &GuestOutput, plugin: &str,
 
 /// Turns a failed call into the error a user can act on: a limit the host
 /// enforced is named as such, rather than as the trap it caused.
-fn classify(
+pub(super) fn classify(
     error: wasmtime::Error,
     store: &Store<CallState>,
     output: &GuestOutput,

@@ -1,6 +1,8 @@
 //! The plugin runtime: loading components, sandboxing calls, and checking
 //! everything a plugin says before the host acts on it.
 
+pub mod admission_call;
+pub mod admission_rules;
 mod bindings;
 mod bounded_waits;
 mod call_clock;
@@ -21,6 +23,7 @@ pub mod response_limits;
 pub mod response_rules;
 pub mod sandbox;
 
+pub use admission_call::{AdmissionDecision, AdmissionError, AdmissionPhase};
 pub use call_random::RandomKey;
 pub use compile_cache::{CompileCache, CompileSource};
 pub use errors::{CallError, LoadError, LoadFailure};

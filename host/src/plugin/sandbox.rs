@@ -43,6 +43,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::Linker;
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use super::admission_call::check_settings;
 use super::bindings::PluginPre;
 use super::call_random::{CallRandom, RandomKey};
 use super::call_state::CallState;
@@ -180,7 +181,7 @@ impl Sandbox {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        super::bindings::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+        super::bindings::PluginWithAdmission::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
             &mut linker,
             |s| s,
         )?;
@@ -278,6 +279,16 @@ impl Sandbox {
                     e => fail(path, LoadFailure::MetadataCall(e)),
                 })?;
         validate_metadata(&metadata).map_err(|e| fail(path, e.into()))?;
+        let admission = LoadedPlugin::call_admission_settings(
+            &pre,
+            self.limits.defaults(),
+            &probe_name,
+            CallRandom::new(&self.random_key, &sha256, None),
+        )
+        .map_err(|e| fail(path, LoadFailure::AdmissionSettingsCall(e)))?;
+        if let Some(settings) = &admission {
+            check_settings(settings).map_err(|e| fail(path, e.into()))?;
+        }
         let limits: SandboxLimits = self
             .limits
             .resolve(&metadata.hints)
@@ -291,7 +302,8 @@ impl Sandbox {
             pre,
             self.random_key.clone(),
             self.ticker.clone(),
-        );
+        )
+        .with_admission(admission);
         Ok((
             plugin,
             LoadReport {

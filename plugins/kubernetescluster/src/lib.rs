@@ -26,6 +26,13 @@
 //! `spec.masters` is fixed by the first operation: it is remembered in
 //! `status.masters`, and a later change is refused (condition Accepted=False,
 //! reason MastersImmutable) without starting any Job.
+//!
+//! The plugin also serves admission (see `admission.rs`): an update that
+//! changes `spec.masters` is denied before it is stored, and an empty
+//! `spec.version` is defaulted. The reconcile-time refusal stays as defence
+//! in depth, for objects stored while no webhook was registered.
+
+mod admission;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -39,8 +46,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use reconciler_sdk::object::PartialMeta;
 use reconciler_sdk::{
-    Context, Error, EventType, KindRef, Object, PluginMetadata, Reconciler, Response,
+    Admission, AdmissionSettings, Context, Error, EventType, FailurePolicy, KindRef, Object,
+    PluginMetadata, Reconciler, Response, Verdict,
 };
+
+pub use admission::DEFAULT_VERSION;
 use serde::{Deserialize, Serialize};
 
 /// The annotation that names the operation to run.
@@ -223,6 +233,27 @@ impl Reconciler for KubernetesClusters {
             plan.operate();
         }
         plan.into_response()
+    }
+
+    /// Creates and updates, defaulted and validated; a failed check denies
+    /// (the masters rule protects a running cluster).
+    fn admission() -> Option<AdmissionSettings> {
+        Some(
+            AdmissionSettings::validating()
+                .mutating()
+                .failure_policy(FailurePolicy::Fail),
+        )
+    }
+
+    fn validate(request: &Admission<KubernetesCluster>) -> Result<Verdict, Error> {
+        admission::validate(request)
+    }
+
+    fn apply_defaults(
+        object: &mut serde_json::Value,
+        _request: &Admission<KubernetesCluster>,
+    ) -> Result<(), Error> {
+        admission::apply_defaults(object)
     }
 }
 

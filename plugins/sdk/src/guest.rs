@@ -6,17 +6,23 @@ pub use wit_bindgen;
 
 wit_bindgen::generate!({
     path: "../../wit",
-    world: "plugin",
+    // Every SDK plugin exports admission; `settings` answers none unless
+    // the plugin opts in (`Reconciler::admission`).
+    world: "plugin-with-admission",
     pub_export_macro: true,
     export_macro_name: "export_world",
     default_bindings_module: "reconciler_sdk::guest",
     runtime_path: "reconciler_sdk::guest::wit_bindgen::rt",
 });
 
+use exports::reconciler::plugin::admission as wit_admission;
 use exports::reconciler::plugin::reconciler as wit;
 use reconciler::plugin::types as wit_types;
 
 use crate::{HostApi, Reconciler};
+use reconciler_contract::{
+    AdmissionRequest, AdmissionSettings, FailurePolicy, Operation, UserInfo, Verdict,
+};
 use reconciler_contract::{
     Event, EventType, Hints, KindRef, LogLevel, MapRule, ObjectRef, PluginMetadata, ReadKind,
     ReconcileRequest, ReconcileResponse,
@@ -39,6 +45,72 @@ impl<T: GuestExports> wit::Guest for T {
             deleting: request.deleting,
         };
         crate::dispatch::<T::Reconciler>(&request, &WitHost).map(response_to_wit)
+    }
+}
+
+impl<T: GuestExports> wit_admission::Guest for T {
+    fn settings() -> Option<wit_admission::AdmissionSettings> {
+        T::Reconciler::admission().map(settings_to_wit)
+    }
+
+    fn validate(
+        request: wit_admission::AdmissionRequest,
+    ) -> Result<wit_admission::Verdict, String> {
+        crate::admission::dispatch_validate::<T::Reconciler>(&request_from_wit(request))
+            .map(verdict_to_wit)
+    }
+
+    fn apply_defaults(request: wit_admission::AdmissionRequest) -> Result<Option<String>, String> {
+        crate::admission::dispatch_defaults::<T::Reconciler>(&request_from_wit(request))
+    }
+}
+
+fn operation_to_wit(op: Operation) -> wit_admission::Operation {
+    match op {
+        Operation::Create => wit_admission::Operation::Create,
+        Operation::Update => wit_admission::Operation::Update,
+        Operation::Delete => wit_admission::Operation::Delete,
+        Operation::Connect => wit_admission::Operation::Connect,
+    }
+}
+
+fn settings_to_wit(s: AdmissionSettings) -> wit_admission::AdmissionSettings {
+    wit_admission::AdmissionSettings {
+        operations: s.operations.into_iter().map(operation_to_wit).collect(),
+        mutating: s.mutating,
+        failure_policy: match s.failure_policy {
+            FailurePolicy::Fail => wit_admission::FailurePolicy::Fail,
+            FailurePolicy::Ignore => wit_admission::FailurePolicy::Ignore,
+        },
+        timeout_ms: s.timeout_ms,
+    }
+}
+
+fn request_from_wit(r: wit_admission::AdmissionRequest) -> AdmissionRequest {
+    AdmissionRequest {
+        operation: match r.operation {
+            wit_admission::Operation::Create => Operation::Create,
+            wit_admission::Operation::Update => Operation::Update,
+            wit_admission::Operation::Delete => Operation::Delete,
+            wit_admission::Operation::Connect => Operation::Connect,
+        },
+        object: r.object,
+        old_object: r.old_object,
+        user_info: UserInfo {
+            username: r.user_info.username,
+            uid: r.user_info.uid,
+            groups: r.user_info.groups,
+            extra: r.user_info.extra.into_iter().collect(),
+        },
+        dry_run: r.dry_run,
+    }
+}
+
+fn verdict_to_wit(v: Verdict) -> wit_admission::Verdict {
+    wit_admission::Verdict {
+        allowed: v.allowed,
+        message: v.message,
+        warnings: v.warnings,
     }
 }
 

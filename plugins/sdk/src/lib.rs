@@ -21,6 +21,7 @@
 
 extern crate self as reconciler_sdk;
 
+pub mod admission;
 pub mod context;
 pub mod error;
 pub mod object;
@@ -39,11 +40,15 @@ pub mod contract {
 }
 pub use reconciler_contract::{json_depth, memory_cache, selector};
 
+pub use admission::Admission;
 pub use context::{Context, HostApi};
 pub use contract::{EventType, Hints, KindRef, LogLevel, MapRule, PluginMetadata};
 pub use error::Error;
 pub use k8s_openapi;
 pub use object::{Object, PartialObject};
+pub use reconciler_contract::{
+    AdmissionRequest, AdmissionSettings, FailurePolicy, Operation, UserInfo, Verdict,
+};
 pub use response::Response;
 
 use serde::de::DeserializeOwned;
@@ -62,6 +67,34 @@ pub trait Reconciler {
     /// Decide the desired state of `primary`. Must be idempotent and have no
     /// effects beyond the returned [`Response`].
     fn reconcile(primary: Self::Primary, ctx: &Context) -> Result<Response, Error>;
+
+    /// Whether the plugin serves admission for its primary kind, and how.
+    /// `None` (the default) serves none: [`Self::validate`] and
+    /// [`Self::apply_defaults`] are then never called.
+    fn admission() -> Option<AdmissionSettings> {
+        None
+    }
+
+    /// Allow or deny one admission request. Deny with [`Verdict::deny`]; an
+    /// `Err` is a failure, handled by the declared
+    /// [`AdmissionSettings::failure_policy`]. Cannot read the cache: decide
+    /// from the request alone.
+    fn validate(request: &Admission<Self::Primary>) -> Result<Verdict, Error> {
+        let _ = request;
+        Ok(Verdict::allow())
+    }
+
+    /// Fill in defaults on `object` (the request's object as JSON), for a
+    /// plugin that declared [`AdmissionSettings::mutating`]. Called before
+    /// [`Self::validate`], which then sees the defaulted object. Work on the
+    /// JSON, not a typed copy, so that fields the type does not know are kept.
+    fn apply_defaults(
+        object: &mut serde_json::Value,
+        request: &Admission<Self::Primary>,
+    ) -> Result<(), Error> {
+        let _ = (object, request);
+        Ok(())
+    }
 }
 
 /// Runs one reconcile from wire form to wire form. The Wasm export and the

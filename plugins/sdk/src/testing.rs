@@ -22,7 +22,10 @@ use serde::de::DeserializeOwned;
 
 use crate::{HostApi, Reconciler};
 use reconciler_contract::memory_cache::{MemoryCache, namespace_of};
-use reconciler_contract::{Event, KindRef, LogLevel, ObjectRef, PluginMetadata, ReconcileResponse};
+use reconciler_contract::{
+    AdmissionRequest, Event, KindRef, LogLevel, ObjectRef, Operation, PluginMetadata,
+    ReconcileResponse, UserInfo, Verdict,
+};
 
 pub use reconciler_contract::DEFAULT_NOW_MILLIS;
 
@@ -100,6 +103,45 @@ impl<R: Reconciler> Harness<R> {
         crate::dispatch::<R>(&request, &host).map(|response| Outcome { response })
     }
 
+    /// Admission as the host runs it: for a plugin that declared
+    /// [`Reconciler::admission`] and the request's operation, defaults
+    /// first (when mutating), then validates the defaulted object. A plugin
+    /// that serves no admission, or not this operation, admits everything.
+    /// `Err` is a failed call, which the host answers by the failure policy.
+    pub fn admit(&self, request: &AdmissionRequest) -> Result<AdmissionOutcome, String> {
+        let Some(settings) = R::admission() else {
+            return Ok(AdmissionOutcome::admitted());
+        };
+        if !settings.effective_operations().contains(&request.operation) {
+            return Ok(AdmissionOutcome::admitted());
+        }
+        let mut request = request.clone();
+        let mut defaulted = None;
+        let defaults_apply = matches!(request.operation, Operation::Create | Operation::Update);
+        if settings.mutating
+            && defaults_apply
+            && let Some(text) = crate::admission::dispatch_defaults::<R>(&request)?
+        {
+            defaulted = Some(
+                serde_json::from_str(&text)
+                    .map_err(|e| format!("the defaulted object is not JSON: {e}"))?,
+            );
+            request.object = Some(text);
+        }
+        let verdict = crate::admission::dispatch_validate::<R>(&request)?;
+        Ok(AdmissionOutcome { verdict, defaulted })
+    }
+
+    /// [`Self::admit`] of a create of `object`.
+    pub fn admit_create<P: Serialize>(&self, object: &P) -> Result<AdmissionOutcome, String> {
+        self.admit(&admission_request(Operation::Create, Some(object), None))
+    }
+
+    /// [`Self::admit`] of an update from `old` to `new`.
+    pub fn admit_update<P: Serialize>(&self, old: &P, new: &P) -> Result<AdmissionOutcome, String> {
+        self.admit(&admission_request(Operation::Update, Some(new), Some(old)))
+    }
+
     /// The host side of one reconcile of a primary in `primary_namespace`,
     /// for calling [`crate::dispatch`] directly (benchmarks do).
     pub fn host_for(&self, primary_namespace: Option<&str>) -> HarnessHost<'_, R> {
@@ -155,6 +197,49 @@ impl<R> HostApi for HarnessHost<'_, R> {
             message: message.to_string(),
             fields: fields.to_vec(),
         });
+    }
+}
+
+/// An admission request as the API server would send it, from a test's
+/// objects (a user with no name or groups, not a dry run).
+pub fn admission_request<P: Serialize>(
+    operation: Operation,
+    object: Option<&P>,
+    old_object: Option<&P>,
+) -> AdmissionRequest {
+    let json = |o: &P| serde_json::to_string(o).expect("test object serialises to JSON");
+    AdmissionRequest {
+        operation,
+        object: object.map(json),
+        old_object: old_object.map(json),
+        user_info: UserInfo::default(),
+        dry_run: false,
+    }
+}
+
+/// What admission answered: the verdict, and the object as defaulting left
+/// it (none when defaulting changed nothing or did not run).
+#[derive(Clone, Debug)]
+pub struct AdmissionOutcome {
+    pub verdict: Verdict,
+    pub defaulted: Option<serde_json::Value>,
+}
+
+impl AdmissionOutcome {
+    fn admitted() -> Self {
+        Self {
+            verdict: Verdict::allow(),
+            defaulted: None,
+        }
+    }
+
+    pub fn allowed(&self) -> bool {
+        self.verdict.allowed
+    }
+
+    /// The denial message, or "" when there is none.
+    pub fn message(&self) -> &str {
+        self.verdict.message.as_deref().unwrap_or_default()
     }
 }
 

@@ -357,6 +357,37 @@ impl RealCluster {
         self.start_host_with(plugins, kubeconfig.as_deref(), env)
     }
 
+    /// [`Self::start_host`] with `args` after `run`'s own (admission flags,
+    /// say).
+    pub fn start_host_with_args(
+        &mut self,
+        plugins: &[PathBuf],
+        args: &[&str],
+    ) -> Result<&HostProcess> {
+        if self.host.is_some() {
+            bail!("the test already started a host");
+        }
+        let kubeconfig = self.kubeconfig().map(|k| k.to_string_lossy().into_owned());
+        let env: Vec<(&str, &str)> = kubeconfig
+            .iter()
+            .map(|k| ("KUBECONFIG", k.as_str()))
+            .collect();
+        let host = HostProcess::start_with(
+            &self.host_binary,
+            self.workdir.path(),
+            &crate::test_compile_cache_dir(),
+            plugins,
+            &self.namespace,
+            args,
+            &env,
+        )?;
+        self.step(format!(
+            "started reconciler-host run (pid {}) with {args:?}",
+            host.pid()
+        ));
+        Ok(self.host.insert(host))
+    }
+
     fn start_host_with(
         &mut self,
         plugins: &[PathBuf],

@@ -282,6 +282,17 @@ impl EmbeddedCluster {
         })
     }
 
+    /// An object as a user would read it (`kubectl get`), in `default`
+    /// when the key of a namespaced kind names no namespace.
+    pub fn get_as_user(&self, key: &ObjectKey) -> Option<Value> {
+        let inner = self.lock();
+        let mut key = key.clone();
+        if key.namespace.is_none() && inner.store.kind_scope(&key.kind) == KindScope::Namespaced {
+            key.namespace = Some(USER_NAMESPACE.into());
+        }
+        inner.store.get(&key).cloned()
+    }
+
     /// Deletes an object as a user would (`kubectl delete`), in `default`
     /// when the key of a namespaced kind names no namespace.
     pub fn delete_as_user(&self, key: &ObjectKey) -> Result<(), BackendError> {

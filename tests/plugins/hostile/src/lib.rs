@@ -5,6 +5,7 @@
 //! wasm32-wasip2 and checks that the host turns each into a clear error for
 //! that one object and keeps serving.
 
+mod admission;
 mod finalizers;
 mod flood;
 mod metadata_rules;
@@ -44,7 +45,9 @@ pub struct Hostiles;
 // `cluster-scope`, a namespaced primary that also owns ClusterRoles (refused
 // at load), with `cluster-primary`, a plugin of the cluster-scoped
 // ClusterHostile kind; for the host limits, with `greedy`, asking for 4096
-// reconciles at once, with `sleepy-metadata`, one whose `metadata` sleeps.
+// reconciles at once, with `sleepy-metadata`, one whose `metadata` sleeps;
+// for admission (admission.rs), with `admission-ignore`, one whose failure
+// policy is Ignore instead of Fail.
 const NAME: &str = if cfg!(feature = "rival") {
     "rival"
 } else if cfg!(feature = "cluster-primary") {
@@ -125,6 +128,23 @@ impl Reconciler for Hostiles {
             Some(finalizer) => metadata.finalizer(finalizer),
             None => metadata,
         }
+    }
+
+    fn admission() -> Option<reconciler_sdk::AdmissionSettings> {
+        Some(admission::settings())
+    }
+
+    fn validate(
+        request: &reconciler_sdk::Admission<Hostile>,
+    ) -> Result<reconciler_sdk::Verdict, Error> {
+        admission::validate(request)
+    }
+
+    fn apply_defaults(
+        object: &mut serde_json::Value,
+        request: &reconciler_sdk::Admission<Hostile>,
+    ) -> Result<(), Error> {
+        admission::apply_defaults(object, request)
     }
 
     fn reconcile(hostile: Hostile, ctx: &Context) -> Result<Response, Error> {

@@ -1,0 +1,13 @@
+//! Admission served from plugins: the same decision for objects read from
+//! files (`dev`, `simulate`: [`object_gate`]) as for the API server's
+//! AdmissionReviews.
+
+pub mod object_gate;
+pub mod plugin_set;
+pub mod review;
+pub mod server;
+pub mod service;
+pub mod serving_cert;
+pub mod webhook_configs;
+
+pub use object_gate::{GateOutcome, admit_object};

@@ -1,0 +1,233 @@
+//! The Validating- and MutatingWebhookConfigurations of the plugins that
+//! serve admission, kept in step with the loaded set.
+//!
+//! Each plugin gets a configuration of each kind it needs, named
+//! `<prefix>-<plugin>` and applied with server-side apply, so every replica
+//! can apply the same one without conflict. A plugin that stops defaulting
+//! loses its mutating configuration; a plugin that is removed (or stops
+//! serving admission) loses both. Configurations are labelled with the
+//! prefix, so a host never removes another host's.
+//!
+//! The webhook rules name the primary kind's resource (plural) and scope,
+//! which come from discovery: a plugin whose kind is not served yet gets its
+//! configurations at a later sync.
+
+use anyhow::Context;
+use base64::Engine as _;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::discovery::{self, Scope};
+use reconciler_contract::{AdmissionSettings, KindRef};
+use serde_json::{Value, json};
+
+use crate::plugin::LoadedPlugin;
+
+/// The field manager of the configurations.
+pub const FIELD_MANAGER: &str = "reconciler-host-admission";
+/// The label that says which host prefix made a configuration.
+pub const PREFIX_LABEL: &str = "reconciler-host.io/webhook-prefix";
+/// The label naming the plugin a configuration is for.
+pub const PLUGIN_LABEL: &str = "reconciler-host.io/plugin";
+
+/// Where the API server reaches the webhook server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WebhookEndpoint {
+    /// A base URL, `https://127.0.0.1:8443` (outside the cluster, tests).
+    Url(String),
+    /// A Service in the cluster (the host as a pod).
+    Service {
+        namespace: String,
+        name: String,
+        port: u16,
+    },
+}
+
+impl WebhookEndpoint {
+    fn client_config(&self, path: &str, ca_bundle_pem: &str) -> Value {
+        let ca = base64::engine::general_purpose::STANDARD.encode(ca_bundle_pem);
+        match self {
+            WebhookEndpoint::Url(base) => json!({
+                "url": format!("{}{path}", base.trim_end_matches('/')),
+                "caBundle": ca,
+            }),
+            WebhookEndpoint::Service {
+                namespace,
+                name,
+                port,
+            } => json!({
+                "service": {"namespace": namespace, "name": name, "port": port, "path": path},
+                "caBundle": ca,
+            }),
+        }
+    }
+}
+
+/// Everything the configurations are made from, beyond the plugins.
+#[derive(Clone, Debug)]
+pub struct WebhookSetup {
+    /// Names the configurations `<prefix>-<plugin>`.
+    pub prefix: String,
+    pub endpoint: WebhookEndpoint,
+    pub ca_bundle_pem: String,
+    /// The namespaces the host serves (`run --namespace`); empty: all. The
+    /// API server then calls the webhooks only for objects in them.
+    pub namespaces: Vec<String>,
+}
+
+/// The API server's webhook timeout for a plugin: its admission deadline,
+/// rounded up to whole seconds, plus one for the network, at most 30.
+fn timeout_seconds(settings: &AdmissionSettings) -> u32 {
+    let ms = settings
+        .timeout_ms
+        .unwrap_or(AdmissionSettings::DEFAULT_TIMEOUT_MS);
+    (ms.div_ceil(1000) + 1).min(30)
+}
+
+/// Objects in these namespaces only (ignored for cluster-scoped kinds).
+fn namespace_selector(namespaces: &[String]) -> Value {
+    if namespaces.is_empty() {
+        return json!({});
+    }
+    json!({"matchExpressions": [{
+        "key": "kubernetes.io/metadata.name",
+        "operator": "In",
+        "values": namespaces,
+    }]})
+}
+
+/// The configurations of one plugin: the validating one, and the mutating
+/// one when the plugin defaults.
+pub fn configurations(
+    plugin: &LoadedPlugin,
+    settings: &AdmissionSettings,
+    plural: &str,
+    namespaced: bool,
+    setup: &WebhookSetup,
+) -> (Value, Option<Value>) {
+    let name = format!("{}-{}", setup.prefix, plugin.name());
+    let primary: &KindRef = &plugin.metadata().primary;
+    let operations: Vec<String> = settings
+        .effective_operations()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let rules = json!([{
+        "apiGroups": [primary.group],
+        "apiVersions": [primary.version],
+        "operations": operations,
+        "resources": [plural],
+        "scope": if namespaced { "Namespaced" } else { "Cluster" },
+    }]);
+    let metadata = json!({
+        "name": name,
+        "labels": {
+            "app.kubernetes.io/managed-by": "reconciler-host",
+            PREFIX_LABEL: setup.prefix,
+            PLUGIN_LABEL: plugin.name(),
+        },
+    });
+    let webhook = |phase: &str| {
+        json!({
+            "name": format!("{phase}.{}.reconciler-host.io", plugin.name()),
+            "clientConfig": setup.endpoint.client_config(
+                &format!("/admission/{}/{phase}", plugin.name()),
+                &setup.ca_bundle_pem,
+            ),
+            "rules": rules,
+            "failurePolicy": settings.failure_policy.to_string(),
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "matchPolicy": "Equivalent",
+            "timeoutSeconds": timeout_seconds(settings),
+            "namespaceSelector": namespace_selector(&setup.namespaces),
+        })
+    };
+    let validating = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": metadata,
+        "webhooks": [webhook("validate")],
+    });
+    let mutating = settings.mutating.then(|| {
+        let mut hook = webhook("mutate");
+        hook["reinvocationPolicy"] = json!("Never");
+        json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": metadata,
+            "webhooks": [hook],
+        })
+    });
+    (validating, mutating)
+}
+
+/// Applies the configurations of `plugins` and removes this prefix's
+/// configurations of plugins no longer among them. Returns a line per
+/// change or problem; a plugin whose kind cannot be resolved is skipped
+/// and named.
+pub async fn sync(
+    client: &kube::Client,
+    plugins: &[std::sync::Arc<LoadedPlugin>],
+    setup: &WebhookSetup,
+) -> anyhow::Result<Vec<String>> {
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mut lines = Vec::new();
+    let mut wanted_validating = Vec::new();
+    let mut wanted_mutating = Vec::new();
+    for plugin in plugins {
+        let Some(settings) = plugin.admission() else {
+            continue;
+        };
+        let primary = &plugin.metadata().primary;
+        let gvk = kube::api::GroupVersionKind::gvk(&primary.group, &primary.version, &primary.kind);
+        let (resource, caps) = match discovery::pinned_kind(client, &gvk).await {
+            Ok(found) => found,
+            Err(e) => {
+                lines.push(format!(
+                    "admission of plugin {} not registered yet: its kind {primary} is not served ({e})",
+                    plugin.name()
+                ));
+                continue;
+            }
+        };
+        let namespaced = matches!(caps.scope, Scope::Namespaced);
+        let (v, m) = configurations(plugin, settings, &resource.plural, namespaced, setup);
+        let name = format!("{}-{}", setup.prefix, plugin.name());
+        validating
+            .patch(&name, &params, &Patch::Apply(&v))
+            .await
+            .with_context(|| format!("cannot apply ValidatingWebhookConfiguration {name}"))?;
+        wanted_validating.push(name.clone());
+        if let Some(m) = m {
+            mutating
+                .patch(&name, &params, &Patch::Apply(&m))
+                .await
+                .with_context(|| format!("cannot apply MutatingWebhookConfiguration {name}"))?;
+            wanted_mutating.push(name.clone());
+        }
+    }
+    let mine = ListParams::default().labels(&format!("{PREFIX_LABEL}={}", setup.prefix));
+    for stale in validating.list_metadata(&mine).await?.items {
+        let Some(name) = stale.metadata.name else {
+            continue;
+        };
+        if !wanted_validating.contains(&name) {
+            validating.delete(&name, &DeleteParams::default()).await?;
+            lines.push(format!("removed ValidatingWebhookConfiguration {name}"));
+        }
+    }
+    for stale in mutating.list_metadata(&mine).await?.items {
+        let Some(name) = stale.metadata.name else {
+            continue;
+        };
+        if !wanted_mutating.contains(&name) {
+            mutating.delete(&name, &DeleteParams::default()).await?;
+            lines.push(format!("removed MutatingWebhookConfiguration {name}"));
+        }
+    }
+    Ok(lines)
+}

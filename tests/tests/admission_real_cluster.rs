@@ -1,0 +1,247 @@
+//! Admission against a real API server: `reconciler-host run` serves the
+//! webhooks over HTTPS on 127.0.0.1 and registers them by URL; the API
+//! server calls them for the test's namespace.
+//!
+//! Skipped (passing, with a SKIPPED line) unless `RECONCILER_E2E=1` and
+//! `KUBECONFIG` are set:
+//!
+//! ```text
+//! scripts/build-plugins
+//! eval "$(../shared/kube/kube up)"
+//! RECONCILER_E2E=1 cargo test -p reconciler-tests --test admission_real_cluster -- --nocapture
+//! ```
+//!
+//! The webhook configurations are cluster-scoped: each test names them
+//! after its namespace (`--admission-webhook-prefix`), they select only the
+//! test's namespace, and the test deletes them at the end.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use reconciler_sdk::KindRef;
+use reconciler_sdk::k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
+use reconciler_tests::{example_plugin, root, test_plugin};
+use serde_json::{Value, json};
+
+const SUITE: Suite = Suite {
+    name: "admission_real_cluster",
+    host_binary: env!("CARGO_BIN_EXE_reconciler-host-under-test"),
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+const PREFIX_LABEL: &str = "reconciler-host.io/webhook-prefix";
+
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Starts the host with admission on a free port of 127.0.0.1, its
+/// certificate generated into a Secret of the test's namespace; returns the
+/// webhook prefix.
+fn start_host_with_admission(
+    cx: &mut RealCluster,
+    plugins: &[std::path::PathBuf],
+) -> Result<String> {
+    let port = free_port()?;
+    let prefix = format!("e2e-{}", cx.namespace);
+    let listen = format!("127.0.0.1:{port}");
+    let url = format!("https://127.0.0.1:{port}");
+    let secret = format!("{}/admission-tls", cx.namespace);
+    cx.start_host_with_args(
+        plugins,
+        &[
+            "--admission-listen",
+            &listen,
+            "--admission-url",
+            &url,
+            "--admission-cert-secret",
+            &secret,
+            "--admission-webhook-prefix",
+            &prefix,
+        ],
+    )?;
+    Ok(prefix)
+}
+
+/// Deletes the test's webhook configurations (they outlive its namespace).
+async fn remove_configurations(cx: &RealCluster, prefix: &str) -> Result<()> {
+    let selector = ListParams::default().labels(&format!("{PREFIX_LABEL}={prefix}"));
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(cx.client.clone());
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(cx.client.clone());
+    validating
+        .delete_collection(&DeleteParams::default(), &selector)
+        .await?;
+    mutating
+        .delete_collection(&DeleteParams::default(), &selector)
+        .await?;
+    Ok(())
+}
+
+/// Waits until the validating configuration of `plugin` has `policy`.
+async fn wait_for_configuration(
+    cx: &RealCluster,
+    prefix: &str,
+    plugin: &str,
+    policy: &str,
+) -> Result<()> {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(cx.client.clone());
+    let name = format!("{prefix}-{plugin}");
+    cx.wait_for(
+        &format!("ValidatingWebhookConfiguration {name} with failurePolicy {policy}"),
+        WAIT,
+        async || {
+            Ok(match api.get_opt(&name).await? {
+                Some(c) => {
+                    let seen = c
+                        .webhooks
+                        .as_ref()
+                        .and_then(|w| w.first())
+                        .and_then(|w| w.failure_policy.clone())
+                        .unwrap_or_default();
+                    if seen == policy {
+                        Probe::Ready(())
+                    } else {
+                        Probe::Pending(format!("failurePolicy {seen}"))
+                    }
+                }
+                None => Probe::Pending("absent".into()),
+            })
+        },
+    )
+    .await
+}
+
+/// Creates `object`, retrying while the API server cannot reach the webhook
+/// yet (its configuration is new): returns the object, or the denial.
+async fn try_create(cx: &RealCluster, object: &Value) -> Result<Result<Value, String>> {
+    let kind = KindRef::of_object(object).context("a kind")?;
+    let api: Api<DynamicObject> = cx.api(&kind).await?;
+    let body: DynamicObject = serde_json::from_value(object.clone())?;
+    cx.wait_for(
+        "the API server to answer a create",
+        WAIT,
+        async || match api.create(&PostParams::default(), &body).await {
+            Ok(created) => Ok(Probe::Ready(Ok(serde_json::to_value(created)?))),
+            Err(kube::Error::Api(e)) if e.message.contains("failed calling webhook") => {
+                Ok(Probe::Pending(e.message))
+            }
+            Err(kube::Error::Api(e)) => Ok(Probe::Ready(Err(e.message))),
+            Err(e) => Err(e.into()),
+        },
+    )
+    .await
+}
+
+fn cluster(name: &str, masters: i64) -> Value {
+    json!({"apiVersion": "example.com/v1alpha1", "kind": "KubernetesCluster",
+        "metadata": {"name": name}, "spec": {"masters": masters, "workers": 1}})
+}
+
+fn hostile(name: &str, mode: &str) -> Value {
+    json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
+        "metadata": {"name": name}, "spec": {"mode": mode}})
+}
+
+#[test]
+fn the_api_server_denies_a_change_of_masters_and_gets_defaults() {
+    SUITE.run(
+        "the_api_server_denies_a_change_of_masters_and_gets_defaults",
+        async |cx| {
+            cx.install_crds(&root().join("crds/kubernetescluster.yaml"))
+                .await?;
+            let prefix = start_host_with_admission(cx, &[example_plugin("kubernetescluster")])?;
+            let result = async {
+                wait_for_configuration(cx, &prefix, "kubernetescluster", "Fail").await?;
+                let created = match try_create(cx, &cluster("prod", 3)).await? {
+                    Ok(created) => created,
+                    Err(denied) => bail!("a valid cluster was denied: {denied}"),
+                };
+                if created["spec"]["version"] != "1.33" {
+                    bail!("defaulting did not fill spec.version: {}", created["spec"]);
+                }
+                cx.step("created with spec.version defaulted to 1.33");
+                let kind = KindRef::new("example.com", "v1alpha1", "KubernetesCluster");
+                let denied = cx
+                    .merge_patch(&kind, "prod", json!({"spec": {"masters": 5}}))
+                    .await
+                    .err()
+                    .context("an update of spec.masters was admitted")?;
+                let message = format!("{denied:#}");
+                if !message.contains(
+                    "spec.masters cannot change after creation: it is 3, the update asks for 5",
+                ) {
+                    bail!("not the plugin's message: {message}");
+                }
+                cx.step(format!("update denied: {message}"));
+                let stored = cx.must_get(&kind, "prod").await?;
+                if stored["spec"]["masters"] != 3 {
+                    bail!("the denied change was stored: {}", stored["spec"]);
+                }
+                cx.merge_patch(&kind, "prod", json!({"spec": {"workers": 4}}))
+                    .await
+                    .context("another change is admitted")?;
+                Ok(())
+            }
+            .await;
+            remove_configurations(cx, &prefix).await?;
+            result
+        },
+    );
+}
+
+#[test]
+fn a_trapping_plugin_gets_its_failure_policy_across_a_hot_reload() {
+    SUITE.run(
+        "a_trapping_plugin_gets_its_failure_policy_across_a_hot_reload",
+        async |cx| {
+            cx.install_crds(&root().join("tests/crds/hostile.yaml"))
+                .await?;
+            let prefix = start_host_with_admission(cx, &[test_plugin("hostile")])?;
+            let result = async {
+                wait_for_configuration(cx, &prefix, "hostile", "Fail").await?;
+                match try_create(cx, &hostile("trap", "admit-trap")).await? {
+                    Ok(_) => bail!("a trapping plugin under Fail admitted the object"),
+                    Err(message) if message.contains("failure policy Fail") => {
+                        cx.step(format!("denied under Fail: {message}"));
+                    }
+                    Err(message) => bail!("denied, but not by the failure policy: {message}"),
+                }
+                // The same file name, a version whose policy is Ignore.
+                let ignore = std::fs::read(test_plugin("hostile-admission-ignore"))?;
+                cx.host()?.put_plugin("hostile.wasm", &ignore)?;
+                wait_for_configuration(cx, &prefix, "hostile", "Ignore").await?;
+                let admitted = cx
+                    .wait_for(
+                        "the reloaded plugin to admit under Ignore",
+                        WAIT,
+                        async || {
+                            Ok(
+                                match try_create(cx, &hostile("trap", "admit-trap")).await? {
+                                    Ok(created) => Probe::Ready(created),
+                                    Err(message) => Probe::Pending(message),
+                                },
+                            )
+                        },
+                    )
+                    .await?;
+                cx.step(format!(
+                    "admitted under Ignore after the reload: {}",
+                    admitted["metadata"]["name"]
+                ));
+                match try_create(cx, &hostile("denied", "admit-deny")).await? {
+                    Ok(_) => bail!("the reloaded plugin's denial was not applied"),
+                    Err(message) if message.contains("hostile says no") => Ok(()),
+                    Err(message) => bail!("denied with another message: {message}"),
+                }
+            }
+            .await;
+            remove_configurations(cx, &prefix).await?;
+            result
+        },
+    );
+}

@@ -1,0 +1,300 @@
+//! The admission webhook server over HTTPS, with compiled plugins: what the
+//! API server sends and what it gets back, and the webhook configurations
+//! the host would register.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use reconciler_host::admission::plugin_set::AdmissionPlugins;
+use reconciler_host::admission::server::serve;
+use reconciler_host::admission::serving_cert::ServingCert;
+use reconciler_host::admission::webhook_configs::{WebhookEndpoint, WebhookSetup, configurations};
+use reconciler_host::cluster::VirtualClock;
+use reconciler_tests::{example_plugin, load, test_plugin};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Webhook {
+    addr: SocketAddr,
+    cert: ServingCert,
+    plugins: Arc<AdmissionPlugins>,
+}
+
+async fn start(plugins: &[&str]) -> Webhook {
+    let set = Arc::new(AdmissionPlugins::new());
+    set.replace(plugins.iter().map(|p| Arc::new(load(&plugin_path(p)))));
+    let cert = ServingCert::generate(&["127.0.0.1".to_string()]).unwrap();
+    let addr = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        &cert,
+        set.clone(),
+        Arc::new(VirtualClock::at(0)),
+    )
+    .await
+    .unwrap();
+    Webhook {
+        addr,
+        cert,
+        plugins: set,
+    }
+}
+
+fn plugin_path(name: &str) -> std::path::PathBuf {
+    match name {
+        "kubernetescluster" | "podset" => example_plugin(name),
+        other => test_plugin(other),
+    }
+}
+
+/// POSTs `body` over HTTPS, trusting only the webhook's CA bundle, and
+/// returns the status code and body.
+async fn post(webhook: &Webhook, path: &str, body: &str) -> (u16, String) {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(webhook.cert.ca_bundle_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(webhook.addr).await.unwrap();
+    let mut tls = connector
+        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+        .await
+        .expect("the webhook's certificate verifies against its CA bundle");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    let _ = tls.read_to_end(&mut raw).await;
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, body.to_string())
+}
+
+fn review(operation: &str, kind: (&str, &str, &str), object: Value, old: Option<Value>) -> String {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "3f2a", "kind": {"group": kind.0, "version": kind.1, "kind": kind.2},
+            "resource": {"group": kind.0, "version": kind.1, "resource": "whatever"},
+            "name": object["metadata"]["name"], "namespace": "default", "operation": operation,
+            "userInfo": {"username": "alice"}, "object": object, "oldObject": old, "dryRun": false}})
+    .to_string()
+}
+
+const CLUSTER_KIND: (&str, &str, &str) = ("example.com", "v1alpha1", "KubernetesCluster");
+const HOSTILE_KIND: (&str, &str, &str) = ("hostile.example.com", "v1", "Hostile");
+
+fn cluster(masters: i64, version: Option<&str>) -> Value {
+    let mut spec = json!({"masters": masters, "workers": 2, "timeoutSeconds": 600});
+    if let Some(v) = version {
+        spec["version"] = json!(v);
+    }
+    json!({"apiVersion": "example.com/v1alpha1", "kind": "KubernetesCluster",
+        "metadata": {"name": "prod", "namespace": "default"}, "spec": spec})
+}
+
+fn answer(body: &str) -> Value {
+    let review: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(review["kind"], "AdmissionReview");
+    assert_eq!(review["response"]["uid"], "3f2a", "the uid is echoed");
+    review["response"].clone()
+}
+
+#[tokio::test]
+async fn a_change_of_masters_is_denied_and_a_missing_version_defaulted_over_https() {
+    let webhook = start(&["kubernetescluster"]).await;
+    let (code, body) = post(
+        &webhook,
+        "/admission/kubernetescluster/validate",
+        &review(
+            "UPDATE",
+            CLUSTER_KIND,
+            cluster(5, Some("1.33")),
+            Some(cluster(3, Some("1.33"))),
+        ),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let response = answer(&body);
+    assert_eq!(response["allowed"], false);
+    assert!(
+        response["status"]["message"].as_str().unwrap().starts_with(
+            "spec.masters cannot change after creation: it is 3, the update asks for 5"
+        ),
+        "{response}"
+    );
+
+    let (_, body) = post(
+        &webhook,
+        "/admission/kubernetescluster/mutate",
+        &review("CREATE", CLUSTER_KIND, cluster(3, None), None),
+    )
+    .await;
+    let response = answer(&body);
+    assert_eq!(response["allowed"], true);
+    assert_eq!(response["patchType"], "JSONPatch");
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&patch).unwrap(),
+        json!([{"op": "add", "path": "/spec/version", "value": "1.33"}])
+    );
+}
+
+#[tokio::test]
+async fn a_plugin_gets_only_its_own_kind_and_a_removed_plugin_is_refused() {
+    let webhook = start(&["kubernetescluster", "hostile"]).await;
+    let hostile = json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
+        "metadata": {"name": "h", "namespace": "default"}, "spec": {"mode": "ok"}});
+    let (_, body) = post(
+        &webhook,
+        "/admission/kubernetescluster/validate",
+        &review("CREATE", HOSTILE_KIND, hostile, None),
+    )
+    .await;
+    let response = answer(&body);
+    assert_eq!(response["allowed"], false);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("serves admission only for its primary kind"),
+        "{response}"
+    );
+
+    // A reload without the plugin: its path answers at once that it is gone.
+    webhook
+        .plugins
+        .replace([Arc::new(load(&test_plugin("hostile")))]);
+    let (_, body) = post(
+        &webhook,
+        "/admission/kubernetescluster/validate",
+        &review(
+            "UPDATE",
+            CLUSTER_KIND,
+            cluster(3, Some("1.33")),
+            Some(cluster(3, Some("1.33"))),
+        ),
+    )
+    .await;
+    let response = answer(&body);
+    assert_eq!(response["allowed"], false);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("serves no plugin named kubernetescluster"),
+        "{response}"
+    );
+}
+
+#[tokio::test]
+async fn trapping_and_looping_plugins_get_their_failure_policy_and_garbage_is_refused() {
+    let webhook = start(&["hostile"]).await;
+    for mode in ["admit-trap", "admit-loop"] {
+        let object = json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
+            "metadata": {"name": "h", "namespace": "default"}, "spec": {"mode": mode}});
+        let (_, body) = post(
+            &webhook,
+            "/admission/hostile/validate",
+            &review("CREATE", HOSTILE_KIND, object, None),
+        )
+        .await;
+        let response = answer(&body);
+        assert_eq!(response["allowed"], false, "{mode}: {response}");
+        assert!(
+            response["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("failure policy Fail"),
+            "{mode}: {response}"
+        );
+    }
+    webhook
+        .plugins
+        .replace([Arc::new(load(&test_plugin("hostile-admission-ignore")))]);
+    let object = json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
+        "metadata": {"name": "h", "namespace": "default"}, "spec": {"mode": "admit-trap"}});
+    let (_, body) = post(
+        &webhook,
+        "/admission/hostile/validate",
+        &review("CREATE", HOSTILE_KIND, object, None),
+    )
+    .await;
+    assert_eq!(answer(&body)["allowed"], true, "Ignore admits");
+
+    let (code, _) = post(&webhook, "/admission/hostile/validate", "{not json").await;
+    assert_eq!(code, 400);
+}
+
+#[test]
+fn the_configurations_name_the_kind_the_endpoint_and_the_policy() {
+    let plugin = load(&example_plugin("kubernetescluster"));
+    let settings = plugin.admission().unwrap().clone();
+    let setup = WebhookSetup {
+        prefix: "reconciler-host".into(),
+        endpoint: WebhookEndpoint::Service {
+            namespace: "reconciler-system".into(),
+            name: "reconciler-host".into(),
+            port: 8443,
+        },
+        ca_bundle_pem: "PEM".into(),
+        namespaces: vec!["team-a".into()],
+    };
+    let (validating, mutating) =
+        configurations(&plugin, &settings, "kubernetesclusters", true, &setup);
+    let hook = &validating["webhooks"][0];
+    assert_eq!(
+        validating["metadata"]["name"],
+        "reconciler-host-kubernetescluster"
+    );
+    assert_eq!(hook["failurePolicy"], "Fail");
+    assert_eq!(hook["sideEffects"], "None");
+    assert_eq!(hook["timeoutSeconds"], 3);
+    assert_eq!(
+        hook["rules"],
+        json!([{"apiGroups": ["example.com"], "apiVersions": ["v1alpha1"],
+            "operations": ["CREATE", "UPDATE"], "resources": ["kubernetesclusters"], "scope": "Namespaced"}])
+    );
+    assert_eq!(
+        hook["clientConfig"]["service"],
+        json!({"namespace": "reconciler-system", "name": "reconciler-host", "port": 8443,
+            "path": "/admission/kubernetescluster/validate"})
+    );
+    assert_eq!(hook["clientConfig"]["caBundle"], "UEVN");
+    assert_eq!(
+        hook["namespaceSelector"],
+        json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}]}),
+        "called only for the namespaces the host serves"
+    );
+    let mutating = mutating.expect("kubernetescluster defaults");
+    assert_eq!(
+        mutating["webhooks"][0]["clientConfig"]["service"]["path"],
+        "/admission/kubernetescluster/mutate"
+    );
+
+    let url = WebhookSetup {
+        endpoint: WebhookEndpoint::Url("https://127.0.0.1:9443".into()),
+        ..setup
+    };
+    let (validating, _) = configurations(&plugin, &settings, "kubernetesclusters", true, &url);
+    assert_eq!(
+        validating["webhooks"][0]["clientConfig"]["url"],
+        "https://127.0.0.1:9443/admission/kubernetescluster/validate"
+    );
+}
