@@ -71,7 +71,7 @@ pub fn sandbox() -> &'static Arc<Sandbox> {
 
 /// `target/<profile>/test-compile-cache`, found from the running test binary
 /// (`target/<profile>/deps/<test>`), so it follows `CARGO_TARGET_DIR`.
-pub(crate) fn test_compile_cache_dir() -> PathBuf {
+pub fn test_compile_cache_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     exe.ancestors()
         .nth(2)

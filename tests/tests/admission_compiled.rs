@@ -1,10 +1,15 @@
 //! Admission through compiled plugins: kubernetescluster's rules, and the
 //! hostile plugin's misbehaviours each answered by its failure policy.
 
+use std::sync::Arc;
+
 use reconciler_host::golden::{CaseOutcome, discover, run_case};
-use reconciler_host::plugin::AdmissionDecision;
+use reconciler_host::plugin::{AdmissionDecision, ReconcileInput, Sandbox, SandboxConfig};
+use reconciler_sdk::memory_cache::MemoryCache;
 use reconciler_sdk::{AdmissionRequest, FailurePolicy, Operation, UserInfo};
-use reconciler_tests::{example_plugin, load, root, test_plugin};
+use reconciler_tests::{
+    example_plugin, load, root, test_compile_cache_dir, test_limits, test_plugin,
+};
 use serde_json::{Value, json};
 
 fn request(operation: Operation, object: Option<&Value>, old: Option<&Value>) -> AdmissionRequest {
@@ -198,4 +203,65 @@ fn a_wrong_admission_case_is_a_diff_and_a_plugin_without_admission_says_so() {
         }
         other => panic!("expected a failure, got {other:?}"),
     }
+}
+
+/// Admission has sandbox instances of its own: reconciles holding every
+/// instance they may use (here both of a two-instance sandbox, each in a
+/// call that loops to its deadline) do not make an admission call fail,
+/// which kubernetescluster's fail-closed policy would turn into a denial of
+/// every write.
+#[test]
+fn admission_is_served_while_reconciles_hold_every_instance() {
+    let sandbox = Sandbox::new(SandboxConfig {
+        limits: test_limits(),
+        compile_cache: Some(test_compile_cache_dir()),
+        max_instances: 2,
+        ..SandboxConfig::default()
+    })
+    .expect("a sandbox of two instances");
+    let looping = sandbox.load(&test_plugin("hostile")).expect("load hostile");
+    let kubernetescluster = sandbox
+        .load(&example_plugin("kubernetescluster"))
+        .expect("load kubernetescluster");
+    let (held, holding) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let looping = &looping;
+        for i in 0..2 {
+            let held = held.clone();
+            s.spawn(move || {
+                let primary = json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
+                    "metadata": {"name": format!("loop-{i}"), "namespace": "default", "uid": format!("u-{i}")},
+                    "spec": {"mode": "loop"}});
+                let cache = MemoryCache::new();
+                let request = cache.request_for(&primary, &looping.metadata().owns);
+                held.send(()).expect("the test waits");
+                looping.reconcile(ReconcileInput {
+                    request,
+                    primary_namespace: Some("default".into()),
+                    object: format!("default/loop-{i}"),
+                    reader: Arc::new(cache),
+                    now_millis: 0,
+                })
+            });
+        }
+        for _ in 0..2 {
+            holding.recv().expect("both loops start");
+        }
+        // The loops run for their 200 ms deadline; this lands inside it.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let old = cluster(3, Some("1.33"));
+        let new = cluster(5, Some("1.33"));
+        let decision = kubernetescluster.admit(
+            request(Operation::Update, Some(&new), Some(&old)),
+            "default/prod",
+            0,
+        );
+        assert!(
+            decision
+                .message
+                .as_deref()
+                .is_some_and(|m| m.starts_with("spec.masters cannot change after creation")),
+            "the plugin's own verdict, not its failure policy's: {decision:?}"
+        );
+    });
 }

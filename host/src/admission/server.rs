@@ -44,8 +44,9 @@ pub const MAX_BODY_BYTES: usize = 4 << 20;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once; more wait in the listen backlog.
 const MAX_CONNECTIONS: usize = 256;
-/// Plugin calls in flight at once; more wait, within their deadline.
-const MAX_CALLS: usize = 8;
+/// Plugin calls in flight at once, one per instance the sandbox keeps for
+/// admission; more wait, within their deadline.
+const MAX_CALLS: usize = crate::plugin::sandbox::ADMISSION_INSTANCES as usize;
 /// Added to a plugin's admission deadline for the server's own bound: the
 /// sandbox stops the call at the deadline; this only catches the host.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(500);

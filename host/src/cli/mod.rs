@@ -150,8 +150,9 @@ pub struct SandboxArgs {
     /// The most reconciles at once a plugin may ask for (hints.maxConcurrentReconciles).
     #[arg(long, global = true, default_value_t = HostLimits::default().concurrency_max, value_name = "N")]
     pub plugin_concurrency_max: u32,
-    /// Sandbox instances for all plugins together: plugin calls running at once, plus one kept
-    /// for loading plugins. Shared fairly: while others wait, no plugin holds more than its share.
+    /// Sandbox instances for all plugins' reconciles together: calls running at once, plus one
+    /// kept for loading plugins. Shared fairly: while others wait, no plugin holds more than its
+    /// share. Admission calls have 8 more of their own.
     #[arg(long, global = true, default_value_t = SandboxConfig::default().max_instances, value_name = "N")]
     pub plugin_instances: u32,
     /// How long hot reload waits for a new plugin file to compile and report its metadata, in seconds.

@@ -13,7 +13,11 @@
 //!   instantiate, so the engine starts at most
 //!   [`Sandbox::reconcile_instances`] reconciles at once, shared fairly
 //!   between plugins (`engine::instance_share`). One instance is kept for
-//!   loading plugins (their `metadata` call) while others reconcile.
+//!   loading plugins (their `metadata` call) while others reconcile. On top
+//!   of `max_instances`, the pool holds [`ADMISSION_INSTANCES`] for
+//!   admission calls and one for the admission server's own loading, so
+//!   reconciles holding every instance they may use never make an admission
+//!   call fail (which a fail-closed plugin would turn into denied writes).
 //! - A slot's memory stays resident between instances: when an instance is
 //!   dropped, wasmtime finds the pages it wrote (the `PAGEMAP_SCAN` ioctl,
 //!   Linux 6.7 and later) and copies the module's initial contents back
@@ -67,6 +71,11 @@ pub const KEEP_RESIDENT: usize = 1 << 20;
 /// The same for a slot's tables (function tables of a few thousand
 /// entries).
 const TABLE_KEEP_RESIDENT: usize = 64 << 10;
+
+/// Admission calls running at once (the admission server waits for one of
+/// these before calling a plugin). They come on top of `max_instances`: see
+/// the module documentation.
+pub const ADMISSION_INSTANCES: u32 = 8;
 
 /// Everything that configures the sandbox for one host.
 #[derive(Clone, Debug)]
@@ -158,12 +167,14 @@ impl Sandbox {
         let max_memory = config.limits.memory_max_mib as usize * 1024 * 1024;
         let mut pool = PoolingAllocationConfig::default();
         let n = config.max_instances.max(1);
-        pool.total_component_instances(n)
+        // Admission's calls and its loading have instances of their own.
+        let pool_size = n + ADMISSION_INSTANCES + 1;
+        pool.total_component_instances(pool_size)
             // A Rust component instantiates a handful of core modules (its
             // code plus small shims); leave generous room per component.
-            .total_core_instances(n * 16)
-            .total_memories(n * 2)
-            .total_tables(n * 4)
+            .total_core_instances(pool_size * 16)
+            .total_memories(pool_size * 2)
+            .total_tables(pool_size * 4)
             .max_memory_size(max_memory);
         if PoolingAllocationConfig::is_pagemap_scan_available() {
             pool.pagemap_scan(Enabled::Yes)
