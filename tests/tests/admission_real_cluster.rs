@@ -116,6 +116,30 @@ async fn wait_for_configuration(
     .await
 }
 
+/// Waits until `plugin` has no configuration of either kind.
+async fn wait_for_no_configuration(cx: &RealCluster, prefix: &str, plugin: &str) -> Result<()> {
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(cx.client.clone());
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(cx.client.clone());
+    let name = format!("{prefix}-{plugin}");
+    cx.wait_for(
+        &format!("the webhook configurations {name} to be removed"),
+        WAIT,
+        async || {
+            let left = [
+                validating.get_opt(&name).await?.map(|_| "validating"),
+                mutating.get_opt(&name).await?.map(|_| "mutating"),
+            ];
+            let left: Vec<&str> = left.into_iter().flatten().collect();
+            Ok(if left.is_empty() {
+                Probe::Ready(())
+            } else {
+                Probe::Pending(format!("still there: {}", left.join(", ")))
+            })
+        },
+    )
+    .await
+}
+
 /// Creates `object`, retrying while the API server cannot reach the webhook
 /// yet (its configuration is new): returns the object, or the denial.
 async fn try_create(cx: &RealCluster, object: &Value) -> Result<Result<Value, String>> {
@@ -194,6 +218,8 @@ fn the_api_server_denies_a_change_of_masters_and_gets_defaults() {
     );
 }
 
+/// Fail, then Ignore after a hot reload of the same file; then the file is
+/// removed and its webhook configurations go with it.
 #[test]
 fn a_trapping_plugin_gets_its_failure_policy_across_a_hot_reload() {
     SUITE.run(
@@ -235,9 +261,37 @@ fn a_trapping_plugin_gets_its_failure_policy_across_a_hot_reload() {
                 ));
                 match try_create(cx, &hostile("denied", "admit-deny")).await? {
                     Ok(_) => bail!("the reloaded plugin's denial was not applied"),
-                    Err(message) if message.contains("hostile says no") => Ok(()),
+                    Err(message) if message.contains("hostile says no") => {
+                        cx.step(format!("denied by the reloaded plugin: {message}"));
+                    }
                     Err(message) => bail!("denied with another message: {message}"),
                 }
+                // Removing the plugin removes its webhook: the configuration
+                // goes, and what it denied is admitted.
+                let file = cx.host()?.plugins_dir().join("hostile.wasm");
+                std::fs::remove_file(&file)
+                    .with_context(|| format!("removing {}", file.display()))?;
+                wait_for_no_configuration(cx, &prefix, "hostile").await?;
+                cx.step("the configuration is gone with the plugin");
+                let admitted = cx
+                    .wait_for(
+                        "the API server to stop calling the removed plugin",
+                        WAIT,
+                        async || {
+                            Ok(
+                                match try_create(cx, &hostile("after", "admit-deny")).await? {
+                                    Ok(created) => Probe::Ready(created),
+                                    Err(message) => Probe::Pending(message),
+                                },
+                            )
+                        },
+                    )
+                    .await?;
+                cx.step(format!(
+                    "admitted once the plugin was removed: {}",
+                    admitted["metadata"]["name"]
+                ));
+                Ok(())
             }
             .await;
             remove_configurations(cx, &prefix).await?;
