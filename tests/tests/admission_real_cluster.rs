@@ -23,6 +23,7 @@ use reconciler_sdk::KindRef;
 use reconciler_sdk::k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
+use reconciler_sdk::k8s_openapi::jiff::Timestamp;
 use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
 use reconciler_tests::{example_plugin, root, test_plugin};
 use serde_json::{Value, json};
@@ -47,24 +48,32 @@ fn start_host_with_admission(
     cx: &mut RealCluster,
     plugins: &[std::path::PathBuf],
 ) -> Result<String> {
+    start_host_with_admission_and(cx, plugins, &[])
+}
+
+/// [`start_host_with_admission`] with more flags for `run`.
+fn start_host_with_admission_and(
+    cx: &mut RealCluster,
+    plugins: &[std::path::PathBuf],
+    more: &[&str],
+) -> Result<String> {
     let port = free_port()?;
     let prefix = format!("e2e-{}", cx.namespace);
     let listen = format!("127.0.0.1:{port}");
     let url = format!("https://127.0.0.1:{port}");
     let secret = format!("{}/admission-tls", cx.namespace);
-    cx.start_host_with_args(
-        plugins,
-        &[
-            "--admission-listen",
-            &listen,
-            "--admission-url",
-            &url,
-            "--admission-cert-secret",
-            &secret,
-            "--admission-webhook-prefix",
-            &prefix,
-        ],
-    )?;
+    let mut args = vec![
+        "--admission-listen",
+        &listen,
+        "--admission-url",
+        &url,
+        "--admission-cert-secret",
+        &secret,
+        "--admission-webhook-prefix",
+        &prefix,
+    ];
+    args.extend_from_slice(more);
+    cx.start_host_with_args(plugins, &args)?;
     Ok(prefix)
 }
 
@@ -209,6 +218,83 @@ fn the_api_server_denies_a_change_of_masters_and_gets_defaults() {
                 cx.merge_patch(&kind, "prod", json!({"spec": {"workers": 4}}))
                     .await
                     .context("another change is admitted")?;
+                Ok(())
+            }
+            .await;
+            remove_configurations(cx, &prefix).await?;
+            result
+        },
+    );
+}
+
+/// Every replica serves admission, leader or not: a host that never gets
+/// the Lease (another holder keeps it for an hour) still answers the API
+/// server's webhook calls, and reconciles nothing.
+#[test]
+fn a_standby_replica_serves_admission_and_reconciles_nothing() {
+    SUITE.run(
+        "a_standby_replica_serves_admission_and_reconciles_nothing",
+        async |cx| {
+            cx.install_crds(&root().join("crds/kubernetescluster.yaml"))
+                .await?;
+            let leases = KindRef::new("coordination.k8s.io", "v1", "Lease");
+            let renewed = Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+                .to_string();
+            cx.create(
+                json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "admission-standby"},
+                "spec": {"holderIdentity": "another-replica", "leaseDurationSeconds": 3600,
+                    "acquireTime": renewed, "renewTime": renewed}}),
+            )
+            .await
+            .context("the Lease another replica holds")?;
+            let namespace = cx.namespace.clone();
+            let prefix = start_host_with_admission_and(
+                cx,
+                &[example_plugin("kubernetescluster")],
+                &[
+                    "--leader-election",
+                    "--leader-election-namespace",
+                    &namespace,
+                    "--leader-election-id",
+                    "admission-standby",
+                ],
+            )?;
+            let result = async {
+                wait_for_configuration(cx, &prefix, "kubernetescluster", "Fail").await?;
+                let created = match try_create(cx, &cluster("standby", 3)).await? {
+                    Ok(created) => created,
+                    Err(denied) => bail!("a valid cluster was denied: {denied}"),
+                };
+                if created["spec"]["version"] != "1.33" {
+                    bail!(
+                        "the standby did not default spec.version: {}",
+                        created["spec"]
+                    );
+                }
+                let kind = KindRef::new("example.com", "v1alpha1", "KubernetesCluster");
+                let denied = cx
+                    .merge_patch(&kind, "standby", json!({"spec": {"masters": 5}}))
+                    .await
+                    .err()
+                    .context("the standby admitted an update of spec.masters")?;
+                let message = format!("{denied:#}");
+                if !message.contains("spec.masters cannot change after creation") {
+                    bail!("not the plugin's message: {message}");
+                }
+                cx.step("the standby defaulted the create and denied the update");
+                // A leader would have added its finalizer at the first
+                // reconcile; the standby must not have reconciled at all.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let stored = cx.must_get(&kind, "standby").await?;
+                if stored["metadata"]["finalizers"].is_array() || stored.get("status").is_some() {
+                    bail!("the standby reconciled: {stored}");
+                }
+                let lease = cx.must_get(&leases, "admission-standby").await?;
+                if lease["spec"]["holderIdentity"] != "another-replica" {
+                    bail!("the Lease changed hands: {}", lease["spec"]);
+                }
                 Ok(())
             }
             .await;
