@@ -78,7 +78,8 @@ pub struct SimulationReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimulationError {
-    #[error("cannot seed {object}: {source}")]
+    // The source follows in the error chain (`{:#}`), not in this message.
+    #[error("cannot seed {object}")]
     Seed {
         object: String,
         source: crate::cluster::BackendError,

@@ -16,6 +16,12 @@ const REVISION: &str = "deployment.kubernetes.io/revision";
 const DESIRED: &str = "deployment.kubernetes.io/desired-replicas";
 const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
 
+/// The most Pods the embedded cluster plays for one ReplicaSet. A dev
+/// cluster that made every Pod of `replicas: 100000000` would fill up (it
+/// holds 100,000 objects) and refuse everything after; a ReplicaSet asking
+/// for more gets this many, and the output says so.
+pub const MAX_PODS_PER_REPLICA_SET: i64 = 1_000;
+
 fn replicas_of(object: &Value) -> i64 {
     int_at(object, "/spec/replicas").unwrap_or(1).max(0)
 }
@@ -292,13 +298,21 @@ pub(super) fn sync_replica_set(round: &mut Round<'_>, key: &ObjectKey) {
     if is_deleting(&rs) {
         return;
     }
-    let desired = replicas_of(&rs);
+    let asked = replicas_of(&rs);
+    let desired = asked.min(MAX_PODS_PER_REPLICA_SET);
     let live: Vec<(ObjectKey, Value)> = controlled(round.store, &uid, "Pod")
         .into_iter()
         .filter(|(_, pod)| !is_deleting(pod))
         .collect();
     let count = i64::try_from(live.len()).unwrap_or(i64::MAX);
     if count < desired {
+        if asked > desired {
+            round.note(
+                "capped",
+                key,
+                format!(" at {desired} of the {asked} Pods it asks for"),
+            );
+        }
         let template = rs
             .pointer("/spec/template")
             .cloned()

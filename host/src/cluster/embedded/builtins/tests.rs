@@ -374,3 +374,75 @@ fn changes_are_grouped_by_verb_and_kind() {
         ]
     );
 }
+
+/// A Deployment asking for more Pods than the embedded cluster plays gets
+/// that many, says so, and leaves the cluster room for everything else.
+#[test]
+fn a_replica_set_gets_at_most_its_cap_of_pods_and_says_so() {
+    let c = Cluster::new(BuiltinConfig::default());
+    c.apply(deployment(100_000_000, "nginx:1.27"));
+    let pods = c.all("Pod");
+    assert_eq!(
+        pods.len(),
+        usize::try_from(replicas::MAX_PODS_PER_REPLICA_SET).unwrap()
+    );
+    let said: Vec<String> = c
+        .cluster
+        .take_builtin_changes()
+        .iter()
+        .filter(|change| change.verb == "capped")
+        .map(|change| format!("{} {}{}", change.kind, change.object, change.detail))
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with("ReplicaSet default/web-")
+            && said[0].ends_with(" at 1000 of the 100000000 Pods it asks for"),
+        "{said:?}"
+    );
+    // The cluster still takes the user's objects.
+    c.apply(job("after", json!({})));
+}
+
+/// Built-in kinds are stored without the API server's schema: objects the
+/// built-ins cannot read are passed by and reported, and the others are
+/// still played.
+#[test]
+fn malformed_built_in_objects_are_skipped_and_reported_not_a_panic() {
+    let c = Cluster::new(BuiltinConfig::default());
+    for (name, spec) in [
+        ("template-number", json!({"replicas": 1, "template": 5})),
+        ("spec-string", json!("two")),
+        (
+            "labels-list",
+            json!({"replicas": 1, "template": {"metadata": {"labels": ["a"]}}}),
+        ),
+        ("selector-number", json!({"replicas": 1, "selector": 7})),
+    ] {
+        c.apply(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}));
+    }
+    c.apply(json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "job-template-list", "namespace": "default"},
+        "spec": {"template": []}}));
+    let skipped: Vec<String> = c
+        .cluster
+        .take_builtin_changes()
+        .iter()
+        .filter(|change| change.verb == "skipped")
+        .map(|change| format!("{} {}{}", change.kind, change.object, change.detail))
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            "Deployment default/template-number (spec.template is not an object)",
+            "Deployment default/spec-string (spec is not an object)",
+            "Deployment default/labels-list (spec.template.metadata.labels is not an object)",
+            "Deployment default/selector-number (spec.selector is not an object)",
+            "Job default/job-template-list (spec.template is not an object)",
+        ]
+    );
+    assert!(c.all("ReplicaSet").is_empty() && c.all("Pod").is_empty());
+    // A well-formed one next to them is played as usual.
+    c.apply(deployment(2, "nginx:1.27"));
+    assert_eq!(c.all("Pod").len(), 2);
+}
