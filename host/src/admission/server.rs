@@ -121,23 +121,7 @@ async fn admit(
 
 /// A failure of the host itself, answered by the plugin's policy.
 fn host_failure(policy: FailurePolicy, why: &str) -> AdmissionDecision {
-    let message = format!("reconciler-host admission: {why}");
-    match policy {
-        FailurePolicy::Fail => AdmissionDecision {
-            allowed: false,
-            message: Some(message.clone()),
-            warnings: Vec::new(),
-            patch: Vec::new(),
-            failure: Some(message),
-        },
-        FailurePolicy::Ignore => AdmissionDecision {
-            allowed: true,
-            message: None,
-            warnings: vec![message.clone()],
-            patch: Vec::new(),
-            failure: Some(message),
-        },
-    }
+    AdmissionDecision::failed(policy, format!("reconciler-host admission: {why}"))
 }
 
 /// Serves the webhook endpoints over HTTPS on `addr` until the process

@@ -25,7 +25,7 @@ use super::call_random::CallRandom;
 use super::call_state::CallState;
 use super::errors::CallError;
 use super::limits::SandboxLimits;
-use super::loaded::{Call, LoadedPlugin, classify, emit_output, new_store};
+use super::loaded::{Call, LoadedPlugin, call_fresh};
 
 /// Longest admission deadline a plugin may declare: the API server's own
 /// webhook timeout is at most 30 s, and it waits for every webhook in turn.
@@ -54,6 +54,45 @@ pub struct AdmissionDecision {
     pub patch: Vec<Value>,
     /// The failure the declared policy answered, if any.
     pub failure: Option<String>,
+}
+
+impl AdmissionDecision {
+    /// Allowed, with `patch` (empty: unchanged) and nothing to say.
+    fn admitted(patch: Vec<Value>) -> Self {
+        Self {
+            allowed: true,
+            message: None,
+            warnings: Vec::new(),
+            patch,
+            failure: None,
+        }
+    }
+
+    /// `failure` answered by `policy`: denied with it as the message, or
+    /// admitted unchanged with it as a warning.
+    pub fn failed(policy: FailurePolicy, failure: String) -> Self {
+        let (allowed, message, warnings) = match policy {
+            FailurePolicy::Fail => (
+                false,
+                Some(format!("{failure} (failure policy Fail: denied)")),
+                Vec::new(),
+            ),
+            FailurePolicy::Ignore => (
+                true,
+                None,
+                vec![format!(
+                    "{failure} (failure policy Ignore: admitted unchecked)"
+                )],
+            ),
+        };
+        Self {
+            allowed,
+            message,
+            warnings,
+            patch: Vec::new(),
+            failure: Some(failure),
+        }
+    }
 }
 
 /// Why one admission call produced no usable answer.
@@ -120,18 +159,11 @@ impl LoadedPlugin {
             object: "-",
             random,
         };
-        let (mut store, output) = new_store(pre, call);
-        let result = pre
-            .instantiate(&mut store)
-            .map_err(|e| CallError::Instantiate(format!("{e:#}")))
-            .and_then(|p| match p.admission() {
-                Some(a) => a
-                    .call_settings(&mut store)
-                    .map_err(|e| classify(e, &store, &output, limits)),
-                None => Ok(None),
-            });
-        emit_output(&mut store, &output, file, "-");
-        result.map(|s| s.map(settings_from_wit))
+        call_fresh(pre, call, |p, store| match p.admission() {
+            Some(a) => a.call_settings(store),
+            None => Ok(None),
+        })
+        .map(|s| s.map(settings_from_wit))
     }
 
     /// The sandbox limits of an admission call: the plugin's, with the
@@ -168,22 +200,10 @@ impl LoadedPlugin {
         now_millis: i64,
     ) -> AdmissionDecision {
         let Some(settings) = self.admission.clone() else {
-            return AdmissionDecision {
-                allowed: true,
-                message: None,
-                warnings: Vec::new(),
-                patch: Vec::new(),
-                failure: None,
-            };
+            return AdmissionDecision::admitted(Vec::new());
         };
         if !settings.effective_operations().contains(&request.operation) {
-            return AdmissionDecision {
-                allowed: true,
-                message: None,
-                warnings: Vec::new(),
-                patch: Vec::new(),
-                failure: None,
-            };
+            return AdmissionDecision::admitted(Vec::new());
         }
         match self.try_admit(&settings, phase, request, object, now_millis) {
             Ok(decision) => decision,
@@ -193,24 +213,7 @@ impl LoadedPlugin {
                     self.name()
                 );
                 tracing::warn!(plugin = self.name(), object, %error, policy = %settings.failure_policy, "admission call failed");
-                match settings.failure_policy {
-                    FailurePolicy::Fail => AdmissionDecision {
-                        allowed: false,
-                        message: Some(format!("{failure} (failure policy Fail: denied)")),
-                        warnings: Vec::new(),
-                        patch: Vec::new(),
-                        failure: Some(failure),
-                    },
-                    FailurePolicy::Ignore => AdmissionDecision {
-                        allowed: true,
-                        message: None,
-                        warnings: vec![format!(
-                            "{failure} (failure policy Ignore: admitted unchecked)"
-                        )],
-                        patch: Vec::new(),
-                        failure: Some(failure),
-                    },
-                }
+                AdmissionDecision::failed(settings.failure_policy, failure)
             }
         }
     }
@@ -243,13 +246,7 @@ impl LoadedPlugin {
             }
         }
         if phase == AdmissionPhase::Mutate {
-            return Ok(AdmissionDecision {
-                allowed: true,
-                message: None,
-                warnings: Vec::new(),
-                patch,
-                failure: None,
-            });
+            return Ok(AdmissionDecision::admitted(patch));
         }
         let verdict = self.call_admission(object, now_millis, &request, |a, store, r| {
             a.call_validate(store, r)
@@ -289,19 +286,14 @@ impl LoadedPlugin {
             object,
             random,
         };
-        let (mut store, output) = new_store(&self.pre, call);
         let wit_request = request_to_wit(request);
-        let result = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| AdmissionError::Call(CallError::Instantiate(format!("{e:#}"))))
-            .and_then(|p| {
-                let a = p.admission().ok_or(AdmissionError::NotExported)?;
-                f(a, &mut store, &wit_request)
-                    .map_err(|e| AdmissionError::Call(classify(e, &store, &output, limits)))
-            });
-        emit_output(&mut store, &output, self.name(), object);
-        result?.map_err(|e| AdmissionError::Call(CallError::Plugin(e)))
+        let answer = call_fresh(&self.pre, call, |p, store| {
+            p.admission().map(|a| f(a, store, &wit_request)).transpose()
+        })
+        .map_err(AdmissionError::Call)?;
+        answer
+            .ok_or(AdmissionError::NotExported)?
+            .map_err(|e| AdmissionError::Call(CallError::Plugin(e)))
     }
 }
 

@@ -111,22 +111,15 @@ impl LoadedPlugin {
             object: &input.object,
             random: CallRandom::new(&self.random_key, &self.sha256, Some(&object)),
         };
-        let (mut store, output) = new_store(&self.pre, call);
         let request = guest::ReconcileRequest {
             primary: input.request.primary,
             children: input.request.children,
             deleting: input.request.deleting,
         };
-        let result = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| CallError::Instantiate(format!("{e:#}")))
-            .and_then(|p| {
-                p.reconciler_plugin_reconciler()
-                    .call_reconcile(&mut store, &request)
-                    .map_err(|e| classify(e, &store, &output, self.limits))
-            });
-        emit_output(&mut store, &output, self.name(), &input.object);
+        let result = call_fresh(&self.pre, call, |p, store| {
+            p.reconciler_plugin_reconciler()
+                .call_reconcile(store, &request)
+        });
         let response = response_from_wit(result?.map_err(CallError::Plugin)?);
         let bytes = response.text_len();
         if bytes > self.limits.output_bytes {
@@ -158,17 +151,10 @@ impl LoadedPlugin {
             object: "-",
             random,
         };
-        let (mut store, output) = new_store(pre, call);
-        let result = pre
-            .instantiate(&mut store)
-            .map_err(|e| CallError::Instantiate(format!("{e:#}")))
-            .and_then(|p| {
-                p.reconciler_plugin_reconciler()
-                    .call_metadata(&mut store)
-                    .map_err(|e| classify(e, &store, &output, limits))
-            });
-        emit_output(&mut store, &output, file, "-");
-        result.map(metadata_from_wit)
+        call_fresh(pre, call, |p, store| {
+            p.reconciler_plugin_reconciler().call_metadata(store)
+        })
+        .map(metadata_from_wit)
     }
 }
 
@@ -237,6 +223,24 @@ pub(super) fn new_store(
     store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
     store.epoch_deadline_trap();
     (store, output)
+}
+
+/// One call in a fresh instance: the store for `call`, the instance, `f`
+/// on it, a trap or a limit named as such ([`classify`]), and the guest's
+/// output emitted whatever happened.
+pub(super) fn call_fresh<T>(
+    pre: &PluginPre<CallState>,
+    call: Call<'_>,
+    f: impl FnOnce(&super::bindings::PluginInstance, &mut Store<CallState>) -> wasmtime::Result<T>,
+) -> Result<T, CallError> {
+    let (limits, plugin, object) = (call.limits, call.plugin, call.object);
+    let (mut store, output) = new_store(pre, call);
+    let result = pre
+        .instantiate(&mut store)
+        .map_err(|e| CallError::Instantiate(format!("{e:#}")))
+        .and_then(|p| f(&p, &mut store).map_err(|e| classify(e, &store, &output, limits)));
+    emit_output(&mut store, &output, plugin, object);
+    result
 }
 
 /// WASI resources (streams, timers, pollables) one call may hold at once.
