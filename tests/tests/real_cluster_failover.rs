@@ -53,9 +53,8 @@ const HOST_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The burst of the restart test.
 const BURST: usize = 100;
-/// PodSets created at once: a burst, not a flood of 100 connections, and
-/// slow enough that the host is killed while PodSets still arrive
-/// (measured: 100 in about 1-2 s, the kill after about half of them).
+/// PodSets created at once: a burst, not a flood of 100 connections. The
+/// first half arrives while the host runs, the second after it is killed.
 const CREATES_IN_FLIGHT: usize = 4;
 /// Deployments that must exist before the host is killed: it is in the
 /// middle of the burst, past its first reconciles.
@@ -387,22 +386,27 @@ async fn killed_in_a_burst(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>
         ..PostParams::default()
     };
     let created_so_far = AtomicUsize::new(0);
-    let creates = futures::stream::iter(0..BURST)
-        .map(|i| {
-            let (api, post, created_so_far) = (&podsets_api, &post, &created_so_far);
-            async move {
-                let name = burst_name(i);
-                let body: DynamicObject = serde_json::from_value(podset(&name, burst_size(i)))?;
-                let created = api
-                    .create(post, &body)
-                    .await
-                    .with_context(|| format!("creating PodSet {name}"))?;
-                created_so_far.fetch_add(1, Ordering::Relaxed);
-                Ok(created)
-            }
-        })
-        .buffer_unordered(CREATES_IN_FLIGHT)
-        .collect::<Vec<_>>();
+    // The second half is created only once the host is dead, so work is
+    // left however fast the host got through the first.
+    let create = |range: std::ops::Range<usize>| {
+        futures::stream::iter(range)
+            .map(|i| {
+                let (api, post, created_so_far) = (&podsets_api, &post, &created_so_far);
+                async move {
+                    let name = burst_name(i);
+                    let body: DynamicObject = serde_json::from_value(podset(&name, burst_size(i)))?;
+                    let created = api
+                        .create(post, &body)
+                        .await
+                        .with_context(|| format!("creating PodSet {name}"))?;
+                    created_so_far.fetch_add(1, Ordering::Relaxed);
+                    Ok(created)
+                }
+            })
+            .buffer_unordered(CREATES_IN_FLIGHT)
+            .collect::<Vec<_>>()
+    };
+    let creates = create(0..BURST / 2);
     let killer = async {
         let seen = cx
             .wait_for(
@@ -414,7 +418,7 @@ async fn killed_in_a_burst(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>
                         .list_metadata(&ListParams::default())
                         .await?;
                     Ok(match listed.items.len() {
-                        n if n >= KILL_AFTER_DEPLOYMENTS => Probe::Ready(n),
+                        n if n >= KILL_AFTER_DEPLOYMENTS.min(BURST / 2) => Probe::Ready(n),
                         n => Probe::Pending(format!("{n} Deployments")),
                     })
                 },
@@ -429,8 +433,9 @@ async fn killed_in_a_burst(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>
         ));
         Ok::<_, anyhow::Error>(())
     };
-    let (created, killed) = tokio::join!(creates, killer);
+    let (mut created, killed) = tokio::join!(creates, killer);
     killed?;
+    created.extend(create(BURST / 2..BURST).await);
     let created: Vec<DynamicObject> = created.into_iter().collect::<Result<_>>()?;
     cx.step(format!(
         "created {} PodSets in {:.1} s",
