@@ -326,6 +326,10 @@ fn host_option_defaults_above_their_maxima_are_refused() {
             "--plugin-concurrency is 2000",
         ),
         (["--plugin-instances", "1"], "--plugin-instances is 1"),
+        (
+            ["--admission-instances", "0"],
+            "--admission-instances is 0: it must be at least 1",
+        ),
     ] {
         let out = setup
             .host()

@@ -11,6 +11,7 @@ use reconciler_host::admission::server::serve;
 use reconciler_host::admission::serving_cert::ServingCert;
 use reconciler_host::admission::webhook_configs::{WebhookEndpoint, WebhookSetup, configurations};
 use reconciler_host::cluster::VirtualClock;
+use reconciler_host::plugin::sandbox::DEFAULT_ADMISSION_INSTANCES;
 use reconciler_tests::{example_plugin, load, test_plugin};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -32,6 +33,7 @@ async fn start(plugins: &[&str]) -> Webhook {
         &cert,
         set.clone(),
         Arc::new(VirtualClock::at(0)),
+        DEFAULT_ADMISSION_INSTANCES as usize,
     )
     .await
     .unwrap();

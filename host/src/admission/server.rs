@@ -44,9 +44,6 @@ pub const MAX_BODY_BYTES: usize = 4 << 20;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once; more wait in the listen backlog.
 const MAX_CONNECTIONS: usize = 256;
-/// Plugin calls in flight at once, one per instance the sandbox keeps for
-/// admission; more wait, within their deadline.
-const MAX_CALLS: usize = crate::plugin::sandbox::ADMISSION_INSTANCES as usize;
 /// Added to a plugin's admission deadline for the server's own bound: the
 /// sandbox stops the call at the deadline; this only catches the host.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(500);
@@ -59,11 +56,14 @@ struct Shared {
 }
 
 /// The webhook endpoints as a router (plain HTTP), for serving and tests.
-pub fn router(plugins: Arc<AdmissionPlugins>, clock: Arc<dyn Clock>) -> Router {
+/// `calls` plugin calls run at once, one per instance the sandbox keeps for
+/// admission ([`crate::plugin::Sandbox::admission_instances`]); more wait,
+/// within their deadline.
+pub fn router(plugins: Arc<AdmissionPlugins>, clock: Arc<dyn Clock>, calls: usize) -> Router {
     let shared = Shared {
         plugins,
         clock,
-        calls: Arc::new(Semaphore::new(MAX_CALLS)),
+        calls: Arc::new(Semaphore::new(calls.max(1))),
     };
     Router::new()
         .route("/admission/{plugin}/{phase}", post(admit))
@@ -131,13 +131,14 @@ pub async fn serve(
     cert: &ServingCert,
     plugins: Arc<AdmissionPlugins>,
     clock: Arc<dyn Clock>,
+    calls: usize,
 ) -> anyhow::Result<SocketAddr> {
     let acceptor = TlsAcceptor::from(Arc::new(cert.server_config()?));
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen for admission on {addr}"))?;
     let bound = listener.local_addr()?;
-    let service = TowerToHyperService::new(router(plugins, clock));
+    let service = TowerToHyperService::new(router(plugins, clock, calls));
     let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
         loop {

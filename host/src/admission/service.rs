@@ -101,7 +101,14 @@ pub async fn start(
     };
     let plugins = Arc::new(AdmissionPlugins::new());
     plugins.reload(sandbox.clone(), &plugins_dir).await;
-    let bound = serve(config.listen, &cert, plugins.clone(), Arc::new(RealClock)).await?;
+    let bound = serve(
+        config.listen,
+        &cert,
+        plugins.clone(),
+        Arc::new(RealClock),
+        sandbox.admission_instances(),
+    )
+    .await?;
     let setup = WebhookSetup {
         prefix: config.prefix.clone(),
         endpoint: config.endpoint.clone(),

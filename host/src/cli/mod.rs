@@ -152,9 +152,14 @@ pub struct SandboxArgs {
     pub plugin_concurrency_max: u32,
     /// Sandbox instances for all plugins' reconciles together: calls running at once, plus one
     /// kept for loading plugins. Shared fairly: while others wait, no plugin holds more than its
-    /// share. Admission calls have 8 more of their own.
+    /// share. Admission calls have instances of their own (--admission-instances).
     #[arg(long, global = true, default_value_t = SandboxConfig::default().max_instances, value_name = "N")]
     pub plugin_instances: u32,
+    /// Sandbox instances kept for admission calls, on top of --plugin-instances: the admission
+    /// requests answered at once (more wait, within their deadline), so busy reconciles never make
+    /// an admission call fail. Each reserves address space for the memory ceiling, not memory.
+    #[arg(long, global = true, default_value_t = SandboxConfig::default().admission_instances, value_name = "N")]
+    pub admission_instances: u32,
     /// How long hot reload waits for a new plugin file to compile and report its metadata, in seconds.
     #[arg(long, global = true, default_value_t = HostLimits::default().load_timeout_secs, value_name = "SECS")]
     pub plugin_load_timeout_secs: u32,
@@ -235,10 +240,14 @@ impl SandboxArgs {
                 self.plugin_instances
             );
         }
+        if self.admission_instances < 1 {
+            anyhow::bail!("--admission-instances is 0: it must be at least 1");
+        }
         Ok(SandboxConfig {
             limits,
             compile_cache,
             max_instances: self.plugin_instances,
+            admission_instances: self.admission_instances,
             ..SandboxConfig::default()
         })
     }

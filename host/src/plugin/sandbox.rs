@@ -14,7 +14,7 @@
 //!   [`Sandbox::reconcile_instances`] reconciles at once, shared fairly
 //!   between plugins (`engine::instance_share`). One instance is kept for
 //!   loading plugins (their `metadata` call) while others reconcile. On top
-//!   of `max_instances`, the pool holds [`ADMISSION_INSTANCES`] for
+//!   of `max_instances`, the pool holds `admission_instances` for
 //!   admission calls and one for the admission server's own loading, so
 //!   reconciles holding every instance they may use never make an admission
 //!   call fail (which a fail-closed plugin would turn into denied writes).
@@ -72,10 +72,10 @@ pub const KEEP_RESIDENT: usize = 1 << 20;
 /// entries).
 const TABLE_KEEP_RESIDENT: usize = 64 << 10;
 
-/// Admission calls running at once (the admission server waits for one of
-/// these before calling a plugin). They come on top of `max_instances`: see
-/// the module documentation.
-pub const ADMISSION_INSTANCES: u32 = 8;
+/// Admission calls running at once by default (the admission server waits
+/// for one of these before calling a plugin). They come on top of
+/// `max_instances`: see the module documentation.
+pub const DEFAULT_ADMISSION_INSTANCES: u32 = 8;
 
 /// Everything that configures the sandbox for one host.
 #[derive(Clone, Debug)]
@@ -91,6 +91,9 @@ pub struct SandboxConfig {
     /// slot reserves address space for the memory ceiling, not memory.
     /// (`--plugin-instances`)
     pub max_instances: u32,
+    /// Instances kept for admission calls on top of `max_instances`: the
+    /// admission calls that run at once. (`--admission-instances`)
+    pub admission_instances: u32,
     /// Keys the random streams plugins see: [`RandomKey::fixed`] where runs
     /// must repeat (`simulate`, `test`), a secret one where they serve.
     pub random_key: RandomKey,
@@ -102,6 +105,7 @@ impl Default for SandboxConfig {
             limits: HostLimits::default(),
             compile_cache: CompileCache::default_dir(),
             max_instances: 64,
+            admission_instances: DEFAULT_ADMISSION_INSTANCES,
             random_key: RandomKey::secret(),
         }
     }
@@ -152,6 +156,7 @@ pub struct Sandbox {
     random_key: RandomKey,
     ticker: Arc<EpochTicker>,
     max_instances: u32,
+    admission_instances: u32,
 }
 
 /// Timings of one load, for the log line and the benchmarks.
@@ -168,7 +173,8 @@ impl Sandbox {
         let mut pool = PoolingAllocationConfig::default();
         let n = config.max_instances.max(1);
         // Admission's calls and its loading have instances of their own.
-        let pool_size = n + ADMISSION_INSTANCES + 1;
+        let admission_instances = config.admission_instances.max(1);
+        let pool_size = n + admission_instances + 1;
         pool.total_component_instances(pool_size)
             // A Rust component instantiates a handful of core modules (its
             // code plus small shims); leave generous room per component.
@@ -208,7 +214,13 @@ impl Sandbox {
             random_key: config.random_key,
             ticker,
             max_instances: n,
+            admission_instances,
         })
+    }
+
+    /// Admission calls that may run at once: the instances kept for them.
+    pub fn admission_instances(&self) -> usize {
+        self.admission_instances as usize
     }
 
     /// Reconciles that may run at once, across all plugins: the pool, less
