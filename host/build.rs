@@ -8,7 +8,10 @@
 //! `scripts/symbol-order` from a profile) lists those functions, the
 //! reconcile path first, and the linker places them side by side. Names the
 //! file lacks or no longer matches are placed as usual, so a stale file
-//! only costs memory, never correctness. Relative relocations are packed
+//! only costs memory, never correctness. The names carry hashes of the
+//! crates they come from, so they match only the `release` profile of the
+//! rustc and Cargo.lock they were taken with (`scripts/bench-cluster` says
+//! how many still match). Relative relocations are packed
 //! (`DT_RELR`, glibc 2.36 or later) so start-up reads a few KiB of them
 //! instead of 1.3 MiB.
 //!
