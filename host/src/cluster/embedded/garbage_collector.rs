@@ -39,7 +39,7 @@ use serde_json::Value;
 
 use super::namespaces::is_namespace;
 use super::store::{
-    EmbeddedStore, bump_generation, finalizers, is_deleting, metadata_mut, owner_refs, uid_of,
+    EmbeddedStore, Entry, bump_generation, finalizers, is_deleting, metadata_mut, uid_of,
     with_finalizer, without_finalizer,
 };
 use crate::cluster::backend::{ObjectKey, Propagation};
@@ -102,10 +102,10 @@ impl EmbeddedStore {
         propagation: Propagation,
         now_millis: i64,
     ) {
-        let Some(entry) = self.entry(key) else {
+        let Some(object) = self.entry(key).map(Entry::object) else {
             return;
         };
-        if is_deleting(&entry.object) {
+        if is_deleting(&object) {
             return;
         }
         if is_namespace(key) {
@@ -114,8 +114,8 @@ impl EmbeddedStore {
             self.terminate_namespace(key, now_millis);
             return;
         }
-        let uid = uid_of(&entry.object).map(str::to_string);
-        let has_finalizers = !finalizers(&entry.object).is_empty();
+        let uid = uid_of(&object).map(str::to_string);
+        let has_finalizers = !finalizers(&object).is_empty();
         match propagation {
             Propagation::Background if has_finalizers => self.mark_deleting(key, None, now_millis),
             Propagation::Background => {
@@ -144,12 +144,12 @@ impl EmbeddedStore {
     /// Sets deletionTimestamp (once, bumping generation) and adds
     /// `finalizer` if given.
     fn mark_deleting(&mut self, key: &ObjectKey, finalizer: Option<&str>, now_millis: i64) {
-        let Some(entry) = self.entry(key) else {
+        let Some(stored) = self.entry(key).map(Entry::object) else {
             return;
         };
         let mut object = match finalizer {
-            Some(finalizer) => with_finalizer(&entry.object, finalizer),
-            None => entry.object.clone(),
+            Some(finalizer) => with_finalizer(&stored, finalizer),
+            None => stored.clone(),
         };
         if !is_deleting(&object) {
             bump_generation(&mut object);
@@ -159,7 +159,7 @@ impl EmbeddedStore {
             );
         }
         metadata_mut(&mut object).insert("deletionGracePeriodSeconds".into(), Value::from(0));
-        if object != entry.object {
+        if object != stored {
             self.replace(key, object, None);
         }
     }
@@ -167,22 +167,21 @@ impl EmbeddedStore {
     /// Removes `finalizer` from the object (only that entry); removes the
     /// object if it was being deleted and that was its last finalizer.
     pub(super) fn release_finalizer(&mut self, key: &ObjectKey, finalizer: &str) {
-        let Some(entry) = self.entry(key) else {
+        let Some(stored) = self.entry(key).map(Entry::object) else {
             return;
         };
-        if !finalizers(&entry.object).contains(&finalizer) {
+        if !finalizers(&stored).contains(&finalizer) {
             return;
         }
-        let object = without_finalizer(&entry.object, finalizer);
+        let object = without_finalizer(&stored, finalizer);
         self.replace_or_finish(key, object, None);
     }
 
     /// Decides what happens to a dependent whose owners changed.
     fn settle(&mut self, key: &ObjectKey, now_millis: i64) {
-        let Some(entry) = self.entry(key) else {
+        let Some(refs) = self.entry(key).map(|e| e.owners.clone()) else {
             return;
         };
-        let refs = owner_refs(&entry.object);
         let mut doomed = BTreeSet::new();
         let (mut solid, mut waiting) = (false, false);
         for reference in &refs {
@@ -204,7 +203,11 @@ impl EmbeddedStore {
             self.drop_owner_refs(key, &doomed);
             return;
         }
-        let has_dependents = uid_of(&entry.object).is_some_and(|uid| self.has_dependents(uid));
+        let has_dependents = self
+            .entry(key)
+            .map(Entry::object)
+            .and_then(|object| uid_of(&object).map(|uid| self.has_dependents(uid)))
+            .unwrap_or(false);
         let propagation = if waiting && has_dependents {
             Propagation::Foreground
         } else {
@@ -214,11 +217,12 @@ impl EmbeddedStore {
     }
 
     fn has_waiting_owner(&self, key: &ObjectKey) -> bool {
-        let refs = self
-            .entry(key)
-            .map(|e| owner_refs(&e.object))
-            .unwrap_or_default();
-        refs.iter()
+        let Some(entry) = self.entry(key) else {
+            return false;
+        };
+        entry
+            .owners
+            .iter()
             .any(|r| self.owner_state(&r.uid) == OwnerState::Waiting)
     }
 
@@ -226,8 +230,8 @@ impl EmbeddedStore {
         let Some(owner) = self.key_of_uid(uid).and_then(|key| self.entry(key)) else {
             return OwnerState::Absent;
         };
-        let waiting =
-            is_deleting(&owner.object) && finalizers(&owner.object).contains(&FOREGROUND_FINALIZER);
+        let owner = owner.object();
+        let waiting = is_deleting(&owner) && finalizers(&owner).contains(&FOREGROUND_FINALIZER);
         if waiting {
             OwnerState::Waiting
         } else {
@@ -250,7 +254,8 @@ impl EmbeddedStore {
             .iter()
             .filter_map(|key| self.entry(key))
             .any(|dependent| {
-                owner_refs(&dependent.object)
+                dependent
+                    .owners
                     .iter()
                     .any(|r| r.uid == uid && r.block_owner_deletion)
             })
@@ -265,10 +270,10 @@ impl EmbeddedStore {
 
     /// Removes the ownerReferences to `uids` (the list too, if emptied).
     fn drop_owner_refs(&mut self, key: &ObjectKey, uids: &BTreeSet<String>) {
-        let Some(entry) = self.entry(key) else {
+        let Some(stored) = self.entry(key).map(Entry::object) else {
             return;
         };
-        let mut object = entry.object.clone();
+        let mut object = stored.clone();
         let meta = metadata_mut(&mut object);
         if let Some(Value::Array(refs)) = meta.get_mut("ownerReferences") {
             refs.retain(|r| {
@@ -280,7 +285,7 @@ impl EmbeddedStore {
                 meta.remove("ownerReferences");
             }
         }
-        if object != entry.object {
+        if object != stored {
             self.replace(key, object, None);
         }
     }

@@ -290,7 +290,7 @@ impl EmbeddedCluster {
         if key.namespace.is_none() && inner.store.kind_scope(&key.kind) == KindScope::Namespaced {
             key.namespace = Some(USER_NAMESPACE.into());
         }
-        inner.store.get(&key).cloned()
+        inner.store.get(&key)
     }
 
     /// Deletes an object as a user would (`kubectl delete`), in `default`
@@ -352,7 +352,7 @@ impl ClusterBackend for EmbeddedCluster {
     }
 
     async fn get(&self, key: &ObjectKey) -> Result<Option<Value>, BackendError> {
-        Ok(self.lock().store.get(key).cloned())
+        Ok(self.lock().store.get(key))
     }
 
     async fn apply(
@@ -381,8 +381,9 @@ impl ClusterBackend for EmbeddedCluster {
         uid: Option<&str>,
     ) -> Result<(), BackendError> {
         self.mutate(|s, now| {
-            let current_uid = s
-                .get(key)
+            let current = s.get(key);
+            let current_uid = current
+                .as_ref()
                 .and_then(|o| o.pointer("/metadata/uid"))
                 .and_then(Value::as_str);
             if uid.is_some_and(|uid| current_uid != Some(uid)) {

@@ -92,7 +92,7 @@ impl EmbeddedStore {
     /// Whether `namespace` has a Namespace object being deleted.
     fn is_terminating(&self, namespace: &str) -> bool {
         let key = ObjectKey::new(namespace_kind(), None, namespace);
-        self.get(&key).is_some_and(is_deleting)
+        self.get(&key).as_ref().is_some_and(is_deleting)
     }
 
     /// Refuses to create `key` in a terminating namespace.
@@ -115,12 +115,12 @@ impl EmbeddedStore {
         let Some(current) = self.get(key) else {
             return;
         };
-        if is_deleting(current) {
+        if is_deleting(&current) {
             return;
         }
         // As measured on an API server: a Namespace gets its
         // deletionTimestamp and phase, no grace period.
-        let mut object = current.clone();
+        let mut object = current;
         metadata_mut(&mut object).insert(
             "deletionTimestamp".into(),
             Value::String(rfc3339(now_millis)),
@@ -144,6 +144,7 @@ impl EmbeddedStore {
         let Some(current) = self.get(&key) else {
             return;
         };
+        let current = &current;
         if !is_deleting(current)
             || self.count_in(namespace) > 0
             || !namespace_finalizers(current).contains(&NAMESPACE_FINALIZER)

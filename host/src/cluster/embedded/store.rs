@@ -127,10 +127,41 @@ pub struct ApplyOutcome {
 }
 
 /// One stored object with its field ownership.
+///
+/// The object is kept as its JSON text and parsed when read: parsed, each
+/// map of an object costs a whole B-tree node, so a Deployment takes about
+/// eight times the memory of its text, and the store holds every object
+/// while a call reads one or two of them. What the garbage collector reads
+/// on every change of a dependent (its ownerReferences) is kept parsed.
 #[derive(Debug, Clone)]
 pub(super) struct Entry {
-    pub(super) object: Value,
+    text: Box<str>,
+    pub(super) owners: Box<[OwnerRef]>,
     pub(super) ownership: Ownership,
+}
+
+impl Entry {
+    fn new(object: &Value, ownership: Ownership) -> Self {
+        Self {
+            text: object.to_string().into_boxed_str(),
+            owners: owner_refs(object).into_boxed_slice(),
+            ownership,
+        }
+    }
+
+    /// The stored object, parsed.
+    pub(super) fn object(&self) -> Value {
+        parse_stored(&self.text)
+    }
+}
+
+/// Parses text the store wrote from a `Value`. It always parses; depth is
+/// not limited, as the object had that depth when it was stored.
+fn parse_stored(text: &str) -> Value {
+    use serde::Deserialize;
+    let mut reader = serde_json::Deserializer::from_str(text);
+    reader.disable_recursion_limit();
+    Value::deserialize(&mut reader).unwrap_or(Value::Null)
 }
 
 /// An in-memory API server's storage. See the module documentation.
@@ -183,9 +214,9 @@ impl EmbeddedStore {
         self
     }
 
-    pub fn get(&self, key: &ObjectKey) -> Option<&Value> {
+    pub fn get(&self, key: &ObjectKey) -> Option<Value> {
         let key = self.scoped(key);
-        self.objects.get(&key).map(|entry| &entry.object)
+        self.objects.get(&key).map(Entry::object)
     }
 
     /// Whether objects of `kind` live in a namespace: built-in kinds as an
@@ -229,7 +260,7 @@ impl EmbeddedStore {
         self.objects
             .range(first..)
             .take_while(|(key, _)| key.kind == *kind)
-            .map(|(_, entry)| entry.object.clone())
+            .map(|(_, entry)| entry.object())
             .collect()
     }
 
@@ -295,9 +326,9 @@ impl EmbeddedStore {
         require_manager(key, field_manager)?;
         let key = &self.scoped(key);
         let entry = self.objects.get(key).ok_or_else(|| not_found(key))?;
+        let stored = entry.object();
         if let Some(expected) = resource_version {
-            let current = entry
-                .object
+            let current = stored
                 .pointer("/metadata/resourceVersion")
                 .and_then(Value::as_str);
             if current != Some(expected) {
@@ -314,11 +345,11 @@ impl EmbeddedStore {
         let config = json!({ "status": status });
         let merge = entry
             .ownership
-            .apply(&entry.object, &config, &manager, true)
+            .apply(&stored, &config, &manager, true)
             .map_err(|c| conflict(key, &c))?;
-        let object = if merge.object == entry.object {
+        let object = if merge.object == stored {
             self.set_ownership(key, merge.ownership);
-            entry_object(&self.objects, key)
+            stored
         } else {
             self.replace(key, merge.object, Some(merge.ownership))
         };
@@ -352,17 +383,18 @@ impl EmbeddedStore {
         require_finalizer(key, finalizer)?;
         let key = &self.scoped(key);
         let entry = self.objects.get(key).ok_or_else(|| not_found(key))?;
-        if finalizers(&entry.object).contains(&finalizer) {
-            return Ok(entry.object.clone());
+        let stored = entry.object();
+        if finalizers(&stored).contains(&finalizer) {
+            return Ok(stored);
         }
-        if is_deleting(&entry.object) {
+        if is_deleting(&stored) {
             return Err(invalid(
                 key,
                 &format!("no new finalizers can be added while it is being deleted: {finalizer}"),
             ));
         }
         let mut ownership = entry.ownership.clone();
-        let object = with_finalizer(&entry.object, finalizer);
+        let object = with_finalizer(&stored, finalizer);
         ownership.claim(
             Manager::new(FINALIZER_MANAGER, Operation::Update),
             finalizer_path(finalizer),
@@ -438,23 +470,23 @@ impl EmbeddedStore {
         force: bool,
     ) -> Result<ApplyOutcome, StoreError> {
         let entry = self.objects.get(key).ok_or_else(|| not_found(key))?;
+        let stored = entry.object();
         let merge = entry
             .ownership
-            .apply(&entry.object, config, manager, force)
+            .apply(&stored, config, manager, force)
             .map_err(|c| conflict(key, &c))?;
-        if merge.object == entry.object {
+        if merge.object == stored {
             self.set_ownership(key, merge.ownership);
-            let object = entry_object(&self.objects, key);
             return Ok(ApplyOutcome {
-                object,
+                object: stored,
                 created: false,
                 changed: false,
             });
         }
-        refuse_new_finalizers(key, &entry.object, &merge.object)?;
+        refuse_new_finalizers(key, &stored, &merge.object)?;
         let crd = self.admit(key, &merge.object)?;
         let mut object = merge.object;
-        if spec_changed(&entry.object, &object) {
+        if spec_changed(&stored, &object) {
             bump_generation(&mut object);
         }
         let object = self.replace_or_finish(key, object, Some(merge.ownership));
@@ -525,13 +557,8 @@ impl EmbeddedStore {
         if let Some(ns) = &key.namespace {
             *self.per_namespace.entry(ns.clone()).or_default() += 1;
         }
-        self.objects.insert(
-            key.clone(),
-            Entry {
-                object: object.clone(),
-                ownership,
-            },
-        );
+        self.objects
+            .insert(key.clone(), Entry::new(&object, ownership));
         self.push_event(WatchEventType::Added, object.clone());
         object
     }
@@ -550,15 +577,16 @@ impl EmbeddedStore {
         let Some(entry) = self.objects.get_mut(key) else {
             return object;
         };
-        let old_refs = owner_refs(&entry.object);
-        if let Some(ownership) = ownership {
-            entry.ownership = ownership;
-        }
-        entry.ownership.prune(&object);
-        entry.object = object.clone();
-        let new_refs = owner_refs(&object);
-        if old_refs != new_refs {
-            self.reindex_owners(key, &old_refs, &new_refs);
+        let ownership = match ownership {
+            Some(ownership) => ownership,
+            None => std::mem::take(&mut entry.ownership),
+        };
+        let mut stored = Entry::new(&object, ownership);
+        stored.ownership.prune(&object);
+        let old = std::mem::replace(entry, stored);
+        if old.owners != entry.owners {
+            let new_refs = entry.owners.clone();
+            self.reindex_owners(key, &old.owners, &new_refs);
         }
         self.push_event(WatchEventType::Modified, object.clone());
         object
@@ -589,7 +617,11 @@ impl EmbeddedStore {
     /// gets a new resourceVersion and is logged as Deleted; its owners and
     /// dependents are queued for the garbage collector. Returns that state.
     fn remove_as(&mut self, key: &ObjectKey, last_state: Option<Value>) -> Option<Value> {
-        let stored = self.objects.remove(key)?.object;
+        let entry = self.objects.remove(key)?;
+        let stored = match last_state {
+            Some(state) => state,
+            None => entry.object(),
+        };
         if let Some(ns) = &key.namespace {
             if let Some(count) = self.per_namespace.get_mut(ns) {
                 *count = count.saturating_sub(1);
@@ -599,7 +631,7 @@ impl EmbeddedStore {
             }
             self.pending.push_back(GcTask::FinishNamespace(ns.clone()));
         }
-        let owners = owner_uids(&stored);
+        let owners: Vec<String> = entry.owners.iter().map(|r| r.uid.clone()).collect();
         self.unindex_owners(key, &owners);
         self.pending
             .extend(owners.into_iter().map(GcTask::ReleaseForeground));
@@ -608,7 +640,7 @@ impl EmbeddedStore {
             self.pending
                 .extend(self.dependents_of(uid).into_iter().map(GcTask::Settle));
         }
-        let mut object = last_state.unwrap_or(stored);
+        let mut object = stored;
         let version = self.next_version();
         metadata_mut(&mut object).insert("resourceVersion".into(), version);
         self.push_event(WatchEventType::Deleted, object.clone());
@@ -782,13 +814,6 @@ pub(super) fn bump_generation(object: &mut Value) {
     let meta = metadata_mut(object);
     let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
     meta.insert("generation".into(), json!(generation + 1));
-}
-
-fn entry_object(objects: &BTreeMap<ObjectKey, Entry>, key: &ObjectKey) -> Value {
-    objects
-        .get(key)
-        .map(|e| e.object.clone())
-        .unwrap_or(Value::Null)
 }
 
 fn finalizer_path(finalizer: &str) -> FieldPath {
@@ -1142,7 +1167,7 @@ pub(super) mod tests {
             web["metadata"].get("managedFields").is_none(),
             "ownership stays inside the store"
         );
-        assert_eq!(store.get(&deployment_key("web")), Some(web));
+        assert_eq!(store.get(&deployment_key("web")), Some(web.clone()));
         assert_eq!(summary(&store.drain_events()), ["Added web"]);
     }
 
@@ -1185,7 +1210,7 @@ pub(super) mod tests {
     #[test]
     fn reapplying_the_same_fields_changes_nothing() {
         let mut store = store_with(&[deployment("web", json!({"replicas": 1}))]);
-        let before = store.get(&deployment_key("web")).cloned();
+        let before = store.get(&deployment_key("web"));
         let outcome = store
             .apply(
                 deployment("web", json!({"replicas": 1})),
@@ -1389,7 +1414,7 @@ pub(super) mod tests {
             .unwrap();
         assert_eq!(
             store.get(&key),
-            Some(&web),
+            Some(web.clone()),
             "a second delete changes nothing"
         );
 
@@ -1443,7 +1468,7 @@ pub(super) mod tests {
         store.remove_finalizer(&key, "a.io/one", T0).unwrap();
         store.remove_finalizer(&key, "a.io/one", T0).unwrap();
         assert_eq!(
-            meta(store.get(&key).unwrap(), "finalizers"),
+            meta(&store.get(&key).unwrap(), "finalizers"),
             &json!(["b.io/two"])
         );
         assert_eq!(
@@ -1692,7 +1717,7 @@ pub(super) mod tests {
             "uid-k",
             true,
         )]);
-        let before = store.get(&deployment_key("web")).cloned();
+        let before = store.get(&deployment_key("web"));
         let err = store
             .apply(
                 with_owner(
@@ -1718,7 +1743,7 @@ pub(super) mod tests {
             "{message}"
         );
         assert!(message.starts_with("metadata.ownerReferences: Invalid value: "));
-        assert_eq!(store.get(&deployment_key("web")).cloned(), before);
+        assert_eq!(store.get(&deployment_key("web")), before);
         assert!(store.drain_events().is_empty(), "nothing changed");
 
         // Two controllers in one object are refused on create too.
@@ -1759,10 +1784,10 @@ pub(super) mod tests {
         assert!(stored["metadata"].get("namespace").is_none(), "{stored}");
         let kind = KindRef::new("rbac.authorization.k8s.io", "v1", "ClusterRole");
         let unscoped = ObjectKey::new(kind.clone(), None, "reader");
-        assert_eq!(store.get(&unscoped), Some(&stored));
+        assert_eq!(store.get(&unscoped), Some(stored.clone()));
         // A key that names a namespace reaches the same object.
         let namespaced = ObjectKey::new(kind.clone(), Some("team"), "reader");
-        assert_eq!(store.get(&namespaced), Some(&stored));
+        assert_eq!(store.get(&namespaced), Some(stored.clone()));
         assert_eq!(store.list(&kind), [stored]);
         store
             .delete(&namespaced, Propagation::Background, T0)

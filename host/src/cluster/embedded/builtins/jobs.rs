@@ -43,7 +43,7 @@ fn finished(job: &Value) -> bool {
 /// Starts a Job that has not started: its Pod, its status, and the timer
 /// that ends it. A running Job's counts follow its Pod.
 pub(super) fn sync_job(round: &mut Round<'_>, key: &ObjectKey) {
-    let Some(job) = round.store.get(key).cloned() else {
+    let Some(job) = round.store.get(key) else {
         return;
     };
     let Some(uid) = str_at(&job, "/metadata/uid").map(str::to_string) else {
@@ -142,7 +142,7 @@ pub(super) fn finish(
     pod_key: &ObjectKey,
     failed: bool,
 ) {
-    let Some(job) = round.store.get(job_key).cloned() else {
+    let Some(job) = round.store.get(job_key) else {
         return;
     };
     if finished(&job) {
@@ -187,7 +187,7 @@ pub(super) fn holds_released_pod(pod: &Value) -> bool {
 
 /// Lets a deleted Job Pod go, as the job controller does once it counted it.
 pub(super) fn release_pod(round: &mut Round<'_>, key: &ObjectKey) {
-    if round.store.get(key).is_some_and(holds_released_pod) {
+    if round.store.get(key).as_ref().is_some_and(holds_released_pod) {
         release_pod_now(round, key);
     }
 }
@@ -196,7 +196,7 @@ fn release_pod_now(round: &mut Round<'_>, key: &ObjectKey) {
     let held = round
         .store
         .get(key)
-        .is_some_and(|pod| finalizers(pod).contains(&TRACKING_FINALIZER));
+        .is_some_and(|pod| finalizers(&pod).contains(&TRACKING_FINALIZER));
     if held
         && let Err(e) = round
             .store

@@ -286,7 +286,7 @@ impl BuiltinControllers {
                 (key.kind.group.as_str(), key.kind.kind.as_str()),
                 ("apps", "Deployment" | "ReplicaSet") | ("batch", "Job") | ("", "Pod")
             );
-            if played && let Some(field) = round.store.get(&key).and_then(unreadable_field) {
+            if played && let Some(field) = round.store.get(&key).as_ref().and_then(unreadable_field) {
                 round.note("skipped", &key, format!(" ({field} is not an object)"));
                 continue;
             }
@@ -386,7 +386,7 @@ fn controlled(store: &EmbeddedStore, uid: &str, kind: &str) -> Vec<(ObjectKey, V
         .into_iter()
         .filter(|key| key.kind.kind == kind)
         .filter_map(|key| {
-            let object = store.get(&key)?.clone();
+            let object = store.get(&key)?;
             controlled_by(&object, uid).then_some((key, object))
         })
         .collect()
@@ -426,7 +426,7 @@ fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
 /// Writes `status` when it differs from the stored one. A failure (the
 /// object went, the namespace is terminating) leaves it to the next change.
 fn write_status(round: &mut Round<'_>, key: &ObjectKey, status: Value) {
-    let current = round.store.get(key).and_then(|o| o.get("status")).cloned();
+    let current = round.store.get(key).and_then(|o| o.get("status").cloned());
     if current.as_ref() == Some(&status) {
         return;
     }

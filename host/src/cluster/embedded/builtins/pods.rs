@@ -81,7 +81,7 @@ pub(super) fn pod_kind() -> reconciler_contract::KindRef {
 /// What a kubelet reports once the Pod's containers run: Running, every
 /// container started and ready.
 pub(super) fn start(round: &mut Round<'_>, key: &ObjectKey) {
-    let Some(pod) = round.store.get(key).cloned() else {
+    let Some(pod) = round.store.get(key) else {
         return;
     };
     if str_at(&pod, "/status/phase") != Some("Pending") || super::super::store::is_deleting(&pod) {
@@ -121,7 +121,7 @@ pub(super) fn start(round: &mut Round<'_>, key: &ObjectKey) {
 /// What a kubelet reports once the Pod's containers exited, with exit code
 /// 0 or 1.
 pub(super) fn end(round: &mut Round<'_>, key: &ObjectKey, failed: bool) {
-    let Some(pod) = round.store.get(key).cloned() else {
+    let Some(pod) = round.store.get(key) else {
         return;
     };
     let now = rfc3339(round.now);

@@ -73,7 +73,7 @@ fn rolling_bound(deployment: &Value, field: &str, replicas: i64, round_up: bool)
 /// Gives the Deployment a ReplicaSet for its current template with its
 /// replicas, scales the others to 0, and writes its status.
 pub(super) fn sync_deployment(round: &mut Round<'_>, key: &ObjectKey) {
-    let Some(deployment) = round.store.get(key).cloned() else {
+    let Some(deployment) = round.store.get(key) else {
         return;
     };
     let Some(uid) = str_at(&deployment, "/metadata/uid").map(str::to_string) else {
@@ -289,7 +289,7 @@ fn deployment_status(round: &Round<'_>, deployment: &Value, uid: &str, new_rs: &
 /// Creates or deletes Pods until the ReplicaSet has its replicas, and
 /// writes its status.
 pub(super) fn sync_replica_set(round: &mut Round<'_>, key: &ObjectKey) {
-    let Some(rs) = round.store.get(key).cloned() else {
+    let Some(rs) = round.store.get(key) else {
         return;
     };
     let Some(uid) = str_at(&rs, "/metadata/uid").map(str::to_string) else {
