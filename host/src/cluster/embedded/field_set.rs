@@ -210,6 +210,10 @@ impl FieldSet {
         self.0.is_empty()
     }
 
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &FieldPath> {
         self.0.iter()
     }
@@ -306,6 +310,20 @@ impl Ownership {
     #[cfg(test)]
     pub fn managers(&self) -> impl Iterator<Item = &Manager> {
         self.sets.keys()
+    }
+
+    /// Every manager and its fields, in manager order.
+    pub fn sets(&self) -> impl Iterator<Item = (&Manager, &FieldSet)> {
+        self.sets.iter()
+    }
+
+    /// Gives `manager` exactly `fields` (nothing, if empty).
+    pub fn insert_set(&mut self, manager: Manager, fields: FieldSet) {
+        if fields.is_empty() {
+            self.sets.remove(&manager);
+        } else {
+            self.sets.insert(manager, fields);
+        }
     }
 
     /// Records that `manager` owns `path` (after an imperative edit).

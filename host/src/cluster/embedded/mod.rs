@@ -19,6 +19,7 @@ pub mod field_set;
 pub mod garbage_collector;
 pub mod kind_scopes;
 pub mod namespaces;
+pub mod packed_ownership;
 pub mod store;
 
 use std::collections::BTreeSet;

@@ -69,6 +69,7 @@ use super::field_set::{FieldConflict, FieldPath, Manager, Operation, Ownership, 
 use super::garbage_collector::GcTask;
 use super::kind_scopes::{CrdScope, KindScopes, is_crd};
 use super::namespaces::{is_namespace, namespace_finalizers};
+use super::packed_ownership::PackedOwnership;
 use crate::cluster::backend::{KindScope, ObjectKey, Propagation, WatchEventType};
 use crate::cluster::clock::rfc3339;
 
@@ -137,16 +138,21 @@ pub struct ApplyOutcome {
 pub(super) struct Entry {
     text: Box<str>,
     pub(super) owners: Box<[OwnerRef]>,
-    pub(super) ownership: Ownership,
+    ownership: PackedOwnership,
 }
 
 impl Entry {
-    fn new(object: &Value, ownership: Ownership) -> Self {
+    fn new(object: &Value, ownership: &Ownership) -> Self {
         Self {
             text: object.to_string().into_boxed_str(),
             owners: owner_refs(object).into_boxed_slice(),
-            ownership,
+            ownership: PackedOwnership::pack(ownership),
         }
+    }
+
+    /// Who owns which of the object's fields.
+    pub(super) fn ownership(&self) -> Ownership {
+        self.ownership.unpack()
     }
 
     /// The stored object, parsed.
@@ -344,7 +350,7 @@ impl EmbeddedStore {
         let manager = Manager::new(field_manager, Operation::ApplyStatus);
         let config = json!({ "status": status });
         let merge = entry
-            .ownership
+            .ownership()
             .apply(&stored, &config, &manager, true)
             .map_err(|c| conflict(key, &c))?;
         let object = if merge.object == stored {
@@ -393,7 +399,7 @@ impl EmbeddedStore {
                 &format!("no new finalizers can be added while it is being deleted: {finalizer}"),
             ));
         }
-        let mut ownership = entry.ownership.clone();
+        let mut ownership = entry.ownership();
         let object = with_finalizer(&stored, finalizer);
         ownership.claim(
             Manager::new(FINALIZER_MANAGER, Operation::Update),
@@ -472,7 +478,7 @@ impl EmbeddedStore {
         let entry = self.objects.get(key).ok_or_else(|| not_found(key))?;
         let stored = entry.object();
         let merge = entry
-            .ownership
+            .ownership()
             .apply(&stored, config, manager, force)
             .map_err(|c| conflict(key, &c))?;
         if merge.object == stored {
@@ -532,7 +538,7 @@ impl EmbeddedStore {
 
     fn set_ownership(&mut self, key: &ObjectKey, ownership: Ownership) {
         if let Some(entry) = self.objects.get_mut(key) {
-            entry.ownership = ownership;
+            entry.ownership = PackedOwnership::pack(&ownership);
         }
     }
 
@@ -558,7 +564,7 @@ impl EmbeddedStore {
             *self.per_namespace.entry(ns.clone()).or_default() += 1;
         }
         self.objects
-            .insert(key.clone(), Entry::new(&object, ownership));
+            .insert(key.clone(), Entry::new(&object, &ownership));
         self.push_event(WatchEventType::Added, object.clone());
         object
     }
@@ -577,13 +583,12 @@ impl EmbeddedStore {
         let Some(entry) = self.objects.get_mut(key) else {
             return object;
         };
-        let ownership = match ownership {
+        let mut ownership = match ownership {
             Some(ownership) => ownership,
-            None => std::mem::take(&mut entry.ownership),
+            None => entry.ownership(),
         };
-        let mut stored = Entry::new(&object, ownership);
-        stored.ownership.prune(&object);
-        let old = std::mem::replace(entry, stored);
+        ownership.prune(&object);
+        let old = std::mem::replace(entry, Entry::new(&object, &ownership));
         if old.owners != entry.owners {
             let new_refs = entry.owners.clone();
             self.reindex_owners(key, &old.owners, &new_refs);

@@ -187,7 +187,12 @@ pub(super) fn holds_released_pod(pod: &Value) -> bool {
 
 /// Lets a deleted Job Pod go, as the job controller does once it counted it.
 pub(super) fn release_pod(round: &mut Round<'_>, key: &ObjectKey) {
-    if round.store.get(key).as_ref().is_some_and(holds_released_pod) {
+    if round
+        .store
+        .get(key)
+        .as_ref()
+        .is_some_and(holds_released_pod)
+    {
         release_pod_now(round, key);
     }
 }

@@ -286,7 +286,8 @@ impl BuiltinControllers {
                 (key.kind.group.as_str(), key.kind.kind.as_str()),
                 ("apps", "Deployment" | "ReplicaSet") | ("batch", "Job") | ("", "Pod")
             );
-            if played && let Some(field) = round.store.get(&key).as_ref().and_then(unreadable_field) {
+            if played && let Some(field) = round.store.get(&key).as_ref().and_then(unreadable_field)
+            {
                 round.note("skipped", &key, format!(" ({field} is not an object)"));
                 continue;
             }
