@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::cluster::{Clock, ClusterBackend, RealClock};
 use crate::engine::{Engine, ReconcileRecord};
+use crate::heap_trim::{TrimPacer, release_freed_memory};
 
 /// How often counts of repeated Events that are behind are written (each
 /// series at most once per its own refresh interval).
@@ -32,6 +33,7 @@ pub struct Dispatcher<B: ClusterBackend> {
     /// Reconciles spawned whose record has not been collected.
     outstanding: usize,
     last_event_flush: tokio::time::Instant,
+    trim: TrimPacer,
 }
 
 /// Why [`Dispatcher::wake`] returned.
@@ -53,6 +55,7 @@ impl<B: ClusterBackend> Dispatcher<B> {
             done_rx,
             outstanding: 0,
             last_event_flush: tokio::time::Instant::now(),
+            trim: TrimPacer::default(),
         }
     }
 
@@ -101,7 +104,7 @@ impl<B: ClusterBackend> Dispatcher<B> {
     /// A record already finished, without waiting.
     pub fn try_finished(&mut self) -> Option<ReconcileRecord> {
         let record = self.done_rx.try_recv().ok()?;
-        self.outstanding -= 1;
+        self.collected();
         Some(record)
     }
 
@@ -117,8 +120,18 @@ impl<B: ClusterBackend> Dispatcher<B> {
             .recv()
             .await
             .expect("the dispatcher holds a sender");
-        self.outstanding -= 1;
+        self.collected();
         record
+    }
+
+    /// Counts a collected record; after a run of reconciles, hands the
+    /// memory they freed back to the kernel (see [`crate::heap_trim`]),
+    /// off the dispatcher's thread.
+    fn collected(&mut self) {
+        self.outstanding -= 1;
+        if self.trim.reconcile_finished(std::time::Instant::now()) {
+            tokio::task::spawn_blocking(release_freed_memory);
+        }
     }
 
     /// How long until a delayed reconcile is due or Event counts are to be

@@ -17,6 +17,7 @@ pub mod dir_watch;
 pub mod dispatch;
 pub mod engine;
 pub mod golden;
+pub mod heap_trim;
 pub mod hot_reload;
 pub mod http_server;
 pub mod leader_election;

@@ -10,6 +10,7 @@
 //! short-lived engine's memory is freed with it and handed back to the
 //! kernel.
 
+use crate::heap_trim::release_freed_memory;
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine};
 
@@ -55,16 +56,3 @@ impl Artifact {
         unsafe { Component::deserialize(engine, &self.0) }
     }
 }
-
-/// Gives memory the allocator holds but no one uses back to the kernel. glibc
-/// keeps freed memory in its arenas; a compile frees tens of MiB at once.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn release_freed_memory() {
-    // SAFETY: malloc_trim takes no pointers and may be called at any time.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn release_freed_memory() {}
