@@ -15,6 +15,7 @@
 pub mod admission;
 pub mod json_depth;
 pub mod memory_cache;
+pub mod object_meta;
 pub mod selector;
 pub mod types;
 

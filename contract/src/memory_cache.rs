@@ -5,8 +5,9 @@
 //! golden case and a native test observe identical results: same ordering,
 //! same selector rules, same way of finding a primary's children.
 
+use crate::object_meta::MetadataField;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
@@ -46,9 +47,11 @@ type EntryKey = (KindRef, Option<String>, String);
 struct Entry {
     labels: BTreeMap<String, String>,
     json: Arc<str>,
-    /// The [`Projection::MetadataOnly`] form; the same text as `json` for
-    /// objects that are metadata only already.
-    metadata_json: Arc<str>,
+    /// The [`Projection::MetadataOnly`] form, made when first read: most
+    /// kinds are never read that way, and making it costs a serialisation
+    /// per watch event. The same text as `json` for objects that are
+    /// metadata only already.
+    metadata_json: OnceLock<Arc<str>>,
     /// Controller ownerReferences, to find a primary's children unparsed.
     controllers: Box<[OwnerRef]>,
 }
@@ -64,13 +67,25 @@ impl Entry {
     fn text(&self, projection: Projection) -> String {
         match projection {
             Projection::Full => self.json.to_string(),
-            Projection::MetadataOnly => self.metadata_json.to_string(),
+            Projection::MetadataOnly => self.metadata_text().to_string(),
         }
     }
 
     /// The object, parsed. `insert` keeps only text that parses back, so
     /// `None` never happens; it is not a panic all the same, as the text
     /// came from a plugin or a cluster.
+    fn metadata_text(&self) -> &Arc<str> {
+        self.metadata_json.get_or_init(|| {
+            let object = self.value().unwrap_or_default();
+            let metadata = metadata_only(&object);
+            if metadata == object {
+                self.json.clone()
+            } else {
+                metadata.to_string().into()
+            }
+        })
+    }
+
     fn value(&self) -> Option<Value> {
         serde_json::from_str(&self.json).ok()
     }
@@ -84,7 +99,7 @@ impl Entry {
 impl OwnerRef {
     /// By uid when both sides have one, otherwise by kind and name.
     fn points_at(&self, owner: &Value) -> bool {
-        let owner_uid = owner.pointer("/metadata/uid").and_then(Value::as_str);
+        let owner_uid = owner.metadata_field("uid").and_then(Value::as_str);
         match (self.uid.as_deref(), owner_uid) {
             (Some(a), Some(b)) => a == b,
             _ => {
@@ -98,7 +113,7 @@ impl OwnerRef {
 fn controller_refs(object: &Value) -> Box<[OwnerRef]> {
     let text = |r: &Value, field: &str| r.get(field).and_then(Value::as_str).map(str::to_string);
     object
-        .pointer("/metadata/ownerReferences")
+        .metadata_field("ownerReferences")
         .and_then(Value::as_array)
         .map(|refs| {
             refs.iter()
@@ -142,25 +157,25 @@ pub enum ListJsonError {
 
 /// `metadata.name` of a JSON object.
 pub fn name_of(object: &Value) -> Option<&str> {
-    object.pointer("/metadata/name")?.as_str()
+    object.metadata_field("name")?.as_str()
 }
 
 /// `metadata.namespace` of a JSON object.
 pub fn namespace_of(object: &Value) -> Option<&str> {
-    object.pointer("/metadata/namespace")?.as_str()
+    object.metadata_field("namespace")?.as_str()
 }
 
 /// Whether a JSON object has a deletionTimestamp: it is being deleted.
 pub fn is_deleting(object: &Value) -> bool {
     object
-        .pointer("/metadata/deletionTimestamp")
+        .metadata_field("deletionTimestamp")
         .is_some_and(|t| !t.is_null())
 }
 
 /// `metadata.finalizers` of a JSON object (string entries only), in order.
 pub fn finalizers_of(object: &Value) -> Vec<&str> {
     object
-        .pointer("/metadata/finalizers")
+        .metadata_field("finalizers")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -171,7 +186,7 @@ pub fn finalizers_of(object: &Value) -> Vec<&str> {
 /// `metadata.labels` of a JSON object (string values only).
 pub fn labels_of(object: &Value) -> BTreeMap<String, String> {
     object
-        .pointer("/metadata/labels")
+        .metadata_field("labels")
         .and_then(Value::as_object)
         .map(|m| {
             m.iter()
@@ -205,7 +220,6 @@ impl MemoryCache {
             namespace_of(&object).map(str::to_string),
             name.to_string(),
         );
-        let metadata = metadata_only(&object);
         let json: Arc<str> = object.to_string().into();
         // Stored text must parse back: a value nested past serde_json's
         // recursion limit would be accepted here and unreadable later.
@@ -215,15 +229,10 @@ impl MemoryCache {
                 "it is nested {depth} levels deep, more than the {READABLE_DEPTH} levels JSON can be read back with"
             )));
         }
-        let metadata_json = if metadata == object {
-            json.clone()
-        } else {
-            metadata.to_string().into()
-        };
         let entry = Entry {
             labels: labels_of(&object),
             json,
-            metadata_json,
+            metadata_json: OnceLock::new(),
             controllers: controller_refs(&object),
         };
         if let Some(old) = self.entries.remove(&key) {
@@ -434,7 +443,7 @@ impl MemoryCache {
         for entry in self.select(kind, namespace, &selector) {
             let text = match projection {
                 Projection::Full => &entry.json,
-                Projection::MetadataOnly => &entry.metadata_json,
+                Projection::MetadataOnly => entry.metadata_text(),
             };
             bytes = bytes.saturating_add(text.len());
             if bytes > max_bytes {

@@ -6,6 +6,7 @@
 //! `a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (x,y)`, `a` (exists) and `!a`
 //! (does not exist), joined by commas; the empty string selects everything.
 
+use crate::object_meta::MetadataField;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -87,7 +88,7 @@ impl LabelSelector {
             return true;
         }
         let labels: BTreeMap<String, String> = object
-            .pointer("/metadata/labels")
+            .metadata_field("labels")
             .and_then(|l| l.as_object())
             .map(|m| {
                 m.iter()

@@ -5,6 +5,7 @@
 //! deletes), each reconcile prints one line, and the primary objects with
 //! their status are shown as a table whenever things settle.
 
+use reconciler_contract::object_meta::MetadataField;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -337,7 +338,7 @@ pub fn primaries_table<B: crate::cluster::ClusterBackend>(engine: &Engine<B>) ->
                 .get("status")
                 .map(Value::to_string)
                 .unwrap_or_else(|| "-".into());
-            if object.pointer("/metadata/deletionTimestamp").is_some() {
+            if object.metadata_field("deletionTimestamp").is_some() {
                 status = format!("(deleting) {status}");
             }
             if status.chars().count() > 100 {

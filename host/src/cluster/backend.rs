@@ -5,6 +5,7 @@
 //! the same engine, and each can be tested alone. Objects are JSON
 //! (`serde_json::Value`) as the API server speaks them.
 
+use reconciler_contract::object_meta::MetadataField;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
@@ -35,10 +36,8 @@ impl ObjectKey {
     /// The key of a JSON object, if it has apiVersion, kind and a name.
     pub fn of(object: &Value) -> Option<Self> {
         let kind = KindRef::of_object(object)?;
-        let name = object.pointer("/metadata/name")?.as_str()?;
-        let namespace = object
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str);
+        let name = object.metadata_field("name")?.as_str()?;
+        let namespace = object.metadata_field("namespace").and_then(Value::as_str);
         Some(Self::new(kind, namespace, name))
     }
 }
@@ -135,10 +134,7 @@ pub struct WatchScope {
 impl WatchScope {
     /// Whether `object` falls in the scope's namespaces.
     pub fn admits(&self, object: &Value) -> bool {
-        match object
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-        {
+        match object.metadata_field("namespace").and_then(Value::as_str) {
             Some(ns) => self.namespaces.is_empty() || self.namespaces.contains(ns),
             None => true,
         }

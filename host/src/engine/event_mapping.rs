@@ -4,6 +4,7 @@
 //! owner of the primary kind; to an object of a read kind, whatever the
 //! plugin's map rule names (always in the object's own namespace).
 
+use reconciler_contract::object_meta::MetadataField;
 use reconciler_contract::{KindRef, MapRule, PluginMetadata};
 use serde_json::Value;
 
@@ -35,11 +36,11 @@ pub fn primaries_for(metadata: &PluginMetadata, object: &Value) -> Vec<PrimaryKe
     for read in metadata.reads.iter().filter(|r| r.kind == kind) {
         let name = match &read.maps_by {
             MapRule::Label(k) => object
-                .pointer("/metadata/labels")
+                .metadata_field("labels")
                 .and_then(|l| l.get(k))
                 .and_then(Value::as_str),
             MapRule::Annotation(k) => object
-                .pointer("/metadata/annotations")
+                .metadata_field("annotations")
                 .and_then(|a| a.get(k))
                 .and_then(Value::as_str),
             MapRule::SameName => str_at(object, "/metadata/name"),
@@ -52,7 +53,7 @@ pub fn primaries_for(metadata: &PluginMetadata, object: &Value) -> Vec<PrimaryKe
 
 /// The name of the controller owner of `object` of kind `owner_kind`.
 fn controller_of(object: &Value, owner_kind: &KindRef) -> Option<String> {
-    let refs = object.pointer("/metadata/ownerReferences")?.as_array()?;
+    let refs = object.metadata_field("ownerReferences")?.as_array()?;
     refs.iter()
         .find(|r| {
             r.get("controller").and_then(Value::as_bool) == Some(true)

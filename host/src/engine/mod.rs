@@ -37,6 +37,7 @@ pub mod scope_rules;
 pub mod shared_cache;
 pub mod work_queue;
 
+use reconciler_contract::object_meta::MetadataField;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
@@ -596,10 +597,10 @@ impl<B: ClusterBackend> Engine<B> {
                 continue;
             }
             let namespace = object
-                .pointer("/metadata/namespace")
+                .metadata_field("namespace")
                 .and_then(Value::as_str)
                 .map(str::to_string);
-            if let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str) {
+            if let Some(name) = object.metadata_field("name").and_then(Value::as_str) {
                 state.queue.add(
                     PrimaryKey {
                         namespace,
@@ -1208,14 +1209,14 @@ impl<B: ClusterBackend> Engine<B> {
 
 fn uid_of(object: &Value) -> Option<String> {
     object
-        .pointer("/metadata/uid")
+        .metadata_field("uid")
         .and_then(Value::as_str)
         .map(str::to_string)
 }
 
 fn resource_version_of(object: &Value) -> Option<&str> {
     object
-        .pointer("/metadata/resourceVersion")
+        .metadata_field("resourceVersion")
         .and_then(Value::as_str)
 }
 

@@ -21,6 +21,7 @@
 //!   and with it any finalizer of an earlier version it answers for (see
 //!   [`super::finalizer_handover`]).
 
+use reconciler_contract::object_meta::MetadataField;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
@@ -141,7 +142,7 @@ impl Refusal {
 pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, Refusal> {
     let primary = observed.primary;
     let primary_uid = primary
-        .pointer("/metadata/uid")
+        .metadata_field("uid")
         .and_then(Value::as_str)
         .ok_or(Refusal::NoUid)?;
     let mut plan = Plan {
@@ -258,7 +259,7 @@ fn check_adoption(
         describe_key(key)
     );
     let controller = current
-        .pointer("/metadata/ownerReferences")
+        .metadata_field("ownerReferences")
         .and_then(Value::as_array)
         .and_then(|refs| {
             refs.iter()
@@ -300,13 +301,13 @@ fn how_to_adopt(key: &ObjectKey, current: &Value, primary: &Value, primary_uid: 
     let reference = json!({
         "apiVersion": primary.get("apiVersion"),
         "kind": primary.get("kind"),
-        "name": primary.pointer("/metadata/name"),
+        "name": primary.metadata_field("name"),
         "uid": primary_uid,
         "controller": true,
         "blockOwnerDeletion": true,
     });
     let has_refs = current
-        .pointer("/metadata/ownerReferences")
+        .metadata_field("ownerReferences")
         .and_then(Value::as_array)
         .is_some_and(|r| !r.is_empty());
     let patch = if has_refs {
@@ -336,7 +337,7 @@ fn primary_name(primary: &Value) -> String {
 
 fn uid_of(object: &Value) -> Option<String> {
     object
-        .pointer("/metadata/uid")
+        .metadata_field("uid")
         .and_then(Value::as_str)
         .map(str::to_string)
 }
@@ -347,13 +348,13 @@ fn uid_of(object: &Value) -> Option<String> {
 /// kept beside it.
 fn set_controller_reference(object: &mut Value, primary: &Value) -> Result<(), Refusal> {
     let uid = primary
-        .pointer("/metadata/uid")
+        .metadata_field("uid")
         .and_then(Value::as_str)
         .ok_or(Refusal::NoUid)?;
     let reference = json!({
         "apiVersion": primary.get("apiVersion"),
         "kind": primary.get("kind"),
-        "name": primary.pointer("/metadata/name"),
+        "name": primary.metadata_field("name"),
         "uid": uid,
         "controller": true,
         "blockOwnerDeletion": true,

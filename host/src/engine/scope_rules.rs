@@ -20,6 +20,7 @@
 //! A kind whose scope the cluster cannot tell yet (a CRD not installed)
 //! fails the load as a kind that cannot be watched does, so it is retried.
 
+use reconciler_contract::object_meta::MetadataField;
 use std::collections::BTreeMap;
 
 use reconciler_contract::{KindRef, PluginMetadata};
@@ -98,13 +99,13 @@ pub fn check_response(
     for (i, desired) in response.apply.iter().enumerate() {
         let namespace = desired
             .object
-            .pointer("/metadata/namespace")
+            .metadata_field("namespace")
             .and_then(Value::as_str)
             .filter(|ns| !ns.is_empty());
         if namespace.is_none() && namespaced(&desired.kind) {
             let name = desired
                 .object
-                .pointer("/metadata/name")
+                .metadata_field("name")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             return Err(InvalidResponse {

@@ -1,5 +1,6 @@
 //! Running golden cases against a compiled plugin.
 
+use reconciler_contract::object_meta::MetadataField;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -117,7 +118,7 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
         }
     }
     let primary_namespace = primary
-        .pointer("/metadata/namespace")
+        .metadata_field("namespace")
         .and_then(Value::as_str)
         .map(str::to_string);
     let request = cache.request_for(&primary, &plugin.metadata().owns);
@@ -125,7 +126,7 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
         "{}/{}",
         primary_namespace.as_deref().unwrap_or(""),
         primary
-            .pointer("/metadata/name")
+            .metadata_field("name")
             .and_then(Value::as_str)
             .unwrap_or("")
     );

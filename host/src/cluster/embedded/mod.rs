@@ -22,6 +22,7 @@ pub mod namespaces;
 pub mod packed_ownership;
 pub mod store;
 
+use reconciler_contract::object_meta::MetadataField;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -273,7 +274,7 @@ impl EmbeddedCluster {
             if let Some(kind) = KindRef::of_object(&object)
                 && s.kind_scope(&kind) == KindScope::Namespaced
                 && object
-                    .pointer("/metadata/namespace")
+                    .metadata_field("namespace")
                     .is_none_or(Value::is_null)
                 && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
             {
@@ -385,7 +386,7 @@ impl ClusterBackend for EmbeddedCluster {
             let current = s.get(key);
             let current_uid = current
                 .as_ref()
-                .and_then(|o| o.pointer("/metadata/uid"))
+                .and_then(|o| o.metadata_field("uid"))
                 .and_then(Value::as_str);
             if uid.is_some_and(|uid| current_uid != Some(uid)) {
                 return Ok(());

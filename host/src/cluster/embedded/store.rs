@@ -60,6 +60,7 @@
 //! - An object whose only owners never existed is kept; a real garbage
 //!   collector would delete it shortly after it is created.
 
+use reconciler_contract::object_meta::MetadataField;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use reconciler_contract::KindRef;
@@ -335,7 +336,7 @@ impl EmbeddedStore {
         let stored = entry.object();
         if let Some(expected) = resource_version {
             let current = stored
-                .pointer("/metadata/resourceVersion")
+                .metadata_field("resourceVersion")
                 .and_then(Value::as_str);
             if current != Some(expected) {
                 return Err(StoreError::Conflict {
@@ -735,7 +736,7 @@ pub(super) struct OwnerRef {
 
 pub(super) fn owner_refs(object: &Value) -> Vec<OwnerRef> {
     let refs = object
-        .pointer("/metadata/ownerReferences")
+        .metadata_field("ownerReferences")
         .and_then(Value::as_array);
     refs.into_iter()
         .flatten()
@@ -758,7 +759,7 @@ fn owner_uids(object: &Value) -> Vec<String> {
 }
 
 pub(super) fn uid_of(object: &Value) -> Option<&str> {
-    object.pointer("/metadata/uid").and_then(Value::as_str)
+    object.metadata_field("uid").and_then(Value::as_str)
 }
 
 pub(super) use reconciler_contract::memory_cache::{finalizers_of as finalizers, is_deleting};
@@ -1023,7 +1024,7 @@ fn validate_metadata_fields(meta: &Map<String, Value>) -> Result<(), String> {
 /// the API server's.
 fn check_single_controller(object: &Value) -> Result<(), String> {
     let refs = object
-        .pointer("/metadata/ownerReferences")
+        .metadata_field("ownerReferences")
         .and_then(Value::as_array);
     let controllers: Vec<String> = refs
         .into_iter()
@@ -1074,13 +1075,10 @@ fn describe(object: &Value) -> String {
         .and_then(Value::as_str)
         .unwrap_or("object");
     let name = object
-        .pointer("/metadata/name")
+        .metadata_field("name")
         .and_then(Value::as_str)
         .unwrap_or("(unnamed)");
-    match object
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-    {
+    match object.metadata_field("namespace").and_then(Value::as_str) {
         Some(ns) => format!("{kind} {ns}/{name}"),
         None => format!("{kind} {name}"),
     }

@@ -12,6 +12,7 @@
 //! are retried with kube's default backoff; errors before it are returned to
 //! the caller.
 
+use reconciler_contract::object_meta::MetadataField;
 use std::collections::{HashMap, HashSet};
 
 use futures::StreamExt;
@@ -48,7 +49,7 @@ fn key_of(object: &Value) -> Key {
 
 fn resource_version(object: &Value) -> Option<&str> {
     object
-        .pointer("/metadata/resourceVersion")
+        .metadata_field("resourceVersion")
         .and_then(Value::as_str)
 }
 

@@ -1,6 +1,7 @@
 //! Jobs: one Pod each, which ends after a (virtual) while, and the Job's
 //! status as the job controller writes it.
 
+use reconciler_contract::object_meta::MetadataField;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -22,7 +23,7 @@ pub const JOB_OUTCOME_ANNOTATION: &str = "embedded.reconciler-host.io/job-outcom
 const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 
 fn annotation<'a>(job: &'a Value, name: &str) -> Option<&'a str> {
-    job.pointer("/metadata/annotations")
+    job.metadata_field("annotations")
         .and_then(|a| a.get(name))
         .and_then(Value::as_str)
 }

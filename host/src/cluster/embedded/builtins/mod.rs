@@ -36,6 +36,7 @@ mod names;
 mod pods;
 mod replicas;
 
+use reconciler_contract::object_meta::MetadataField;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -338,7 +339,7 @@ impl BuiltinControllers {
 /// The key of the object's controller (the ownerReference with
 /// `controller: true`), in the object's namespace.
 fn controller_key(object: &Value, key: &ObjectKey) -> Option<ObjectKey> {
-    let refs = object.pointer("/metadata/ownerReferences")?.as_array()?;
+    let refs = object.metadata_field("ownerReferences")?.as_array()?;
     let owner = refs
         .iter()
         .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))?;
@@ -355,7 +356,7 @@ fn controller_key(object: &Value, key: &ObjectKey) -> Option<ObjectKey> {
 /// Whether `object`'s controller is the object with `uid`.
 fn controlled_by(object: &Value, uid: &str) -> bool {
     object
-        .pointer("/metadata/ownerReferences")
+        .metadata_field("ownerReferences")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()

@@ -1,6 +1,7 @@
 //! Pods as the built-in controllers create them, and what a node would do
 //! with them: Pending, then Running.
 
+use reconciler_contract::object_meta::MetadataField;
 use serde_json::{Map, Value, json};
 
 use super::names::name_suffix;
@@ -41,7 +42,7 @@ pub(super) fn create(round: &mut Round<'_>, new: NewPod<'_>) -> Option<ObjectKey
 
     let mut labels = new
         .template
-        .pointer("/metadata/labels")
+        .metadata_field("labels")
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
@@ -53,7 +54,7 @@ pub(super) fn create(round: &mut Round<'_>, new: NewPod<'_>) -> Option<ObjectKey
         "labels": labels,
         "ownerReferences": [controller_ref(new.owner)],
     });
-    if let Some(annotations) = new.template.pointer("/metadata/annotations") {
+    if let Some(annotations) = new.template.metadata_field("annotations") {
         metadata["annotations"] = annotations.clone();
     }
     if !new.finalizers.is_empty() {
