@@ -7,7 +7,7 @@
 
 use crate::object_meta::MetadataField;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -47,11 +47,11 @@ type EntryKey = (KindRef, Option<String>, String);
 struct Entry {
     labels: BTreeMap<String, String>,
     json: Arc<str>,
-    /// The [`Projection::MetadataOnly`] form, made when first read: most
-    /// kinds are never read that way, and making it costs a serialisation
-    /// per watch event. The same text as `json` for objects that are
-    /// metadata only already.
-    metadata_json: OnceLock<Arc<str>>,
+    /// The [`Projection::MetadataOnly`] form; the same text as `json` for
+    /// objects that are metadata only already. Made at insert, not when
+    /// first read: a read happens inside a plugin's call, whose time limit
+    /// is the plugin's and must not pay for the host's work.
+    metadata_json: Arc<str>,
     /// Controller ownerReferences, to find a primary's children unparsed.
     controllers: Box<[OwnerRef]>,
 }
@@ -67,25 +67,13 @@ impl Entry {
     fn text(&self, projection: Projection) -> String {
         match projection {
             Projection::Full => self.json.to_string(),
-            Projection::MetadataOnly => self.metadata_text().to_string(),
+            Projection::MetadataOnly => self.metadata_json.to_string(),
         }
     }
 
     /// The object, parsed. `insert` keeps only text that parses back, so
     /// `None` never happens; it is not a panic all the same, as the text
     /// came from a plugin or a cluster.
-    fn metadata_text(&self) -> &Arc<str> {
-        self.metadata_json.get_or_init(|| {
-            let object = self.value().unwrap_or_default();
-            let metadata = metadata_only(&object);
-            if metadata == object {
-                self.json.clone()
-            } else {
-                metadata.to_string().into()
-            }
-        })
-    }
-
     fn value(&self) -> Option<Value> {
         serde_json::from_str(&self.json).ok()
     }
@@ -220,6 +208,7 @@ impl MemoryCache {
             namespace_of(&object).map(str::to_string),
             name.to_string(),
         );
+        let metadata = metadata_only(&object);
         let json: Arc<str> = object.to_string().into();
         // Stored text must parse back: a value nested past serde_json's
         // recursion limit would be accepted here and unreadable later.
@@ -229,10 +218,15 @@ impl MemoryCache {
                 "it is nested {depth} levels deep, more than the {READABLE_DEPTH} levels JSON can be read back with"
             )));
         }
+        let metadata_json = if metadata == object {
+            json.clone()
+        } else {
+            metadata.to_string().into()
+        };
         let entry = Entry {
             labels: labels_of(&object),
             json,
-            metadata_json: OnceLock::new(),
+            metadata_json,
             controllers: controller_refs(&object),
         };
         if let Some(old) = self.entries.remove(&key) {
@@ -443,7 +437,7 @@ impl MemoryCache {
         for entry in self.select(kind, namespace, &selector) {
             let text = match projection {
                 Projection::Full => &entry.json,
-                Projection::MetadataOnly => entry.metadata_text(),
+                Projection::MetadataOnly => &entry.metadata_json,
             };
             bytes = bytes.saturating_add(text.len());
             if bytes > max_bytes {
