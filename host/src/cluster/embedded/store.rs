@@ -38,6 +38,9 @@
 //! - An object may have one controller ownerReference at most, and
 //!   ownerReferences merge by uid under server-side apply, as the API server
 //!   validates and merges them.
+//! - Objects are kept as JSON text (see [`Entry`]), so one nested deeper than
+//!   serde_json reads back (127 levels) is refused, as the engine's cache
+//!   refuses it.
 //! - Every change is logged as a [`StoreEvent`] in the order it happened.
 //! - Everything is deterministic: uids come from a counter and timestamps from
 //!   the caller's clock, so the same calls give byte-identical objects.
@@ -64,6 +67,7 @@ use reconciler_contract::object_meta::MetadataField;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use reconciler_contract::KindRef;
+use reconciler_contract::json_depth::READABLE_DEPTH;
 use serde_json::{Map, Value, json};
 
 use super::field_set::{FieldConflict, FieldPath, Manager, Operation, Ownership, Segment};
@@ -162,13 +166,10 @@ impl Entry {
     }
 }
 
-/// Parses text the store wrote from a `Value`. It always parses; depth is
-/// not limited, as the object had that depth when it was stored.
+/// Parses text the store wrote from a `Value`. It always parses: the store
+/// refuses objects nested past what serde_json reads back ([`check_depth`]).
 fn parse_stored(text: &str) -> Value {
-    use serde::Deserialize;
-    let mut reader = serde_json::Deserializer::from_str(text);
-    reader.disable_recursion_limit();
-    Value::deserialize(&mut reader).unwrap_or(Value::Null)
+    serde_json::from_str(text).unwrap_or(Value::Null)
 }
 
 /// An in-memory API server's storage. See the module documentation.
@@ -358,6 +359,7 @@ impl EmbeddedStore {
             self.set_ownership(key, merge.ownership);
             stored
         } else {
+            check_depth(key, &merge.object)?;
             self.replace(key, merge.object, Some(merge.ownership))
         };
         self.run_gc(now_millis);
@@ -512,6 +514,7 @@ impl EmbeddedStore {
     /// CRD a scope that is valid and unchanged (returned, to learn once
     /// stored).
     fn admit(&self, key: &ObjectKey, object: &Value) -> Result<Option<CrdScope>, StoreError> {
+        check_depth(key, object)?;
         check_single_controller(object).map_err(|message| invalid(key, &message))?;
         if !is_crd(&key.kind) {
             return Ok(None);
@@ -902,6 +905,28 @@ fn refuse_new_finalizers(key: &ObjectKey, before: &Value, after: &Value) -> Resu
     Err(invalid(key, &message))
 }
 
+/// Refuses an object nested deeper than its JSON text could be read back
+/// (the store keeps text, see [`Entry`]).
+fn check_depth(key: &ObjectKey, object: &Value) -> Result<(), StoreError> {
+    fn depth(value: &Value) -> usize {
+        match value {
+            Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+            Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+    let depth = depth(object);
+    if depth > READABLE_DEPTH {
+        return Err(invalid(
+            key,
+            &format!(
+                "it is nested {depth} levels deep, more than the {READABLE_DEPTH} levels JSON can be read back with"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn not_found(key: &ObjectKey) -> StoreError {
     StoreError::NotFound {
         key: key.to_string(),
@@ -1150,6 +1175,34 @@ pub(super) mod tests {
                 )
             })
             .collect()
+    }
+
+    /// `{"spec": {"x": {"x": ... 1}}}` nested `levels` deep in all.
+    fn nested_deployment(name: &str, levels: usize) -> Value {
+        let mut value = json!(1);
+        for _ in 0..levels - 1 {
+            value = json!({ "x": value });
+        }
+        deployment(name, value)
+    }
+
+    #[test]
+    fn objects_nested_too_deep_to_read_back_are_refused() {
+        let mut store = EmbeddedStore::new(100);
+        let deep = nested_deployment("deep", READABLE_DEPTH + 3);
+        let err = store.apply(deep, "podset", true, T0).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("nested 130 levels deep, more than the 127"),
+            "{err}"
+        );
+        assert!(store.get(&deployment_key("deep")).is_none());
+        assert!(store.drain_events().is_empty());
+
+        let fits = nested_deployment("fits", READABLE_DEPTH);
+        store.apply(fits.clone(), "podset", true, T0).unwrap();
+        let stored = store.get(&deployment_key("fits")).unwrap();
+        assert_eq!(stored["spec"], fits["spec"]);
     }
 
     #[test]
