@@ -155,6 +155,10 @@ impl Entry {
         }
     }
 
+    fn owner_uids(&self) -> Vec<String> {
+        self.owners.iter().map(|r| r.uid.clone()).collect()
+    }
+
     /// Who owns which of the object's fields.
     pub(super) fn ownership(&self) -> Ownership {
         self.ownership.unpack()
@@ -559,7 +563,8 @@ impl EmbeddedStore {
         if let Some(uid) = uid_of(&object) {
             self.uids.insert(uid.to_string(), key.clone());
         }
-        let owners = owner_uids(&object);
+        let entry = Entry::new(&object, &ownership);
+        let owners = entry.owner_uids();
         self.index_owners(key, &owners);
         if !owners.is_empty() {
             self.pending.push_back(GcTask::Adopted(key.clone()));
@@ -567,8 +572,7 @@ impl EmbeddedStore {
         if let Some(ns) = &key.namespace {
             *self.per_namespace.entry(ns.clone()).or_default() += 1;
         }
-        self.objects
-            .insert(key.clone(), Entry::new(&object, &ownership));
+        self.objects.insert(key.clone(), entry);
         self.push_event(WatchEventType::Added, object.clone());
         object
     }
@@ -640,7 +644,7 @@ impl EmbeddedStore {
             }
             self.pending.push_back(GcTask::FinishNamespace(ns.clone()));
         }
-        let owners: Vec<String> = entry.owners.iter().map(|r| r.uid.clone()).collect();
+        let owners = entry.owner_uids();
         self.unindex_owners(key, &owners);
         self.pending
             .extend(owners.into_iter().map(GcTask::ReleaseForeground));
@@ -755,10 +759,6 @@ pub(super) fn owner_refs(object: &Value) -> Vec<OwnerRef> {
             })
         })
         .collect()
-}
-
-fn owner_uids(object: &Value) -> Vec<String> {
-    owner_refs(object).into_iter().map(|r| r.uid).collect()
 }
 
 pub(super) fn uid_of(object: &Value) -> Option<&str> {
