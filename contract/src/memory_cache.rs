@@ -54,6 +54,10 @@ struct Entry {
     metadata_json: Arc<str>,
     /// Controller ownerReferences, to find a primary's children unparsed.
     controllers: Box<[OwnerRef]>,
+    /// `metadata.resourceVersion`, to tell a watch event of the version
+    /// already held (the host caches what its own writes return before
+    /// their events arrive) without serialising the object again.
+    resource_version: Option<Box<str>>,
 }
 
 #[derive(Clone, Debug)]
@@ -148,6 +152,11 @@ pub fn name_of(object: &Value) -> Option<&str> {
     object.metadata_field("name")?.as_str()
 }
 
+/// `metadata.resourceVersion` of a JSON object.
+pub fn resource_version_of(object: &Value) -> Option<&str> {
+    object.metadata_field("resourceVersion")?.as_str()
+}
+
 /// `metadata.namespace` of a JSON object.
 pub fn namespace_of(object: &Value) -> Option<&str> {
     object.metadata_field("namespace")?.as_str()
@@ -228,13 +237,34 @@ impl MemoryCache {
             json,
             metadata_json,
             controllers: controller_refs(&object),
+            resource_version: resource_version_of(&object).map(Box::from),
         };
-        if let Some(old) = self.entries.remove(&key) {
-            self.index_labels(&key, &old, false);
+        // Most writes (a status, a spec) leave the labels as they were:
+        // their index entries stay.
+        match self.entries.remove(&key) {
+            Some(old) if old.labels == entry.labels => {}
+            Some(old) => {
+                self.index_labels(&key, &old, false);
+                self.index_labels(&key, &entry, true);
+            }
+            None => self.index_labels(&key, &entry, true),
         }
-        self.index_labels(&key, &entry, true);
         self.entries.insert(key, entry);
         Ok(())
+    }
+
+    /// Whether the cache holds this object at its resourceVersion already,
+    /// so inserting it would change nothing. Objects without a
+    /// resourceVersion are never held: nothing tells their versions apart.
+    pub fn holds_version(&self, object: &Value) -> bool {
+        let Some(version) = resource_version_of(object) else {
+            return false;
+        };
+        let (Some(kind), Some(name)) = (KindRef::of_object(object), name_of(object)) else {
+            return false;
+        };
+        self.entry(&kind, namespace_of(object), name)
+            .is_some_and(|e| e.resource_version.as_deref() == Some(version))
     }
 
     /// Removes an object; whether it was there.
@@ -341,6 +371,18 @@ impl MemoryCache {
     /// One object, parsed.
     pub fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<Value> {
         self.entry(kind, namespace, name).and_then(Entry::value)
+    }
+
+    /// One object, parsed, and the text it was parsed from: what a request
+    /// sends, without serialising the object again.
+    pub fn get_with_json(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<(Value, Arc<str>)> {
+        let entry = self.entry(kind, namespace, name)?;
+        Some((entry.value()?, entry.json.clone()))
     }
 
     /// Objects of `kind`, in `namespace` (all namespaces when `None`), whose
@@ -635,6 +677,31 @@ mod tests {
         assert!(!names("app=web", Some("a")).contains(&"p007".to_string()));
         assert_eq!(names("app=db,app!=db", None), Vec::<String>::new());
         assert_eq!(names("app=nothing", None), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_held_version_is_told_by_resource_version_and_relists_keep_labels() {
+        let mut cache = MemoryCache::new();
+        let kind = KindRef::new("", "v1", "Pod");
+        let mut v5 = pod("a", "p", "web");
+        v5["metadata"]["resourceVersion"] = json!("5");
+        assert!(!cache.holds_version(&v5), "nothing held yet");
+        cache.insert(v5.clone()).unwrap();
+        assert!(cache.holds_version(&v5));
+        let mut v6 = v5.clone();
+        v6["metadata"]["resourceVersion"] = json!("6");
+        v6["status"] = json!({"phase": "Running"});
+        assert!(!cache.holds_version(&v6), "a newer version is not held");
+        // Same labels, new content: still listed by its label, as v6.
+        cache.insert(v6.clone()).unwrap();
+        let web = LabelSelector::parse("app=web").unwrap();
+        let listed: Vec<Value> = cache.list(&kind, Some("a"), &web).collect();
+        assert_eq!(listed, [v6.clone()]);
+        assert!(!cache.holds_version(&v5), "the old version is gone");
+        // Without a resourceVersion nothing tells versions apart.
+        let bare = pod("a", "q", "web");
+        cache.insert(bare.clone()).unwrap();
+        assert!(!cache.holds_version(&bare));
     }
 
     #[test]

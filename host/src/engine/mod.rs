@@ -42,7 +42,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use reconciler_contract::memory_cache::is_deleting;
+use reconciler_contract::memory_cache::{is_deleting, resource_version_of};
 use reconciler_contract::{EventType, KindRef, PluginMetadata};
 use reconciler_contract::{Projection, ReconcileRequest};
 use serde_json::Value;
@@ -949,7 +949,7 @@ impl<B: ClusterBackend> Engine<B> {
             key.namespace.as_deref(),
             &key.name,
         );
-        let Some(mut primary) = self.cache.get(&primary_key) else {
+        let Some((mut primary, mut primary_json)) = self.cache.get_with_json(&primary_key) else {
             return Ok(None);
         };
         // Its labels may have left the selector since it was queued: it is
@@ -971,15 +971,22 @@ impl<B: ClusterBackend> Engine<B> {
                 .add_finalizer(&primary_key, finalizer)
                 .await
                 .map_err(|e| backend_failure("adding the finalizer", e))?;
+            primary_json = primary.to_string().into();
             changes.push(Change::FinalizerAdded(finalizer.clone()));
         }
 
         // One snapshot of the children: what the plugin is shown is what
         // it may delete, and what is pruned, each by the uid seen here.
-        let children = self.cache.children_of(&primary, &metadata.owns);
+        // The request is the cache's text, not the parsed objects written
+        // out again.
+        let (children, children_json): (Vec<Value>, Vec<Arc<str>>) = self
+            .cache
+            .children_with_json(&primary, &metadata.owns)
+            .into_iter()
+            .unzip();
         let request = ReconcileRequest {
-            primary: primary.to_string(),
-            children: children.iter().map(Value::to_string).collect(),
+            primary: primary_json.to_string(),
+            children: children_json.iter().map(|json| json.to_string()).collect(),
             deleting,
         };
         // With --record, the reads go through a reader that keeps what it
@@ -1212,12 +1219,6 @@ fn uid_of(object: &Value) -> Option<String> {
         .metadata_field("uid")
         .and_then(Value::as_str)
         .map(str::to_string)
-}
-
-fn resource_version_of(object: &Value) -> Option<&str> {
-    object
-        .metadata_field("resourceVersion")
-        .and_then(Value::as_str)
 }
 
 fn backend_failure(step: &str, e: BackendError) -> (String, String) {

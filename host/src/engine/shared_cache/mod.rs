@@ -9,7 +9,7 @@
 
 mod controller_index;
 
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use reconciler_contract::KindRef;
 use reconciler_contract::memory_cache::{
@@ -85,6 +85,11 @@ impl SharedCache {
     pub fn observe(&self, event: &WatchEvent) {
         match event.event_type {
             WatchEventType::Added | WatchEventType::Modified => {
+                // The event of a write whose result the engine cached
+                // already (a status write), or a re-list's copy.
+                if self.read().holds_version(&event.object) {
+                    return;
+                }
                 let mut cache = self.write();
                 if let Err(e) = cache.insert(slimmed(event.object.clone())) {
                     if let Some(key) = ObjectKey::of(&event.object) {
@@ -106,6 +111,12 @@ impl SharedCache {
             .get(&key.kind, key.namespace.as_deref(), &key.name)
     }
 
+    /// [`Self::get`] with the object's text, for a request.
+    pub fn get_with_json(&self, key: &ObjectKey) -> Option<(Value, Arc<str>)> {
+        self.read()
+            .get_with_json(&key.kind, key.namespace.as_deref(), &key.name)
+    }
+
     /// Every cached object of `kind`.
     pub fn list(&self, kind: &KindRef) -> Vec<Value> {
         let everything = reconciler_contract::selector::LabelSelector::everything();
@@ -116,6 +127,14 @@ impl SharedCache {
     /// kinds in its namespace whose controller reference points at it, in
     /// kind, namespace and name order (as `MemoryCache::children_of`).
     pub fn children_of(&self, primary: &Value, owns: &[KindRef]) -> Vec<Value> {
+        self.children_with_json(primary, owns)
+            .into_iter()
+            .map(|(child, _)| child)
+            .collect()
+    }
+
+    /// [`Self::children_of`], each with its text, for a request.
+    pub fn children_with_json(&self, primary: &Value, owns: &[KindRef]) -> Vec<(Value, Arc<str>)> {
         let cache = self.read();
         let namespace = namespace_of(primary);
         cache
@@ -123,8 +142,8 @@ impl SharedCache {
             .candidates(primary)
             .into_iter()
             .filter(|(kind, ns, _)| ns.as_deref() == namespace && owns.contains(kind))
-            .filter_map(|(kind, ns, name)| cache.objects.get(kind, ns.as_deref(), name))
-            .filter(|child| is_controlled_by(child, primary))
+            .filter_map(|(kind, ns, name)| cache.objects.get_with_json(kind, ns.as_deref(), name))
+            .filter(|(child, _)| is_controlled_by(child, primary))
             .collect()
     }
 
