@@ -200,25 +200,42 @@ impl MemoryCache {
 
     /// Adds or replaces an object (matched by kind, namespace and name).
     pub fn insert(&mut self, object: Value) -> Result<(), CacheError> {
-        let what = name_of(&object)
+        self.insert_with_json(&object, None)
+    }
+
+    /// [`Self::insert`], keeping `json` as the object's text when given: it
+    /// must be `object` written out (`object.to_string()`), as a store that
+    /// keeps objects as text has it. Debug builds check that.
+    pub fn insert_with_json(
+        &mut self,
+        object: &Value,
+        json: Option<Arc<str>>,
+    ) -> Result<(), CacheError> {
+        let what = name_of(object)
             .map(str::to_string)
             .unwrap_or_else(|| format!("#{}", self.entries.len() + 1));
         let fail = |reason: &str| CacheError {
             what: what.clone(),
             reason: reason.to_string(),
         };
-        let kind = KindRef::of_object(&object)
+        let kind = KindRef::of_object(object)
             .ok_or_else(|| fail("apiVersion and kind must be strings"))?;
-        let name = name_of(&object)
+        let name = name_of(object)
             .filter(|n| !n.is_empty())
             .ok_or_else(|| fail("metadata.name must be a non-empty string"))?;
         let key = (
             kind,
-            namespace_of(&object).map(str::to_string),
+            namespace_of(object).map(str::to_string),
             name.to_string(),
         );
-        let metadata = metadata_only(&object);
-        let json: Arc<str> = object.to_string().into();
+        let metadata = metadata_only(object);
+        let json: Arc<str> = match json {
+            Some(json) => {
+                debug_assert_eq!(*json, object.to_string(), "the text of another object");
+                json
+            }
+            None => object.to_string().into(),
+        };
         // Stored text must parse back: a value nested past serde_json's
         // recursion limit would be accepted here and unreadable later.
         let depth = nesting_depth(&json);
@@ -227,17 +244,17 @@ impl MemoryCache {
                 "it is nested {depth} levels deep, more than the {READABLE_DEPTH} levels JSON can be read back with"
             )));
         }
-        let metadata_json = if metadata == object {
+        let metadata_json = if metadata == *object {
             json.clone()
         } else {
             metadata.to_string().into()
         };
         let entry = Entry {
-            labels: labels_of(&object),
+            labels: labels_of(object),
             json,
             metadata_json,
-            controllers: controller_refs(&object),
-            resource_version: resource_version_of(&object).map(Box::from),
+            controllers: controller_refs(object),
+            resource_version: resource_version_of(object).map(Box::from),
         };
         // Most writes (a status, a spec) leave the labels as they were:
         // their index entries stay.

@@ -9,6 +9,7 @@ use reconciler_contract::object_meta::MetadataField;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 
 use reconciler_contract::memory_cache::metadata_only;
 use reconciler_contract::{EventType, KindRef};
@@ -68,17 +69,63 @@ pub enum WatchEventType {
 pub struct WatchEvent {
     pub event_type: WatchEventType,
     pub object: Value,
+    /// `object` as JSON text, when the backend holds that text already (the
+    /// embedded store keeps objects as text): the cache keeps it rather than
+    /// writing the object out again. Private, so it is only ever the text of
+    /// the object it came with.
+    json: Option<Arc<str>>,
+}
+
+impl WatchEvent {
+    pub fn new(event_type: WatchEventType, object: Value) -> Self {
+        Self {
+            event_type,
+            object,
+            json: None,
+        }
+    }
+
+    /// An event whose object the backend has as text already. `json` must
+    /// be `object` written out (`object.to_string()`), which debug builds
+    /// check.
+    pub(crate) fn with_json(event_type: WatchEventType, object: Value, json: Arc<str>) -> Self {
+        debug_assert_eq!(*json, object.to_string(), "the text of another object");
+        Self {
+            event_type,
+            object,
+            json: Some(json),
+        }
+    }
+
+    /// The object's text, if the backend had it.
+    pub fn json(&self) -> Option<&Arc<str>> {
+        self.json.as_ref()
+    }
 }
 
 /// One object of a first list, held as JSON text until the engine takes
 /// it: a first list holds every object of a kind at once, and text takes a
 /// fraction of the memory of a parsed tree (a Pod: ~3 KiB against ~30 KiB).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ListedObject(Box<str>);
+pub struct ListedObject(Arc<str>);
 
 impl ListedObject {
     pub fn new(object: &Value) -> Self {
         Self(object.to_string().into())
+    }
+
+    /// An object a backend keeps as text already. `json` must be a `Value`
+    /// written out by serde_json, as [`Self::new`] writes it.
+    pub(crate) fn from_json(json: Arc<str>) -> Self {
+        Self(json)
+    }
+
+    /// The object as an Added event, keeping its text for the cache.
+    pub fn into_event(self) -> WatchEvent {
+        match serde_json::from_str(&self.0) {
+            Ok(object) => WatchEvent::with_json(WatchEventType::Added, object, self.0),
+            Err(_) => WatchEvent::new(WatchEventType::Added, Value::Null),
+        }
     }
 
     /// The object, parsed; `Null` when its text cannot be read back (an
@@ -99,6 +146,18 @@ pub struct WatchStream {
 
 /// The annotation `kubectl apply` keeps a whole copy of the object in.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Whether [`slimmed`] would leave the object as it is.
+pub fn is_slim(object: &Value) -> bool {
+    let Some(meta) = object.get("metadata").and_then(Value::as_object) else {
+        return true;
+    };
+    !meta.contains_key("managedFields")
+        && !meta
+            .get("annotations")
+            .and_then(Value::as_object)
+            .is_some_and(|a| a.contains_key(LAST_APPLIED) || a.is_empty())
+}
 
 /// `object` without `metadata.managedFields` and kubectl's last-applied
 /// annotation: together often larger than the rest of the object, and of no
@@ -134,7 +193,13 @@ pub struct WatchScope {
 impl WatchScope {
     /// Whether `object` falls in the scope's namespaces.
     pub fn admits(&self, object: &Value) -> bool {
-        match object.metadata_field("namespace").and_then(Value::as_str) {
+        self.admits_namespace(object.metadata_field("namespace").and_then(Value::as_str))
+    }
+
+    /// Whether an object in `namespace` (`None`: cluster-scoped) falls in
+    /// the scope.
+    pub fn admits_namespace(&self, namespace: Option<&str>) -> bool {
+        match namespace {
             Some(ns) => self.namespaces.is_empty() || self.namespaces.contains(ns),
             None => true,
         }
@@ -316,4 +381,34 @@ pub trait ClusterBackend: Send + Sync + 'static {
         event: &EventRef,
         series: EventSeries,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The cache keeps a backend's text only for objects `slimmed` leaves
+    /// as they are, so the two must agree.
+    #[test]
+    fn is_slim_tells_exactly_the_objects_slimmed_leaves_alone() {
+        let objects = [
+            json!({"kind": "ConfigMap", "metadata": {"name": "a"}}),
+            json!({"kind": "ConfigMap"}),
+            json!({"kind": "ConfigMap", "metadata": {"name": "a", "managedFields": []}}),
+            json!({"kind": "ConfigMap", "metadata": {"annotations": {}}}),
+            json!({"kind": "ConfigMap", "metadata": {"annotations": {"x": "y"}}}),
+            json!({"kind": "ConfigMap", "metadata": {"annotations": {LAST_APPLIED: "{}"}}}),
+            json!({"kind": "ConfigMap", "metadata": {"annotations": {LAST_APPLIED: "{}", "x": "y"}}}),
+            json!({"kind": "ConfigMap", "metadata": {"annotations": "not a map"}}),
+        ];
+        for object in objects {
+            assert_eq!(
+                is_slim(&object),
+                slimmed(object.clone()) == object,
+                "{object}"
+            );
+        }
+    }
 }

@@ -538,23 +538,16 @@ impl<B: ClusterBackend> Engine<B> {
         let mut listed = BTreeSet::new();
         // One object parsed at a time: the list stays text until cached.
         for object in list {
-            let object = object.value();
-            if rewatch && let Some(key) = ObjectKey::of(&object) {
+            let event = object.into_event();
+            if rewatch && let Some(key) = ObjectKey::of(&event.object) {
                 listed.insert(key);
             }
-            let event = WatchEvent {
-                event_type: WatchEventType::Added,
-                object,
-            };
             self.observe(&event, now);
         }
         if rewatch {
             for object in self.cache.list(kind) {
                 if ObjectKey::of(&object).is_some_and(|k| !listed.contains(&k)) {
-                    let event = WatchEvent {
-                        event_type: WatchEventType::Deleted,
-                        object,
-                    };
+                    let event = WatchEvent::new(WatchEventType::Deleted, object);
                     self.observe(&event, now);
                 }
             }
@@ -1112,10 +1105,8 @@ impl<B: ClusterBackend> Engine<B> {
                     // watch event comes: a reconcile starting before that
                     // would otherwise write its status against the old
                     // resourceVersion and be refused.
-                    self.cache.observe(&WatchEvent {
-                        event_type: WatchEventType::Modified,
-                        object: stored,
-                    });
+                    self.cache
+                        .observe(&WatchEvent::new(WatchEventType::Modified, stored));
                     changes.push(Change::StatusUpdated)
                 }
                 // The primary changed since it was read (or was deleted and

@@ -100,13 +100,19 @@ impl Inner {
             subscribers.retain(|s| {
                 s.kind != kind
                     || !s.scope.admits(&event.object)
-                    || s.events
-                        .send(WatchEvent {
-                            event_type: event.event_type,
-                            object: s.scope.project(event.object.clone()),
-                        })
-                        .is_ok()
+                    || s.events.send(Self::watch_event(&s.scope, &event)).is_ok()
             });
+        }
+    }
+
+    /// A change as a watch of `scope` sees it; whole objects come with the
+    /// store's text.
+    fn watch_event(scope: &WatchScope, event: &StoreEvent) -> WatchEvent {
+        match &event.json {
+            Some(json) if !scope.metadata_only => {
+                WatchEvent::with_json(event.event_type, event.object.clone(), json.clone())
+            }
+            _ => WatchEvent::new(event.event_type, scope.project(event.object.clone())),
         }
     }
 
@@ -335,13 +341,24 @@ impl ClusterBackend for EmbeddedCluster {
     async fn watch(&self, kind: &KindRef, scope: &WatchScope) -> Result<WatchStream, BackendError> {
         let (tx, rx) = unbounded_channel();
         let mut inner = self.lock();
-        let initial = inner
-            .store
-            .list(kind)
-            .into_iter()
-            .filter(|o| scope.admits(o))
-            .map(|o| ListedObject::new(&scope.project(o)))
-            .collect();
+        let initial = if scope.metadata_only {
+            inner
+                .store
+                .list(kind)
+                .into_iter()
+                .filter(|o| scope.admits(o))
+                .map(|o| ListedObject::new(&scope.project(o)))
+                .collect()
+        } else {
+            // Whole objects: the store's own text, neither parsed nor
+            // written out again.
+            inner
+                .store
+                .list_json(kind)
+                .filter(|(key, _)| scope.admits_namespace(key.namespace.as_deref()))
+                .map(|(_, json)| ListedObject::from_json(json.clone()))
+                .collect()
+        };
         inner.subscribers.push(Subscriber {
             kind: kind.clone(),
             scope: scope.clone(),
@@ -451,7 +468,56 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::cluster::VirtualClock;
+    use crate::cluster::{VirtualClock, WatchEventType};
+
+    /// Whole-object watches carry the store's text, the object written
+    /// out and nothing else; metadata-only watches and deletions carry none,
+    /// so the cache writes out what it was given.
+    #[tokio::test]
+    async fn watch_events_carry_the_text_of_their_object_and_only_that() {
+        let cluster = EmbeddedCluster::new(Arc::new(VirtualClock::at(0)));
+        let kind = KindRef::new("", "v1", "ConfigMap");
+        let first = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "listed", "namespace": "default"}, "data": {"a": "1.5e3"}});
+        cluster.apply_as_user(first).unwrap();
+        let whole = cluster.watch(&kind, &WatchScope::default()).await.unwrap();
+        let metadata_scope = WatchScope {
+            metadata_only: true,
+            ..WatchScope::default()
+        };
+        let metadata = cluster.watch(&kind, &metadata_scope).await.unwrap();
+        let listed: Vec<WatchEvent> = whole
+            .initial
+            .into_iter()
+            .map(ListedObject::into_event)
+            .collect();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            listed[0].json().map(|j| j.to_string()),
+            Some(listed[0].object.to_string())
+        );
+        assert!(listed[0].object["data"].is_object(), "the whole object");
+
+        let made = cluster
+            .apply_as_user(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c", "namespace": "default", "labels": {"x": "y"}},
+                "data": {"n": "2"}}))
+            .unwrap();
+        cluster
+            .delete_as_user(&ObjectKey::of(&made).unwrap())
+            .unwrap();
+        let (mut whole_events, mut metadata_events) = (whole.events, metadata.events);
+        let added = whole_events.try_recv().unwrap();
+        assert_eq!(added.event_type, WatchEventType::Added);
+        assert_eq!(added.object, made);
+        assert_eq!(added.json().map(|j| j.to_string()), Some(made.to_string()));
+        let deleted = whole_events.try_recv().unwrap();
+        assert_eq!(deleted.event_type, WatchEventType::Deleted);
+        assert!(deleted.json().is_none());
+        let added = metadata_events.try_recv().unwrap();
+        assert!(added.object.get("data").is_none(), "metadata only");
+        assert!(added.json().is_none());
+    }
 
     #[tokio::test]
     async fn a_delete_with_a_uid_leaves_a_namesake_alone() {

@@ -65,6 +65,7 @@
 
 use reconciler_contract::object_meta::MetadataField;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use reconciler_contract::KindRef;
 use reconciler_contract::json_depth::READABLE_DEPTH;
@@ -119,6 +120,9 @@ pub enum StoreError {
 pub struct StoreEvent {
     pub event_type: WatchEventType,
     pub object: Value,
+    /// `object` as the store keeps it, for an Added or Modified event: the
+    /// engine's cache keeps the same text instead of writing it out again.
+    pub json: Option<Arc<str>>,
 }
 
 /// What an apply did.
@@ -141,7 +145,9 @@ pub struct ApplyOutcome {
 /// on every change of a dependent (its ownerReferences) is kept parsed.
 #[derive(Debug, Clone)]
 pub(super) struct Entry {
-    text: Box<str>,
+    /// Shared with the watch events of this version, and through them with
+    /// the engine's cache.
+    text: Arc<str>,
     pub(super) owners: Box<[OwnerRef]>,
     ownership: PackedOwnership,
 }
@@ -149,7 +155,7 @@ pub(super) struct Entry {
 impl Entry {
     fn new(object: &Value, ownership: &Ownership) -> Self {
         Self {
-            text: object.to_string().into_boxed_str(),
+            text: object.to_string().into(),
             owners: owner_refs(object).into_boxed_slice(),
             ownership: PackedOwnership::pack(ownership),
         }
@@ -167,6 +173,11 @@ impl Entry {
     /// The stored object, parsed.
     pub(super) fn object(&self) -> Value {
         parse_stored(&self.text)
+    }
+
+    /// The stored object's text.
+    pub(super) fn json(&self) -> &Arc<str> {
+        &self.text
     }
 }
 
@@ -264,16 +275,34 @@ impl EmbeddedStore {
     /// Every object of `kind`, sorted by namespace (cluster-scoped first),
     /// then name.
     pub fn list(&self, kind: &KindRef) -> Vec<Value> {
+        self.entries_of(kind)
+            .map(|(_, entry)| entry.object())
+            .collect()
+    }
+
+    /// The objects of `kind` in [`Self::list`]'s order, by key and as the
+    /// text the store keeps.
+    pub fn list_json<'a>(
+        &'a self,
+        kind: &KindRef,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Arc<str>)> + 'a {
+        self.entries_of(kind)
+            .map(|(key, entry)| (key, entry.json()))
+    }
+
+    fn entries_of<'a>(
+        &'a self,
+        kind: &KindRef,
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Entry)> + 'a {
         let first = ObjectKey {
             kind: kind.clone(),
             namespace: None,
             name: String::new(),
         };
+        let kind = kind.clone();
         self.objects
             .range(first..)
-            .take_while(|(key, _)| key.kind == *kind)
-            .map(|(_, entry)| entry.object())
-            .collect()
+            .take_while(move |(key, _)| key.kind == kind)
     }
 
     pub fn len(&self) -> usize {
@@ -572,8 +601,9 @@ impl EmbeddedStore {
         if let Some(ns) = &key.namespace {
             *self.per_namespace.entry(ns.clone()).or_default() += 1;
         }
+        let json = entry.text.clone();
         self.objects.insert(key.clone(), entry);
-        self.push_event(WatchEventType::Added, object.clone());
+        self.push_event(WatchEventType::Added, object.clone(), Some(json));
         object
     }
 
@@ -597,11 +627,12 @@ impl EmbeddedStore {
         };
         ownership.prune(&object);
         let old = std::mem::replace(entry, Entry::new(&object, &ownership));
+        let json = entry.text.clone();
         if old.owners != entry.owners {
             let new_refs = entry.owners.clone();
             self.reindex_owners(key, &old.owners, &new_refs);
         }
-        self.push_event(WatchEventType::Modified, object.clone());
+        self.push_event(WatchEventType::Modified, object.clone(), Some(json));
         object
     }
 
@@ -656,7 +687,7 @@ impl EmbeddedStore {
         let mut object = stored;
         let version = self.next_version();
         metadata_mut(&mut object).insert("resourceVersion".into(), version);
-        self.push_event(WatchEventType::Deleted, object.clone());
+        self.push_event(WatchEventType::Deleted, object.clone(), None);
         Some(object)
     }
 
@@ -725,12 +756,16 @@ impl EmbeddedStore {
             .extend(old_uids.into_iter().map(GcTask::ReleaseForeground));
     }
 
-    fn push_event(&mut self, event_type: WatchEventType, object: Value) {
+    fn push_event(&mut self, event_type: WatchEventType, object: Value, json: Option<Arc<str>>) {
         while self.events.len() >= self.event_limit.max(1) {
             self.events.pop_front();
             self.dropped_events += 1;
         }
-        self.events.push_back(StoreEvent { event_type, object });
+        self.events.push_back(StoreEvent {
+            event_type,
+            object,
+            json,
+        });
     }
 }
 

@@ -139,10 +139,7 @@ impl Forwarder {
                         .collect();
                     for key in vanished {
                         if let Some(last) = self.known.remove(&key) {
-                            out.push(WatchEvent {
-                                event_type: WatchEventType::Deleted,
-                                object: last.tombstone(),
-                            });
+                            out.push(WatchEvent::new(WatchEventType::Deleted, last.tombstone()));
                         }
                     }
                 }
@@ -154,10 +151,7 @@ impl Forwarder {
             }
             Event::Delete(object) => {
                 self.known.remove(&key_of(&object));
-                out.push(WatchEvent {
-                    event_type: WatchEventType::Deleted,
-                    object,
-                });
+                out.push(WatchEvent::new(WatchEventType::Deleted, object));
             }
         }
         (out, None)
@@ -177,7 +171,7 @@ impl Forwarder {
             Some(_) => WatchEventType::Modified,
         };
         self.known.insert(key, Seen::of(&object));
-        Some(WatchEvent { event_type, object })
+        Some(WatchEvent::new(event_type, object))
     }
 }
 

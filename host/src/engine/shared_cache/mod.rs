@@ -19,7 +19,7 @@ use reconciler_contract::{Projection, ReconcileRequest};
 use serde_json::Value;
 
 use self::controller_index::ControllerIndex;
-use crate::cluster::backend::slimmed;
+use crate::cluster::backend::{is_slim, slimmed};
 use crate::cluster::{ObjectKey, WatchEvent, WatchEventType};
 use crate::plugin::ObjectReader;
 
@@ -38,11 +38,12 @@ struct Cached {
 impl Cached {
     fn insert(
         &mut self,
-        object: Value,
+        object: &Value,
+        json: Option<Arc<str>>,
     ) -> Result<(), reconciler_contract::memory_cache::CacheError> {
-        let key = ObjectKey::of(&object).map(|k| (k.kind, k.namespace, k.name));
-        let owners = controller_index::owner_keys(&object);
-        self.objects.insert(object)?;
+        let key = ObjectKey::of(object).map(|k| (k.kind, k.namespace, k.name));
+        let owners = controller_index::owner_keys(object);
+        self.objects.insert_with_json(object, json)?;
         if let Some(key) = key {
             self.controllers.insert(key, owners);
         }
@@ -90,8 +91,17 @@ impl SharedCache {
                 if self.read().holds_version(&event.object) {
                     return;
                 }
+                // Slim already (as the embedded store's objects are), the
+                // object goes in as it is, with the text the backend has.
+                let slim;
+                let (object, json) = if is_slim(&event.object) {
+                    (&event.object, event.json().cloned())
+                } else {
+                    slim = slimmed(event.object.clone());
+                    (&slim, None)
+                };
                 let mut cache = self.write();
-                if let Err(e) = cache.insert(slimmed(event.object.clone())) {
+                if let Err(e) = cache.insert(object, json) {
                     if let Some(key) = ObjectKey::of(&event.object) {
                         cache.remove(&key);
                     }
@@ -214,20 +224,14 @@ mod tests {
         let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "c", "namespace": "d"}});
         let key = ObjectKey::of(&object).unwrap();
-        cache.observe(&WatchEvent {
-            event_type: WatchEventType::Added,
-            object: object.clone(),
-        });
+        cache.observe(&WatchEvent::new(WatchEventType::Added, object.clone()));
         assert!(cache.get(&key).is_some());
         let mut deep = json!({});
         for _ in 0..200 {
             deep = json!({ "a": deep });
         }
         object["data"] = deep;
-        cache.observe(&WatchEvent {
-            event_type: WatchEventType::Modified,
-            object,
-        });
+        cache.observe(&WatchEvent::new(WatchEventType::Modified, object));
         assert!(cache.get(&key).is_none(), "not the stale version");
         assert!(cache.list(&key.kind).is_empty());
     }
@@ -237,10 +241,7 @@ mod tests {
         let cache = SharedCache::new();
         let mut reference = MemoryCache::new();
         let observe = |cache: &SharedCache, reference: &mut MemoryCache, object: Value| {
-            cache.observe(&WatchEvent {
-                event_type: WatchEventType::Added,
-                object: object.clone(),
-            });
+            cache.observe(&WatchEvent::new(WatchEventType::Added, object.clone()));
             reference.insert(object).unwrap();
         };
         let primary = |ns: &str, name: &str, uid: Option<&str>| {
@@ -351,10 +352,7 @@ mod tests {
         );
         observe(&cache, &mut reference, moved);
         let gone = child("Deployment", "d", "by-name", json!([]));
-        cache.observe(&WatchEvent {
-            event_type: WatchEventType::Deleted,
-            object: gone.clone(),
-        });
+        cache.observe(&WatchEvent::new(WatchEventType::Deleted, gone.clone()));
         let key = ObjectKey::of(&gone).unwrap();
         reference.remove(&key.kind, key.namespace.as_deref(), &key.name);
         assert_eq!(same(&cache, &reference, &with_uid), ["config"]);
@@ -370,18 +368,12 @@ mod tests {
         let object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "d",
             "managedFields": [{"manager": "kubectl"}],
             "annotations": {LAST_APPLIED: "{...}", "keep": "me"}}});
-        cache.observe(&WatchEvent {
-            event_type: WatchEventType::Added,
-            object,
-        });
+        cache.observe(&WatchEvent::new(WatchEventType::Added, object));
         let key = ObjectKey::new(KindRef::new("", "v1", "ConfigMap"), Some("d"), "c");
         let cached = cache.get(&key).unwrap();
         assert!(cached["metadata"].get("managedFields").is_none());
         assert_eq!(cached["metadata"]["annotations"], json!({"keep": "me"}));
-        cache.observe(&WatchEvent {
-            event_type: WatchEventType::Deleted,
-            object: cached,
-        });
+        cache.observe(&WatchEvent::new(WatchEventType::Deleted, cached));
         assert!(cache.get(&key).is_none());
     }
 }
