@@ -68,6 +68,12 @@ struct OwnerRef {
 }
 
 impl Entry {
+    /// Whether the object held has nothing but apiVersion, kind and
+    /// metadata: `insert` then shares one text for both projections.
+    fn is_metadata_only(&self) -> bool {
+        Arc::ptr_eq(&self.json, &self.metadata_json)
+    }
+
     fn text(&self, projection: Projection) -> String {
         match projection {
             Projection::Full => self.json.to_string(),
@@ -273,6 +279,9 @@ impl MemoryCache {
     /// Whether the cache holds this object at its resourceVersion already,
     /// so inserting it would change nothing. Objects without a
     /// resourceVersion are never held: nothing tells their versions apart.
+    /// Nor is a whole object whose version is held as metadata only (a
+    /// kind's watch widened from metadata to whole objects lists the same
+    /// versions again), or the other way round.
     pub fn holds_version(&self, object: &Value) -> bool {
         let Some(version) = resource_version_of(object) else {
             return false;
@@ -281,7 +290,10 @@ impl MemoryCache {
             return false;
         };
         self.entry(&kind, namespace_of(object), name)
-            .is_some_and(|e| e.resource_version.as_deref() == Some(version))
+            .is_some_and(|e| {
+                e.resource_version.as_deref() == Some(version)
+                    && e.is_metadata_only() == is_metadata_only(object)
+            })
     }
 
     /// Removes an object; whether it was there.
@@ -577,6 +589,16 @@ fn label_key(key: &EntryKey, k: &str, v: &str) -> LabelKey {
     )
 }
 
+/// Whether an object has no members but `apiVersion`, `kind` and
+/// `metadata`: it is its own [`metadata_only`] form, but for managedFields.
+fn is_metadata_only(object: &Value) -> bool {
+    object.as_object().is_some_and(|members| {
+        members
+            .keys()
+            .all(|k| matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))
+    })
+}
+
 /// `apiVersion`, `kind` and `metadata` of an object, without managedFields
 /// (bookkeeping of the API server that no plugin decides on).
 pub fn metadata_only(object: &Value) -> Value {
@@ -715,6 +737,16 @@ mod tests {
         let listed: Vec<Value> = cache.list(&kind, Some("a"), &web).collect();
         assert_eq!(listed, [v6.clone()]);
         assert!(!cache.holds_version(&v5), "the old version is gone");
+        // The same version whole after metadata only (a watch widened).
+        let mut whole = pod("a", "r", "web");
+        whole["metadata"]["resourceVersion"] = json!("9");
+        whole["spec"] = json!({"containers": [{"image": "busybox"}]});
+        cache.insert(metadata_only(&whole)).unwrap();
+        assert!(cache.holds_version(&metadata_only(&whole)));
+        assert!(!cache.holds_version(&whole), "held as metadata only");
+        cache.insert(whole.clone()).unwrap();
+        assert!(cache.holds_version(&whole));
+        assert!(!cache.holds_version(&metadata_only(&whole)), "held whole");
         // Without a resourceVersion nothing tells versions apart.
         let bare = pod("a", "q", "web");
         cache.insert(bare.clone()).unwrap();
