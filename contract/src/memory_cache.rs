@@ -234,7 +234,6 @@ impl MemoryCache {
             namespace_of(object).map(str::to_string),
             name.to_string(),
         );
-        let metadata = metadata_only(object);
         let json: Arc<str> = match json {
             Some(json) => {
                 debug_assert_eq!(*json, object.to_string(), "the text of another object");
@@ -250,10 +249,11 @@ impl MemoryCache {
                 "it is nested {depth} levels deep, more than the {READABLE_DEPTH} levels JSON can be read back with"
             )));
         }
-        let metadata_json = if metadata == *object {
+        let metadata_json = metadata_only_json(object);
+        let metadata_json = if *metadata_json == *json {
             json.clone()
         } else {
-            metadata.to_string().into()
+            metadata_json.into()
         };
         let entry = Entry {
             labels: labels_of(object),
@@ -613,6 +613,47 @@ pub fn metadata_only(object: &Value) -> Value {
     })
 }
 
+/// The text of [`metadata_only`], written from the object as it is rather
+/// than from a copy of its metadata: the cache makes it for every object it
+/// takes in.
+fn metadata_only_json(object: &Value) -> String {
+    /// `metadata` without `managedFields`.
+    struct Metadata<'a>(Option<&'a Value>);
+    impl serde::Serialize for Metadata<'_> {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeMap;
+            match self.0 {
+                Some(Value::Object(members)) => {
+                    let kept = members.iter().filter(|(k, _)| *k != "managedFields");
+                    let mut map = serializer.serialize_map(None)?;
+                    for (k, v) in kept {
+                        map.serialize_entry(k, v)?;
+                    }
+                    map.end()
+                }
+                Some(other) => other.serialize(serializer),
+                None => serializer.serialize_unit(),
+            }
+        }
+    }
+    /// In the order of `metadata_only`'s map: apiVersion, kind, metadata.
+    #[derive(serde::Serialize)]
+    struct MetadataOnly<'a> {
+        #[serde(rename = "apiVersion")]
+        api_version: Option<&'a Value>,
+        kind: Option<&'a Value>,
+        metadata: Metadata<'a>,
+    }
+    let projection = MetadataOnly {
+        api_version: object.get("apiVersion"),
+        kind: object.get("kind"),
+        metadata: Metadata(object.get("metadata")),
+    };
+    let json = serde_json::to_string(&projection).unwrap_or_default();
+    debug_assert_eq!(json, metadata_only(object).to_string());
+    json
+}
+
 /// Whether `object` has a controller ownerReference to `owner`.
 pub fn is_controlled_by(object: &Value, owner: &Value) -> bool {
     controller_refs(object).iter().any(|r| r.points_at(owner))
@@ -751,6 +792,25 @@ mod tests {
         let bare = pod("a", "q", "web");
         cache.insert(bare.clone()).unwrap();
         assert!(!cache.holds_version(&bare));
+    }
+
+    #[test]
+    fn metadata_only_text_is_the_projection_written_out() {
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p",
+                "managedFields": [{"manager": "m"}], "labels": {"a": "b"}}, "spec": {"x": 1}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+            json!({"kind": "Pod", "spec": {}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": "odd"}),
+            json!({"metadata": {"managedFields": []}}),
+        ];
+        for object in objects {
+            assert_eq!(
+                metadata_only_json(&object),
+                metadata_only(&object).to_string(),
+                "{object}"
+            );
+        }
     }
 
     #[test]
