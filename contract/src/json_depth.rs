@@ -43,6 +43,27 @@ pub fn nesting_depth(text: &str) -> usize {
     deepest
 }
 
+/// [`nesting_depth`] of a parsed value: the same count, without its text.
+/// Recursive, so for values that came from a parse (which bounds them).
+pub fn value_depth(value: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    match value {
+        Value::Array(items) => 1 + items.iter().map(value_depth).max().unwrap_or(0),
+        Value::Object(members) => 1 + members.values().map(value_depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Why a value nested `depth` levels deep cannot be kept as JSON text;
+/// `None` when it reads back.
+pub fn unreadable_at(depth: usize) -> Option<String> {
+    (depth > READABLE_DEPTH).then(|| {
+        format!(
+            "it is nested {depth} levels deep, more than the {READABLE_DEPTH} levels JSON can be read back with"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

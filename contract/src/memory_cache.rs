@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::json_depth::{READABLE_DEPTH, nesting_depth};
+use crate::json_depth::{nesting_depth, unreadable_at};
 use crate::selector::LabelSelector;
 use crate::types::{KindRef, Projection, ReconcileRequest};
 
@@ -243,11 +243,8 @@ impl MemoryCache {
         };
         // Stored text must parse back: a value nested past serde_json's
         // recursion limit would be accepted here and unreadable later.
-        let depth = nesting_depth(&json);
-        if depth > READABLE_DEPTH {
-            return Err(fail(&format!(
-                "it is nested {depth} levels deep, more than the {READABLE_DEPTH} levels JSON can be read back with"
-            )));
+        if let Some(why) = unreadable_at(nesting_depth(&json)) {
+            return Err(fail(&why));
         }
         let metadata_json = metadata_only_json(object);
         let metadata_json = if *metadata_json == *json {
@@ -664,6 +661,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::json_depth::READABLE_DEPTH;
 
     fn pod(ns: &str, name: &str, app: &str) -> Value {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": ns, "name": name, "labels": {"app": app}}})

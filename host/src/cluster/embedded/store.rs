@@ -68,7 +68,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use reconciler_contract::KindRef;
-use reconciler_contract::json_depth::READABLE_DEPTH;
+use reconciler_contract::json_depth::{unreadable_at, value_depth};
 use serde_json::{Map, Value, json};
 
 use super::field_set::{FieldConflict, FieldPath, Manager, Operation, Ownership, Segment};
@@ -943,23 +943,10 @@ fn refuse_new_finalizers(key: &ObjectKey, before: &Value, after: &Value) -> Resu
 /// Refuses an object nested deeper than its JSON text could be read back
 /// (the store keeps text, see [`Entry`]).
 fn check_depth(key: &ObjectKey, object: &Value) -> Result<(), StoreError> {
-    fn depth(value: &Value) -> usize {
-        match value {
-            Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
-            Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
-            _ => 0,
-        }
+    match unreadable_at(value_depth(object)) {
+        Some(why) => Err(invalid(key, &why)),
+        None => Ok(()),
     }
-    let depth = depth(object);
-    if depth > READABLE_DEPTH {
-        return Err(invalid(
-            key,
-            &format!(
-                "it is nested {depth} levels deep, more than the {READABLE_DEPTH} levels JSON can be read back with"
-            ),
-        ));
-    }
-    Ok(())
 }
 
 fn not_found(key: &ObjectKey) -> StoreError {
@@ -1166,6 +1153,7 @@ pub(super) mod tests {
     use serde_json::json;
 
     use super::*;
+    use reconciler_contract::json_depth::READABLE_DEPTH;
 
     const T0: i64 = 1_700_000_000_000;
 
