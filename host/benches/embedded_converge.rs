@@ -35,6 +35,7 @@ use reconciler_host::cluster::{ClusterBackend, ObjectKey, RealClock};
 use reconciler_host::dev::seed_crds;
 use reconciler_host::dispatch::{Dispatcher, Wake};
 use reconciler_host::engine::{Engine, Outcome};
+use reconciler_host::main_task::block_on_worker;
 use reconciler_host::plugin::{Sandbox, SandboxConfig};
 use reconciler_sdk::KindRef;
 use serde_json::{Value, json};
@@ -219,14 +220,17 @@ fn child(args: &[String]) -> anyhow::Result<()> {
         bail!("--child takes: podsets podset.wasm compile-cache crds-dir");
     };
     let n: usize = n.parse().context("a PodSet count")?;
-    // As `dev`: a multi-threaded runtime, one worker per core.
+    // As `dev`: a multi-threaded runtime, one worker per core, the loop on
+    // a worker.
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(converge(
-        n,
-        Path::new(podset),
-        Path::new(cache),
-        Path::new(crds),
-    ))?;
+    let (podset, cache, crds) = (
+        PathBuf::from(podset),
+        PathBuf::from(cache),
+        PathBuf::from(crds),
+    );
+    block_on_worker(&runtime, async move {
+        converge(n, &podset, &cache, &crds).await
+    })?;
     // Measured and printed: tearing 10,000 objects down would only add time.
     std::process::exit(0)
 }

@@ -21,6 +21,7 @@ pub mod heap_trim;
 pub mod hot_reload;
 pub mod http_server;
 pub mod leader_election;
+pub mod main_task;
 pub mod manifests;
 pub mod metrics;
 pub mod plugin;

@@ -59,8 +59,9 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
         record: args.record,
         builtins: args.builtins.config(),
     };
-    let mut out = std::io::stdout();
-    let refused = runtime.block_on(run(sandbox, config, &mut out))?;
+    let refused = crate::main_task::block_on_worker(&runtime, async move {
+        run(sandbox, config, &mut std::io::stdout()).await
+    })?;
     Ok(if refused == 0 {
         ExitCode::SUCCESS
     } else {

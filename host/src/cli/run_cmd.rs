@@ -246,7 +246,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         }),
     };
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async {
+    crate::main_task::block_on_worker(&runtime, async move {
         let client = connect(request_timeout).await?;
         run(sandbox, client, config, shutdown_signal()).await
     })?;
