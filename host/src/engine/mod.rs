@@ -23,6 +23,7 @@
 //! only their sandbox calls take an instance from the pool, shared fairly
 //! between plugins ([`call_slots`], [`instance_share`]).
 
+pub mod call_placement;
 pub mod call_slots;
 pub mod event_mapping;
 pub mod event_recorder;
@@ -50,6 +51,7 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing::Instrument;
 
+use self::call_placement::{CallPlacement, Placed};
 use self::call_slots::CallSlots;
 use self::event_recorder::EventRecorder;
 use self::finalizer_handover::{FinalizerHandover, FinalizerHold, Handover, handover_event};
@@ -108,6 +110,8 @@ struct Controller {
     /// Swapped whole on reload; a reconcile holds the version it started with.
     plugin: RwLock<Arc<LoadedPlugin>>,
     state: Mutex<ControllerState>,
+    /// Whether its calls run on the worker or a blocking thread.
+    placement: CallPlacement,
 }
 
 #[derive(Default)]
@@ -296,6 +300,7 @@ impl<B: ClusterBackend> Engine<B> {
         let controller = Controller {
             plugin: RwLock::new(plugin.clone()),
             state: Mutex::new(ControllerState::default()),
+            placement: CallPlacement::default(),
         };
         self.controllers
             .write()
@@ -1000,23 +1005,25 @@ impl<B: ClusterBackend> Engine<B> {
             reader,
             now_millis,
         };
-        let call_plugin = plugin.clone();
         let slot = self
             .calls
             .acquire(&metadata.name, controller.concurrency())
             .await;
-        let answer = tokio::task::spawn_blocking(move || {
-            let answer = call_plugin.reconcile(input);
-            drop(slot);
-            answer
-        })
-        .await
-        .map_err(|e| {
-            (
-                "HostError".to_string(),
-                format!("the plugin call panicked: {e}"),
-            )
-        })?;
+        let (answer, placed) = controller
+            .placement
+            .reconcile(plugin, input, slot)
+            .await
+            .map_err(|e| {
+                (
+                    "HostError".to_string(),
+                    format!("the plugin call panicked: {e}"),
+                )
+            })?;
+        if placed == Placed::WorkerThenBlocking {
+            tracing::debug!(
+                "the call ran past the brief budget on the worker and was made again on a blocking thread"
+            );
+        }
         if let (Some(recorder), Some(reads)) = (&self.recorder, &reads) {
             recorder.record(&Recording {
                 plugin: &metadata.name,

@@ -39,6 +39,7 @@ use wasmtime_wasi::p2::{DynPollable, subscribe};
 use wasmtime_wasi::runtime::{in_tokio, poll_noop, with_ambient_tokio_runtime};
 
 use super::call_state::CallState;
+use super::worker_safe_io::NeedsBlockingThread;
 
 /// The interfaces shadowed, at the version wasmtime-wasi defines them. A
 /// wasmtime-wasi that moves to another version makes the sleep tests fail
@@ -132,6 +133,9 @@ fn poll_once(table: &mut ResourceTable, pollables: &[u32]) -> wasmtime::Result<O
 
 /// wasmtime-wasi's own `poll`, for what is left of the deadline.
 fn wait_in_real_time(state: &mut CallState, pollables: &[u32]) -> wasmtime::Result<Vec<u32>> {
+    if !state.blocking_allowed {
+        return Err(wasmtime::Error::new(NeedsBlockingThread));
+    }
     let left = state.deadline.saturating_duration_since(Instant::now());
     let table = &mut state.table;
     let waited = in_tokio(async {

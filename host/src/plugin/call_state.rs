@@ -37,6 +37,10 @@ pub(crate) struct CallState {
     pub deadline: Instant,
     /// A wait was refused because it would pass the deadline.
     pub waited_past_deadline: bool,
+    /// False for a brief call, which runs on an async worker: a WASI
+    /// function that would have to wait ends it instead
+    /// (worker_safe_io.rs).
+    pub blocking_allowed: bool,
     /// What stdout, stderr and `log` may still put into the host log.
     pub output_budget: OutputBudget,
     /// The most JSON text one `cache.list` may return: the call's memory
@@ -259,6 +263,7 @@ mod tests {
             clock: super::super::call_clock::CallClock::new(0, std::time::Duration::from_secs(1)),
             deadline: Instant::now() + std::time::Duration::from_secs(1),
             waited_past_deadline: false,
+            blocking_allowed: true,
             output_budget: super::super::guest_output::OutputBudget::new(1 << 16),
             list_max_bytes: 1 << 20,
             plugin: "podset".into(),

@@ -24,6 +24,7 @@ use super::object_reader::ObjectReader;
 use super::response_limits::check_response_limits;
 use super::response_rules::{ValidResponse, validate_response};
 use super::sandbox::{EPOCH_TICK, EpochTicker};
+use super::worker_safe_io::NeedsBlockingThread;
 
 /// A loaded plugin. Cheap to share; every call is independent.
 pub struct LoadedPlugin {
@@ -49,6 +50,27 @@ pub struct ReconcileInput {
     pub object: String,
     pub reader: Arc<dyn ObjectReader>,
     pub now_millis: i64,
+}
+
+/// What a brief reconcile came to.
+pub enum Attempt {
+    /// It finished (or failed) within its budget.
+    Done(Result<ValidResponse, CallError>),
+    /// It ran past [`BRIEF_TICKS`]; nothing of it counts.
+    RanLong(ReconcileInput),
+}
+
+/// Epoch ticks a brief call may run: the deadline falls on a tick, so one
+/// tick could end a call that had only just started.
+pub const BRIEF_TICKS: u64 = 2;
+
+/// How long one call may run before it is stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Budget {
+    /// The plugin's own timeout; running past it is the plugin's failure.
+    Full,
+    /// [`BRIEF_TICKS`]; running past it says only that the call is long.
+    Brief,
 }
 
 impl LoadedPlugin {
@@ -98,28 +120,76 @@ impl LoadedPlugin {
     /// Nothing is applied here: an `Ok` is a response that may be applied
     /// whole, an `Err` means nothing of this call must be.
     pub fn reconcile(&self, input: ReconcileInput) -> Result<ValidResponse, CallError> {
-        let object = ObjectVersion::of_primary(&input.request.primary);
+        match self.reconcile_within(input, Budget::Full) {
+            Attempt::Done(answer) => answer,
+            Attempt::RanLong(_) => unreachable!("only a brief call is cut short"),
+        }
+    }
+
+    /// As [`Self::reconcile`], if the call finishes within [`BRIEF_TICKS`]
+    /// epoch ticks (10 to 20 ms). One that runs longer is cut short, what
+    /// it printed is dropped, and its input comes back in `RanLong`, to be
+    /// made again with the full deadline where a long call does no harm.
+    /// A call is a function of its input (its own clock, randomness seeded
+    /// by the object's version), so the second call sees what the first
+    /// did. The host calls this on its async workers, where a call may run
+    /// only if it is short.
+    pub fn reconcile_briefly(&self, input: ReconcileInput) -> Attempt {
+        self.reconcile_within(input, Budget::Brief)
+    }
+
+    fn reconcile_within(&self, input: ReconcileInput, budget: Budget) -> Attempt {
+        let ReconcileInput {
+            request,
+            primary_namespace,
+            object,
+            reader,
+            now_millis,
+        } = input;
+        let version = ObjectVersion::of_primary(&request.primary);
         let call = Call {
             limits: self.limits,
             scope: Some(ReconcileScope {
                 metadata: self.metadata.clone(),
-                reader: input.reader,
-                primary_namespace: input.primary_namespace.clone(),
+                reader: reader.clone(),
+                primary_namespace: primary_namespace.clone(),
             }),
-            now_millis: input.now_millis,
+            now_millis,
             plugin: self.name(),
-            object: &input.object,
-            random: CallRandom::new(&self.random_key, &self.sha256, Some(&object)),
+            object: &object,
+            random: CallRandom::new(&self.random_key, &self.sha256, Some(&version)),
         };
         let request = guest::ReconcileRequest {
-            primary: input.request.primary,
-            children: input.request.children,
-            deleting: input.request.deleting,
+            primary: request.primary,
+            children: request.children,
+            deleting: request.deleting,
         };
-        let result = call_fresh(&self.pre, call, |p, store| {
+        let result = call_fresh_within(&self.pre, call, budget, |p, store| {
             p.reconciler_plugin_reconciler()
                 .call_reconcile(store, &request)
         });
+        let Some(result) = result else {
+            return Attempt::RanLong(ReconcileInput {
+                request: ReconcileRequest {
+                    primary: request.primary,
+                    children: request.children,
+                    deleting: request.deleting,
+                },
+                primary_namespace,
+                object,
+                reader,
+                now_millis,
+            });
+        };
+        Attempt::Done(self.checked_response(result, primary_namespace.as_deref()))
+    }
+
+    /// The guest's answer, within the response limits and rules.
+    fn checked_response(
+        &self,
+        result: Result<Result<guest::ReconcileResponse, String>, CallError>,
+        primary_namespace: Option<&str>,
+    ) -> Result<ValidResponse, CallError> {
         let response = response_from_wit(result?.map_err(CallError::Plugin)?);
         let bytes = response.text_len();
         if bytes > self.limits.output_bytes {
@@ -131,7 +201,7 @@ impl LoadedPlugin {
         check_response_limits(&response, &self.limits)?;
         Ok(validate_response(
             &self.metadata,
-            input.primary_namespace.as_deref(),
+            primary_namespace,
             response,
         )?)
     }
@@ -208,6 +278,7 @@ pub(super) fn new_store(
         clock,
         deadline: Instant::now() + limits.timeout,
         waited_past_deadline: false,
+        blocking_allowed: true,
         output_budget: OutputBudget::new(limits.stdio_bytes),
         list_max_bytes: limits.memory_bytes,
         plugin: call.plugin.to_string(),
@@ -233,14 +304,70 @@ pub(super) fn call_fresh<T>(
     call: Call<'_>,
     f: impl FnOnce(&super::bindings::PluginInstance, &mut Store<CallState>) -> wasmtime::Result<T>,
 ) -> Result<T, CallError> {
+    match call_fresh_within(pre, call, Budget::Full, f) {
+        Some(result) => result,
+        None => unreachable!("only a brief call is cut short"),
+    }
+}
+
+/// [`call_fresh`] under `budget`. `None`: a brief call ran past its budget;
+/// what it printed is dropped, as the call will be made again.
+pub(super) fn call_fresh_within<T>(
+    pre: &PluginPre<CallState>,
+    call: Call<'_>,
+    budget: Budget,
+    f: impl FnOnce(&super::bindings::PluginInstance, &mut Store<CallState>) -> wasmtime::Result<T>,
+) -> Option<Result<T, CallError>> {
     let (limits, plugin, object) = (call.limits, call.plugin, call.object);
     let (mut store, output) = new_store(pre, call);
-    let result = pre
-        .instantiate(&mut store)
-        .map_err(|e| CallError::Instantiate(format!("{e:#}")))
-        .and_then(|p| f(&p, &mut store).map_err(|e| classify(e, &store, &output, limits)));
-    emit_output(&mut store, &output, plugin, object);
-    result
+    if budget == Budget::Brief {
+        store.set_epoch_deadline(BRIEF_TICKS);
+        store.data_mut().blocking_allowed = false;
+    }
+    let result = match pre.instantiate(&mut store) {
+        Ok(p) => f(&p, &mut store),
+        Err(e) if budget == Budget::Brief && cut_short(&e, &store) => return None,
+        Err(e) => {
+            return emitted(
+                Err(CallError::Instantiate(format!("{e:#}"))),
+                &mut store,
+                &output,
+                plugin,
+                object,
+            );
+        }
+    };
+    let result = match result {
+        Err(e) if budget == Budget::Brief && cut_short(&e, &store) => return None,
+        other => other.map_err(|e| classify(e, &store, &output, limits)),
+    };
+    emitted(result, &mut store, &output, plugin, object)
+}
+
+/// Whether `error` ends a brief call without being its answer: a WASI
+/// function that would have had to wait, or the epoch deadline and nothing
+/// else (not a memory limit, not a wait refused past the call's own
+/// deadline: both would end a second call the same way).
+fn cut_short(error: &wasmtime::Error, store: &Store<CallState>) -> bool {
+    let state = store.data();
+    if error.downcast_ref::<NeedsBlockingThread>().is_some() {
+        return true;
+    }
+    !state.limiter.hit
+        && !state.waited_past_deadline
+        && error.downcast_ref::<Trap>() == Some(&Trap::Interrupt)
+}
+
+/// `result`, once the guest's output is emitted.
+fn emitted<T>(
+    result: Result<T, CallError>,
+    store: &mut Store<CallState>,
+    output: &GuestOutput,
+    plugin: &str,
+    object: &str,
+) -> Option<Result<T, CallError>> {
+    emit_output(store, output, plugin, object);
+    Some(result)
 }
 
 /// WASI resources (streams, timers, pollables) one call may hold at once.

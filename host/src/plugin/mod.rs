@@ -22,13 +22,14 @@ pub mod object_reader;
 pub mod response_limits;
 pub mod response_rules;
 pub mod sandbox;
+mod worker_safe_io;
 
 pub use admission_call::{AdmissionDecision, AdmissionError, AdmissionPhase};
 pub use call_random::RandomKey;
 pub use compile_cache::{CompileCache, CompileSource};
 pub use errors::{CallError, LoadError, LoadFailure};
 pub use limits::{HostLimits, SandboxLimits};
-pub use loaded::{LoadedPlugin, ReconcileInput};
+pub use loaded::{Attempt, BRIEF_TICKS, LoadedPlugin, ReconcileInput};
 pub use object_reader::ObjectReader;
 pub use response_limits::ResponseOverLimit;
 pub use response_rules::{DesiredObject, InvalidResponse, ValidResponse, WriteRole};

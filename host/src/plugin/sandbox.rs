@@ -203,6 +203,7 @@ impl Sandbox {
             |s| s,
         )?;
         super::bounded_waits::add_to_linker(&mut linker)?;
+        super::worker_safe_io::add_to_linker(&mut linker)?;
 
         let ticker = Arc::new(EpochTicker::start(engine.clone()));
         Ok(Self {

@@ -183,6 +183,33 @@ impl Reconciler for Hostiles {
                     n = std::hint::black_box(n.wrapping_add(1));
                 }
             }
+            "print-then-loop" => {
+                println!("starting a call that never ends");
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            "stdio-and-sockets" => {
+                // Every WASI function here that wasmtime-wasi would run by
+                // blocking on tokio: a brief call must not panic the host.
+                use std::io::{Read, Write};
+                println!("a line on stdout");
+                eprintln!("a line on stderr");
+                let flushed = std::io::stdout().flush().is_ok();
+                let mut input = Vec::new();
+                let stdin = std::io::stdin()
+                    .read_to_end(&mut input)
+                    .map_err(|e| e.to_string());
+                let udp = std::net::UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string());
+                let tcp = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string());
+                Response::new().status(&json!({
+                    "flushed": flushed,
+                    "stdin": format!("{stdin:?}"),
+                    "udpRefused": udp.is_err(),
+                    "tcpRefused": tcp.is_err(),
+                }))
+            }
             "hog" => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
                 loop {
