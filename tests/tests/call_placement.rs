@@ -15,7 +15,10 @@ use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
 fn input(plugin: &LoadedPlugin, primary: Value) -> ReconcileInput {
-    let cache = MemoryCache::new();
+    input_over(plugin, primary, MemoryCache::new())
+}
+
+fn input_over(plugin: &LoadedPlugin, primary: Value, cache: MemoryCache) -> ReconcileInput {
     let request = cache.request_for(&primary, &plugin.metadata().owns);
     let name = primary["metadata"]["name"].as_str().unwrap_or_default();
     ReconcileInput {
@@ -252,4 +255,31 @@ async fn printing_reading_stdin_and_opening_sockets_work_on_the_worker() {
     };
     assert_eq!(count("a line on stdout"), 3, "{lines:#?}");
     assert_eq!(count("a line on stderr"), 3, "{lines:#?}");
+}
+
+/// A host function runs to its end whatever the epoch says, so on the
+/// worker a `cache.list` stops at 1 MiB of JSON and the call moves to a
+/// blocking thread, where the whole list arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_list_past_a_mebibyte_moves_the_call_to_a_blocking_thread_and_arrives_whole() {
+    let plugin = Arc::new(load(&test_plugin("hostile")));
+    let mut cache = MemoryCache::new();
+    let blob = "x".repeat(100 << 10);
+    for i in 0..30 {
+        cache
+            .insert(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("p{i:02}"), "namespace": "default",
+                    "annotations": {"blob": blob}}}))
+            .unwrap();
+    }
+    let (answer, placed) = CallPlacement::default()
+        .reconcile(
+            &plugin,
+            input_over(&plugin, hostile("lister", "list-large"), cache),
+            (),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.unwrap().status.unwrap()["pods"], 30);
+    assert_eq!(placed, Placed::WorkerThenBlocking);
 }

@@ -16,6 +16,7 @@ use super::bindings::reconciler::plugin::{cache, clock, log, types};
 use super::call_clock::CallClock;
 use super::guest_output::OutputBudget;
 use super::object_reader::ObjectReader;
+use super::worker_safe_io::NeedsBlockingThread;
 
 /// What the imports may see during a reconcile. Absent during `metadata`.
 pub(crate) struct ReconcileScope {
@@ -143,26 +144,46 @@ impl cache::Host for CallState {
         kind: types::KindRef,
         namespace: Option<String>,
         label_selector: String,
-    ) -> Result<Vec<String>, String> {
+    ) -> wasmtime::Result<Result<Vec<String>, String>> {
         let kind = kind_from_wit(kind);
-        let max_bytes = self.list_max_bytes;
-        let read = self.readable(&kind, namespace.as_deref())?;
-        read.reader
-            .list_within(
+        // Epoch interruption does not reach into a host function: on a
+        // thread that may not block, a list stops early, and the call
+        // moves to one that may.
+        let max_bytes = match self.blocking_allowed {
+            true => self.list_max_bytes,
+            false => self.list_max_bytes.min(BRIEF_LIST_MAX_BYTES),
+        };
+        let read = match self.readable(&kind, namespace.as_deref()) {
+            Ok(read) => read,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        match read.reader.list_within(
+            &kind,
+            read.namespace,
+            &label_selector,
+            read.projection,
+            max_bytes,
+        ) {
+            Ok(list) => Ok(Ok(list)),
+            Err(ListJsonError::Selector(message)) => Ok(Err(message)),
+            Err(ListJsonError::TooLarge { .. }) if max_bytes < self.list_max_bytes => {
+                Err(wasmtime::Error::new(NeedsBlockingThread))
+            }
+            Err(ListJsonError::TooLarge { listed, max_bytes }) => Ok(Err(list_too_large(
                 &kind,
                 read.namespace,
                 &label_selector,
-                read.projection,
+                listed,
                 max_bytes,
-            )
-            .map_err(|e| match e {
-                ListJsonError::Selector(message) => message,
-                ListJsonError::TooLarge { listed, max_bytes } => {
-                    list_too_large(&kind, read.namespace, &label_selector, listed, max_bytes)
-                }
-            })
+            ))),
+        }
     }
 }
+
+/// The most JSON text one `cache.list` builds on a thread that may not
+/// block (a brief call on an async worker): writing out 1 MiB takes about a
+/// millisecond; a longer list moves the call to a blocking thread.
+pub(crate) const BRIEF_LIST_MAX_BYTES: usize = 1 << 20;
 
 /// Why a `cache.list` was refused, and what to do instead.
 fn list_too_large(
@@ -292,16 +313,15 @@ mod tests {
     #[test]
     fn a_same_namespace_read_kind_is_listed_only_in_the_primarys_namespace() {
         let mut state = state(Some("team-a"));
-        let own = cache::Host::list(&mut state, pod(), Some("team-a".into()), String::new());
+        let own = list(&mut state, Some("team-a"));
         assert_eq!(names(own.unwrap()), ["mine"]);
-        let unnamed = cache::Host::list(&mut state, pod(), None, String::new());
+        let unnamed = list(&mut state, None);
         assert_eq!(
             names(unnamed.unwrap()),
             ["mine"],
             "no namespace is the primary's"
         );
-        let err =
-            cache::Host::list(&mut state, pod(), Some("team-b".into()), String::new()).unwrap_err();
+        let err = list(&mut state, Some("team-b")).unwrap_err();
         assert!(
             err.contains("same-namespace read kind") && err.contains("\"team-b\""),
             "{err}"
@@ -316,7 +336,46 @@ mod tests {
     #[test]
     fn a_cluster_scoped_primary_reads_every_namespace() {
         let mut state = state(None);
-        let all = cache::Host::list(&mut state, pod(), None, String::new());
+        let all = list(&mut state, None);
         assert_eq!(names(all.unwrap()), ["mine", "theirs"]);
+    }
+
+    #[test]
+    fn a_long_list_ends_a_call_that_may_not_block_and_is_served_where_it_may() {
+        let mut state = state(None);
+        let mut cache = MemoryCache::new();
+        let filler = "x".repeat(100 << 10);
+        for i in 0..20 {
+            cache
+                .insert(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                    "name": format!("p{i}"), "namespace": "team-a",
+                    "annotations": {"filler": filler}}}))
+                .unwrap();
+        }
+        state.scope.as_mut().unwrap().reader = Arc::new(cache);
+        state.list_max_bytes = 8 << 20;
+        assert_eq!(list(&mut state, None).unwrap().len(), 20);
+
+        state.blocking_allowed = false;
+        let trap = cache::Host::list(&mut state, pod(), None, String::new()).unwrap_err();
+        assert!(
+            trap.downcast_ref::<NeedsBlockingThread>().is_some(),
+            "{trap}"
+        );
+
+        // Past the plugin's own limit it is the plugin's error, wherever
+        // the call runs.
+        state.list_max_bytes = 512 << 10;
+        for blocking_allowed in [false, true] {
+            state.blocking_allowed = blocking_allowed;
+            let err = list(&mut state, None).unwrap_err();
+            assert!(err.contains("hints.memoryLimitMib"), "{err}");
+        }
+    }
+
+    /// `cache.list` of every Pod in `namespace`, as the guest sees it.
+    fn list(state: &mut CallState, namespace: Option<&str>) -> Result<Vec<String>, String> {
+        cache::Host::list(state, pod(), namespace.map(str::to_string), String::new())
+            .expect("a list that may block never traps")
     }
 }

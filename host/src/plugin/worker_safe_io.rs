@@ -15,6 +15,9 @@
 //! wasmtime-wasi would. `poll` and `pollable.block` are shadowed already
 //! (bounded_waits.rs) and apply the same rule to their real-time wait.
 //!
+//! The host's own imports do not wait, but `cache.list` may build a lot of
+//! JSON; it stops early on the worker instead (call_state.rs).
+//!
 //! The other functions that use `in_tokio` take a resource no plugin can
 //! get in this sandbox: a filesystem descriptor (nothing is preopened), or a
 //! TCP or UDP socket (creating either is refused: TCP's without blocking,
