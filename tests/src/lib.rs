@@ -1,6 +1,7 @@
 //! Shared setup for the end-to-end tests: where the compiled plugins are,
 //! one sandbox per test process, and the harness of the real-cluster tests.
 
+pub mod log_capture;
 pub mod response_fuzz;
 
 use std::path::{Path, PathBuf};
@@ -159,4 +160,22 @@ pub mod world {
     pub fn key(group: &str, version: &str, kind: &str, namespace: &str, name: &str) -> ObjectKey {
         ObjectKey::new(KindRef::new(group, version, kind), Some(namespace), name)
     }
+}
+
+/// A cache holding `count` Pods in `default`, each carrying an annotation
+/// of `blob_bytes`: lists of a known size, for the list limits.
+pub fn pods_with_blobs(
+    count: usize,
+    blob_bytes: usize,
+) -> reconciler_sdk::memory_cache::MemoryCache {
+    let mut cache = reconciler_sdk::memory_cache::MemoryCache::new();
+    let blob = "x".repeat(blob_bytes);
+    for i in 0..count {
+        cache
+            .insert(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("p{i:02}"), "namespace": "default",
+                    "annotations": {"blob": blob}}}))
+            .unwrap();
+    }
+    cache
 }

@@ -4,15 +4,14 @@
 //! whole deadline, and its output is logged once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use reconciler_host::engine::call_placement::{AFTER_RUNNING_LONG, CallPlacement, Placed};
 use reconciler_host::plugin::{Attempt, CallError, LoadedPlugin, ReconcileInput};
 use reconciler_sdk::memory_cache::MemoryCache;
-use reconciler_tests::{example_plugin, load, test_plugin};
+use reconciler_tests::log_capture::LogCapture;
+use reconciler_tests::{example_plugin, load, pods_with_blobs, test_plugin};
 use serde_json::{Value, json};
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt};
 
 fn input(plugin: &LoadedPlugin, primary: Value) -> ReconcileInput {
     input_over(plugin, primary, MemoryCache::new())
@@ -148,34 +147,13 @@ async fn a_spinning_call_does_not_hold_the_only_worker_for_its_deadline() {
     assert!(matches!(answer, Err(CallError::Timeout { .. })));
 }
 
-#[derive(Clone, Default)]
-struct Recorded(Arc<Mutex<Vec<String>>>);
-
-struct Fields(String);
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!("{}={:?} ", field.name(), value));
-    }
-}
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorded {
-    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
-        let mut fields = Fields(String::new());
-        event.record(&mut fields);
-        self.0.lock().unwrap().push(fields.0);
-    }
-}
-
 /// Every thread's log events, blocking threads' included.
-fn recorded() -> &'static Recorded {
-    static RECORDED: OnceLock<Recorded> = OnceLock::new();
+fn recorded() -> &'static LogCapture {
+    static RECORDED: OnceLock<LogCapture> = OnceLock::new();
     RECORDED.get_or_init(|| {
-        let recorded = Recorded::default();
-        tracing::subscriber::set_global_default(
-            tracing_subscriber::registry().with(recorded.clone()),
-        )
-        .expect("the only subscriber of this test binary");
+        let recorded = LogCapture::default();
+        tracing::subscriber::set_global_default(recorded.subscriber())
+            .expect("the only subscriber of this test binary");
         recorded
     })
 }
@@ -197,7 +175,7 @@ async fn what_a_call_cut_short_printed_is_not_logged_twice() {
         "{answer:?}"
     );
     assert_eq!(placed, Placed::WorkerThenBlocking);
-    let lines = recorded.0.lock().unwrap().clone();
+    let lines = recorded.lines();
     let printed: Vec<&String> = lines
         .iter()
         .filter(|l| l.contains("starting a call that never ends") && l.contains("default/printer"))
@@ -246,7 +224,7 @@ async fn printing_reading_stdin_and_opening_sockets_work_on_the_worker() {
     assert_eq!(on_blocking["stdin"], "Ok(0)", "stdin is empty and closed");
     assert_eq!(on_blocking["udpRefused"], true);
     assert_eq!(on_blocking["tcpRefused"], true);
-    let lines = recorded.0.lock().unwrap().clone();
+    let lines = recorded.lines();
     let count = |needle: &str| {
         lines
             .iter()
@@ -263,15 +241,7 @@ async fn printing_reading_stdin_and_opening_sockets_work_on_the_worker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_list_past_a_mebibyte_moves_the_call_to_a_blocking_thread_and_arrives_whole() {
     let plugin = Arc::new(load(&test_plugin("hostile")));
-    let mut cache = MemoryCache::new();
-    let blob = "x".repeat(100 << 10);
-    for i in 0..30 {
-        cache
-            .insert(json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("p{i:02}"), "namespace": "default",
-                    "annotations": {"blob": blob}}}))
-            .unwrap();
-    }
+    let cache = pods_with_blobs(30, 100 << 10);
     let (answer, placed) = CallPlacement::default()
         .reconcile(
             &plugin,

@@ -1,42 +1,18 @@
 //! Guest stdout and `log` calls become host log events tagged with the
 //! plugin and the object.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use reconciler_host::plugin::ReconcileInput;
 use reconciler_sdk::memory_cache::MemoryCache;
+use reconciler_tests::log_capture::LogCapture;
 use reconciler_tests::{load, test_plugin};
 use serde_json::json;
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt};
-
-#[derive(Clone, Default)]
-struct Recorded(Arc<Mutex<Vec<String>>>);
-
-struct Fields(String);
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!("{}={:?} ", field.name(), value));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.push_str(&format!("{}={} ", field.name(), value));
-    }
-}
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorded {
-    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
-        let mut fields = Fields(String::new());
-        event.record(&mut fields);
-        self.0.lock().unwrap().push(fields.0);
-    }
-}
 
 #[test]
 fn guest_output_and_logs_are_tagged_with_plugin_and_object() {
-    let recorded = Recorded::default();
-    let subscriber = tracing_subscriber::registry().with(recorded.clone());
-    tracing::subscriber::with_default(subscriber, || {
+    let recorded = LogCapture::default();
+    tracing::subscriber::with_default(recorded.subscriber(), || {
         let plugin = load(&test_plugin("hostile"));
         let primary = json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
             "metadata": {"name": "chatty", "namespace": "default"}, "spec": {"mode": "log"}});
@@ -52,7 +28,7 @@ fn guest_output_and_logs_are_tagged_with_plugin_and_object() {
             })
             .unwrap();
     });
-    let lines = recorded.0.lock().unwrap().clone();
+    let lines = recorded.lines();
     let find = |needle: &str| {
         lines
             .iter()

@@ -2,15 +2,14 @@
 //! imports can neither hang, flood nor blur the host. Each test runs the
 //! compiled hostile plugin and then checks the same process still serves.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reconciler_host::plugin::{CallError, LoadedPlugin, ReconcileInput, ValidResponse};
 use reconciler_sdk::memory_cache::MemoryCache;
-use reconciler_tests::{load, test_limits, test_plugin};
+use reconciler_tests::log_capture::LogCapture;
+use reconciler_tests::{load, pods_with_blobs, test_limits, test_plugin};
 use serde_json::{Value, json};
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt};
 
 fn hostile_object(mode: &str) -> Value {
     json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
@@ -81,16 +80,7 @@ fn a_long_panic_says_it_panicked_with_the_first_line_of_its_message() {
 fn listing_more_than_the_memory_limit_is_refused_naming_the_limit() {
     let plugin = hostile();
     // 70 Pods of 1 MiB each: more than the 64 MiB a call may hold.
-    let mut cache = MemoryCache::new();
-    let blob = "x".repeat(1 << 20);
-    for i in 0..70 {
-        cache
-            .insert(json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("p{i:02}"), "namespace": "default",
-                    "annotations": {"blob": blob}}}))
-            .unwrap();
-    }
-    let err = call(&plugin, "list-large", cache).unwrap_err();
+    let err = call(&plugin, "list-large", pods_with_blobs(70, 1 << 20)).unwrap_err();
     let CallError::Plugin(message) = &err else {
         panic!("expected the plugin's error from cache.list, got {err:?}");
     };
@@ -112,34 +102,10 @@ fn listing_more_than_the_memory_limit_is_refused_naming_the_limit() {
     assert_eq!(listed.status.unwrap()["pods"], 1);
 }
 
-/// Every event's fields as text, with its target.
-#[derive(Clone, Default)]
-struct Recorded(Arc<Mutex<Vec<(String, String)>>>);
-
-struct Fields(String);
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!("{}={:?} ", field.name(), value));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.push_str(&format!("{}={} ", field.name(), value));
-    }
-}
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorded {
-    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
-        let mut fields = Fields(String::new());
-        event.record(&mut fields);
-        let target = event.metadata().target().to_string();
-        self.0.lock().unwrap().push((target, fields.0));
-    }
-}
-
 #[test]
 fn logging_until_the_deadline_stays_within_the_stdio_budget_and_says_what_was_dropped() {
-    let recorded = Recorded::default();
-    let subscriber = tracing_subscriber::registry().with(recorded.clone());
+    let recorded = LogCapture::default();
+    let subscriber = recorded.subscriber();
     let plugin = hostile();
     let result = tracing::subscriber::with_default(subscriber, || {
         call(&plugin, "log-flood", MemoryCache::new())
@@ -148,7 +114,7 @@ fn logging_until_the_deadline_stays_within_the_stdio_budget_and_says_what_was_dr
         matches!(result, Err(CallError::Timeout { .. })),
         "{result:?}"
     );
-    let lines = recorded.0.lock().unwrap().clone();
+    let lines = recorded.events();
     let plugin_lines: Vec<&String> = lines
         .iter()
         .filter(|(target, _)| target == "plugin")

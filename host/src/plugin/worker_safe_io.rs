@@ -97,9 +97,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
             ResourceType::host::<DynOutputStream>(),
             |mut store: Store<'_>, rep| {
                 let state = store.data_mut();
-                let may_block = state.blocking_allowed;
                 now_or_elsewhere(
-                    may_block,
+                    state.blocking_allowed,
                     AsyncOutput::drop(&mut state.table, Resource::new_own(rep)),
                 )?
             },
@@ -109,9 +108,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
             ResourceType::host::<DynInputStream>(),
             |mut store: Store<'_>, rep| {
                 let state = store.data_mut();
-                let may_block = state.blocking_allowed;
                 now_or_elsewhere(
-                    may_block,
+                    state.blocking_allowed,
                     AsyncInput::drop(&mut state.table, Resource::new_own(rep)),
                 )?
             },
@@ -120,9 +118,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
             "[method]output-stream.blocking-write-and-flush",
             |mut store: Store<'_>, (stream, bytes): (Resource<DynOutputStream>, Vec<u8>)| {
                 let state = store.data_mut();
-                let may_block = state.blocking_allowed;
                 let done = now_or_elsewhere(
-                    may_block,
+                    state.blocking_allowed,
                     AsyncOutput::blocking_write_and_flush(&mut state.table, stream, bytes),
                 )?;
                 Ok((lowered(state, done)?,))
@@ -132,9 +129,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
             "[method]output-stream.blocking-write-zeroes-and-flush",
             |mut store: Store<'_>, (stream, len): (Resource<DynOutputStream>, u64)| {
                 let state = store.data_mut();
-                let may_block = state.blocking_allowed;
                 let done = now_or_elsewhere(
-                    may_block,
+                    state.blocking_allowed,
                     AsyncOutput::blocking_write_zeroes_and_flush(&mut state.table, stream, len),
                 )?;
                 Ok((lowered(state, done)?,))
@@ -144,9 +140,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
             "[method]output-stream.blocking-flush",
             |mut store: Store<'_>, (stream,): (Resource<DynOutputStream>,)| {
                 let state = store.data_mut();
-                let may_block = state.blocking_allowed;
                 let done = now_or_elsewhere(
-                    may_block,
+                    state.blocking_allowed,
                     AsyncOutput::blocking_flush(&mut state.table, stream),
                 )?;
                 Ok((lowered(state, done)?,))
@@ -157,9 +152,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
             |mut store: Store<'_>,
              (stream, from, len): (Resource<DynOutputStream>, Resource<DynInputStream>, u64)| {
                 let state = store.data_mut();
-                let may_block = state.blocking_allowed;
                 let done = now_or_elsewhere(
-                    may_block,
+                    state.blocking_allowed,
                     AsyncOutput::blocking_splice(&mut state.table, stream, from, len),
                 )?;
                 Ok((lowered(state, done)?,))
@@ -169,9 +163,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
             "[method]input-stream.blocking-read",
             |mut store: Store<'_>, (stream, len): (Resource<DynInputStream>, u64)| {
                 let state = store.data_mut();
-                let may_block = state.blocking_allowed;
                 let done = now_or_elsewhere(
-                    may_block,
+                    state.blocking_allowed,
                     AsyncInput::blocking_read(&mut state.table, stream, len),
                 )?;
                 Ok((lowered(state, done)?,))
@@ -181,9 +174,8 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
             "[method]input-stream.blocking-skip",
             |mut store: Store<'_>, (stream, len): (Resource<DynInputStream>, u64)| {
                 let state = store.data_mut();
-                let may_block = state.blocking_allowed;
                 let done = now_or_elsewhere(
-                    may_block,
+                    state.blocking_allowed,
                     AsyncInput::blocking_skip(&mut state.table, stream, len),
                 )?;
                 Ok((lowered(state, done)?,))
@@ -194,9 +186,10 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
         "[method]pollable.ready",
         |mut store: Store<'_>, (pollable,): (Resource<DynPollable>,)| {
             let state = store.data_mut();
-            let may_block = state.blocking_allowed;
-            let ready =
-                now_or_elsewhere(may_block, AsyncPollable::ready(&mut state.table, pollable))??;
+            let ready = now_or_elsewhere(
+                state.blocking_allowed,
+                AsyncPollable::ready(&mut state.table, pollable),
+            )??;
             Ok((ready,))
         },
     )?;
