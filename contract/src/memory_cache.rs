@@ -399,6 +399,13 @@ impl MemoryCache {
         self.entry(kind, namespace, name).and_then(Entry::value)
     }
 
+    /// One object's text, unparsed: the same `Arc` as long as the object
+    /// is unchanged, so a caller holding a parsed copy of that text can
+    /// tell it is current without parsing again.
+    pub fn json(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<Arc<str>> {
+        self.entry(kind, namespace, name).map(|e| e.json.clone())
+    }
+
     /// One object, parsed, and the text it was parsed from: what a request
     /// sends, without serialising the object again.
     pub fn get_with_json(

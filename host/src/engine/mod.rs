@@ -39,6 +39,7 @@ pub mod shared_cache;
 pub mod work_queue;
 
 use reconciler_contract::object_meta::MetadataField;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
@@ -1040,7 +1041,15 @@ impl<B: ClusterBackend> Engine<B> {
 
         let superseded_finalizers = controller.state().superseded_finalizers.clone();
         let plan = {
-            let current = |k: &ObjectKey| self.cache.get(k);
+            // A child the plugin was shown is current if the cache still
+            // holds the very text it was parsed from: no second parse.
+            let current = |k: &ObjectKey| {
+                let json = self.cache.json_of(k)?;
+                match children_json.iter().position(|c| Arc::ptr_eq(c, &json)) {
+                    Some(i) => Some(Cow::Borrowed(&children[i])),
+                    None => self.cache.get(k).map(Cow::Owned),
+                }
+            };
             // Looked up per object, not copied: the map holds every object
             // this plugin ever applied.
             let last_applied = |k: &ObjectKey| controller.state().last_applied.get(k).copied();

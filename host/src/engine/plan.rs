@@ -22,6 +22,7 @@
 //!   [`super::finalizer_handover`]).
 
 use reconciler_contract::object_meta::MetadataField;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
@@ -95,8 +96,9 @@ pub struct Observed<'a> {
     pub primary: &'a Value,
     /// The primary's owned children, exactly as the plugin was shown them.
     pub children: &'a [Value],
-    /// The cached state of an object the plugin wants applied.
-    pub current: &'a dyn Fn(&ObjectKey) -> Option<Value>,
+    /// The cached state of an object the plugin wants applied; borrowed
+    /// when it is one of `children` as shown, unchanged since.
+    pub current: &'a dyn Fn(&ObjectKey) -> Option<Cow<'a, Value>>,
     /// The fingerprint of what this host last applied to an object.
     pub last_applied: &'a dyn Fn(&ObjectKey) -> Option<u64>,
     /// Finalizers of earlier versions of the plugin that it now answers for.
@@ -481,7 +483,7 @@ mod tests {
             cluster
                 .iter()
                 .find(|o| ObjectKey::of(o).as_ref() == Some(k))
-                .cloned()
+                .map(Cow::Borrowed)
         };
         let last_applied = |_: &ObjectKey| last;
         let m = metadata();

@@ -230,9 +230,7 @@ impl EmbeddedStore {
         let Some(owner) = self.key_of_uid(uid).and_then(|key| self.entry(key)) else {
             return OwnerState::Absent;
         };
-        let owner = owner.object();
-        let waiting = is_deleting(&owner) && finalizers(&owner).contains(&FOREGROUND_FINALIZER);
-        if waiting {
+        if owner.waits_for_dependents {
             OwnerState::Waiting
         } else {
             OwnerState::Solid

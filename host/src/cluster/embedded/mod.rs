@@ -15,6 +15,7 @@
 //! get ReplicaSets and Pods, Pods run, Jobs end.
 
 pub mod builtins;
+mod event_log;
 pub mod field_set;
 pub mod garbage_collector;
 pub mod kind_scopes;
@@ -24,13 +25,14 @@ pub mod store;
 
 use reconciler_contract::object_meta::MetadataField;
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use reconciler_contract::KindRef;
 use serde_json::Value;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use self::builtins::{BuiltinConfig, BuiltinControllers};
+use self::event_log::EventLog;
 use self::store::{EmbeddedStore, StoreError, StoreEvent};
 use super::backend::{
     BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, ListedObject,
@@ -42,6 +44,9 @@ use super::clock::Clock;
 /// laptop session needs, few enough that a runaway plugin creating objects
 /// in a loop is stopped with an error instead of exhausting memory.
 pub const DEFAULT_MAX_OBJECTS: usize = 100_000;
+/// How often an async caller finds the store held and yields before it
+/// parks its thread until the store is free.
+const YIELDS_BEFORE_PARKING: usize = 64;
 /// How many recorded Events are kept (oldest dropped first).
 pub const MAX_EVENTS: usize = 10_000;
 
@@ -58,6 +63,7 @@ pub struct RecordedEvent {
 
 pub struct EmbeddedCluster {
     inner: Mutex<Inner>,
+    events: Mutex<EventLog>,
     clock: Arc<dyn Clock>,
     /// Wakes [`EmbeddedCluster::drive_builtins`] when a change may have set
     /// an earlier timer.
@@ -77,9 +83,6 @@ struct Inner {
     store: EmbeddedStore,
     subscribers: Vec<Subscriber>,
     kinds: BTreeSet<KindRef>,
-    events: Vec<RecordedEvent>,
-    /// Events recorded so far, for their names.
-    events_recorded: u64,
     /// Off unless asked for: tests and benchmarks of the engine see only
     /// what it wrote.
     builtins: Option<BuiltinControllers>,
@@ -151,12 +154,11 @@ impl EmbeddedCluster {
             store: EmbeddedStore::new(max_objects),
             subscribers: Vec::new(),
             kinds: BTreeSet::new(),
-            events: Vec::new(),
-            events_recorded: 0,
             builtins: None,
         };
         Self {
             inner: Mutex::new(inner),
+            events: Mutex::default(),
             clock,
             builtins_changed: tokio::sync::Notify::new(),
             changes_ready: tokio::sync::Notify::new(),
@@ -239,14 +241,53 @@ impl EmbeddedCluster {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The store's lock for an async caller. While another worker holds it
+    /// (an apply takes tens of microseconds), the task yields and its worker
+    /// runs other tasks, where parking would leave the core idle for the
+    /// wait and the wake-up; after [`YIELDS_BEFORE_PARKING`] tries it
+    /// parks, so a long hold (a watch's initial list of a big kind) costs no
+    /// spinning.
+    async fn lock_yielding(&self) -> MutexGuard<'_, Inner> {
+        for _ in 0..YIELDS_BEFORE_PARKING {
+            match self.inner.try_lock() {
+                Ok(inner) => return inner,
+                Err(TryLockError::Poisoned(e)) => return e.into_inner(),
+                Err(TryLockError::WouldBlock) => {}
+            }
+            tokio::task::yield_now().await;
+        }
+        self.lock()
+    }
+
+    fn event_log(&self) -> MutexGuard<'_, EventLog> {
+        self.events.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Runs one change against the store and delivers the watch events it
     /// caused, in order, before returning.
     fn mutate<R>(
         &self,
         f: impl FnOnce(&mut EmbeddedStore, i64) -> Result<R, StoreError>,
     ) -> Result<R, BackendError> {
+        self.mutate_locked(self.lock(), f)
+    }
+
+    /// [`Self::mutate`] for the backend's async calls: waiting for the
+    /// store lets the worker run other tasks ([`Self::lock_yielding`]).
+    async fn mutate_yielding<R>(
+        &self,
+        f: impl FnOnce(&mut EmbeddedStore, i64) -> Result<R, StoreError>,
+    ) -> Result<R, BackendError> {
+        let inner = self.lock_yielding().await;
+        self.mutate_locked(inner, f)
+    }
+
+    fn mutate_locked<R>(
+        &self,
+        mut inner: MutexGuard<'_, Inner>,
+        f: impl FnOnce(&mut EmbeddedStore, i64) -> Result<R, StoreError>,
+    ) -> Result<R, BackendError> {
         let now = self.clock.now_millis();
-        let mut inner = self.lock();
         let result = f(&mut inner.store, now);
         inner.settle(now);
         if inner.builtins.is_some() {
@@ -268,7 +309,7 @@ impl EmbeddedCluster {
 
     /// The Events recorded so far, oldest first.
     pub fn events(&self) -> Vec<RecordedEvent> {
-        self.lock().events.clone()
+        self.event_log().to_vec()
     }
 
     /// Creates or updates an object as a user would (`kubectl apply`): an
@@ -335,12 +376,12 @@ fn into_backend_error(e: StoreError) -> BackendError {
 
 impl ClusterBackend for EmbeddedCluster {
     async fn kind_scope(&self, kind: &KindRef) -> Result<KindScope, BackendError> {
-        Ok(self.lock().store.kind_scope(kind))
+        Ok(self.lock_yielding().await.store.kind_scope(kind))
     }
 
     async fn watch(&self, kind: &KindRef, scope: &WatchScope) -> Result<WatchStream, BackendError> {
         let (tx, rx) = unbounded_channel();
-        let mut inner = self.lock();
+        let mut inner = self.lock_yielding().await;
         let initial = if scope.metadata_only {
             inner
                 .store
@@ -371,7 +412,7 @@ impl ClusterBackend for EmbeddedCluster {
     }
 
     async fn get(&self, key: &ObjectKey) -> Result<Option<Value>, BackendError> {
-        Ok(self.lock().store.get(key))
+        Ok(self.lock_yielding().await.store.get(key))
     }
 
     async fn apply(
@@ -380,7 +421,8 @@ impl ClusterBackend for EmbeddedCluster {
         field_manager: &str,
         force: bool,
     ) -> Result<Value, BackendError> {
-        self.mutate(|s, now| s.apply(object, field_manager, force, now).map(|o| o.object))
+        self.mutate_yielding(|s, now| s.apply(object, field_manager, force, now).map(|o| o.object))
+            .await
     }
 
     async fn apply_status(
@@ -390,7 +432,10 @@ impl ClusterBackend for EmbeddedCluster {
         field_manager: &str,
         resource_version: Option<&str>,
     ) -> Result<Value, BackendError> {
-        self.mutate(|s, now| s.apply_status(key, status, field_manager, resource_version, now))
+        self.mutate_yielding(|s, now| {
+            s.apply_status(key, status, field_manager, resource_version, now)
+        })
+        .await
     }
 
     async fn delete(
@@ -399,7 +444,7 @@ impl ClusterBackend for EmbeddedCluster {
         propagation: Propagation,
         uid: Option<&str>,
     ) -> Result<(), BackendError> {
-        self.mutate(|s, now| {
+        self.mutate_yielding(|s, now| {
             let current = s.get(key);
             let current_uid = current
                 .as_ref()
@@ -410,37 +455,22 @@ impl ClusterBackend for EmbeddedCluster {
             }
             s.delete(key, propagation, now)
         })
+        .await
     }
 
     async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<Value, BackendError> {
-        self.mutate(|s, now| s.add_finalizer(key, finalizer, now))
+        self.mutate_yielding(|s, now| s.add_finalizer(key, finalizer, now))
+            .await
     }
 
     async fn remove_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
-        self.mutate(|s, now| s.remove_finalizer(key, finalizer, now))
+        self.mutate_yielding(|s, now| s.remove_finalizer(key, finalizer, now))
+            .await
     }
 
     async fn record_event(&self, event: EventRecord) -> Result<EventRef, BackendError> {
         let at_millis = self.clock.now_millis();
-        let mut inner = self.lock();
-        if inner.events.len() >= MAX_EVENTS {
-            inner.events.remove(0);
-        }
-        inner.events_recorded += 1;
-        // As the API server names them: the object, then something unique.
-        let name = format!("{}.{:x}", event.regarding.name, inner.events_recorded);
-        let namespace = event
-            .regarding
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_string());
-        inner.events.push(RecordedEvent {
-            at_millis,
-            record: event,
-            name: name.clone(),
-            series: None,
-        });
-        Ok(EventRef { namespace, name })
+        Ok(self.event_log().record(event, at_millis, MAX_EVENTS))
     }
 
     async fn update_event_series(
@@ -448,17 +478,14 @@ impl ClusterBackend for EmbeddedCluster {
         event: &EventRef,
         series: EventSeries,
     ) -> Result<(), BackendError> {
-        let mut inner = self.lock();
-        match inner.events.iter_mut().find(|e| e.name == event.name) {
-            Some(recorded) => {
-                recorded.series = Some(series);
-                Ok(())
-            }
+        if self.event_log().set_series(&event.name, series) {
+            Ok(())
+        } else {
             // Dropped as the oldest of MAX_EVENTS, as an API server
             // expires old Events.
-            None => Err(BackendError::NotFound {
+            Err(BackendError::NotFound {
                 key: format!("Event {}/{}", event.namespace, event.name),
-            }),
+            })
         }
     }
 }
@@ -613,5 +640,66 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, BackendError::Invalid { .. }), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::cluster::VirtualClock;
+
+    /// A reconcile waiting for the store while another thread holds it
+    /// leaves its worker to other tasks: here the only worker runs the task
+    /// that lets the holder go. Were the wait to park the worker, that task
+    /// could not run until the holder gave up on it.
+    #[test]
+    fn waiting_for_the_store_leaves_the_worker_to_other_tasks() {
+        let cluster = Arc::new(EmbeddedCluster::new(Arc::new(VirtualClock::at(0))));
+        let made = cluster
+            .apply_as_user(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c", "namespace": "default"}}))
+            .unwrap();
+        let key = ObjectKey::of(&made).unwrap();
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let cluster = cluster.clone();
+            std::thread::spawn(move || {
+                let guard = cluster.lock();
+                held_tx.send(()).unwrap();
+                // Released when the other task says so, or after a while.
+                let released_by_task = release_rx.recv_timeout(Duration::from_secs(5)).is_ok();
+                drop(guard);
+                released_by_task
+            })
+        };
+        held_rx.recv().unwrap();
+
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let other_ran = Arc::new(AtomicBool::new(false));
+        let read = runtime.block_on({
+            let other_ran = other_ran.clone();
+            async move {
+                let read = tokio::spawn(async move { cluster.get(&key).await });
+                tokio::spawn(async move {
+                    other_ran.store(true, Ordering::SeqCst);
+                    let _ = release_tx.send(());
+                });
+                read.await.unwrap()
+            }
+        });
+        assert!(other_ran.load(Ordering::SeqCst));
+        assert!(
+            holder.join().unwrap(),
+            "the waiting task held the only worker"
+        );
+        assert_eq!(read.unwrap().unwrap()["metadata"]["name"], "c");
     }
 }

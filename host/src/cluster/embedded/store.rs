@@ -72,7 +72,7 @@ use reconciler_contract::json_depth::{unreadable_at, value_depth};
 use serde_json::{Map, Value, json};
 
 use super::field_set::{FieldConflict, FieldPath, Manager, Operation, Ownership, Segment};
-use super::garbage_collector::GcTask;
+use super::garbage_collector::{FOREGROUND_FINALIZER, GcTask};
 use super::kind_scopes::{CrdScope, KindScopes, is_crd};
 use super::namespaces::{is_namespace, namespace_finalizers};
 use super::packed_ownership::PackedOwnership;
@@ -150,6 +150,10 @@ pub(super) struct Entry {
     text: Arc<str>,
     pub(super) owners: Box<[OwnerRef]>,
     ownership: PackedOwnership,
+    /// Deleted in the foreground and held until its blocking dependents are
+    /// gone: what garbage collection asks of an owner each time one of its
+    /// dependents changes, answered without parsing the owner.
+    pub(super) waits_for_dependents: bool,
 }
 
 impl Entry {
@@ -158,6 +162,8 @@ impl Entry {
             text: object.to_string().into(),
             owners: owner_refs(object).into_boxed_slice(),
             ownership: PackedOwnership::pack(ownership),
+            waits_for_dependents: is_deleting(object)
+                && finalizers(object).contains(&FOREGROUND_FINALIZER),
         }
     }
 

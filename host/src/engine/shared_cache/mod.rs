@@ -121,6 +121,12 @@ impl SharedCache {
             .get(&key.kind, key.namespace.as_deref(), &key.name)
     }
 
+    /// One object's text ([`MemoryCache::json`]).
+    pub fn json_of(&self, key: &ObjectKey) -> Option<Arc<str>> {
+        self.read()
+            .json(&key.kind, key.namespace.as_deref(), &key.name)
+    }
+
     /// [`Self::get`] with the object's text, for a request.
     pub fn get_with_json(&self, key: &ObjectKey) -> Option<(Value, Arc<str>)> {
         self.read()
