@@ -6,6 +6,7 @@
 //! same selector rules, same way of finding a primary's children.
 
 use crate::object_meta::MetadataField;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -42,6 +43,12 @@ const NARROW_ENOUGH: usize = 64;
 
 /// Kind, namespace, name: the cache's order and the contract's.
 type EntryKey = (KindRef, Option<String>, String);
+
+/// An object checked and made ready to insert ([`MemoryCache::prepare`]).
+pub struct PreparedEntry {
+    key: EntryKey,
+    entry: Entry,
+}
 
 #[derive(Clone, Debug)]
 struct Entry {
@@ -217,9 +224,16 @@ impl MemoryCache {
         object: &Value,
         json: Option<Arc<str>>,
     ) -> Result<(), CacheError> {
-        let what = name_of(object)
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("#{}", self.entries.len() + 1));
+        self.insert_prepared(Self::prepare(object, json)?);
+        Ok(())
+    }
+
+    /// The work of [`Self::insert_with_json`] that needs no cache: checking
+    /// the object and making its texts and index keys. A cache shared
+    /// behind a lock does it before taking the lock for
+    /// [`Self::insert_prepared`], so readers wait only for the insert.
+    pub fn prepare(object: &Value, json: Option<Arc<str>>) -> Result<PreparedEntry, CacheError> {
+        let what = name_of(object).unwrap_or("(unnamed)").to_string();
         let fail = |reason: &str| CacheError {
             what: what.clone(),
             reason: reason.to_string(),
@@ -259,6 +273,12 @@ impl MemoryCache {
             controllers: controller_refs(object),
             resource_version: resource_version_of(object).map(Box::from),
         };
+        Ok(PreparedEntry { key, entry })
+    }
+
+    /// Adds or replaces the object [`Self::prepare`] made ready.
+    pub fn insert_prepared(&mut self, prepared: PreparedEntry) {
+        let PreparedEntry { key, entry } = prepared;
         // Most writes (a status, a spec) leave the labels as they were:
         // their index entries stay.
         match self.entries.remove(&key) {
@@ -270,7 +290,6 @@ impl MemoryCache {
             None => self.index_labels(&key, &entry, true),
         }
         self.entries.insert(key, entry);
-        Ok(())
     }
 
     /// Whether the cache holds this object at its resourceVersion already,
@@ -427,7 +446,18 @@ impl MemoryCache {
         selector: &'a LabelSelector,
     ) -> impl Iterator<Item = Value> + 'a {
         self.select(kind, namespace, selector)
-            .filter_map(Entry::value)
+            .filter_map(|(_, e)| e.value())
+    }
+
+    /// The namespace and name of each object of `kind` whose labels match
+    /// `selector`, from the index alone: nothing is parsed.
+    pub fn names(&self, kind: &KindRef, selector: &LabelSelector) -> Vec<(Option<String>, String)> {
+        self.select(kind, None, selector)
+            .map(|(key, _)| {
+                let (_, namespace, name) = key.into_owned();
+                (namespace, name)
+            })
+            .collect()
     }
 
     fn select<'a>(
@@ -435,7 +465,7 @@ impl MemoryCache {
         kind: &KindRef,
         namespace: Option<&'a str>,
         selector: &'a LabelSelector,
-    ) -> Box<dyn Iterator<Item = &'a Entry> + 'a> {
+    ) -> Box<dyn Iterator<Item = (Cow<'a, EntryKey>, &'a Entry)> + 'a> {
         // The narrowest `key=value` requirement, counted up to a bound.
         let narrowest = selector
             .equalities()
@@ -451,8 +481,8 @@ impl MemoryCache {
         match narrowest {
             Some((_, label)) => Box::new(
                 self.with_label(kind, &label, namespace)
-                    .map(|(_, e)| e)
-                    .filter(move |e| selector.matches(&e.labels))
+                    .filter(move |(_, e)| selector.matches(&e.labels))
+                    .map(|(k, e)| (Cow::Owned(k), e))
                     .collect::<Vec<_>>()
                     .into_iter(),
             ),
@@ -462,7 +492,7 @@ impl MemoryCache {
                         namespace.is_none_or(|wanted| ns.as_deref() == Some(wanted))
                             && selector.matches(&e.labels)
                     })
-                    .map(|(_, e)| e),
+                    .map(|(k, e)| (Cow::Borrowed(k), e)),
             ),
         }
     }
@@ -509,7 +539,7 @@ impl MemoryCache {
             LabelSelector::parse(selector).map_err(|e| ListJsonError::Selector(e.to_string()))?;
         let mut listed = Vec::new();
         let mut bytes = 0usize;
-        for entry in self.select(kind, namespace, &selector) {
+        for (_, entry) in self.select(kind, namespace, &selector) {
             let text = match projection {
                 Projection::Full => &entry.json,
                 Projection::MetadataOnly => &entry.metadata_json,

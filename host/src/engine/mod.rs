@@ -590,24 +590,14 @@ impl<B: ClusterBackend> Engine<B> {
         };
         let primary = controller.plugin().metadata().primary.clone();
         let now = self.clock.now_millis();
+        // Names from the cache's index: a host starting on a cluster of
+        // many primaries does not parse each just to queue it.
+        let names = self
+            .cache
+            .names(&primary, self.scope.selectors.for_plugin(name));
         let mut state = controller.state();
-        for object in self.cache.list(&primary) {
-            if !self.scope.selectors.admits(name, &object) {
-                continue;
-            }
-            let namespace = object
-                .metadata_field("namespace")
-                .and_then(Value::as_str)
-                .map(str::to_string);
-            if let Some(name) = object.metadata_field("name").and_then(Value::as_str) {
-                state.queue.add(
-                    PrimaryKey {
-                        namespace,
-                        name: name.to_string(),
-                    },
-                    now,
-                );
-            }
+        for (namespace, name) in names {
+            state.queue.add(PrimaryKey { namespace, name }, now);
         }
     }
 

@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock};
 
 use reconciler_contract::KindRef;
 use reconciler_contract::memory_cache::{
-    ListJsonError, MemoryCache, is_controlled_by, namespace_of,
+    ListJsonError, MemoryCache, PreparedEntry, is_controlled_by, namespace_of,
 };
 use reconciler_contract::{Projection, ReconcileRequest};
 use serde_json::Value;
@@ -35,19 +35,32 @@ struct Cached {
     controllers: ControllerIndex,
 }
 
+/// An object made ready to go into [`Cached`] without its lock held.
+struct Prepared {
+    entry: PreparedEntry,
+    key: Option<controller_index::CacheKey>,
+    owners: Vec<controller_index::OwnerKey>,
+}
+
 impl Cached {
-    fn insert(
-        &mut self,
+    /// Checks `object` and makes its texts and index keys: the work of an
+    /// insert that needs no lock.
+    fn prepare(
         object: &Value,
         json: Option<Arc<str>>,
-    ) -> Result<(), reconciler_contract::memory_cache::CacheError> {
-        let key = ObjectKey::of(object).map(|k| (k.kind, k.namespace, k.name));
-        let owners = controller_index::owner_keys(object);
-        self.objects.insert_with_json(object, json)?;
-        if let Some(key) = key {
-            self.controllers.insert(key, owners);
+    ) -> Result<Prepared, reconciler_contract::memory_cache::CacheError> {
+        Ok(Prepared {
+            entry: MemoryCache::prepare(object, json)?,
+            key: ObjectKey::of(object).map(|k| (k.kind, k.namespace, k.name)),
+            owners: controller_index::owner_keys(object),
+        })
+    }
+
+    fn insert(&mut self, prepared: Prepared) {
+        self.objects.insert_prepared(prepared.entry);
+        if let Some(key) = prepared.key {
+            self.controllers.insert(key, prepared.owners);
         }
-        Ok(())
     }
 
     fn remove(&mut self, key: &ObjectKey) {
@@ -100,12 +113,16 @@ impl SharedCache {
                     slim = slimmed(event.object.clone());
                     (&slim, None)
                 };
-                let mut cache = self.write();
-                if let Err(e) = cache.insert(object, json) {
-                    if let Some(key) = ObjectKey::of(&event.object) {
-                        cache.remove(&key);
+                // Made ready before the write lock: readers (plugin calls,
+                // plans) wait only for the insert itself.
+                match Cached::prepare(object, json) {
+                    Ok(prepared) => self.write().insert(prepared),
+                    Err(e) => {
+                        if let Some(key) = ObjectKey::of(&event.object) {
+                            self.write().remove(&key);
+                        }
+                        tracing::warn!("skipping an object from the watch: {e}");
                     }
-                    tracing::warn!("skipping an object from the watch: {e}");
                 }
             }
             WatchEventType::Deleted => {
@@ -131,6 +148,17 @@ impl SharedCache {
     pub fn get_with_json(&self, key: &ObjectKey) -> Option<(Value, Arc<str>)> {
         self.read()
             .get_with_json(&key.kind, key.namespace.as_deref(), &key.name)
+    }
+
+    /// The namespace and name of each cached object of `kind` whose labels
+    /// match `selector` (all when `None`), unparsed.
+    pub fn names(
+        &self,
+        kind: &KindRef,
+        selector: Option<&reconciler_contract::selector::LabelSelector>,
+    ) -> Vec<(Option<String>, String)> {
+        let everything = reconciler_contract::selector::LabelSelector::everything();
+        self.read().names(kind, selector.unwrap_or(&everything))
     }
 
     /// Every cached object of `kind`.
