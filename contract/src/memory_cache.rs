@@ -733,6 +733,42 @@ mod tests {
     }
 
     #[test]
+    fn names_are_those_a_list_with_the_same_selector_gives() {
+        let mut cache = MemoryCache::new();
+        for p in [
+            pod("a", "z", "web"),
+            pod("a", "b", "web"),
+            pod("b", "c", "web"),
+            pod("a", "d", "db"),
+        ] {
+            cache.insert(p).unwrap();
+        }
+        cache
+            .insert(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "a", "name": "web"}}))
+            .unwrap();
+        let kind = KindRef::new("", "v1", "Pod");
+        for selector in ["app=web", "app!=web", "app in (db)", ""] {
+            let selector = LabelSelector::parse(selector).unwrap();
+            let listed: Vec<(Option<String>, String)> = cache
+                .list(&kind, None, &selector)
+                .map(|o| {
+                    (
+                        namespace_of(&o).map(str::to_string),
+                        name_of(&o).unwrap().to_string(),
+                    )
+                })
+                .collect();
+            assert_eq!(cache.names(&kind, &selector), listed);
+        }
+        let web = LabelSelector::parse("app=web").unwrap();
+        let n = |ns: &str, name: &str| (Some(ns.to_string()), name.to_string());
+        assert_eq!(
+            cache.names(&kind, &web),
+            [n("a", "b"), n("a", "z"), n("b", "c")]
+        );
+    }
+
+    #[test]
     fn a_bounded_list_stops_once_its_text_passes_the_maximum() {
         let mut cache = MemoryCache::new();
         for name in ["a", "b", "c"] {
