@@ -33,7 +33,7 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use self::builtins::{BuiltinConfig, BuiltinControllers};
 use self::event_log::EventLog;
-use self::store::{EmbeddedStore, StoreError, StoreEvent};
+use self::store::{EmbeddedStore, PreparedApply, StoreError, StoreEvent};
 use super::backend::{
     BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, ListedObject,
     ObjectKey, Propagation, WatchEvent, WatchScope, WatchStream,
@@ -421,7 +421,15 @@ impl ClusterBackend for EmbeddedCluster {
         field_manager: &str,
         force: bool,
     ) -> Result<Value, BackendError> {
-        self.mutate_yielding(|s, now| s.apply(object, field_manager, force, now).map(|o| o.object))
+        // A create's merge needs nothing from the store: it is made before
+        // the store is locked, after a brief look that the object is new.
+        let expect_create = match ObjectKey::of(&object) {
+            Some(key) => !self.lock_yielding().await.store.contains(&key),
+            None => false,
+        };
+        let prepared = PreparedApply::new(object, field_manager, force, expect_create)
+            .map_err(into_backend_error)?;
+        self.mutate_yielding(|s, now| s.apply_prepared(prepared, now).map(|o| o.object))
             .await
     }
 

@@ -48,7 +48,7 @@ pub fn is_namespace(key: &ObjectKey) -> bool {
     key.kind.group.is_empty() && key.kind.kind == "Namespace"
 }
 
-fn is_namespace_object(object: &Value) -> bool {
+pub(super) fn is_namespace_object(object: &Value) -> bool {
     object.get("apiVersion").and_then(Value::as_str) == Some("v1")
         && object.get("kind").and_then(Value::as_str) == Some("Namespace")
 }
@@ -77,12 +77,9 @@ pub(super) fn set_defaults(object: &mut Value) {
     }
 }
 
-/// Removes from an applied configuration what the server owns on a
-/// Namespace: its `spec.finalizers`.
-pub(super) fn drop_server_fields(config: &mut Value, object: &Value) {
-    if !is_namespace_object(object) {
-        return;
-    }
+/// Removes from a Namespace's applied configuration what the server owns
+/// on it: its `spec.finalizers`.
+pub(super) fn drop_server_fields(config: &mut Value) {
     if let Some(spec) = config.get_mut("spec").and_then(Value::as_object_mut) {
         spec.remove("finalizers");
     }
@@ -92,7 +89,7 @@ impl EmbeddedStore {
     /// Whether `namespace` has a Namespace object being deleted.
     fn is_terminating(&self, namespace: &str) -> bool {
         let key = ObjectKey::new(namespace_kind(), None, namespace);
-        self.get(&key).as_ref().is_some_and(is_deleting)
+        self.entry(&key).is_some_and(|e| e.deleting)
     }
 
     /// Refuses to create `key` in a terminating namespace.

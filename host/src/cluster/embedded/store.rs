@@ -71,7 +71,7 @@ use reconciler_contract::KindRef;
 use reconciler_contract::json_depth::{unreadable_at, value_depth};
 use serde_json::{Map, Value, json};
 
-use super::field_set::{FieldConflict, FieldPath, Manager, Operation, Ownership, Segment};
+use super::field_set::{FieldConflict, FieldPath, Manager, Merge, Operation, Ownership, Segment};
 use super::garbage_collector::{FOREGROUND_FINALIZER, GcTask};
 use super::kind_scopes::{CrdScope, KindScopes, is_crd};
 use super::namespaces::{is_namespace, namespace_finalizers};
@@ -150,6 +150,9 @@ pub(super) struct Entry {
     text: Arc<str>,
     pub(super) owners: Box<[OwnerRef]>,
     ownership: PackedOwnership,
+    /// Marked for deletion: what a create in its namespace (when it is a
+    /// Namespace) asks, answered without parsing it.
+    pub(super) deleting: bool,
     /// Deleted in the foreground and held until its blocking dependents are
     /// gone: what garbage collection asks of an owner each time one of its
     /// dependents changes, answered without parsing the owner.
@@ -162,6 +165,7 @@ impl Entry {
             text: object.to_string().into(),
             owners: owner_refs(object).into_boxed_slice(),
             ownership: PackedOwnership::pack(ownership),
+            deleting: is_deleting(object),
             waits_for_dependents: is_deleting(object)
                 && finalizers(object).contains(&FOREGROUND_FINALIZER),
         }
@@ -343,12 +347,40 @@ impl EmbeddedStore {
         force: bool,
         now_millis: i64,
     ) -> Result<ApplyOutcome, StoreError> {
-        let key = self.key_to_store(validate_object(&object)?)?;
-        require_manager(&key, field_manager)?;
-        let config = main_config(&object);
-        let manager = Manager::new(field_manager, Operation::Apply);
+        let prepared = PreparedApply::new(object, field_manager, force, false)?;
+        self.apply_prepared(prepared, now_millis)
+    }
+
+    /// Whether an object is stored under `key` (as this store scopes it).
+    pub fn contains(&self, key: &ObjectKey) -> bool {
+        self.objects.contains_key(&self.scoped(key))
+    }
+
+    /// [`Self::apply`] of what [`PreparedApply::new`] made ready.
+    pub fn apply_prepared(
+        &mut self,
+        prepared: PreparedApply,
+        now_millis: i64,
+    ) -> Result<ApplyOutcome, StoreError> {
+        let PreparedApply {
+            key: given,
+            field_manager,
+            force,
+            config,
+            creation,
+        } = prepared;
+        let key = self.key_to_store(given.clone())?;
+        require_manager(&key, &field_manager)?;
+        let manager = Manager::new(&field_manager, Operation::Apply);
         let outcome = match self.objects.get(&key) {
-            None => self.create(&key, &config, &manager, now_millis),
+            // Merged in advance onto an object of the same key, or here.
+            None => {
+                let merge = match creation {
+                    Some(merge) if key == given => merge,
+                    _ => create_merge(&key, &config, &manager)?,
+                };
+                self.create(&key, merge, now_millis)
+            }
             Some(_) => self.update(&key, &config, &manager, force),
         };
         self.run_gc(now_millis);
@@ -473,8 +505,7 @@ impl EmbeddedStore {
     fn create(
         &mut self,
         key: &ObjectKey,
-        config: &Value,
-        manager: &Manager,
+        merge: Merge,
         now_millis: i64,
     ) -> Result<ApplyOutcome, StoreError> {
         if self.objects.len() >= self.max_objects {
@@ -483,9 +514,6 @@ impl EmbeddedStore {
             });
         }
         self.refuse_in_terminating_namespace(key)?;
-        let merge = Ownership::default()
-            .apply(&skeleton(key), config, manager, true)
-            .map_err(|c| conflict(key, &c))?;
         let crd = self.admit(key, &merge.object)?;
         self.created += 1;
         let mut object = merge.object;
@@ -897,6 +925,50 @@ fn format_uid(n: u64) -> String {
 }
 
 /// What a new object starts as before its first apply is merged in.
+/// An apply checked, and for an object not stored yet merged, before the
+/// store is locked: a create's merge needs nothing from the store, so it
+/// need not hold up every other write.
+pub struct PreparedApply {
+    key: ObjectKey,
+    field_manager: String,
+    force: bool,
+    config: Value,
+    /// The create's merge, made when the caller expects the object to be new.
+    creation: Option<Merge>,
+}
+
+impl PreparedApply {
+    pub fn new(
+        object: Value,
+        field_manager: &str,
+        force: bool,
+        expect_create: bool,
+    ) -> Result<Self, StoreError> {
+        let key = validate_object(&object)?;
+        let config = main_config(object);
+        let creation = if expect_create && !field_manager.trim().is_empty() {
+            let manager = Manager::new(field_manager, Operation::Apply);
+            Some(create_merge(&key, &config, &manager)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            key,
+            field_manager: field_manager.to_string(),
+            force,
+            config,
+            creation,
+        })
+    }
+}
+
+/// A create is an apply onto an object holding nothing but its identity.
+fn create_merge(key: &ObjectKey, config: &Value, manager: &Manager) -> Result<Merge, StoreError> {
+    Ownership::default()
+        .apply(&skeleton(key), config, manager, true)
+        .map_err(|c| conflict(key, &c))
+}
+
 fn skeleton(key: &ObjectKey) -> Value {
     let mut meta = Map::new();
     meta.insert("name".into(), Value::String(key.name.clone()));
@@ -908,8 +980,9 @@ fn skeleton(key: &ObjectKey) -> Value {
 
 /// The fields an apply to the main resource sets: everything except the
 /// object's identity, server-owned metadata and status.
-fn main_config(object: &Value) -> Value {
-    let mut config = object.clone();
+fn main_config(object: Value) -> Value {
+    let namespace_object = super::namespaces::is_namespace_object(&object);
+    let mut config = object;
     if let Value::Object(map) = &mut config {
         for field in ["apiVersion", "kind", "status"] {
             map.remove(field);
@@ -923,7 +996,9 @@ fn main_config(object: &Value) -> Value {
             }
         }
     }
-    super::namespaces::drop_server_fields(&mut config, object);
+    if namespace_object {
+        super::namespaces::drop_server_fields(&mut config);
+    }
     config
 }
 
@@ -1177,6 +1252,42 @@ pub(super) mod tests {
 
     fn deployment_key(name: &str) -> ObjectKey {
         key("Deployment", "apps/v1", name)
+    }
+
+    /// A create merged before the store is locked stores what a plain apply
+    /// stores, fields and their owners alike; merged for a key the store
+    /// then scopes differently (a namespace sent with a cluster-scoped
+    /// object), the merge is made again for the stored key.
+    #[test]
+    fn a_create_merged_in_advance_stores_what_an_apply_stores() {
+        let namespace_sent = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "shop", "namespace": "default", "labels": {"a": "b"}}});
+        for object in [
+            deployment(
+                "web",
+                json!({"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}),
+            ),
+            namespace_sent,
+        ] {
+            let mut plain = EmbeddedStore::new(10);
+            let applied = plain.apply(object.clone(), "m", false, T0).unwrap();
+            let mut prepared = EmbeddedStore::new(10);
+            let made = PreparedApply::new(object.clone(), "m", false, true).unwrap();
+            assert!(made.creation.is_some());
+            let applied_prepared = prepared.apply_prepared(made, T0).unwrap();
+            assert_eq!(applied_prepared, applied);
+            let key = ObjectKey::of(&applied.object).unwrap();
+            assert_eq!(
+                prepared.entry(&key).unwrap().ownership(),
+                plain.entry(&key).unwrap().ownership()
+            );
+            let namespace = applied_prepared.object.pointer("/metadata/namespace");
+            if key.kind.kind == "Namespace" {
+                assert_eq!(namespace, None, "a Namespace is stored without one");
+            } else {
+                assert_eq!(namespace, Some(&json!("default")));
+            }
+        }
     }
 
     fn store_with(objects: &[Value]) -> EmbeddedStore {
