@@ -6,7 +6,8 @@
 //! same selector rules, same way of finding a primary's children.
 
 use crate::object_meta::MetadataField;
-use std::borrow::Cow;
+use std::borrow::Borrow;
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -43,6 +44,60 @@ const NARROW_ENOUGH: usize = 64;
 
 /// Kind, namespace, name: the cache's order and the contract's.
 type EntryKey = (KindRef, Option<String>, String);
+
+/// An entry's key as borrowed parts: how a read looks an object up without
+/// building an owned key (its kind's three strings, its namespace and its
+/// name) each time. Ordered as [`EntryKey`] is.
+trait EntryKeyParts {
+    fn parts(&self) -> (&KindRef, Option<&str>, &str);
+}
+
+impl EntryKeyParts for EntryKey {
+    fn parts(&self) -> (&KindRef, Option<&str>, &str) {
+        (&self.0, self.1.as_deref(), &self.2)
+    }
+}
+
+impl EntryKeyParts for (&KindRef, Option<&str>, &str) {
+    fn parts(&self) -> (&KindRef, Option<&str>, &str) {
+        *self
+    }
+}
+
+impl<'a> Borrow<dyn EntryKeyParts + 'a> for EntryKey {
+    fn borrow(&self) -> &(dyn EntryKeyParts + 'a) {
+        self
+    }
+}
+
+impl PartialEq for dyn EntryKeyParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn EntryKeyParts + '_ {}
+
+impl PartialOrd for dyn EntryKeyParts + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for dyn EntryKeyParts + '_ {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.parts().cmp(&other.parts())
+    }
+}
+
+/// The borrowed key of `kind`, `namespace` and `name`, for a lookup.
+fn key_of<'k>(
+    kind: &'k KindRef,
+    namespace: Option<&'k str>,
+    name: &'k str,
+) -> (&'k KindRef, Option<&'k str>, &'k str) {
+    (kind, namespace, name)
+}
 
 /// An object checked and made ready to insert ([`MemoryCache::prepare`]).
 pub struct PreparedEntry {
@@ -314,13 +369,9 @@ impl MemoryCache {
 
     /// Removes an object; whether it was there.
     pub fn remove(&mut self, kind: &KindRef, namespace: Option<&str>, name: &str) -> bool {
-        let key = (
-            kind.clone(),
-            namespace.map(str::to_string),
-            name.to_string(),
-        );
-        match self.entries.remove(&key) {
-            Some(old) => {
+        let key = key_of(kind, namespace, name);
+        match self.entries.remove_entry(&key as &dyn EntryKeyParts) {
+            Some((key, old)) => {
                 self.index_labels(&key, &old, false);
                 true
             }
@@ -346,7 +397,7 @@ impl MemoryCache {
         kind: &KindRef,
         label: &str,
         namespace: Option<&'a str>,
-    ) -> impl Iterator<Item = (EntryKey, &'a Entry)> + 'a {
+    ) -> impl Iterator<Item = (&'a EntryKey, &'a Entry)> + 'a {
         let label: Box<str> = label.into();
         let start = (
             kind.clone(),
@@ -361,9 +412,8 @@ impl MemoryCache {
                 *k == kind && *l == label && namespace.is_none_or(|n| ns.as_deref() == Some(n))
             })
             .filter_map(|(k, _, ns, name)| {
-                let key = (k.clone(), ns.clone(), name.clone());
-                let entry = self.entries.get(&key)?;
-                Some((key, entry))
+                let key = key_of(k, ns.as_deref(), name);
+                self.entries.get_key_value(&key as &dyn EntryKeyParts)
             })
     }
 
@@ -405,12 +455,8 @@ impl MemoryCache {
     }
 
     fn entry(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<&Entry> {
-        let key = (
-            kind.clone(),
-            namespace.map(str::to_string),
-            name.to_string(),
-        );
-        self.entries.get(&key)
+        let key = key_of(kind, namespace, name);
+        self.entries.get(&key as &dyn EntryKeyParts)
     }
 
     /// One object, parsed.
@@ -453,10 +499,7 @@ impl MemoryCache {
     /// `selector`, from the index alone: nothing is parsed.
     pub fn names(&self, kind: &KindRef, selector: &LabelSelector) -> Vec<(Option<String>, String)> {
         self.select(kind, None, selector)
-            .map(|(key, _)| {
-                let (_, namespace, name) = key.into_owned();
-                (namespace, name)
-            })
+            .map(|((_, namespace, name), _)| (namespace.clone(), name.clone()))
             .collect()
     }
 
@@ -465,7 +508,7 @@ impl MemoryCache {
         kind: &KindRef,
         namespace: Option<&'a str>,
         selector: &'a LabelSelector,
-    ) -> Box<dyn Iterator<Item = (Cow<'a, EntryKey>, &'a Entry)> + 'a> {
+    ) -> Box<dyn Iterator<Item = (&'a EntryKey, &'a Entry)> + 'a> {
         // The narrowest `key=value` requirement, counted up to a bound.
         let narrowest = selector
             .equalities()
@@ -482,18 +525,13 @@ impl MemoryCache {
             Some((_, label)) => Box::new(
                 self.with_label(kind, &label, namespace)
                     .filter(move |(_, e)| selector.matches(&e.labels))
-                    .map(|(k, e)| (Cow::Owned(k), e))
                     .collect::<Vec<_>>()
                     .into_iter(),
             ),
-            None => Box::new(
-                self.of_kind(kind)
-                    .filter(move |((_, ns, _), e)| {
-                        namespace.is_none_or(|wanted| ns.as_deref() == Some(wanted))
-                            && selector.matches(&e.labels)
-                    })
-                    .map(|(k, e)| (Cow::Borrowed(k), e)),
-            ),
+            None => Box::new(self.of_kind(kind).filter(move |((_, ns, _), e)| {
+                namespace.is_none_or(|wanted| ns.as_deref() == Some(wanted))
+                    && selector.matches(&e.labels)
+            })),
         }
     }
 
@@ -730,6 +768,54 @@ mod tests {
         assert_eq!(all, ["b", "d", "z", "c"]);
         assert!(cache.get(&kind, Some("b"), "c").is_some());
         assert!(cache.get(&kind, Some("a"), "c").is_none());
+    }
+
+    /// A lookup by borrowed parts must order keys exactly as the map does,
+    /// or it would miss objects the map holds.
+    #[test]
+    fn borrowed_keys_order_as_owned_keys_and_find_every_entry() {
+        let kinds = [
+            KindRef::new("", "v1", "Pod"),
+            KindRef::new("apps", "v1", "Deployment"),
+            KindRef::new("apps", "v1beta1", "Deployment"),
+            KindRef::new("", "v1", "Namespace"),
+        ];
+        let mut keys: Vec<EntryKey> = Vec::new();
+        for kind in &kinds {
+            for namespace in [None, Some(""), Some("a"), Some("a-b"), Some("b")] {
+                for name in ["", "x", "x.y", "y"] {
+                    keys.push((
+                        kind.clone(),
+                        namespace.map(str::to_string),
+                        name.to_string(),
+                    ));
+                }
+            }
+        }
+        let mut by_owned = keys.clone();
+        by_owned.sort();
+        let mut by_parts = keys.clone();
+        by_parts.sort_by(|a, b| Ord::cmp(a as &dyn EntryKeyParts, b as &dyn EntryKeyParts));
+        assert_eq!(by_owned, by_parts);
+
+        let mut cache = MemoryCache::new();
+        for (kind, namespace, name) in keys.iter().filter(|k| !k.2.is_empty()) {
+            let mut object = json!({"apiVersion": kind.api_version(), "kind": kind.kind,
+                "metadata": {"name": name}});
+            if let Some(ns) = namespace {
+                object["metadata"]["namespace"] = json!(ns);
+            }
+            cache.insert(object).unwrap();
+        }
+        for (kind, namespace, name) in keys.iter().filter(|k| !k.2.is_empty()) {
+            let found = cache.get(kind, namespace.as_deref(), name).unwrap();
+            assert_eq!(found["metadata"]["name"], json!(name));
+            assert_eq!(namespace_of(&found), namespace.as_deref());
+        }
+        assert!(cache.get(&kinds[0], Some("c"), "x").is_none());
+        assert!(cache.remove(&kinds[1], Some("a"), "x.y"));
+        assert!(!cache.remove(&kinds[1], Some("a"), "x.y"));
+        assert!(cache.get(&kinds[1], Some("a"), "x.y").is_none());
     }
 
     #[test]
