@@ -90,15 +90,6 @@ impl Ord for dyn EntryKeyParts + '_ {
     }
 }
 
-/// The borrowed key of `kind`, `namespace` and `name`, for a lookup.
-fn key_of<'k>(
-    kind: &'k KindRef,
-    namespace: Option<&'k str>,
-    name: &'k str,
-) -> (&'k KindRef, Option<&'k str>, &'k str) {
-    (kind, namespace, name)
-}
-
 /// An object checked and made ready to insert ([`MemoryCache::prepare`]).
 pub struct PreparedEntry {
     key: EntryKey,
@@ -369,7 +360,7 @@ impl MemoryCache {
 
     /// Removes an object; whether it was there.
     pub fn remove(&mut self, kind: &KindRef, namespace: Option<&str>, name: &str) -> bool {
-        let key = key_of(kind, namespace, name);
+        let key = (kind, namespace, name);
         match self.entries.remove_entry(&key as &dyn EntryKeyParts) {
             Some((key, old)) => {
                 self.index_labels(&key, &old, false);
@@ -412,7 +403,7 @@ impl MemoryCache {
                 *k == kind && *l == label && namespace.is_none_or(|n| ns.as_deref() == Some(n))
             })
             .filter_map(|(k, _, ns, name)| {
-                let key = key_of(k, ns.as_deref(), name);
+                let key = (k, ns.as_deref(), name.as_str());
                 self.entries.get_key_value(&key as &dyn EntryKeyParts)
             })
     }
@@ -455,7 +446,7 @@ impl MemoryCache {
     }
 
     fn entry(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<&Entry> {
-        let key = key_of(kind, namespace, name);
+        let key = (kind, namespace, name);
         self.entries.get(&key as &dyn EntryKeyParts)
     }
 
@@ -742,8 +733,8 @@ mod tests {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": ns, "name": name, "labels": {"app": app}}})
     }
 
-    #[test]
-    fn list_filters_by_kind_namespace_and_selector_in_name_order() {
+    /// Three `app=web` Pods over namespaces a and b, one `app=db` in a.
+    fn web_and_db_pods() -> MemoryCache {
         let mut cache = MemoryCache::new();
         for p in [
             pod("a", "z", "web"),
@@ -753,6 +744,12 @@ mod tests {
         ] {
             cache.insert(p).unwrap();
         }
+        cache
+    }
+
+    #[test]
+    fn list_filters_by_kind_namespace_and_selector_in_name_order() {
+        let cache = web_and_db_pods();
         let kind = KindRef::new("", "v1", "Pod");
         let web = LabelSelector::parse("app=web").unwrap();
         let everything = LabelSelector::everything();
@@ -820,15 +817,7 @@ mod tests {
 
     #[test]
     fn names_are_those_a_list_with_the_same_selector_gives() {
-        let mut cache = MemoryCache::new();
-        for p in [
-            pod("a", "z", "web"),
-            pod("a", "b", "web"),
-            pod("b", "c", "web"),
-            pod("a", "d", "db"),
-        ] {
-            cache.insert(p).unwrap();
-        }
+        let mut cache = web_and_db_pods();
         cache
             .insert(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "a", "name": "web"}}))
             .unwrap();
