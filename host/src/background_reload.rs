@@ -17,9 +17,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::cluster::ClusterBackend;
-use crate::engine::Engine;
-use crate::hot_reload::{PluginDirectory, PluginStatus, ReloadEvent};
+use tokio::sync::oneshot;
+
+use crate::hot_reload::{PluginDirectory, PluginHost, PluginStatus, ReloadEvent};
 
 /// What one sync changed, and the directory as it stands after it.
 #[derive(Debug)]
@@ -34,20 +34,22 @@ pub struct ReloadUpdate {
 /// Dropping it stops the task.
 pub struct BackgroundReload {
     updates: mpsc::UnboundedReceiver<ReloadUpdate>,
-    task: JoinHandle<()>,
+    task: JoinHandle<Option<(PluginDirectory, mpsc::UnboundedReceiver<()>)>>,
+    stop: Option<oneshot::Sender<()>>,
 }
 
 impl BackgroundReload {
     /// Syncs `plugins` into `engine` whenever `changes` says the directory
     /// changed and, with `retry_every`, retries plugins waiting for their
     /// kinds that often. Stops when `changes` closes.
-    pub fn start<B: ClusterBackend + 'static>(
+    pub fn start<H: PluginHost + 'static>(
         mut plugins: PluginDirectory,
-        engine: Arc<Engine<B>>,
+        engine: Arc<H>,
         mut changes: mpsc::UnboundedReceiver<()>,
         retry_every: Option<Duration>,
     ) -> Self {
         let (tx, updates) = mpsc::unbounded_channel();
+        let (stop, mut stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             // Without retries the timer is never polled; any period does.
             let mut retry = tokio::time::interval(retry_every.unwrap_or(Duration::from_secs(3600)));
@@ -55,6 +57,7 @@ impl BackgroundReload {
             retry.reset();
             loop {
                 let events = tokio::select! {
+                    _ = &mut stopped => return Some((plugins, changes)),
                     change = changes.recv() => {
                         if change.is_none() {
                             break;
@@ -76,8 +79,23 @@ impl BackgroundReload {
                     break;
                 }
             }
+            None
         });
-        Self { updates, task }
+        Self {
+            updates,
+            task,
+            stop: Some(stop),
+        }
+    }
+
+    /// Stops the task between two syncs and hands back the directory and
+    /// its change feed, to serve into another host (the engine, once this
+    /// replica leads). `None` if the task had ended.
+    pub async fn stop(mut self) -> Option<(PluginDirectory, mpsc::UnboundedReceiver<()>)> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await.ok().flatten()
     }
 
     /// The next update. Once the task has stopped this never resolves, so it

@@ -22,6 +22,16 @@
 //! tries it again until it starts; the other plugins run meanwhile. A file whose
 //! content changes while it is read is still being written: it is skipped
 //! without an error, and the write's next event brings it back.
+//!
+//! The directory is the host's one plugin set: each version is loaded once,
+//! and what serves is decided once, here. The engine is one reader of that
+//! decision ([`PluginHost`]); the admission server is the other, through
+//! the [`AdmissionPlugins`] the directory publishes to after every change.
+//! Before a replica leads there is no engine: the directory serves into a
+//! [`Standby`] (the same name and primary-kind rules, nothing watched), and
+//! [`PluginDirectory::attach`] hands what it serves to the engine once it
+//! exists. So a version that fails to load or is refused keeps the last
+//! good one serving admission exactly as it keeps it reconciling.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -30,13 +40,151 @@ use std::sync::Arc;
 
 use reconciler_contract::{KindRef, PluginMetadata};
 
+use crate::admission::plugin_set::AdmissionPlugins;
 use crate::cluster::clock::rfc3339;
 use crate::cluster::{Clock, ClusterBackend, RealClock};
 use crate::engine::finalizer_handover::{FinalizerHandover, FinalizerHold, holds_text};
-use crate::engine::{Engine, EngineError};
-use crate::plugin::directory::plugin_files;
+use crate::engine::{Engine, EngineError, Replaced};
+use crate::plugin::directory::{plugin_files, twin_of};
 use crate::plugin::sandbox::content_hash;
-use crate::plugin::{LoadFailure, Sandbox};
+use crate::plugin::{LoadFailure, LoadedPlugin, Sandbox};
+
+/// What serves the plugins a [`PluginDirectory`] decides on: the engine, or
+/// a [`Standby`] before this replica leads. Each may refuse a plugin; the
+/// directory then keeps the version it served before.
+pub trait PluginHost: Send + Sync {
+    /// Starts serving a plugin whose name is new.
+    fn add_plugin(
+        &self,
+        plugin: Arc<LoadedPlugin>,
+    ) -> impl Future<Output = Result<(), EngineError>> + Send;
+    /// Swaps in a new version of a plugin of the same name.
+    fn replace_plugin(
+        &self,
+        plugin: Arc<LoadedPlugin>,
+    ) -> impl Future<Output = Result<Replaced, EngineError>> + Send;
+    /// Stops serving the plugin of this name, returning it.
+    fn remove_plugin(&self, name: &str) -> Option<Arc<LoadedPlugin>>;
+    /// The objects this plugin's finalizers hold.
+    fn finalizer_holds(&self, name: &str) -> Vec<FinalizerHold>;
+}
+
+impl<B: ClusterBackend> PluginHost for Engine<B> {
+    fn add_plugin(
+        &self,
+        plugin: Arc<LoadedPlugin>,
+    ) -> impl Future<Output = Result<(), EngineError>> + Send {
+        Engine::add_plugin(self, plugin)
+    }
+    fn replace_plugin(
+        &self,
+        plugin: Arc<LoadedPlugin>,
+    ) -> impl Future<Output = Result<Replaced, EngineError>> + Send {
+        Engine::replace_plugin(self, plugin)
+    }
+    fn remove_plugin(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
+        Engine::remove_plugin(self, name)
+    }
+    fn finalizer_holds(&self, name: &str) -> Vec<FinalizerHold> {
+        Engine::finalizer_holds(self, name)
+    }
+}
+
+impl<H: PluginHost> PluginHost for Arc<H> {
+    fn add_plugin(
+        &self,
+        plugin: Arc<LoadedPlugin>,
+    ) -> impl Future<Output = Result<(), EngineError>> + Send {
+        (**self).add_plugin(plugin)
+    }
+    fn replace_plugin(
+        &self,
+        plugin: Arc<LoadedPlugin>,
+    ) -> impl Future<Output = Result<Replaced, EngineError>> + Send {
+        (**self).replace_plugin(plugin)
+    }
+    fn remove_plugin(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
+        (**self).remove_plugin(name)
+    }
+    fn finalizer_holds(&self, name: &str) -> Vec<FinalizerHold> {
+        (**self).finalizer_holds(name)
+    }
+}
+
+/// Serves plugins for admission only, while this replica has no engine
+/// (it waits for the Lease). It applies the rules that need no cluster: one
+/// plugin per name and per primary kind, the first file keeping it.
+#[derive(Default)]
+pub struct Standby {
+    by_name: std::sync::Mutex<BTreeMap<String, Arc<LoadedPlugin>>>,
+}
+
+impl Standby {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn plugins(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<LoadedPlugin>>> {
+        self.by_name.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Why `plugin` cannot serve beside the others (the one of its own name
+    /// excepted when it replaces that one).
+    fn claim(&self, plugin: &Arc<LoadedPlugin>, replacing: bool) -> Result<(), EngineError> {
+        let plugins = self.plugins();
+        let others: Vec<&LoadedPlugin> = plugins
+            .values()
+            .filter(|p| !(replacing && p.name() == plugin.name()))
+            .map(|p| p.as_ref())
+            .collect();
+        match twin_of(plugin, &others) {
+            None => Ok(()),
+            Some(LoadFailure::NameTaken { name, first }) => {
+                Err(EngineError::DuplicateName { name, file: first })
+            }
+            Some(LoadFailure::PrimaryTaken {
+                name,
+                kind,
+                first_name,
+                first,
+            }) => Err(EngineError::PrimaryTaken {
+                kind,
+                first: first_name,
+                first_file: first,
+                second: name,
+            }),
+            Some(other) => unreachable!("twin_of returns only NameTaken or PrimaryTaken: {other}"),
+        }
+    }
+}
+
+impl PluginHost for Standby {
+    async fn add_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<(), EngineError> {
+        self.claim(&plugin, false)?;
+        self.plugins().insert(plugin.name().to_string(), plugin);
+        Ok(())
+    }
+    async fn replace_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<Replaced, EngineError> {
+        if !self.plugins().contains_key(plugin.name()) {
+            return Err(EngineError::NotLoaded(plugin.name().to_string()));
+        }
+        self.claim(&plugin, true)?;
+        let old = self
+            .plugins()
+            .insert(plugin.name().to_string(), plugin.clone())
+            .unwrap_or(plugin);
+        Ok(Replaced {
+            old,
+            finalizers: None,
+        })
+    }
+    fn remove_plugin(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
+        self.plugins().remove(name)
+    }
+    fn finalizer_holds(&self, _name: &str) -> Vec<FinalizerHold> {
+        Vec::new()
+    }
+}
 
 /// One change to what the host serves, or a version it refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -150,8 +298,10 @@ impl fmt::Display for ReloadEvent {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 struct Served {
+    /// The version serving: the one copy the engine and admission share.
+    plugin: Arc<LoadedPlugin>,
     name: String,
     version: String,
     sha256: String,
@@ -227,6 +377,8 @@ pub struct PluginDirectory {
     /// why it was refused.
     refused: BTreeMap<PathBuf, Refused>,
     failures: u64,
+    /// Told what serves after every change.
+    admission: Option<Arc<AdmissionPlugins>>,
 }
 
 impl PluginDirectory {
@@ -237,7 +389,51 @@ impl PluginDirectory {
             served: BTreeMap::new(),
             refused: BTreeMap::new(),
             failures: 0,
+            admission: None,
         }
+    }
+
+    /// Publishes what serves to `admission` after every change, so the
+    /// admission server answers from exactly these versions.
+    pub fn publishing_to(mut self, admission: Arc<AdmissionPlugins>) -> Self {
+        self.admission = Some(admission);
+        self.publish();
+        self
+    }
+
+    fn publish(&self) {
+        if let Some(admission) = &self.admission {
+            admission.replace(self.served.values().map(|s| s.plugin.clone()));
+        }
+    }
+
+    /// Hands every plugin served so far (into a [`Standby`]) to `host`,
+    /// the engine once this replica leads: nothing is loaded again. A
+    /// plugin `host` refuses stops serving admission too and is reported
+    /// as a load of it would be (waiting ones are retried).
+    pub async fn attach<H: PluginHost>(&mut self, host: &H) -> Vec<ReloadEvent> {
+        let mut events = Vec::new();
+        let served: Vec<(PathBuf, Served)> = std::mem::take(&mut self.served).into_iter().collect();
+        for (file, served) in served {
+            match host.add_plugin(served.plugin.clone()).await {
+                Ok(()) => {
+                    events.push(ReloadEvent::Loaded {
+                        file: file.clone(),
+                        name: served.name.clone(),
+                        version: served.version.clone(),
+                        sha256: served.sha256.clone(),
+                    });
+                    self.served.insert(file, served);
+                }
+                Err(e) => {
+                    let why = refusal_for(&e);
+                    events.push(self.refuse(&file, served.sha256, e.to_string(), why));
+                }
+            }
+        }
+        self.publish();
+        log_events(&events);
+        events
     }
 
     pub fn dir(&self) -> &Path {
@@ -250,7 +446,7 @@ impl PluginDirectory {
     }
 
     /// Rescans the directory and brings `engine` in line with it.
-    pub async fn sync<B: ClusterBackend>(&mut self, engine: &Engine<B>) -> Vec<ReloadEvent> {
+    pub async fn sync<H: PluginHost>(&mut self, engine: &H) -> Vec<ReloadEvent> {
         let mut events = Vec::new();
         // Refused earlier only because another plugin held their kind.
         let waiting: BTreeMap<PathBuf, String> = self
@@ -313,12 +509,8 @@ impl PluginDirectory {
                 }
             }
         }
-        for event in &events {
-            match event {
-                ReloadEvent::Failed { .. } => tracing::error!("{event}"),
-                _ => tracing::info!("{event}"),
-            }
-        }
+        self.publish();
+        log_events(&events);
         events
     }
 
@@ -330,10 +522,7 @@ impl PluginDirectory {
     /// Tries again every version whose kinds could not be watched. One that
     /// still cannot is not reported again (it was, once); one that now
     /// starts is reported as loaded or reloaded.
-    pub async fn retry_waiting<B: ClusterBackend>(
-        &mut self,
-        engine: &Engine<B>,
-    ) -> Vec<ReloadEvent> {
+    pub async fn retry_waiting<H: PluginHost>(&mut self, engine: &H) -> Vec<ReloadEvent> {
         let waiting: Vec<(PathBuf, String)> = self
             .refused
             .iter()
@@ -363,14 +552,11 @@ impl PluginDirectory {
                 None => {}
             }
         }
+        self.publish();
         events
     }
 
-    async fn sync_file<B: ClusterBackend>(
-        &mut self,
-        file: &Path,
-        engine: &Engine<B>,
-    ) -> Option<ReloadEvent> {
+    async fn sync_file<H: PluginHost>(&mut self, file: &Path, engine: &H) -> Option<ReloadEvent> {
         let bytes = std::fs::read(file).ok()?;
         let sha256 = content_hash(&bytes);
         if self.served.get(file).is_some_and(|s| s.sha256 == sha256)
@@ -409,6 +595,7 @@ impl PluginDirectory {
             }
         };
         let served = Served {
+            plugin: plugin.clone(),
             name: plugin.name().to_string(),
             version: plugin.metadata().version.clone(),
             sha256: sha256.clone(),
@@ -523,6 +710,15 @@ impl PluginDirectory {
         self.served
             .iter()
             .map(|(f, s)| (f.as_path(), s.name.as_str()))
+    }
+}
+
+fn log_events(events: &[ReloadEvent]) {
+    for event in events {
+        match event {
+            ReloadEvent::Failed { .. } => tracing::error!("{event}"),
+            _ => tracing::info!("{event}"),
+        }
     }
 }
 

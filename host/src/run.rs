@@ -23,6 +23,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::mpsc;
 
+use crate::admission::plugin_set::AdmissionPlugins;
 use crate::background_reload::BackgroundReload;
 use crate::cluster::RealClock;
 use crate::cluster::kubernetes::KubernetesBackend;
@@ -31,7 +32,7 @@ use crate::dir_watch::watch_dir;
 use crate::dispatch::{Dispatcher, Wake};
 use crate::engine::{Engine, Outcome, ReconcileRecord, ServeScope};
 use crate::golden::recorder::CaseRecorder;
-use crate::hot_reload::{PluginDirectory, ReloadEvent};
+use crate::hot_reload::{PluginDirectory, ReloadEvent, Standby};
 use crate::http_server::{HostStatus, serve};
 use crate::leader_election::{LeaderElectionConfig, Leadership, LeadershipLost, acquire};
 use crate::plugin::Sandbox;
@@ -82,17 +83,33 @@ pub async fn run(
     if let Some(addr) = config.http_listen {
         serve(addr, status.clone()).await?;
     }
-    // Every replica serves admission, leader or not: before the election.
-    if let Some(admission) = config.admission.take() {
-        crate::admission::service::start(
-            sandbox.clone(),
-            client.clone(),
-            config.plugins_dir.clone(),
-            admission,
-        )
-        .await
-        .context("admission")?;
-    }
+    // One plugin set for the engine and admission: the directory loads
+    // each version once and publishes what serves to admission.
+    let admission_plugins = Arc::new(AdmissionPlugins::new());
+    let plugins = PluginDirectory::new(&config.plugins_dir, sandbox.clone())
+        .publishing_to(admission_plugins.clone());
+    let (plugins_tx, plugins_rx) = mpsc::unbounded_channel();
+    let _plugins_watch = watch_dir(&config.plugins_dir, plugins_tx);
+    // Every replica serves admission, leader or not: before the election,
+    // the directory serves into a standby (no engine yet), followed as it
+    // changes, and is handed to the engine once this replica leads.
+    let standby = match config.admission.take() {
+        None => Err((plugins, plugins_rx)),
+        Some(admission) => {
+            let mut plugins = plugins;
+            let host = Arc::new(Standby::new());
+            plugins.sync(&host).await;
+            crate::admission::service::start(
+                sandbox.clone(),
+                client.clone(),
+                admission_plugins.clone(),
+                admission,
+            )
+            .await
+            .context("admission")?;
+            Ok(BackgroundReload::start(plugins, host, plugins_rx, None))
+        }
+    };
     tokio::pin!(shutdown);
     // Before anything writes to the cluster (CRDs included) or fills a cache.
     let mut leadership = match config.leader_election.take() {
@@ -146,9 +163,16 @@ pub async fn run(
             sampler_engine.cache().counts_by_kind(),
         )
     });
-    let mut plugins = PluginDirectory::new(&config.plugins_dir, sandbox);
+    let (mut plugins, plugins_rx) = match standby {
+        Err(unstarted) => unstarted,
+        Ok(reloads) => reloads
+            .stop()
+            .await
+            .context("the plugins directory's reloads ended before the engine started")?,
+    };
     status.not_ready("loading plugins and filling their caches");
-    let events = plugins.sync(&engine).await;
+    let mut events = plugins.attach(&engine).await;
+    events.extend(plugins.sync(&engine).await);
     publish(&status, &plugins, &events);
     // Every plugin present at start serves from filled caches (a plugin's
     // first list completes before it is added); ones waiting for their
@@ -169,8 +193,6 @@ pub async fn run(
         );
     }
 
-    let (plugins_tx, plugins_rx) = mpsc::unbounded_channel();
-    let _plugins_watch = watch_dir(&config.plugins_dir, plugins_tx);
     // Later plugin files load, and waiting ones are retried, beside the
     // loop, which keeps serving.
     let mut reloads = BackgroundReload::start(
@@ -286,26 +308,41 @@ fn log_record(record: &ReconcileRecord) {
 }
 
 /// Resolves with the name of the first of SIGTERM or SIGINT to arrive.
-pub async fn shutdown_signal() -> &'static str {
+///
+/// The handlers are installed when this is called, not when the future is
+/// first polled: `run` polls it only once it serves, and a SIGTERM that
+/// arrived while plugins were still loading must stop the host cleanly,
+/// not kill it (the default action). Must be called within the runtime.
+pub fn shutdown_signal() -> impl Future<Output = &'static str> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = tokio::signal::ctrl_c() => "SIGINT",
-            },
-            Err(e) => {
-                tracing::warn!("cannot listen for SIGTERM ({e}); stop with SIGINT");
-                let _ = tokio::signal::ctrl_c().await;
-                "SIGINT"
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                },
+                (term, int) => {
+                    let e = term.err().or(int.err()).map(|e| e.to_string());
+                    tracing::warn!(
+                        "cannot listen for SIGTERM and SIGINT ({}); stop with Ctrl-C",
+                        e.unwrap_or_default()
+                    );
+                    let _ = tokio::signal::ctrl_c().await;
+                    "SIGINT"
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
-        "Ctrl-C"
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        }
     }
 }
 

@@ -385,3 +385,53 @@ fn a_trapping_plugin_gets_its_failure_policy_across_a_hot_reload() {
         },
     );
 }
+
+/// A version that fails to load leaves the last good one answering: its
+/// webhook configuration stays, and the API server still gets its denials.
+#[test]
+fn a_broken_reload_keeps_the_last_good_version_answering_admission() {
+    SUITE.run(
+        "a_broken_reload_keeps_the_last_good_version_answering_admission",
+        async |cx| {
+            cx.install_crds(&root().join("tests/crds/hostile.yaml"))
+                .await?;
+            let prefix = start_host_with_admission(cx, &[test_plugin("hostile")])?;
+            let result = async {
+                wait_for_configuration(cx, &prefix, "hostile", "Fail").await?;
+                match try_create(cx, &hostile("before", "admit-deny")).await? {
+                    Err(message) if message.contains("hostile says no") => {
+                        cx.step(format!("denied by the plugin: {message}"));
+                    }
+                    other => bail!("expected the plugin's denial, got {other:?}"),
+                }
+                cx.host()?
+                    .put_plugin("hostile.wasm", b"\0asm this is not a component")?;
+                let line = cx
+                    .wait_for_log(
+                        &["hostile.wasm", "whatever was serving keeps serving"],
+                        WAIT,
+                    )
+                    .await?;
+                cx.step(format!("the broken version was refused: {line}"));
+                // Admission reacts to a directory change within a second;
+                // give a configuration that was about to go the time to go.
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                let api: Api<ValidatingWebhookConfiguration> = Api::all(cx.client.clone());
+                let name = format!("{prefix}-hostile");
+                if api.get_opt(&name).await?.is_none() {
+                    bail!("the failed reload removed {name}");
+                }
+                match try_create(cx, &hostile("after", "admit-deny")).await? {
+                    Err(message) if message.contains("hostile says no") => {
+                        cx.step(format!("still denied by the last good version: {message}"));
+                    }
+                    other => bail!("the last good version no longer answers: {other:?}"),
+                }
+                Ok(())
+            }
+            .await;
+            remove_configurations(cx, &prefix).await?;
+            result
+        },
+    );
+}

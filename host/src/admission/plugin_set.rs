@@ -1,24 +1,35 @@
 //! The plugins that serve admission, by name, as the webhook server sees
 //! them.
 //!
-//! Every replica serves admission, leader or not, so this set is loaded from
-//! the plugins directory on its own rather than taken from the engine (which
-//! only the leader runs). It is reloaded whenever the directory changes: a
-//! new version answers the next request, a removed plugin's path answers
-//! that it is gone. Loading again costs little: the compile cache keys the
-//! compiled code by content.
+//! This is a view, not a loader: the plugins directory
+//! ([`crate::hot_reload::PluginDirectory`]) decides which version of each
+//! plugin serves, for the engine and for admission alike, and publishes
+//! its decision here after every change. A version that fails to load
+//! leaves the last good one answering; a removed plugin's path answers that
+//! it is gone. Every replica serves admission, leader or not: before this
+//! replica leads, the directory serves into a standby with the same rules.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use crate::plugin::directory::{load_files, plugin_files};
-use crate::plugin::{LoadedPlugin, Sandbox};
+use tokio::sync::watch;
 
-/// A plugin file's admission, or why it has none.
-#[derive(Default)]
+use crate::plugin::LoadedPlugin;
+
+/// The plugins serving admission, and a signal for each change.
 pub struct AdmissionPlugins {
     plugins: RwLock<BTreeMap<String, Arc<LoadedPlugin>>>,
+    /// Bumped on every change; the webhook configurations follow it.
+    changes: watch::Sender<u64>,
+}
+
+impl Default for AdmissionPlugins {
+    fn default() -> Self {
+        Self {
+            plugins: RwLock::default(),
+            changes: watch::channel(0).0,
+        }
+    }
 }
 
 impl AdmissionPlugins {
@@ -37,34 +48,33 @@ impl AdmissionPlugins {
     }
 
     /// Replaces the set with the plugins given (those declaring admission).
+    /// Subscribers hear of it only if what serves changed.
     pub fn replace(&self, plugins: impl IntoIterator<Item = Arc<LoadedPlugin>>) {
         let mut by_name = BTreeMap::new();
         for plugin in plugins.into_iter().filter(|p| p.admission().is_some()) {
             // The first file of a name wins, as in the engine.
             by_name.entry(plugin.name().to_string()).or_insert(plugin);
         }
-        *self.plugins.write().unwrap_or_else(|e| e.into_inner()) = by_name;
+        let mut current = self.plugins.write().unwrap_or_else(|e| e.into_inner());
+        let same = current.len() == by_name.len()
+            && current
+                .iter()
+                .zip(&by_name)
+                .all(|((a, p), (b, q))| a == b && Arc::ptr_eq(p, q));
+        if same {
+            return;
+        }
+        *current = by_name;
+        let names: Vec<&String> = current.keys().collect();
+        tracing::info!(plugins = ?names, "admission served for");
+        drop(current);
+        self.changes.send_modify(|n| *n += 1);
     }
 
-    /// Loads `dir` again (in a blocking thread: compiling is CPU work) and
-    /// replaces the set; plugins that fail to load are logged and left out.
-    pub async fn reload(&self, sandbox: Arc<Sandbox>, dir: &Path) {
-        let dir: PathBuf = dir.to_path_buf();
-        let loaded = tokio::task::spawn_blocking(move || {
-            let files = plugin_files(&dir).unwrap_or_default();
-            load_files(&sandbox, &files)
-        })
-        .await;
-        let Ok((plugins, errors)) = loaded else {
-            tracing::error!("loading plugins for admission panicked; keeping the previous set");
-            return;
-        };
-        for error in errors {
-            tracing::warn!(%error, "plugin not served for admission");
-        }
-        self.replace(plugins.into_iter().map(Arc::new));
-        let names: Vec<String> = self.read().keys().cloned().collect();
-        tracing::info!(plugins = ?names, "admission served for");
+    /// Resolves at each change of what serves (and once at once, if it
+    /// changed since the receiver last looked).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<LoadedPlugin>>> {

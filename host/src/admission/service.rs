@@ -1,6 +1,6 @@
-//! Admission as part of `run`: the certificate, the plugin set, the HTTPS
-//! server and the webhook configurations, started together and kept in
-//! step with the plugins directory.
+//! Admission as part of `run`: the certificate, the HTTPS server and the
+//! webhook configurations, started together and kept in step with the
+//! plugins the host serves (published by its plugins directory).
 //!
 //! It runs on every replica, before and regardless of leader election:
 //! answering admission needs no cache and no Lease. Each replica also
@@ -12,14 +12,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
 use super::plugin_set::AdmissionPlugins;
 use super::server::serve;
 use super::serving_cert::ServingCert;
 use super::webhook_configs::{WebhookEndpoint, WebhookSetup, sync};
 use crate::cluster::RealClock;
-use crate::dir_watch::watch_dir;
 use crate::plugin::Sandbox;
 
 /// Where the serving certificate comes from.
@@ -79,12 +76,14 @@ pub fn certificate_names(endpoint: &WebhookEndpoint) -> Vec<String> {
     }
 }
 
-/// Starts admission: returns once the server listens (with its address),
-/// leaving a task that reloads plugins and re-applies configurations.
+/// Starts admission for the plugins `plugins` holds: returns once the
+/// server listens (with its address), leaving a task that applies the
+/// configurations again whenever what serves changes, and every
+/// `resync_every`.
 pub async fn start(
     sandbox: Arc<Sandbox>,
     client: kube::Client,
-    plugins_dir: PathBuf,
+    plugins: Arc<AdmissionPlugins>,
     config: AdmissionConfig,
 ) -> anyhow::Result<SocketAddr> {
     let cert = match &config.cert {
@@ -99,8 +98,6 @@ pub async fn start(
             .await?
         }
     };
-    let plugins = Arc::new(AdmissionPlugins::new());
-    plugins.reload(sandbox.clone(), &plugins_dir).await;
     let bound = serve(
         config.listen,
         &cert,
@@ -115,44 +112,37 @@ pub async fn start(
         ca_bundle_pem: cert.ca_bundle_pem.clone(),
         namespaces: config.namespaces.clone(),
     };
-    if config.manage_webhooks {
-        apply(&client, &plugins, &setup).await;
+    if !config.manage_webhooks {
+        return Ok(bound);
     }
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut changes = plugins.subscribe();
+    changes.mark_unchanged();
+    apply(&client, &plugins, &setup).await;
     tokio::spawn(async move {
-        // The watcher lives as long as this task.
-        let _watch = watch_dir(&plugins_dir, tx);
         let mut resync = tokio::time::interval(config.resync_every);
         resync.tick().await;
         loop {
             tokio::select! {
-                changed = rx.recv() => {
-                    if changed.is_none() {
+                changed = changes.changed() => {
+                    if changed.is_err() {
                         return;
                     }
-                    while rx.try_recv().is_ok() {}
-                    plugins.reload(sandbox.clone(), &plugins_dir).await;
                 }
                 _ = resync.tick() => {}
             }
-            if config.manage_webhooks {
-                apply(&client, &plugins, &setup).await;
-            }
+            apply(&client, &plugins, &setup).await;
         }
     });
     Ok(bound)
 }
 
 async fn apply(client: &kube::Client, plugins: &AdmissionPlugins, setup: &WebhookSetup) {
-    match sync(client, &plugins.all(), setup).await {
-        Ok(lines) => {
-            for line in lines {
-                tracing::info!("{line}");
-            }
-        }
-        Err(e) => tracing::warn!(
-            "admission: cannot apply the webhook configurations: {e:#} (retried at the next plugin change or resync)"
-        ),
+    let report = sync(client, &plugins.all(), setup).await;
+    for line in report.changes {
+        tracing::info!("{line}");
+    }
+    for error in report.errors {
+        tracing::warn!("admission: {error} (retried at the next plugin change or resync)");
     }
 }
 

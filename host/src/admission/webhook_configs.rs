@@ -12,7 +12,6 @@
 //! which come from discovery: a plugin whose kind is not served yet gets its
 //! configurations at a later sync.
 
-use anyhow::Context;
 use base64::Engine as _;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -163,19 +162,33 @@ pub fn configurations(
     (validating, mutating)
 }
 
+/// What one [`sync`] did: a line per change or skipped plugin, and a line
+/// per request that failed.
+#[derive(Debug, Default)]
+pub struct SyncReport {
+    pub changes: Vec<String>,
+    pub errors: Vec<String>,
+}
+
 /// Applies the configurations of `plugins` and removes this prefix's
-/// configurations of plugins no longer among them. Returns a line per
-/// change or problem; a plugin whose kind cannot be resolved is skipped
-/// and named.
+/// configurations of plugins no longer among them. A plugin whose kind
+/// cannot be resolved is skipped and named.
+///
+/// A failed request never stops the others: a configuration that could not
+/// be applied keeps its current version (it is still wanted, so it is not
+/// removed as stale), and the configurations of plugins that are gone are
+/// removed even when applying another one failed. Otherwise one plugin
+/// whose configuration the API server refuses would keep a removed
+/// plugin's webhook (and its failure policy) in force.
 pub async fn sync(
     client: &kube::Client,
     plugins: &[std::sync::Arc<LoadedPlugin>],
     setup: &WebhookSetup,
-) -> anyhow::Result<Vec<String>> {
+) -> SyncReport {
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let mut lines = Vec::new();
+    let mut report = SyncReport::default();
     let mut wanted_validating = Vec::new();
     let mut wanted_mutating = Vec::new();
     for plugin in plugins {
@@ -187,7 +200,7 @@ pub async fn sync(
         let (resource, caps) = match discovery::pinned_kind(client, &gvk).await {
             Ok(found) => found,
             Err(e) => {
-                lines.push(format!(
+                report.changes.push(format!(
                     "admission of plugin {} not registered yet: its kind {primary} is not served ({e})",
                     plugin.name()
                 ));
@@ -197,37 +210,61 @@ pub async fn sync(
         let namespaced = matches!(caps.scope, Scope::Namespaced);
         let (v, m) = configurations(plugin, settings, &resource.plural, namespaced, setup);
         let name = format!("{}-{}", setup.prefix, plugin.name());
-        validating
-            .patch(&name, &params, &Patch::Apply(&v))
-            .await
-            .with_context(|| format!("cannot apply ValidatingWebhookConfiguration {name}"))?;
+        if let Err(e) = validating.patch(&name, &params, &Patch::Apply(&v)).await {
+            report.errors.push(format!(
+                "cannot apply ValidatingWebhookConfiguration {name} of plugin {}: {e}",
+                plugin.name()
+            ));
+        }
         wanted_validating.push(name.clone());
         if let Some(m) = m {
-            mutating
-                .patch(&name, &params, &Patch::Apply(&m))
-                .await
-                .with_context(|| format!("cannot apply MutatingWebhookConfiguration {name}"))?;
+            if let Err(e) = mutating.patch(&name, &params, &Patch::Apply(&m)).await {
+                report.errors.push(format!(
+                    "cannot apply MutatingWebhookConfiguration {name} of plugin {}: {e}",
+                    plugin.name()
+                ));
+            }
             wanted_mutating.push(name.clone());
         }
     }
     let mine = ListParams::default().labels(&format!("{PREFIX_LABEL}={}", setup.prefix));
-    for stale in validating.list_metadata(&mine).await?.items {
+    remove_stale(&validating, &mine, &wanted_validating, &mut report).await;
+    remove_stale(&mutating, &mine, &wanted_mutating, &mut report).await;
+    report
+}
+
+/// Deletes this prefix's configurations of `api`'s kind not in `wanted`;
+/// each failure is reported and the others are still tried.
+async fn remove_stale<K>(
+    api: &Api<K>,
+    mine: &ListParams,
+    wanted: &[String],
+    report: &mut SyncReport,
+) where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let kind = K::kind(&());
+    let listed = match api.list_metadata(mine).await {
+        Ok(listed) => listed,
+        Err(e) => {
+            report
+                .errors
+                .push(format!("cannot list the {kind}s to remove stale ones: {e}"));
+            return;
+        }
+    };
+    for stale in listed.items {
         let Some(name) = stale.metadata.name else {
             continue;
         };
-        if !wanted_validating.contains(&name) {
-            validating.delete(&name, &DeleteParams::default()).await?;
-            lines.push(format!("removed ValidatingWebhookConfiguration {name}"));
-        }
-    }
-    for stale in mutating.list_metadata(&mine).await?.items {
-        let Some(name) = stale.metadata.name else {
+        if wanted.contains(&name) {
             continue;
-        };
-        if !wanted_mutating.contains(&name) {
-            mutating.delete(&name, &DeleteParams::default()).await?;
-            lines.push(format!("removed MutatingWebhookConfiguration {name}"));
+        }
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => report.changes.push(format!("removed {kind} {name}")),
+            Err(e) => report
+                .errors
+                .push(format!("cannot remove stale {kind} {name}: {e}")),
         }
     }
-    Ok(lines)
 }

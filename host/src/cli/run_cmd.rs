@@ -247,8 +247,11 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     };
     let runtime = tokio::runtime::Runtime::new()?;
     crate::main_task::block_on_worker(&runtime, async move {
+        // Listening before anything else: a SIGTERM during the start stops
+        // the host cleanly instead of killing it.
+        let shutdown = shutdown_signal();
         let client = connect(request_timeout).await?;
-        run(sandbox, client, config, shutdown_signal()).await
+        run(sandbox, client, config, shutdown).await
     })?;
     Ok(ExitCode::SUCCESS)
 }

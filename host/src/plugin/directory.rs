@@ -52,7 +52,8 @@ pub fn load_files(sandbox: &Sandbox, files: &[PathBuf]) -> (Vec<LoadedPlugin>, V
                 continue;
             }
         };
-        if let Some(reason) = twin_of(&plugin, &loaded) {
+        let earlier: Vec<&LoadedPlugin> = loaded.iter().collect();
+        if let Some(reason) = twin_of(&plugin, &earlier) {
             failed.push(LoadError {
                 path: file.clone(),
                 reason,
@@ -66,7 +67,7 @@ pub fn load_files(sandbox: &Sandbox, files: &[PathBuf]) -> (Vec<LoadedPlugin>, V
 
 /// Why `plugin` cannot serve beside `loaded`: a name or a primary kind
 /// already taken.
-fn twin_of(plugin: &LoadedPlugin, loaded: &[LoadedPlugin]) -> Option<LoadFailure> {
+pub(crate) fn twin_of(plugin: &LoadedPlugin, loaded: &[&LoadedPlugin]) -> Option<LoadFailure> {
     if let Some(first) = loaded.iter().find(|p| p.name() == plugin.name()) {
         return Some(LoadFailure::NameTaken {
             name: plugin.name().to_string(),
