@@ -244,6 +244,46 @@ async fn trapping_and_looping_plugins_get_their_failure_policy_and_garbage_is_re
     assert_eq!(code, 400);
 }
 
+/// The token a defaulting plugin drew for the request `uid`: the value of
+/// its patch's `/spec/token`.
+async fn drawn_token(webhook: &Webhook, uid: &str) -> Value {
+    let object = json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
+        "metadata": {"name": "", "generateName": "h-", "namespace": "default"},
+        "spec": {"mode": "admit-token"}});
+    let mut review: Value = serde_json::from_str(&review("CREATE", HOSTILE_KIND, object, None))
+        .expect("the review is JSON");
+    review["request"]["uid"] = json!(uid);
+    let (code, body) = post(webhook, "/admission/hostile/mutate", &review.to_string()).await;
+    assert_eq!(code, 200, "{body}");
+    let response: Value = serde_json::from_str(&body).expect("an AdmissionReview");
+    assert_eq!(response["response"]["uid"], uid, "the uid is echoed");
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(response["response"]["patch"].as_str().expect("a patch"))
+        .expect("base64");
+    let ops: Vec<Value> = serde_json::from_slice(&patch).expect("a JSON patch");
+    ops.into_iter()
+        .find(|op| op["path"] == "/spec/token")
+        .map(|op| op["value"].clone())
+        .unwrap_or_else(|| panic!("no token in the patch: {response}"))
+}
+
+/// Two creates of objects that look alike (a generated name: no name, no
+/// uid yet) are two requests: a defaulting plugin drawing a token or a
+/// name suffix gives each its own, and the API server calling again for
+/// the same request gets the same one.
+#[tokio::test]
+async fn each_admission_request_draws_its_own_randomness() {
+    let webhook = start(&["hostile"]).await;
+    let first = drawn_token(&webhook, "request-1").await;
+    let second = drawn_token(&webhook, "request-2").await;
+    assert_ne!(first, second, "two requests drew the same token");
+    assert_eq!(
+        drawn_token(&webhook, "request-1").await,
+        first,
+        "the same request draws the same token again"
+    );
+}
+
 #[test]
 fn the_configurations_name_the_kind_the_endpoint_and_the_policy() {
     let plugin = load(&example_plugin("kubernetescluster"));
