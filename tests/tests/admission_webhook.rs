@@ -12,7 +12,9 @@ use reconciler_host::admission::serving_cert::ServingCert;
 use reconciler_host::admission::webhook_configs::{WebhookEndpoint, WebhookSetup, configurations};
 use reconciler_host::cluster::VirtualClock;
 use reconciler_host::plugin::sandbox::DEFAULT_ADMISSION_INSTANCES;
-use reconciler_tests::{example_plugin, load, test_plugin};
+use reconciler_host::plugin::{LoadedPlugin, ReconcileInput, Sandbox, SandboxConfig};
+use reconciler_sdk::memory_cache::MemoryCache;
+use reconciler_tests::{example_plugin, load, test_compile_cache_dir, test_limits, test_plugin};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
@@ -25,15 +27,21 @@ struct Webhook {
 }
 
 async fn start(plugins: &[&str]) -> Webhook {
+    let loaded = plugins.iter().map(|p| load(&plugin_path(p)));
+    start_serving(loaded, DEFAULT_ADMISSION_INSTANCES as usize).await
+}
+
+/// Serves `plugins` with `calls` admission calls at once.
+async fn start_serving(plugins: impl IntoIterator<Item = LoadedPlugin>, calls: usize) -> Webhook {
     let set = Arc::new(AdmissionPlugins::new());
-    set.replace(plugins.iter().map(|p| Arc::new(load(&plugin_path(p)))));
+    set.replace(plugins.into_iter().map(Arc::new));
     let cert = ServingCert::generate(&["127.0.0.1".to_string()]).unwrap();
     let addr = serve(
         "127.0.0.1:0".parse().unwrap(),
         &cert,
         set.clone(),
         Arc::new(VirtualClock::at(0)),
-        DEFAULT_ADMISSION_INSTANCES as usize,
+        calls,
     )
     .await
     .unwrap();
@@ -242,6 +250,141 @@ async fn trapping_and_looping_plugins_get_their_failure_policy_and_garbage_is_re
 
     let (code, _) = post(&webhook, "/admission/hostile/validate", "{not json").await;
     assert_eq!(code, 400);
+}
+
+/// The token a defaulting plugin drew for the request `uid`: the value of
+/// its patch's `/spec/token`.
+async fn drawn_token(webhook: &Webhook, uid: &str) -> Value {
+    let object = json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
+        "metadata": {"name": "", "generateName": "h-", "namespace": "default"},
+        "spec": {"mode": "admit-token"}});
+    let mut review: Value = serde_json::from_str(&review("CREATE", HOSTILE_KIND, object, None))
+        .expect("the review is JSON");
+    review["request"]["uid"] = json!(uid);
+    let (code, body) = post(webhook, "/admission/hostile/mutate", &review.to_string()).await;
+    assert_eq!(code, 200, "{body}");
+    let response: Value = serde_json::from_str(&body).expect("an AdmissionReview");
+    assert_eq!(response["response"]["uid"], uid, "the uid is echoed");
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(response["response"]["patch"].as_str().expect("a patch"))
+        .expect("base64");
+    let ops: Vec<Value> = serde_json::from_slice(&patch).expect("a JSON patch");
+    ops.into_iter()
+        .find(|op| op["path"] == "/spec/token")
+        .map(|op| op["value"].clone())
+        .unwrap_or_else(|| panic!("no token in the patch: {response}"))
+}
+
+/// Two creates of objects that look alike (a generated name: no name, no
+/// uid yet) are two requests: a defaulting plugin drawing a token or a
+/// name suffix gives each its own, and the API server calling again for
+/// the same request gets the same one.
+#[tokio::test]
+async fn each_admission_request_draws_its_own_randomness() {
+    let webhook = start(&["hostile"]).await;
+    let first = drawn_token(&webhook, "request-1").await;
+    let second = drawn_token(&webhook, "request-2").await;
+    assert_ne!(first, second, "two requests drew the same token");
+    assert_eq!(
+        drawn_token(&webhook, "request-1").await,
+        first,
+        "the same request draws the same token again"
+    );
+}
+
+/// Admission calls that run to their deadline, arriving faster than one
+/// instance can answer them: the server gives up waiting on many, and each
+/// call it gave up on still holds its instance until the sandbox stops it.
+/// Admission must never run more calls than it has instances for, or the
+/// pool runs dry: its own calls and the reconciles beside it (within their
+/// share) fail to instantiate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_calls_given_up_on_keep_their_instance_until_they_end() {
+    // Two instances for reconciles and loading, one for admission calls,
+    // one for admission's loading.
+    let sandbox = Arc::new(
+        Sandbox::new(SandboxConfig {
+            limits: test_limits(),
+            compile_cache: Some(test_compile_cache_dir()),
+            max_instances: 2,
+            admission_instances: 1,
+            ..SandboxConfig::default()
+        })
+        .expect("a sandbox of four instances"),
+    );
+    let hostile = sandbox.load(&test_plugin("hostile")).expect("load hostile");
+    let reconciling = sandbox.load(&test_plugin("hostile")).expect("load hostile");
+    let webhook = Arc::new(start_serving([hostile], sandbox.admission_instances()).await);
+
+    // Reconciles one at a time (the engine's share of this sandbox) for as
+    // long as the flood lasts.
+    let flooding = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let reconciles = std::thread::spawn({
+        let flooding = flooding.clone();
+        move || {
+            let mut failures = Vec::new();
+            let mut done = 0;
+            while flooding.load(std::sync::atomic::Ordering::Relaxed) {
+                let primary = json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
+                    "metadata": {"name": "calm", "namespace": "default", "uid": "u-calm"},
+                    "spec": {"mode": ""}});
+                let cache = MemoryCache::new();
+                let request = cache.request_for(&primary, &reconciling.metadata().owns);
+                let answer = reconciling.reconcile(ReconcileInput {
+                    request,
+                    primary_namespace: Some("default".into()),
+                    object: "default/calm".into(),
+                    reader: Arc::new(cache),
+                    now_millis: 0,
+                });
+                if let Err(e) = answer {
+                    failures.push(e.to_string());
+                }
+                done += 1;
+            }
+            (done, failures)
+        }
+    });
+
+    let mut requests = Vec::new();
+    for i in 0..100 {
+        let webhook = webhook.clone();
+        requests.push(tokio::spawn(async move {
+            let object = json!({"apiVersion": "hostile.example.com/v1", "kind": "Hostile",
+                "metadata": {"name": format!("h-{i}"), "namespace": "default"},
+                "spec": {"mode": "admit-loop"}});
+            let (_, body) = post(
+                &webhook,
+                "/admission/hostile/validate",
+                &review("CREATE", HOSTILE_KIND, object, None),
+            )
+            .await;
+            answer(&body)
+        }));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let mut answers = Vec::new();
+    for request in requests {
+        answers.push(request.await.expect("the request task"));
+    }
+    flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+    let (done, failures) = reconciles.join().expect("the reconcile thread");
+
+    for response in &answers {
+        assert_eq!(response["allowed"], false, "{response}");
+        let message = response["status"]["message"].as_str().unwrap_or_default();
+        assert!(
+            !message.contains("instantiate"),
+            "an admission call found no instance: {message}"
+        );
+    }
+    assert!(done > 0, "no reconcile ran during the flood");
+    assert!(
+        failures.is_empty(),
+        "{} of {done} reconciles failed during the flood, first: {}",
+        failures.len(),
+        failures[0]
+    );
 }
 
 #[test]

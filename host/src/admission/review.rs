@@ -115,7 +115,13 @@ pub fn decide(
         user_info: request.user_info.clone(),
         dry_run: request.dry_run.unwrap_or(false),
     };
-    plugin.admit_in(phase, admission, &object_name(request), now_millis)
+    plugin.admit_in(
+        phase,
+        admission,
+        &request.uid,
+        &object_name(request),
+        now_millis,
+    )
 }
 
 /// The AdmissionReview the host answers with.

@@ -105,8 +105,13 @@ async fn admit(
     let now = shared.clock.now_millis();
     let calls = shared.calls.clone();
     let work = async move {
-        let _permit = calls.acquire_owned().await.ok()?;
+        let permit = calls.acquire_owned().await.ok()?;
         tokio::task::spawn_blocking(move || {
+            // The permit goes with the call, not with the wait for it: when
+            // the deadline below gives up on the answer, the call still
+            // holds its instance until the sandbox stops it, and a permit
+            // released early would let more calls run than have instances.
+            let _permit = permit;
             decide(&request, plugin.as_deref(), &plugin_name, phase, now)
         })
         .await

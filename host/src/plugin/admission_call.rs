@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use super::admission_rules::{InvalidDefaults, bounded_verdict, defaults_patch};
 use super::bindings::{PluginPre, admission as wit};
-use super::call_random::CallRandom;
+use super::call_random::{CallRandom, CallSubject};
 use super::call_state::CallState;
 use super::errors::CallError;
 use super::limits::SandboxLimits;
@@ -182,20 +182,34 @@ impl LoadedPlugin {
 
     /// Decides one request: defaults, then validates, and answers any
     /// failure by the declared policy. `object` names the object in logs.
+    ///
+    /// For callers with no AdmissionReview (`test`, `dev`, `simulate`): the
+    /// request is named by the object and the time, which keeps their runs
+    /// repeatable and still gives two objects two random streams.
     pub fn admit(
         &self,
         request: AdmissionRequest,
         object: &str,
         now_millis: i64,
     ) -> AdmissionDecision {
-        self.admit_in(AdmissionPhase::Both, request, object, now_millis)
+        let request_uid = format!("{object}@{now_millis}");
+        self.admit_in(
+            AdmissionPhase::Both,
+            request,
+            &request_uid,
+            object,
+            now_millis,
+        )
     }
 
-    /// [`Self::admit`], running only the calls of `phase`.
+    /// [`Self::admit`], running only the calls of `phase`. `request_uid`
+    /// (the AdmissionReview's uid) seeds the randomness the plugin sees, so
+    /// each request draws its own.
     pub fn admit_in(
         &self,
         phase: AdmissionPhase,
         request: AdmissionRequest,
+        request_uid: &str,
         object: &str,
         now_millis: i64,
     ) -> AdmissionDecision {
@@ -205,7 +219,12 @@ impl LoadedPlugin {
         if !settings.effective_operations().contains(&request.operation) {
             return AdmissionDecision::admitted(Vec::new());
         }
-        match self.try_admit(&settings, phase, request, object, now_millis) {
+        let call = AdmissionCall {
+            request_uid,
+            object,
+            now_millis,
+        };
+        match self.try_admit(&settings, phase, request, &call) {
             Ok(decision) => decision,
             Err(error) => {
                 let failure = format!(
@@ -223,8 +242,7 @@ impl LoadedPlugin {
         settings: &AdmissionSettings,
         phase: AdmissionPhase,
         mut request: AdmissionRequest,
-        object: &str,
-        now_millis: i64,
+        call: &AdmissionCall<'_>,
     ) -> Result<AdmissionDecision, AdmissionError> {
         let mut patch = Vec::new();
         let defaults_apply = matches!(request.operation, Operation::Create | Operation::Update);
@@ -235,7 +253,7 @@ impl LoadedPlugin {
         {
             let original: Value = serde_json::from_str(&text)
                 .map_err(|e| AdmissionError::BadObject(e.to_string()))?;
-            let defaulted = self.call_admission(object, now_millis, &request, |a, store, r| {
+            let defaulted = self.call_admission(call, &request, |a, store, r| {
                 a.call_apply_defaults(store, r)
             })?;
             if let Some(defaulted) = defaulted {
@@ -248,9 +266,8 @@ impl LoadedPlugin {
         if phase == AdmissionPhase::Mutate {
             return Ok(AdmissionDecision::admitted(patch));
         }
-        let verdict = self.call_admission(object, now_millis, &request, |a, store, r| {
-            a.call_validate(store, r)
-        })?;
+        let verdict =
+            self.call_admission(call, &request, |a, store, r| a.call_validate(store, r))?;
         let verdict = bounded_verdict(verdict_from_wit(verdict));
         if !verdict.allowed {
             patch.clear();
@@ -267,8 +284,7 @@ impl LoadedPlugin {
     /// One call of the admission interface in a fresh instance.
     fn call_admission<T>(
         &self,
-        object: &str,
-        now_millis: i64,
+        call: &AdmissionCall<'_>,
         request: &AdmissionRequest,
         f: impl FnOnce(
             &wit::Guest,
@@ -277,13 +293,17 @@ impl LoadedPlugin {
         ) -> wasmtime::Result<Result<T, String>>,
     ) -> Result<T, AdmissionError> {
         let limits = self.admission_limits();
-        let random = CallRandom::new(&self.random_key, self.sha256(), None);
+        let random = CallRandom::new(
+            &self.random_key,
+            self.sha256(),
+            CallSubject::Admission(call.request_uid),
+        );
         let call = Call {
             limits,
             scope: None,
-            now_millis,
+            now_millis: call.now_millis,
             plugin: self.name(),
-            object,
+            object: call.object,
             random,
         };
         let wit_request = request_to_wit(request);
@@ -295,6 +315,13 @@ impl LoadedPlugin {
             .ok_or(AdmissionError::NotExported)?
             .map_err(|e| AdmissionError::Call(CallError::Plugin(e)))
     }
+}
+
+/// One request's identity, for its calls' randomness, logs and clocks.
+struct AdmissionCall<'a> {
+    request_uid: &'a str,
+    object: &'a str,
+    now_millis: i64,
 }
 
 fn operation_from_wit(op: wit::Operation) -> Operation {

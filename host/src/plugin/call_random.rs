@@ -13,11 +13,16 @@
 //!   password from `random`) and still the same for every retry of one
 //!   object version within one host process;
 //! - the plugin's content hash;
-//! - the object: its namespace and name, uid and generation. Another
-//!   object, or a new spec of this one, gets another stream. Not its
-//!   resourceVersion: every status write changes that, so a plugin whose
-//!   status depends on the stream would write a new status on every
-//!   reconcile and never settle (`simulate` saw exactly that).
+//! - what the call is about ([`CallSubject`]). For a reconcile, the object:
+//!   its namespace and name, uid and generation. Another object, or a new
+//!   spec of this one, gets another stream. Not its resourceVersion: every
+//!   status write changes that, so a plugin whose status depends on the
+//!   stream would write a new status on every reconcile and never settle
+//!   (`simulate` saw exactly that). For an admission call, the request: a
+//!   created object has no uid or generation yet, so a defaulting plugin
+//!   that draws a name suffix or a token would otherwise give every object
+//!   the same one; the API server's request uid tells requests apart and is
+//!   the same when it calls a webhook again for the same request.
 //!
 //! Each stream is ChaCha12 seeded with SHA-256 of those, under a label per
 //! interface, so no stream can be computed from another.
@@ -108,6 +113,17 @@ fn one<T: serde::de::DeserializeOwned>(text: &str) -> Option<(T, usize)> {
     Some((value, values.byte_offset()))
 }
 
+/// What one call is about, as far as its randomness goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CallSubject<'a> {
+    /// Loading the plugin: `metadata` and the admission declaration.
+    Load,
+    /// A reconcile of this object version.
+    Object(&'a ObjectVersion),
+    /// An admission request, by its uid.
+    Admission(&'a str),
+}
+
 /// The three WASI random sources of one call.
 pub(crate) struct CallRandom {
     pub secure: StdRng,
@@ -116,13 +132,9 @@ pub(crate) struct CallRandom {
 }
 
 impl CallRandom {
-    /// The streams for `object` (none: the `metadata` call) of the plugin
-    /// whose content hash is `plugin_sha256`.
-    pub(crate) fn new(
-        key: &RandomKey,
-        plugin_sha256: &str,
-        object: Option<&ObjectVersion>,
-    ) -> Self {
+    /// The streams for `subject` of the plugin whose content hash is
+    /// `plugin_sha256`.
+    pub(crate) fn new(key: &RandomKey, plugin_sha256: &str, subject: CallSubject<'_>) -> Self {
         let seed = |label: &str| -> [u8; 32] {
             let mut h = Sha256::new();
             h.update(b"reconciler-host call random v1\0");
@@ -131,16 +143,23 @@ impl CallRandom {
                 h.update(part.as_bytes());
                 h.update([0]);
             }
-            match object {
-                Some(o) => {
-                    for part in [&o.namespace, &o.name, &o.uid] {
-                        // Length-prefixed: no two objects share an encoding.
-                        h.update((part.len() as u64).to_le_bytes());
-                        h.update(part.as_bytes());
+            // Length-prefixed parts: no two subjects share an encoding.
+            let part = |h: &mut Sha256, part: &str| {
+                h.update((part.len() as u64).to_le_bytes());
+                h.update(part.as_bytes());
+            };
+            match subject {
+                CallSubject::Object(o) => {
+                    for p in [&o.namespace, &o.name, &o.uid] {
+                        part(&mut h, p);
                     }
                     h.update(o.generation.to_le_bytes());
                 }
-                None => h.update(b"metadata"),
+                CallSubject::Load => h.update(b"metadata"),
+                CallSubject::Admission(uid) => {
+                    h.update(b"admission\0");
+                    part(&mut h, uid);
+                }
             }
             h.finalize().into()
         };
@@ -171,7 +190,11 @@ mod tests {
     }
 
     fn first(key: &RandomKey, sha: &str, o: Option<&ObjectVersion>) -> (u64, u64, u128) {
-        let mut r = CallRandom::new(key, sha, o);
+        first_of(key, sha, o.map_or(CallSubject::Load, CallSubject::Object))
+    }
+
+    fn first_of(key: &RandomKey, sha: &str, subject: CallSubject<'_>) -> (u64, u64, u128) {
+        let mut r = CallRandom::new(key, sha, subject);
         (r.secure.next_u64(), r.insecure.next_u64(), r.insecure_seed)
     }
 
@@ -199,6 +222,16 @@ mod tests {
             assert_ne!(base.1, other.1);
             assert_ne!(base.2, other.2);
         }
+    }
+
+    #[test]
+    fn each_admission_request_gets_its_own_streams_and_a_repeat_the_same() {
+        let key = RandomKey::fixed();
+        let a = first_of(&key, "abc", CallSubject::Admission("uid-a"));
+        let b = first_of(&key, "abc", CallSubject::Admission("uid-b"));
+        assert_ne!(a, b, "two requests draw different suffixes");
+        assert_eq!(a, first_of(&key, "abc", CallSubject::Admission("uid-a")));
+        assert_ne!(a, first(&key, "abc", None), "not the load's streams");
     }
 
     #[test]

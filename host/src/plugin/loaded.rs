@@ -15,7 +15,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 
 use super::bindings::{PluginPre, guest, kind_from_wit, types};
 use super::call_clock::{CallClock, MonotonicClock, WallClock};
-use super::call_random::{CallRandom, ObjectVersion, RandomKey};
+use super::call_random::{CallRandom, CallSubject, ObjectVersion, RandomKey};
 use super::call_state::{CallState, MemoryCap, ReconcileScope};
 use super::errors::CallError;
 use super::guest_output::{GuestOutput, OutputBudget};
@@ -157,7 +157,11 @@ impl LoadedPlugin {
             now_millis,
             plugin: self.name(),
             object: &object,
-            random: CallRandom::new(&self.random_key, &self.sha256, Some(&version)),
+            random: CallRandom::new(
+                &self.random_key,
+                &self.sha256,
+                CallSubject::Object(&version),
+            ),
         };
         let request = guest::ReconcileRequest {
             primary: request.primary,

@@ -49,7 +49,7 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 
 use super::admission_call::check_settings;
 use super::bindings::PluginPre;
-use super::call_random::{CallRandom, RandomKey};
+use super::call_random::{CallRandom, CallSubject, RandomKey};
 use super::call_state::CallState;
 use super::compile_cache::{CompileCache, CompileSource};
 use super::compiler::Compiler;
@@ -293,7 +293,7 @@ impl Sandbox {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let random = CallRandom::new(&self.random_key, &sha256, None);
+        let random = CallRandom::new(&self.random_key, &sha256, CallSubject::Load);
         let metadata: PluginMetadata =
             LoadedPlugin::call_metadata(&pre, self.limits.defaults(), &probe_name, random)
                 .map_err(|e| match e {
@@ -307,7 +307,7 @@ impl Sandbox {
             &pre,
             self.limits.defaults(),
             &probe_name,
-            CallRandom::new(&self.random_key, &sha256, None),
+            CallRandom::new(&self.random_key, &sha256, CallSubject::Load),
         )
         .map_err(|e| fail(path, LoadFailure::AdmissionSettingsCall(e)))?;
         if let Some(settings) = &admission {

@@ -3,6 +3,9 @@
 //! (Fail, or Ignore when built with `admission-ignore`) and never hangs or
 //! crashes the host.
 
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+
 use reconciler_sdk::{Admission, AdmissionSettings, Error, FailurePolicy, Verdict};
 use serde_json::{Value, json};
 
@@ -52,6 +55,12 @@ pub(crate) fn apply_defaults(
         "admit-rename" => object["metadata"]["name"] = json!("someone-else"),
         "admit-finalizers" => object["metadata"]["finalizers"] = json!([]),
         "admit-kind" => object["kind"] = json!("ConfigMap"),
+        // A token drawn from the call's randomness (a HashMap's seed, WASI
+        // insecure-seed), as a plugin defaulting a name suffix would.
+        "admit-token" => {
+            let token = RandomState::new().hash_one("token");
+            object["spec"]["token"] = json!(format!("{token:016x}"));
+        }
         _ => {
             if let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) {
                 spec.insert("defaulted".to_string(), json!(true));
