@@ -24,7 +24,7 @@ use crate::cluster::{ObjectKey, RealClock};
 use crate::dir_watch::watch_dir;
 use crate::dispatch::{Dispatcher, Wake};
 use crate::engine::Engine;
-use crate::golden::recorder::CaseRecorder;
+use crate::golden::recorder::{CaseRecorder, RecordOptions};
 use crate::hot_reload::PluginDirectory;
 use crate::manifests::{manifest_files, read_crds, read_objects};
 use crate::plugin::Sandbox;
@@ -153,7 +153,7 @@ pub struct DevConfig {
     /// Stop once nothing is queued (for scripts and smoke tests).
     pub until_settled: bool,
     /// Write every reconcile as a golden case under this directory.
-    pub record: Option<PathBuf>,
+    pub record: Option<RecordOptions>,
     /// Play the built-in controllers with these settings (`None`: off).
     pub builtins: Option<BuiltinConfig>,
 }
@@ -181,9 +181,9 @@ pub async fn run(
     }
     let mut engine = Engine::empty(cluster.clone(), Arc::new(RealClock))
         .with_instance_pool(sandbox.reconcile_instances());
-    if let Some(dir) = &config.record {
-        let recorder = CaseRecorder::new(dir, "dev")
-            .map_err(|e| anyhow::anyhow!("cannot record into {}: {e}", dir.display()))?;
+    if let Some(record) = &config.record {
+        let recorder = CaseRecorder::new(record, "dev")
+            .map_err(|e| anyhow::anyhow!("cannot record into {}: {e}", record.dir.display()))?;
         engine = engine.with_recorder(Arc::new(recorder));
     }
     let engine = Arc::new(engine);

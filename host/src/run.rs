@@ -31,7 +31,7 @@ use crate::crd_install::install_crds;
 use crate::dir_watch::watch_dir;
 use crate::dispatch::{Dispatcher, Wake};
 use crate::engine::{Engine, Outcome, ReconcileRecord, ServeScope};
-use crate::golden::recorder::CaseRecorder;
+use crate::golden::recorder::{CaseRecorder, RecordOptions};
 use crate::hot_reload::{PluginDirectory, ReloadEvent, Standby};
 use crate::http_server::{HostStatus, serve};
 use crate::leader_election::{LeaderElectionConfig, Leadership, LeadershipLost, acquire};
@@ -53,7 +53,7 @@ pub struct RunConfig {
     /// `run`) starts at once: one process on a laptop has nobody to share with.
     pub leader_election: Option<LeaderElectionConfig>,
     /// Write every reconcile as a golden case under this directory.
-    pub record: Option<PathBuf>,
+    pub record: Option<RecordOptions>,
     /// How long a change of a child or read object waits for others before
     /// its primary is reconciled ([`Engine::with_coalescing`]).
     pub coalesce: Duration,
@@ -146,12 +146,12 @@ pub async fn run(
     let mut engine = Engine::scoped(backend, Arc::new(RealClock), config.scope)
         .with_instance_pool(sandbox.reconcile_instances())
         .with_coalescing(config.coalesce);
-    if let Some(dir) = &config.record {
-        match CaseRecorder::new(dir, "run") {
+    if let Some(record) = &config.record {
+        match CaseRecorder::new(record, "run") {
             Ok(recorder) => engine = engine.with_recorder(Arc::new(recorder)),
             Err(e) => {
                 release(leadership).await;
-                anyhow::bail!("cannot record into {}: {e}", dir.display());
+                anyhow::bail!("cannot record into {}: {e}", record.dir.display());
             }
         }
     }

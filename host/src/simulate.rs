@@ -21,7 +21,7 @@ use crate::cluster::embedded::{EmbeddedCluster, RecordedEvent};
 use crate::cluster::{Clock, ClusterBackend, VirtualClock};
 use crate::engine::{Engine, ReconcileRecord};
 use crate::golden::duration_text::format_duration;
-use crate::golden::recorder::CaseRecorder;
+use crate::golden::recorder::{CaseRecorder, RecordOptions};
 use crate::plugin::LoadedPlugin;
 
 /// How a simulation is run.
@@ -38,7 +38,7 @@ pub struct SimulationConfig {
     /// Reconciles in the whole run, a bound on runaway simulations.
     pub max_reconciles: usize,
     /// Write every reconcile as a golden case under this directory.
-    pub record: Option<PathBuf>,
+    pub record: Option<RecordOptions>,
     /// Play the built-in controllers (Deployments, ReplicaSets, Pods, Jobs)
     /// with these settings; `None` shows plugins only what they wrote.
     pub builtins: Option<BuiltinConfig>,
@@ -145,10 +145,10 @@ pub async fn simulate(
             })?;
     }
     let mut engine = Engine::empty(cluster.clone(), Arc::new(clock.clone()));
-    if let Some(dir) = &config.record {
+    if let Some(record) = &config.record {
         let recorder =
-            CaseRecorder::new(dir, "simulate").map_err(|source| SimulationError::Record {
-                dir: dir.clone(),
+            CaseRecorder::new(record, "simulate").map_err(|source| SimulationError::Record {
+                dir: record.dir.clone(),
                 source,
             })?;
         engine = engine.with_recorder(Arc::new(recorder));

@@ -3,11 +3,14 @@
 
 use std::sync::Arc;
 
+use reconciler_host::plugin::sandbox::EPOCH_TICK;
 use reconciler_host::plugin::{
-    CallError, LoadFailure, LoadedPlugin, ReconcileInput, ValidResponse,
+    CallError, LoadFailure, LoadedPlugin, ReconcileInput, Sandbox, SandboxConfig, ValidResponse,
 };
 use reconciler_sdk::memory_cache::MemoryCache;
-use reconciler_tests::{example_plugin, load, sandbox, test_plugin};
+use reconciler_tests::{
+    example_plugin, load, sandbox, test_compile_cache_dir, test_limits, test_plugin,
+};
 use serde_json::{Value, json};
 
 fn hostile_object(mode: &str) -> Value {
@@ -333,4 +336,37 @@ fn a_second_load_uses_the_compile_cache() {
         report.source,
         reconciler_host::plugin::CompileSource::Cached
     );
+}
+
+/// Deadlines cost nothing while nothing runs: the epoch ticks only during
+/// calls, yet a call that spins is still stopped at its deadline.
+#[test]
+fn the_epoch_rests_between_calls_and_still_stops_a_spinning_one() {
+    let sandbox = Sandbox::new(SandboxConfig {
+        limits: test_limits(),
+        compile_cache: Some(test_compile_cache_dir()),
+        ..SandboxConfig::default()
+    })
+    .expect("create a sandbox of its own, whose ticks no other test moves");
+    let plugin = sandbox
+        .load(&test_plugin("hostile"))
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    let before = sandbox.epoch_ticks();
+    let err = call(&plugin, hostile_object("loop"), MemoryCache::new()).unwrap_err();
+    assert!(matches!(err, CallError::Timeout { .. }), "{err:?}");
+    assert!(
+        sandbox.epoch_ticks() > before,
+        "the spinning call was stopped by epoch ticks"
+    );
+
+    let idle = sandbox.epoch_ticks();
+    // Ten ticks' worth of idling.
+    std::thread::sleep(EPOCH_TICK * 10);
+    assert_eq!(
+        sandbox.epoch_ticks(),
+        idle,
+        "the epoch advanced while no call ran"
+    );
+    host_still_serves();
 }

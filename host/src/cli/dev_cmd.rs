@@ -6,6 +6,7 @@ use clap::Args;
 
 use super::SandboxArgs;
 use super::builtins_args::BuiltinArgs;
+use super::record_args::RecordArgs;
 use crate::dev::{DevConfig, run};
 
 #[derive(Debug, Args)]
@@ -24,10 +25,8 @@ pub struct DevArgs {
     /// Exit once every object has settled instead of running until Ctrl-C.
     #[arg(long)]
     pub until_settled: bool,
-    /// Write every reconcile as a golden case under DIR/<plugin>/ (the request, the objects its
-    /// cache reads returned, the response), to replay with `reconciler-host test`.
-    #[arg(long, value_name = "DIR")]
-    pub record: Option<PathBuf>,
+    #[command(flatten)]
+    pub record: RecordArgs,
     #[command(flatten)]
     pub builtins: BuiltinArgs,
 }
@@ -56,7 +55,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
         objects_dir: args.objects,
         crds_dir,
         until_settled: args.until_settled,
-        record: args.record,
+        record: args.record.options(),
         builtins: args.builtins.config(),
     };
     let refused = crate::main_task::block_on_worker(&runtime, async move {

@@ -4,6 +4,7 @@ mod builtins_args;
 mod dev_cmd;
 mod inspect_cmd;
 mod rbac_cmd;
+mod record_args;
 mod run_cmd;
 mod simulate_cmd;
 mod test_cmd;

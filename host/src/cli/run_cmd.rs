@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::SandboxArgs;
+use super::record_args::RecordArgs;
 use crate::admission::service::{AdmissionConfig, CertSource};
 use crate::admission::webhook_configs::WebhookEndpoint;
 use crate::api_client::{DEFAULT_REQUEST_TIMEOUT, connect};
@@ -60,11 +61,8 @@ pub struct RunArgs {
     /// plugins or namespaces need different ones.
     #[arg(long, default_value = DEFAULT_LEASE_NAME, value_name = "NAME", requires = "leader_election")]
     pub leader_election_id: String,
-    /// Write every reconcile as a golden case under DIR/<plugin>/ (the request, the objects its
-    /// cache reads returned, the response), so live traffic becomes tests: replay them with
-    /// `reconciler-host test plugins/<plugin>.wasm DIR/<plugin>`.
-    #[arg(long, value_name = "DIR")]
-    pub record: Option<PathBuf>,
+    #[command(flatten)]
+    pub record: RecordArgs,
     /// How long a change of an owned or read object (a Pod of a PodSet) waits before its primary
     /// is reconciled, so a burst of them (a ReplicaSet creating its Pods) is one reconcile and
     /// one status write. Changes of the primary itself are reconciled at once. 0 reconciles on
@@ -239,7 +237,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
                 args.leader_election_id,
             )
         }),
-        record: args.record,
+        record: args.record.options(),
         admission: args.admission.config()?.map(|admission| AdmissionConfig {
             namespaces: namespaces.iter().cloned().collect(),
             ..admission

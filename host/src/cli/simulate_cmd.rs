@@ -7,6 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::SandboxArgs;
 use super::builtins_args::BuiltinArgs;
+use super::record_args::RecordArgs;
 use crate::golden::duration_text::parse_duration;
 use crate::plugin::RandomKey;
 use crate::simulate::{SimulationConfig, simulate};
@@ -33,10 +34,8 @@ pub struct SimulateArgs {
     /// Reconciles of one object at one instant before it counts as never settling.
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub max_rounds: u32,
-    /// Write every reconcile as a golden case under DIR/<plugin>/ (the request, the objects its
-    /// cache reads returned, the response), to replay with `reconciler-host test`.
-    #[arg(long, value_name = "DIR")]
-    pub record: Option<PathBuf>,
+    #[command(flatten)]
+    pub record: RecordArgs,
     #[command(flatten)]
     pub builtins: BuiltinArgs,
 }
@@ -76,7 +75,7 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
         start_millis: args.start.as_millisecond(),
         advance: args.advance,
         max_rounds: args.max_rounds,
-        record: args.record,
+        record: args.record.options(),
         builtins: args.builtins.config(),
         ..SimulationConfig::default()
     };

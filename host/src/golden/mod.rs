@@ -4,7 +4,9 @@
 pub mod admission_case;
 pub mod case;
 pub mod duration_text;
+pub mod record_dir;
 pub mod recorder;
+pub mod redact;
 pub mod runner;
 
 pub use runner::{CaseOutcome, CaseResult, discover, run_case};

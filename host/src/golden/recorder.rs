@@ -10,11 +10,12 @@
 //! shows the plugin depends on something it was not given.
 //!
 //! Recording never changes a reconcile: a case that cannot be written is
-//! logged once per plugin and skipped.
+//! logged once per plugin and skipped. Where the cases go, how much room
+//! they may take and who may read them is `record_dir.rs`; Secret values
+//! are left out unless asked for (`redact.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::jiff::Timestamp;
@@ -25,16 +26,45 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::case::Expectation;
+use super::record_dir::RecordDir;
+use super::redact::redact_secret;
 use super::runner::expectation_of;
 use crate::cluster::ObjectKey;
 use crate::plugin::{CallError, ObjectReader, ValidResponse};
 
+/// Where and how reconciles are recorded: `--record DIR`,
+/// `--record-max-mib`, `--record-secret-data`.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub dir: PathBuf,
+    /// What all cases under `dir` may take together; the oldest are
+    /// removed past it.
+    pub max_bytes: u64,
+    /// Write Secret `data` and `stringData` as read instead of redacted.
+    pub secret_data: bool,
+}
+
+/// Recording budget by default: room for thousands of typical cases, small
+/// beside a pod's disk.
+pub const DEFAULT_RECORD_MAX_MIB: u64 = 100;
+
+impl RecordOptions {
+    /// Recording into `dir` with the default budget, Secrets redacted.
+    pub fn new(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            max_bytes: DEFAULT_RECORD_MAX_MIB << 20,
+            secret_data: false,
+        }
+    }
+}
+
 /// Writes one case file per reconcile under `DIR/<plugin>/`.
 pub struct CaseRecorder {
-    dir: PathBuf,
+    dir: RecordDir,
+    secret_data: bool,
     /// Which command recorded, for the description.
     source: String,
-    next: AtomicU64,
     /// Plugins whose write failure was already reported.
     failed: Mutex<BTreeSet<String>>,
 }
@@ -52,23 +82,23 @@ pub struct Recording<'a> {
 
 /// The case file, in the field order `reconciler-host test` documents.
 #[derive(Serialize)]
-struct CaseFile<'a> {
+struct CaseFile {
     description: String,
     now: String,
-    primary: &'a Value,
+    primary: Value,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     objects: Vec<Value>,
     expect: Expectation,
 }
 
 impl CaseRecorder {
-    /// Records into `dir` (created if missing); `source` names the command.
-    pub fn new(dir: &Path, source: &str) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+    /// Records as `options` say (the directory is created if missing);
+    /// `source` names the command.
+    pub fn new(options: &RecordOptions, source: &str) -> std::io::Result<Self> {
         Ok(Self {
-            dir: dir.to_path_buf(),
+            dir: RecordDir::open(&options.dir, options.max_bytes)?,
+            secret_data: options.secret_data,
             source: source.to_string(),
-            next: AtomicU64::new(1),
             failed: Mutex::default(),
         })
     }
@@ -76,7 +106,6 @@ impl CaseRecorder {
     /// Writes the case of one reconcile; returns its path.
     pub fn record(&self, r: &Recording<'_>) -> Option<PathBuf> {
         let key = ObjectKey::of(r.primary)?;
-        let sequence = self.next.fetch_add(1, Ordering::Relaxed);
         let now = Timestamp::from_millisecond(r.now_millis)
             .map(|t| t.to_string())
             .unwrap_or_else(|_| r.now_millis.to_string());
@@ -84,13 +113,13 @@ impl CaseRecorder {
             Some(ns) => format!("{ns}/{}", key.name),
             None => key.name.clone(),
         };
-        let case = CaseFile {
+        let mut case = CaseFile {
             description: format!(
                 "recorded by {} at {now}: {} {} reconciling {} {object_name}",
                 self.source, r.plugin, r.version, key.kind.kind
             ),
             now,
-            primary: r.primary,
+            primary: r.primary.clone(),
             objects: observed_objects(&key, r.children, r.reads),
             expect: match r.answer {
                 Ok(response) => expectation_of(response.clone()),
@@ -100,26 +129,33 @@ impl CaseRecorder {
                 },
             },
         };
-        let file = self.dir.join(r.plugin).join(format!(
-            "{sequence:06}-{}-{}.yaml",
+        if !self.secret_data {
+            let objects = case.objects.iter_mut().chain(&mut case.expect.apply);
+            for object in std::iter::once(&mut case.primary).chain(objects) {
+                redact_secret(object);
+            }
+        }
+        let name = format!(
+            "{}-{}",
             key.namespace.as_deref().unwrap_or("cluster"),
             key.name
-        ));
+        );
         let written = serde_yaml_ng::to_string(&case)
-            .map_err(std::io::Error::other)
+            .map_err(|e| e.to_string())
             .and_then(|text| {
-                std::fs::create_dir_all(self.dir.join(r.plugin))?;
-                std::fs::write(&file, text)
+                self.dir
+                    .write(r.plugin, &name, &text)
+                    .map_err(|e| e.to_string())
             });
         match written {
-            Ok(()) => Some(file),
+            Ok(file) => Some(file),
             Err(e) => {
                 let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
                 if failed.insert(r.plugin.to_string()) {
                     tracing::warn!(
                         plugin = r.plugin,
                         "cannot record reconciles into {}: {e} (further failures for this plugin are not logged)",
-                        self.dir.display()
+                        self.dir.root().display()
                     );
                 }
                 None
@@ -218,5 +254,164 @@ impl ObjectReader for RecordingReader {
             .list_within(kind, namespace, selector, projection, max_bytes)?;
         self.keep(&listed);
         Ok(listed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use reconciler_contract::memory_cache::MemoryCache;
+    use serde_json::json;
+
+    use super::*;
+
+    fn website(size: u64) -> Value {
+        json!({"apiVersion": "example.com/v1", "kind": "Website",
+            "metadata": {"name": "web", "namespace": "default", "uid": "u-1"},
+            "spec": {"size": size}})
+    }
+
+    fn secret(password_base64: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db", "namespace": "default"},
+            "data": {"password": password_base64}})
+    }
+
+    /// Records one failed reconcile of `primary` that was shown `children`.
+    fn record(recorder: &CaseRecorder, primary: &Value, children: &[Value]) -> PathBuf {
+        let reads = RecordingReader::new(Arc::new(MemoryCache::new()));
+        let failed = CallError::Plugin("not ready".into());
+        recorder
+            .record(&Recording {
+                plugin: "web",
+                version: "1.0.0",
+                primary,
+                children,
+                reads: &reads,
+                now_millis: 0,
+                answer: Err(&failed),
+            })
+            .expect("the case is written")
+    }
+
+    fn cases(dir: &Path) -> Vec<PathBuf> {
+        let mut cases: Vec<PathBuf> = std::fs::read_dir(dir.join("web"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        cases.sort();
+        cases
+    }
+
+    #[test]
+    fn a_restarted_recorder_never_overwrites_earlier_cases() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = RecordOptions::new(dir.path());
+        let first = record(
+            &CaseRecorder::new(&options, "run").unwrap(),
+            &website(1),
+            &[],
+        );
+        let before = std::fs::read_to_string(&first).unwrap();
+        // A second process, as after a restart.
+        let second = record(
+            &CaseRecorder::new(&options, "run").unwrap(),
+            &website(2),
+            &[],
+        );
+        assert_ne!(first, second);
+        assert_eq!(std::fs::read_to_string(&first).unwrap(), before);
+        assert_eq!(cases(dir.path()), vec![first, second]);
+    }
+
+    #[test]
+    fn past_the_budget_the_oldest_cases_are_removed_across_restarts() {
+        let measure = tempfile::tempdir().unwrap();
+        let one = record(
+            &CaseRecorder::new(&RecordOptions::new(measure.path()), "run").unwrap(),
+            &website(1),
+            &[],
+        );
+        let case_bytes = std::fs::metadata(one).unwrap().len();
+
+        let dir = tempfile::tempdir().unwrap();
+        let options = RecordOptions {
+            max_bytes: 3 * case_bytes + case_bytes / 2,
+            ..RecordOptions::new(dir.path())
+        };
+        let recorder = CaseRecorder::new(&options, "run").unwrap();
+        let written: Vec<PathBuf> = (0..10)
+            .map(|_| record(&recorder, &website(1), &[]))
+            .collect();
+        assert_eq!(cases(dir.path()), written[7..].to_vec(), "the newest three");
+
+        let restarted = CaseRecorder::new(&options, "run").unwrap();
+        let newest = record(&restarted, &website(1), &[]);
+        assert_eq!(
+            cases(dir.path()),
+            vec![written[8].clone(), written[9].clone(), newest],
+            "the cases of the earlier run count towards the budget"
+        );
+
+        let tiny = RecordOptions {
+            max_bytes: case_bytes / 2,
+            ..RecordOptions::new(dir.path())
+        };
+        let reads = RecordingReader::new(Arc::new(MemoryCache::new()));
+        let failed = CallError::Plugin("not ready".into());
+        let skipped = CaseRecorder::new(&tiny, "run").unwrap().record(&Recording {
+            plugin: "web",
+            version: "1.0.0",
+            primary: &website(1),
+            children: &[],
+            reads: &reads,
+            now_millis: 0,
+            answer: Err(&failed),
+        });
+        assert_eq!(skipped, None, "a case larger than the budget is skipped");
+    }
+
+    #[test]
+    fn cases_and_their_directories_are_private_to_the_host_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("recorded");
+        let case = record(
+            &CaseRecorder::new(&RecordOptions::new(&root), "run").unwrap(),
+            &website(1),
+            &[],
+        );
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&case), 0o600);
+        assert_eq!(mode(&root.join("web")), 0o700);
+        assert_eq!(mode(&root), 0o700);
+    }
+
+    #[test]
+    fn secret_values_are_redacted_unless_asked_for() {
+        // base64 of "hunter2"
+        let password = "aHVudGVyMg==";
+        let dir = tempfile::tempdir().unwrap();
+        let options = RecordOptions::new(dir.path());
+        let case = record(
+            &CaseRecorder::new(&options, "run").unwrap(),
+            &website(1),
+            &[secret(password)],
+        );
+        let text = std::fs::read_to_string(case).unwrap();
+        assert!(!text.contains(password), "{text}");
+        assert!(text.contains("password: cmVkYWN0ZWQ="), "{text}");
+
+        let kept = RecordOptions {
+            secret_data: true,
+            ..options
+        };
+        let case = record(
+            &CaseRecorder::new(&kept, "run").unwrap(),
+            &website(1),
+            &[secret(password)],
+        );
+        let text = std::fs::read_to_string(case).unwrap();
+        assert!(text.contains(password), "{text}");
     }
 }

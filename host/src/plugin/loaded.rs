@@ -36,8 +36,9 @@ pub struct LoadedPlugin {
     pub(super) random_key: RandomKey,
     /// What the plugin declared of admission at load; none serves none.
     pub(super) admission: Option<reconciler_contract::AdmissionSettings>,
-    // Deadlines only fire while the ticker runs: keep it alive with us.
-    _ticker: Arc<EpochTicker>,
+    /// Advances the epoch while our calls run: their deadlines count its
+    /// ticks.
+    pub(super) ticker: Arc<EpochTicker>,
 }
 
 /// One object to reconcile, as the host observed it.
@@ -91,7 +92,7 @@ impl LoadedPlugin {
             pre,
             random_key,
             admission: None,
-            _ticker: ticker,
+            ticker,
         }
     }
 
@@ -162,6 +163,7 @@ impl LoadedPlugin {
                 &self.sha256,
                 CallSubject::Object(&version),
             ),
+            ticker: &self.ticker,
         };
         let request = guest::ReconcileRequest {
             primary: request.primary,
@@ -216,6 +218,7 @@ impl LoadedPlugin {
         limits: SandboxLimits,
         file: &str,
         random: CallRandom,
+        ticker: &EpochTicker,
     ) -> Result<PluginMetadata, CallError> {
         let call = Call {
             limits,
@@ -224,6 +227,7 @@ impl LoadedPlugin {
             plugin: file,
             object: "-",
             random,
+            ticker,
         };
         call_fresh(pre, call, |p, store| {
             p.reconciler_plugin_reconciler().call_metadata(store)
@@ -240,6 +244,8 @@ pub(super) struct Call<'a> {
     pub(super) plugin: &'a str,
     pub(super) object: &'a str,
     pub(super) random: CallRandom,
+    /// Keeps the epoch advancing while the call runs.
+    pub(super) ticker: &'a EpochTicker,
 }
 
 pub(super) fn new_store(
@@ -323,6 +329,8 @@ pub(super) fn call_fresh_within<T>(
     f: impl FnOnce(&super::bindings::PluginInstance, &mut Store<CallState>) -> wasmtime::Result<T>,
 ) -> Option<Result<T, CallError>> {
     let (limits, plugin, object) = (call.limits, call.plugin, call.object);
+    let ticker = call.ticker;
+    let _running = ticker.running();
     let (mut store, output) = new_store(pre, call);
     if budget == Budget::Brief {
         store.set_epoch_deadline(BRIEF_TICKS);

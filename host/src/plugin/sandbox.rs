@@ -2,8 +2,9 @@
 //!
 //! Settings, with their trade-offs:
 //! - Epoch interruption for deadlines: one background thread bumps the epoch
-//!   every [`EPOCH_TICK`]; each store traps once its deadline (in ticks) has
-//!   passed. It costs a counter check on loop back-edges, far less than fuel,
+//!   every [`EPOCH_TICK`] while a call runs (and sleeps while none does, so
+//!   an idle host uses no CPU); each store traps once its deadline (in
+//!   ticks) has passed. It costs a counter check on loop back-edges, far less than fuel,
 //!   and bounds wall-clock time, which is what a stalled queue cares about.
 //!   A deadline is therefore accurate to one tick.
 //! - The pooling allocator: memories and tables for a fixed number of
@@ -37,8 +38,8 @@
 //!   nor differ between two runs of `simulate`.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -111,35 +112,107 @@ impl Default for SandboxConfig {
     }
 }
 
-/// Bumps the engine's epoch until dropped.
+/// Advances the engine's epoch every [`EPOCH_TICK`] while a call runs, and
+/// waits without waking while none does: an idle host spends no CPU time on
+/// deadlines nobody is under. A store's deadline counts ticks from its
+/// creation, and a call holds [`Running`] from before its store is made
+/// until it returns, so every tick a deadline counts happens during a call.
 pub(crate) struct EpochTicker {
-    stop: Arc<AtomicBool>,
+    shared: Arc<TickerShared>,
     thread: Option<JoinHandle<()>>,
+}
+
+struct TickerShared {
+    state: Mutex<TickerState>,
+    wake: Condvar,
+    ticks: AtomicU64,
+}
+
+#[derive(Default)]
+struct TickerState {
+    /// Calls under a deadline right now.
+    running: usize,
+    stop: bool,
+}
+
+impl TickerShared {
+    fn state(&self) -> MutexGuard<'_, TickerState> {
+        // The state is two plain fields, never left half-written.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A call under a deadline: the epoch advances while one is alive.
+pub(crate) struct Running<'a>(&'a TickerShared);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.state().running -= 1;
+    }
 }
 
 impl EpochTicker {
     fn start(engine: Engine) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let shared = Arc::new(TickerShared {
+            state: Mutex::new(TickerState::default()),
+            wake: Condvar::new(),
+            ticks: AtomicU64::new(0),
+        });
+        let ticker = shared.clone();
         let thread = std::thread::Builder::new()
             .name("epoch-ticker".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
-                }
-            })
+            .spawn(move || ticker.run(&engine))
             .expect("spawn the epoch ticker thread");
         Self {
-            stop,
+            shared,
             thread: Some(thread),
+        }
+    }
+
+    /// Keeps the epoch advancing until the returned guard is dropped.
+    pub(crate) fn running(&self) -> Running<'_> {
+        let mut state = self.shared.state();
+        state.running += 1;
+        if state.running == 1 {
+            self.shared.wake.notify_one();
+        }
+        Running(&self.shared)
+    }
+
+    fn ticks(&self) -> u64 {
+        self.shared.ticks.load(Ordering::Relaxed)
+    }
+}
+
+impl TickerShared {
+    fn run(&self, engine: &Engine) {
+        loop {
+            let mut state = self.state();
+            while state.running == 0 && !state.stop {
+                state = self
+                    .wake
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            if state.stop {
+                return;
+            }
+            drop(state);
+            std::thread::sleep(EPOCH_TICK);
+            // Calls that ended during the sleep need no tick; one that
+            // started during it has its deadline counted from its start.
+            if self.state().running > 0 {
+                engine.increment_epoch();
+                self.ticks.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }
 
 impl Drop for EpochTicker {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.shared.state().stop = true;
+        self.shared.wake.notify_one();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -234,6 +307,12 @@ impl Sandbox {
         &self.limits
     }
 
+    /// Times the epoch has advanced since the sandbox started: a host with
+    /// nothing to run should not be spending CPU time on a clock.
+    pub fn epoch_ticks(&self) -> u64 {
+        self.ticker.ticks()
+    }
+
     /// Bytes of linear memory and tables that slots not in use keep
     /// resident for their next instance ([`KEEP_RESIDENT`]).
     pub fn idle_slots_resident_bytes(&self) -> usize {
@@ -294,20 +373,24 @@ impl Sandbox {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         let random = CallRandom::new(&self.random_key, &sha256, CallSubject::Load);
-        let metadata: PluginMetadata =
-            LoadedPlugin::call_metadata(&pre, self.limits.defaults(), &probe_name, random)
-                .map_err(|e| match e {
-                    CallError::Timeout { limit } => {
-                        fail(path, LoadFailure::MetadataTimeout { limit })
-                    }
-                    e => fail(path, LoadFailure::MetadataCall(e)),
-                })?;
+        let metadata: PluginMetadata = LoadedPlugin::call_metadata(
+            &pre,
+            self.limits.defaults(),
+            &probe_name,
+            random,
+            &self.ticker,
+        )
+        .map_err(|e| match e {
+            CallError::Timeout { limit } => fail(path, LoadFailure::MetadataTimeout { limit }),
+            e => fail(path, LoadFailure::MetadataCall(e)),
+        })?;
         validate_metadata(&metadata).map_err(|e| fail(path, e.into()))?;
         let admission = LoadedPlugin::call_admission_settings(
             &pre,
             self.limits.defaults(),
             &probe_name,
             CallRandom::new(&self.random_key, &sha256, CallSubject::Load),
+            &self.ticker,
         )
         .map_err(|e| fail(path, LoadFailure::AdmissionSettingsCall(e)))?;
         if let Some(settings) = &admission {
