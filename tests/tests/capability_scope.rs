@@ -80,13 +80,7 @@ async fn a_namespaced_primary_owning_a_cluster_scoped_kind_is_refused_at_load_an
         "{err}"
     );
     assert!(err.to_string().starts_with(REFUSAL), "{err}");
-    let served: Vec<String> = world
-        .engine
-        .plugins()
-        .iter()
-        .map(|p| p.name().to_string())
-        .collect();
-    assert_eq!(served, ["podset"]);
+    assert_eq!(world.served(), ["podset"]);
 
     world.apply(podset("web"));
     world.apply(hostile("h", "ok"));

@@ -56,10 +56,13 @@ fn controller_of(object: &Value, owner_kind: &KindRef) -> Option<String> {
     let refs = object.metadata_field("ownerReferences")?.as_array()?;
     refs.iter()
         .find(|r| {
+            let text = |field: &str| r.get(field).and_then(Value::as_str);
             r.get("controller").and_then(Value::as_bool) == Some(true)
-                && r.get("kind").and_then(Value::as_str) == Some(owner_kind.kind.as_str())
-                && r.get("apiVersion").and_then(Value::as_str)
-                    == Some(owner_kind.api_version().as_str())
+                && text("apiVersion")
+                    .zip(text("kind"))
+                    .is_some_and(|(api_version, kind)| {
+                        KindRef::from_api_version(api_version, kind).same_group_kind(owner_kind)
+                    })
         })
         .and_then(|r| r.get("name")?.as_str().map(str::to_string))
 }
@@ -117,6 +120,17 @@ mod tests {
             ["d/a"]
         );
         assert!(names(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a", "namespace": "d"}})).is_empty());
+    }
+
+    #[test]
+    fn a_child_maps_to_its_owner_whatever_version_the_reference_names() {
+        // Made when the plugin served v1; it serves v1alpha1 of the same kind now.
+        let owned = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "namespace": "d",
+            "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "PodSet", "name": "a", "uid": "u", "controller": true}]}});
+        assert_eq!(names(owned), ["d/a"]);
+        let other_group = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "namespace": "d",
+            "ownerReferences": [{"apiVersion": "other.com/v1alpha1", "kind": "PodSet", "name": "a", "uid": "u", "controller": true}]}});
+        assert!(names(other_group).is_empty());
     }
 
     #[test]

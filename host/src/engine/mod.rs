@@ -74,10 +74,11 @@ use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput, ValidResponse};
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error(
-        "plugin {second} reconciles {kind}, which plugin {first} from {} already reconciles: a primary kind has one plugin",
+        "plugin {second} reconciles {kind}, which plugin {first} from {} already reconciles: a primary kind has one plugin, whatever version of it each serves",
         first_file.display()
     )]
     PrimaryTaken {
+        /// See [`primary_kind_taken`].
         kind: String,
         first: String,
         first_file: std::path::PathBuf,
@@ -269,13 +270,26 @@ impl<B: ClusterBackend> Engine<B> {
         map.get(name).cloned()
     }
 
-    /// The plugin (other than `except`) whose primary kind is `kind`, and
-    /// its file.
-    fn primary_owner(&self, kind: &KindRef, except: &str) -> Option<(String, std::path::PathBuf)> {
-        self.controllers()
-            .into_iter()
-            .find(|(name, c)| name != except && &c.plugin().metadata().primary == kind)
-            .map(|(name, c)| (name, c.plugin().path().to_path_buf()))
+    /// Refuses `metadata` when another plugin reconciles its primary kind in
+    /// any version: two plugins would see the same objects and children
+    /// (one CRD serving both versions), each pruning what the other applies.
+    fn check_primary_free(&self, metadata: &PluginMetadata) -> Result<(), EngineError> {
+        let taken = self.controllers().into_iter().find(|(name, c)| {
+            name != &metadata.name
+                && c.plugin()
+                    .metadata()
+                    .primary
+                    .same_group_kind(&metadata.primary)
+        });
+        match taken {
+            Some((first, c)) => Err(EngineError::PrimaryTaken {
+                kind: primary_kind_taken(&metadata.primary, &c.plugin().metadata().primary),
+                first,
+                first_file: c.plugin().path().to_path_buf(),
+                second: metadata.name.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Starts serving a new plugin: checks its name and primary kind are
@@ -288,14 +302,7 @@ impl<B: ClusterBackend> Engine<B> {
                 file: loaded.plugin().path().to_path_buf(),
             });
         }
-        if let Some((first, first_file)) = self.primary_owner(&m.primary, &m.name) {
-            return Err(EngineError::PrimaryTaken {
-                kind: m.primary.to_string(),
-                first,
-                first_file,
-                second: m.name.clone(),
-            });
-        }
+        self.check_primary_free(m)?;
         self.check_kind_scopes(m).await?;
         self.watch_kinds(&plugin).await?;
         let controller = Controller {
@@ -321,14 +328,7 @@ impl<B: ClusterBackend> Engine<B> {
         let Some(controller) = self.controller(&m.name) else {
             return Err(EngineError::NotLoaded(m.name.clone()));
         };
-        if let Some((first, first_file)) = self.primary_owner(&m.primary, &m.name) {
-            return Err(EngineError::PrimaryTaken {
-                kind: m.primary.to_string(),
-                first,
-                first_file,
-                second: m.name.clone(),
-            });
-        }
+        self.check_primary_free(m)?;
         self.check_kind_scopes(m).await?;
         self.watch_kinds(&plugin).await?;
         let name = m.name.clone();
@@ -354,7 +354,7 @@ impl<B: ClusterBackend> Engine<B> {
         new: &LoadedPlugin,
     ) -> Option<FinalizerHandover> {
         let (before, after) = (old.metadata(), new.metadata());
-        let same_primary = before.primary == after.primary;
+        let same_primary = before.primary.same_group_kind(&after.primary);
         let changed =
             before.finalizer.is_some() && (before.finalizer != after.finalizer || !same_primary);
         // The finalizers stale for objects of the old primary kind, and the
@@ -1208,6 +1208,17 @@ impl<B: ClusterBackend> Engine<B> {
         if let Err(e) = self.events.record(&*self.backend, record, now).await {
             tracing::warn!(plugin = %metadata.name, object = %key, "cannot record the failure as an Event: {e}");
         }
+    }
+}
+
+/// How a refusal names a primary kind another plugin reconciles as
+/// `taken`: `example.com/v1 PodSet`, or `example.com/v1 PodSet, the same
+/// kind as example.com/v1alpha1 PodSet` when the versions differ.
+pub(crate) fn primary_kind_taken(kind: &KindRef, taken: &KindRef) -> String {
+    if kind == taken {
+        kind.to_string()
+    } else {
+        format!("{kind}, the same kind as {taken}")
     }
 }
 
