@@ -64,8 +64,8 @@ pub use self::scope::{PrimarySelectors, ServeScope};
 use self::shared_cache::SharedCache;
 use self::work_queue::{BackoffPolicy, PrimaryKey, WorkQueue};
 use crate::cluster::{
-    BackendError, Clock, ClusterBackend, EventRecord, ListedObject, ObjectKey, Propagation,
-    WatchEvent, WatchEventType, WatchScope,
+    BackendError, Clock, ClusterBackend, EventRecord, KindScope, ListedObject, ObjectKey,
+    Propagation, WatchEvent, WatchEventType, WatchScope,
 };
 use crate::golden::recorder::{CaseRecorder, Recording, RecordingReader};
 use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput, ValidResponse};
@@ -464,6 +464,12 @@ impl<B: ClusterBackend> Engine<B> {
         Ok(())
     }
 
+    /// The scope of a declared kind, learned when its plugin was loaded.
+    fn scope_of(&self, kind: &KindRef) -> KindScope {
+        let scopes = self.kind_scopes.lock().unwrap_or_else(|e| e.into_inner());
+        scopes.get(kind).copied().unwrap_or(KindScope::Namespaced)
+    }
+
     /// The per-response half of the scope rule, as a reconcile failure.
     fn check_response_scopes(
         &self,
@@ -628,7 +634,11 @@ impl<B: ClusterBackend> Engine<B> {
             // a child or a read object after the window, with the others
             // that come in it (a ReplicaSet creating its Pods).
             let of_primary = kind.as_ref() == Some(primary);
-            let keys = event_mapping::primaries_for(plugin.metadata(), &event.object);
+            let keys = event_mapping::primaries_for(
+                plugin.metadata(),
+                self.scope_of(primary),
+                &event.object,
+            );
             let keys: Vec<PrimaryKey> = keys
                 .into_iter()
                 .filter(|key| self.in_scope(&name, primary, key))
