@@ -40,7 +40,7 @@ pub mod work_queue;
 
 use reconciler_contract::object_meta::MetadataField;
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -119,7 +119,8 @@ struct Controller {
 #[derive(Default)]
 struct ControllerState {
     queue: WorkQueue,
-    /// Fingerprints of what this host last applied, per object.
+    /// Fingerprints of what this host last applied, per object that
+    /// exists (see [`Engine::forget_objects`]).
     last_applied: HashMap<ObjectKey, u64>,
     /// Finalizers of earlier versions that this plugin now answers for:
     /// removed with its own when it reports `finalized` (see
@@ -144,6 +145,19 @@ impl Controller {
     fn concurrency(&self) -> usize {
         self.plugin().limits().concurrency
     }
+}
+
+/// What the engine remembers per object beside its cache, each count over
+/// all plugins: all of it must go when the objects do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Remembered {
+    /// Objects with the fingerprint of what was last applied to them.
+    pub applied: usize,
+    /// Primaries queued, in flight, or with failures or requeues counted.
+    pub queued: usize,
+    /// Event series, and objects with an Event rate limit.
+    pub event_series: usize,
+    pub event_limits: usize,
 }
 
 /// The outcome of [`Engine::replace_plugin`].
@@ -557,12 +571,14 @@ impl<B: ClusterBackend> Engine<B> {
             self.observe(&event, now);
         }
         if rewatch {
+            let mut gone = HashSet::new();
             for object in self.cache.list(kind) {
                 if ObjectKey::of(&object).is_some_and(|k| !listed.contains(&k)) {
                     let event = WatchEvent::new(WatchEventType::Deleted, object);
-                    self.observe(&event, now);
+                    gone.extend(self.observe(&event, now));
                 }
             }
+            self.forget_objects(&gone);
         }
     }
 
@@ -623,7 +639,9 @@ impl<B: ClusterBackend> Engine<B> {
             .collect()
     }
 
-    fn observe(&self, event: &WatchEvent, now: i64) {
+    /// Takes one watch event into the cache and the queues. Returns the key
+    /// of the object it deletes, for [`Self::forget_objects`].
+    fn observe(&self, event: &WatchEvent, now: i64) -> Option<ObjectKey> {
         self.cache.observe(event);
         let window = i64::try_from(self.coalesce.as_millis()).unwrap_or(i64::MAX);
         let kind = KindRef::of_object(&event.object);
@@ -654,6 +672,28 @@ impl<B: ClusterBackend> Engine<B> {
                 }
             }
         }
+        match event.event_type {
+            WatchEventType::Deleted => ObjectKey::of(&event.object),
+            _ => None,
+        }
+    }
+
+    /// Forgets what the engine remembered about objects the cluster
+    /// deleted: what it last applied to them, and their Event series. A
+    /// child the garbage collector takes with its primary is never pruned
+    /// or deleted by the host, so this is the only place it is forgotten;
+    /// a primary's queue state goes when its reconcile finds it gone.
+    fn forget_objects(&self, gone: &HashSet<ObjectKey>) {
+        if gone.is_empty() {
+            return;
+        }
+        for (_, controller) in self.controllers() {
+            let mut state = controller.state();
+            for key in gone {
+                state.last_applied.remove(key);
+            }
+        }
+        self.events.forget_objects(gone);
     }
 
     /// Takes every watch event delivered so far into the cache and the
@@ -669,9 +709,11 @@ impl<B: ClusterBackend> Engine<B> {
                 }
             }
         }
-        for event in &events {
-            self.observe(event, now);
-        }
+        let gone: HashSet<ObjectKey> = events
+            .iter()
+            .filter_map(|event| self.observe(event, now))
+            .collect();
+        self.forget_objects(&gone);
         events.len()
     }
 
@@ -767,6 +809,22 @@ impl<B: ClusterBackend> Engine<B> {
     pub async fn flush_events(&self, all: bool) -> usize {
         let now = self.clock.now_millis();
         self.events.flush(&*self.backend, now, all).await
+    }
+
+    /// What the engine remembers per object now (see [`Remembered`]).
+    pub fn remembered(&self) -> Remembered {
+        let (event_series, event_limits) = self.events.remembered();
+        let mut remembered = Remembered {
+            event_series,
+            event_limits,
+            ..Remembered::default()
+        };
+        for (_, controller) in self.controllers() {
+            let state = controller.state();
+            remembered.applied += state.last_applied.len();
+            remembered.queued += state.queue.remembered();
+        }
+        remembered
     }
 
     /// Reconciles currently running.
