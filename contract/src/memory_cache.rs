@@ -598,9 +598,12 @@ impl MemoryCache {
         }
     }
 
-    /// The owned children of `primary`: objects of one of the `owns` kinds in
-    /// the primary's namespace whose controller ownerReference points at it
-    /// (by uid when both sides have one, otherwise by kind and name); parsed.
+    /// The owned children of `primary`: objects of one of the `owns` kinds
+    /// whose controller ownerReference points at it (by uid when both sides
+    /// have one, otherwise by kind and name); parsed. A namespaced primary's
+    /// children are in its namespace; a cluster-scoped primary's may be in
+    /// any namespace, or none (an ownerReference names no namespace, so a
+    /// namespaced object may be owned by a cluster-scoped one).
     pub fn children_of<'a>(
         &'a self,
         primary: &'a Value,
@@ -630,11 +633,7 @@ impl MemoryCache {
                         .map(|(_, e)| e)
                         .collect()
                 }
-                None => self
-                    .of_kind(&kind)
-                    .filter(|((_, n, _), _)| n.is_none())
-                    .map(|(_, e)| e)
-                    .collect(),
+                None => self.of_kind(&kind).map(|(_, e)| e).collect(),
             };
             in_namespace
                 .into_iter()

@@ -62,6 +62,13 @@ impl KindRef {
         }
     }
 
+    /// Whether `other` is this kind in any version: the versions one CRD
+    /// (or built-in group) serves are views of the same objects, so whoever
+    /// reconciles, owns or finalizes one version does so for all of them.
+    pub fn same_group_kind(&self, other: &KindRef) -> bool {
+        self.group == other.group && self.kind == other.kind
+    }
+
     /// The kind of a JSON object, from its `apiVersion` and `kind` fields.
     pub fn of_object(object: &serde_json::Value) -> Option<Self> {
         let api_version = object.get("apiVersion")?.as_str()?;

@@ -155,6 +155,12 @@ pub mod world {
         pub fn events(&self) -> Vec<RecordedEvent> {
             self.cluster.events()
         }
+
+        /// The names of the plugins the engine serves.
+        pub fn served(&self) -> Vec<String> {
+            let plugins = self.engine.plugins();
+            plugins.iter().map(|p| p.name().to_string()).collect()
+        }
     }
 
     pub fn key(group: &str, version: &str, kind: &str, namespace: &str, name: &str) -> ObjectKey {

@@ -229,3 +229,43 @@ async fn a_failure_midway_is_reported_as_a_partial_apply() {
         "{message}"
     );
 }
+
+/// One CRD may serve a kind in several versions, all views of the same
+/// objects: a plugin per version would both see every object and its
+/// children, and each prune the children the other applies. The second
+/// plugin is refused, by the engine and when a set of files is loaded, and
+/// the first keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_for_another_version_of_a_served_primary_kind_is_refused() {
+    let (first, second) = (test_plugin("hostile"), test_plugin("hostile-rival-version"));
+    let refusal = format!(
+        "plugin rival reconciles hostile.example.com/v2 Hostile, the same kind as \
+         hostile.example.com/v1 Hostile, which plugin hostile from {} already reconciles: a \
+         primary kind has one plugin, whatever version of it each serves",
+        first.display()
+    );
+
+    let mut world = World::new(&[&first]).await;
+    let refused = world
+        .engine
+        .add_plugin(Arc::new(load(&second)))
+        .await
+        .expect_err("the second plugin for the kind is refused");
+    assert_eq!(refused.to_string(), refusal);
+    assert_eq!(world.served(), ["hostile"]);
+    world.apply(hostile("h", "ok", &[]));
+    world.settle().await;
+    assert!(
+        world.get(&config_map_key("h")).await.is_some(),
+        "the first keeps serving"
+    );
+
+    let (loaded, failed) = reconciler_host::plugin::directory::load_files(
+        reconciler_tests::sandbox(),
+        &[first, second.clone()],
+    );
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].path, second);
+    assert!(failed[0].to_string().contains(&refusal), "{}", failed[0]);
+}

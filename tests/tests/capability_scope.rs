@@ -80,13 +80,7 @@ async fn a_namespaced_primary_owning_a_cluster_scoped_kind_is_refused_at_load_an
         "{err}"
     );
     assert!(err.to_string().starts_with(REFUSAL), "{err}");
-    let served: Vec<String> = world
-        .engine
-        .plugins()
-        .iter()
-        .map(|p| p.name().to_string())
-        .collect();
-    assert_eq!(served, ["podset"]);
+    assert_eq!(world.served(), ["podset"]);
 
     world.apply(podset("web"));
     world.apply(hostile("h", "ok"));
@@ -276,5 +270,58 @@ async fn a_cluster_scoped_primary_must_name_its_childrens_namespace() {
             .await
             .unwrap(),
         KindScope::Cluster
+    );
+}
+
+/// A cluster-scoped primary's children live in namespaces it does not have:
+/// they are still its children, shown to it, kept as it wants them and
+/// pruned when it stops returning them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_scoped_primarys_namespaced_children_are_repaired_and_pruned() {
+    let mut world = cluster_primary_world().await;
+    world.apply(cluster_hostile("tidy", "scope-child-in-default"));
+    world.settle().await;
+    let child_key = key("", "v1", "ConfigMap", "default", "tidy");
+    let created = world.get(&child_key).await.expect("the child is created");
+    assert_eq!(created["data"]["k"], "v");
+
+    // Someone changes the child: the change is the primary's to undo.
+    world.apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "tidy", "namespace": "default"}, "data": {"k": "tampered"}}));
+    world.records.clear();
+    world.settle().await;
+    let repaired = world
+        .get(&child_key)
+        .await
+        .expect("the child is still there");
+    assert_eq!(
+        repaired["data"]["k"], "v",
+        "the drift is repaired: {:?}",
+        world.records
+    );
+    assert!(
+        changes_of(&world, "tidy")
+            .iter()
+            .any(|c| matches!(c, Change::Updated(k) if *k == child_key)),
+        "{:?}",
+        world.records
+    );
+
+    // The plugin stops returning the child: it is pruned.
+    world.apply(cluster_hostile("tidy", "remember"));
+    world.records.clear();
+    world.settle().await;
+    assert_eq!(
+        world.get(&child_key).await,
+        None,
+        "the child no longer returned is pruned: {:?}",
+        world.records
+    );
+    assert!(
+        changes_of(&world, "tidy")
+            .iter()
+            .any(|c| matches!(c, Change::Pruned(k) if *k == child_key)),
+        "{:?}",
+        world.records
     );
 }

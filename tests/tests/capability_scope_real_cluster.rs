@@ -215,6 +215,61 @@ async fn drive_until(
     records
 }
 
+/// Installs the ClusterHostile CRD; the ClusterHostiles, and the ConfigMaps
+/// of `default` where their children go.
+async fn cluster_hostiles_and_config_maps(
+    backend: &KubernetesBackend,
+) -> (Api<DynamicObject>, Api<DynamicObject>) {
+    install_crds(
+        backend,
+        &root().join("tests/crds/clusterhostile.yaml"),
+        Duration::from_secs(60),
+    )
+    .await
+    .expect("the ClusterHostile CRD is installed and established");
+    let client = kube::Client::try_default().await.unwrap();
+    let api = |group: &str, kind: &str| {
+        let version = "v1";
+        ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+    };
+    (
+        Api::all_with(
+            client.clone(),
+            &api("hostile.example.com", "ClusterHostile"),
+        ),
+        Api::namespaced_with(client, "default", &api("", "ConfigMap")),
+    )
+}
+
+/// What names this run's objects apart from an earlier run's.
+fn run_id() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
+}
+
+async fn create_cluster_hostile(primaries: &Api<DynamicObject>, name: &str, mode: &str) {
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "hostile.example.com/v1", "kind": "ClusterHostile",
+        "metadata": {"name": name}, "spec": {"mode": mode}}))
+    .unwrap();
+    primaries
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("create a ClusterHostile");
+}
+
+/// An engine on `backend` serving the cluster-hostile plugin.
+async fn cluster_hostile_engine(backend: KubernetesBackend) -> Engine<KubernetesBackend> {
+    let engine = Engine::empty(Arc::new(backend), Arc::new(RealClock));
+    engine
+        .add_plugin(Arc::new(load(&test_plugin("hostile-cluster-primary"))))
+        .await
+        .expect("a cluster-scoped primary may own namespaced kinds");
+    engine
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_scoped_primary_must_name_its_childrens_namespace_on_a_real_cluster() {
     let Some(backend) =
@@ -223,50 +278,17 @@ async fn a_cluster_scoped_primary_must_name_its_childrens_namespace_on_a_real_cl
     else {
         return;
     };
-    install_crds(
-        &backend,
-        &root().join("tests/crds/clusterhostile.yaml"),
-        Duration::from_secs(60),
-    )
-    .await
-    .expect("the ClusterHostile CRD is installed and established");
-    let client = kube::Client::try_default().await.unwrap();
-    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "hostile.example.com",
-        "v1",
-        "ClusterHostile",
-    ));
-    let primaries: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    let config_maps: Api<DynamicObject> = Api::namespaced_with(
-        client,
-        "default",
-        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
-    );
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis();
+    let (primaries, config_maps) = cluster_hostiles_and_config_maps(&backend).await;
+    let run = run_id();
     let loose = format!("scope-e2e-{run}-loose");
     let tidy = format!("scope-e2e-{run}-tidy");
     for (name, mode) in [
         (&loose, "scope-child-without-namespace"),
         (&tidy, "scope-child-in-default"),
     ] {
-        let object: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "hostile.example.com/v1", "kind": "ClusterHostile",
-            "metadata": {"name": name}, "spec": {"mode": mode}}))
-        .unwrap();
-        primaries
-            .create(&PostParams::default(), &object)
-            .await
-            .expect("create a ClusterHostile");
+        create_cluster_hostile(&primaries, name, mode).await;
     }
-
-    let engine = Engine::empty(Arc::new(backend), Arc::new(RealClock));
-    engine
-        .add_plugin(Arc::new(load(&test_plugin("hostile-cluster-primary"))))
-        .await
-        .expect("a cluster-scoped primary may own namespaced kinds");
+    let engine = cluster_hostile_engine(backend).await;
     let records = drive_until(&engine, Duration::from_secs(60), |records| {
         let failed = records
             .iter()
@@ -316,5 +338,98 @@ async fn a_cluster_scoped_primary_must_name_its_childrens_namespace_on_a_real_cl
     assert_eq!(
         (owner.kind.as_str(), owner.name.as_str(), owner.controller),
         ("ClusterHostile", tidy.as_str(), Some(true))
+    );
+}
+
+/// Runs `engine` on the real clock until the ConfigMap `name` in `default`
+/// passes `done` (`None`: it does not exist), or `within` passes. Whether
+/// it passed, and the records so far.
+async fn drive_until_config_map(
+    engine: &Engine<KubernetesBackend>,
+    config_maps: &Api<DynamicObject>,
+    name: &str,
+    within: Duration,
+    done: impl Fn(Option<&DynamicObject>) -> bool,
+) -> (bool, Vec<ReconcileRecord>) {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut records = Vec::new();
+    loop {
+        engine.pump();
+        while let Some((plugin, key)) = engine.next_ready() {
+            records.push(engine.reconcile(&plugin, key).await);
+        }
+        let current = config_maps.get_opt(name).await.expect("read the ConfigMap");
+        if done(current.as_ref()) {
+            return (true, records);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return (false, records);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A cluster-scoped primary's child in a namespace is its child: a change
+/// to it is repaired, and it is pruned once the plugin stops returning it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_scoped_primarys_namespaced_child_is_repaired_and_pruned_on_a_real_cluster() {
+    let test =
+        "a_cluster_scoped_primarys_namespaced_child_is_repaired_and_pruned_on_a_real_cluster";
+    let Some(backend) = backend(test).await else {
+        return;
+    };
+    let (primaries, config_maps) = cluster_hostiles_and_config_maps(&backend).await;
+    let run = run_id();
+    let name = format!("scope-e2e-{run}-kept");
+    create_cluster_hostile(&primaries, &name, "scope-child-in-default").await;
+    let engine = cluster_hostile_engine(backend).await;
+    let data_is = |value: &'static str| {
+        move |cm: Option<&DynamicObject>| cm.is_some_and(|cm| cm.data["data"]["k"] == value)
+    };
+    let within = Duration::from_secs(30);
+
+    let (created, records) =
+        drive_until_config_map(&engine, &config_maps, &name, within, data_is("v")).await;
+    let mut repaired = (false, Vec::new());
+    let mut pruned = (false, Vec::new());
+    if created {
+        let tamper = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "default"}, "data": {"k": "tampered"}});
+        config_maps
+            .patch(
+                &name,
+                &PatchParams::apply("someone-else").force(),
+                &Patch::Apply(&tamper),
+            )
+            .await
+            .expect("change the child");
+        repaired = drive_until_config_map(&engine, &config_maps, &name, within, data_is("v")).await;
+        let mode = json!({"spec": {"mode": "remember"}});
+        primaries
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&mode))
+            .await
+            .expect("switch the primary to a mode without children");
+        pruned =
+            drive_until_config_map(&engine, &config_maps, &name, within, |cm| cm.is_none()).await;
+    }
+
+    // Clean up before asserting: release the finalizer the host added.
+    let release = json!({"metadata": {"finalizers": null}});
+    let _ = primaries
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&release))
+        .await;
+    let _ = primaries.delete(&name, &DeleteParams::default()).await;
+    let _ = config_maps.delete(&name, &DeleteParams::default()).await;
+
+    assert!(created, "the child is created: {records:?}");
+    assert!(
+        repaired.0,
+        "the change to the child is repaired: {:?}",
+        repaired.1
+    );
+    assert!(
+        pruned.0,
+        "the child no longer returned is pruned: {:?}",
+        pruned.1
     );
 }

@@ -2,24 +2,36 @@
 //!
 //! A change to a primary concerns itself; to an owned child, its controller
 //! owner of the primary kind; to an object of a read kind, whatever the
-//! plugin's map rule names (always in the object's own namespace).
+//! plugin's map rule names. The primary named is in the object's own
+//! namespace when the primary kind is namespaced; when it is cluster-scoped
+//! the primary has no namespace, wherever the object lies (an ownerReference
+//! names no namespace).
 
 use reconciler_contract::object_meta::MetadataField;
 use reconciler_contract::{KindRef, MapRule, PluginMetadata};
 use serde_json::Value;
 
 use super::work_queue::PrimaryKey;
+use crate::cluster::KindScope;
 
 fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
     object.pointer(pointer).and_then(Value::as_str)
 }
 
-/// The primaries of `metadata`'s plugin that a change to `object` concerns.
-pub fn primaries_for(metadata: &PluginMetadata, object: &Value) -> Vec<PrimaryKey> {
+/// The primaries of `metadata`'s plugin, whose primary kind has
+/// `primary_scope`, that a change to `object` concerns.
+pub fn primaries_for(
+    metadata: &PluginMetadata,
+    primary_scope: KindScope,
+    object: &Value,
+) -> Vec<PrimaryKey> {
     let Some(kind) = KindRef::of_object(object) else {
         return Vec::new();
     };
-    let namespace = str_at(object, "/metadata/namespace").map(str::to_string);
+    let namespace = match primary_scope {
+        KindScope::Namespaced => str_at(object, "/metadata/namespace").map(str::to_string),
+        KindScope::Cluster => None,
+    };
     let key = |name: &str| PrimaryKey {
         namespace: namespace.clone(),
         name: name.to_string(),
@@ -56,10 +68,13 @@ fn controller_of(object: &Value, owner_kind: &KindRef) -> Option<String> {
     let refs = object.metadata_field("ownerReferences")?.as_array()?;
     refs.iter()
         .find(|r| {
+            let text = |field: &str| r.get(field).and_then(Value::as_str);
             r.get("controller").and_then(Value::as_bool) == Some(true)
-                && r.get("kind").and_then(Value::as_str) == Some(owner_kind.kind.as_str())
-                && r.get("apiVersion").and_then(Value::as_str)
-                    == Some(owner_kind.api_version().as_str())
+                && text("apiVersion")
+                    .zip(text("kind"))
+                    .is_some_and(|(api_version, kind)| {
+                        KindRef::from_api_version(api_version, kind).same_group_kind(owner_kind)
+                    })
         })
         .and_then(|r| r.get("name")?.as_str().map(str::to_string))
 }
@@ -91,7 +106,7 @@ mod tests {
     }
 
     fn names(object: Value) -> Vec<String> {
-        primaries_for(&metadata(), &object)
+        primaries_for(&metadata(), KindScope::Namespaced, &object)
             .into_iter()
             .map(|k| k.to_string())
             .collect()
@@ -117,6 +132,44 @@ mod tests {
             ["d/a"]
         );
         assert!(names(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a", "namespace": "d"}})).is_empty());
+    }
+
+    #[test]
+    fn a_cluster_scoped_primarys_namespaced_children_and_reads_map_to_it() {
+        let tenants =
+            PluginMetadata::new("tenants", "1", KindRef::new("example.com", "v1", "Tenant"))
+                .owns(KindRef::new("", "v1", "ConfigMap"))
+                .reads(
+                    KindRef::new("", "v1", "Secret"),
+                    MapRule::Label("tenant".into()),
+                    false,
+                );
+        let child = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "team-a",
+            "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Tenant", "name": "acme", "uid": "u", "controller": true}]}});
+        let read = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "team-b",
+            "labels": {"tenant": "acme"}}});
+        let acme = PrimaryKey {
+            namespace: None,
+            name: "acme".into(),
+        };
+        for object in [child, read] {
+            assert_eq!(
+                primaries_for(&tenants, KindScope::Cluster, &object),
+                std::slice::from_ref(&acme),
+                "{object}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_child_maps_to_its_owner_whatever_version_the_reference_names() {
+        // Made when the plugin served v1; it serves v1alpha1 of the same kind now.
+        let owned = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "namespace": "d",
+            "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "PodSet", "name": "a", "uid": "u", "controller": true}]}});
+        assert_eq!(names(owned), ["d/a"]);
+        let other_group = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x", "namespace": "d",
+            "ownerReferences": [{"apiVersion": "other.com/v1alpha1", "kind": "PodSet", "name": "a", "uid": "u", "controller": true}]}});
+        assert!(names(other_group).is_empty());
     }
 
     #[test]

@@ -30,7 +30,7 @@
 //! least recently seen are forgotten first, with any count not yet
 //! written) and as many buckets.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -229,6 +229,27 @@ impl EventRecorder {
                 Ok(Recorded::Dropped)
             }
         }
+    }
+
+    /// Forgets the series and rate limits of objects the cluster deleted:
+    /// no Event about them can come (a namesake has another uid), and a
+    /// host that sees objects come and go must not keep them all. A repeat
+    /// counted in memory but not yet written goes with them: the Event
+    /// stays as last written, about an object that is gone.
+    pub fn forget_objects(&self, gone: &HashSet<ObjectKey>) {
+        if gone.is_empty() {
+            return;
+        }
+        let mut state = self.lock();
+        let RecorderState { series, buckets } = &mut *state;
+        series.retain(|key, _| !gone.contains(&key.regarding));
+        buckets.retain(|(object, _), _| !gone.contains(object));
+    }
+
+    /// How many series and rate limits are remembered.
+    pub fn remembered(&self) -> (usize, usize) {
+        let state = self.lock();
+        (state.series.len(), state.buckets.len())
     }
 
     /// Writes the count of every series the cluster shows behind, when its
@@ -644,6 +665,33 @@ mod tests {
         assert_eq!(recorder.flush(&cluster, 600_000, false).await, 0);
         assert_eq!(recorder.flush(&cluster, 620_000, false).await, 1);
         assert_eq!(cluster.events()[0].series.map(|s| s.count), Some(600));
+    }
+
+    #[tokio::test]
+    async fn the_series_and_limits_of_deleted_objects_are_forgotten() {
+        let cluster = cluster();
+        let recorder = EventRecorder::default();
+        for (object, times) in [("a", 1), ("b", 1), ("c", 3)] {
+            for i in 0..times {
+                recorder
+                    .record(&cluster, event(object, "boom"), i * 1000)
+                    .await
+                    .unwrap();
+            }
+        }
+        assert_eq!(recorder.remembered(), (3, 3));
+        let gone = |names: &[&str]| -> HashSet<ObjectKey> {
+            names.iter().map(|n| event(n, "").regarding).collect()
+        };
+        recorder.forget_objects(&gone(&["a", "c"]));
+        assert_eq!(recorder.remembered(), (1, 1));
+        assert_eq!(
+            recorder.flush(&cluster, 3 * MINUTE, true).await,
+            0,
+            "nothing left to write about c"
+        );
+        recorder.forget_objects(&gone(&["b"]));
+        assert_eq!(recorder.remembered(), (0, 0));
     }
 
     #[tokio::test]

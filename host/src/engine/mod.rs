@@ -40,7 +40,7 @@ pub mod work_queue;
 
 use reconciler_contract::object_meta::MetadataField;
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -64,8 +64,8 @@ pub use self::scope::{PrimarySelectors, ServeScope};
 use self::shared_cache::SharedCache;
 use self::work_queue::{BackoffPolicy, PrimaryKey, WorkQueue};
 use crate::cluster::{
-    BackendError, Clock, ClusterBackend, EventRecord, ListedObject, ObjectKey, Propagation,
-    WatchEvent, WatchEventType, WatchScope,
+    BackendError, Clock, ClusterBackend, EventRecord, KindScope, ListedObject, ObjectKey,
+    Propagation, WatchEvent, WatchEventType, WatchScope,
 };
 use crate::golden::recorder::{CaseRecorder, Recording, RecordingReader};
 use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput, ValidResponse};
@@ -74,10 +74,11 @@ use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput, ValidResponse};
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error(
-        "plugin {second} reconciles {kind}, which plugin {first} from {} already reconciles: a primary kind has one plugin",
+        "plugin {second} reconciles {kind}, which plugin {first} from {} already reconciles: a primary kind has one plugin, whatever version of it each serves",
         first_file.display()
     )]
     PrimaryTaken {
+        /// See [`primary_kind_taken`].
         kind: String,
         first: String,
         first_file: std::path::PathBuf,
@@ -118,7 +119,8 @@ struct Controller {
 #[derive(Default)]
 struct ControllerState {
     queue: WorkQueue,
-    /// Fingerprints of what this host last applied, per object.
+    /// Fingerprints of what this host last applied, per object that
+    /// exists (see [`Engine::forget_objects`]).
     last_applied: HashMap<ObjectKey, u64>,
     /// Finalizers of earlier versions that this plugin now answers for:
     /// removed with its own when it reports `finalized` (see
@@ -143,6 +145,19 @@ impl Controller {
     fn concurrency(&self) -> usize {
         self.plugin().limits().concurrency
     }
+}
+
+/// What the engine remembers per object beside its cache, each count over
+/// all plugins: all of it must go when the objects do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Remembered {
+    /// Objects with the fingerprint of what was last applied to them.
+    pub applied: usize,
+    /// Primaries queued, in flight, or with failures or requeues counted.
+    pub queued: usize,
+    /// Event series, and objects with an Event rate limit.
+    pub event_series: usize,
+    pub event_limits: usize,
 }
 
 /// The outcome of [`Engine::replace_plugin`].
@@ -269,13 +284,26 @@ impl<B: ClusterBackend> Engine<B> {
         map.get(name).cloned()
     }
 
-    /// The plugin (other than `except`) whose primary kind is `kind`, and
-    /// its file.
-    fn primary_owner(&self, kind: &KindRef, except: &str) -> Option<(String, std::path::PathBuf)> {
-        self.controllers()
-            .into_iter()
-            .find(|(name, c)| name != except && &c.plugin().metadata().primary == kind)
-            .map(|(name, c)| (name, c.plugin().path().to_path_buf()))
+    /// Refuses `metadata` when another plugin reconciles its primary kind in
+    /// any version: two plugins would see the same objects and children
+    /// (one CRD serving both versions), each pruning what the other applies.
+    fn check_primary_free(&self, metadata: &PluginMetadata) -> Result<(), EngineError> {
+        let taken = self.controllers().into_iter().find(|(name, c)| {
+            name != &metadata.name
+                && c.plugin()
+                    .metadata()
+                    .primary
+                    .same_group_kind(&metadata.primary)
+        });
+        match taken {
+            Some((first, c)) => Err(EngineError::PrimaryTaken {
+                kind: primary_kind_taken(&metadata.primary, &c.plugin().metadata().primary),
+                first,
+                first_file: c.plugin().path().to_path_buf(),
+                second: metadata.name.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Starts serving a new plugin: checks its name and primary kind are
@@ -288,14 +316,7 @@ impl<B: ClusterBackend> Engine<B> {
                 file: loaded.plugin().path().to_path_buf(),
             });
         }
-        if let Some((first, first_file)) = self.primary_owner(&m.primary, &m.name) {
-            return Err(EngineError::PrimaryTaken {
-                kind: m.primary.to_string(),
-                first,
-                first_file,
-                second: m.name.clone(),
-            });
-        }
+        self.check_primary_free(m)?;
         self.check_kind_scopes(m).await?;
         self.watch_kinds(&plugin).await?;
         let controller = Controller {
@@ -321,14 +342,7 @@ impl<B: ClusterBackend> Engine<B> {
         let Some(controller) = self.controller(&m.name) else {
             return Err(EngineError::NotLoaded(m.name.clone()));
         };
-        if let Some((first, first_file)) = self.primary_owner(&m.primary, &m.name) {
-            return Err(EngineError::PrimaryTaken {
-                kind: m.primary.to_string(),
-                first,
-                first_file,
-                second: m.name.clone(),
-            });
-        }
+        self.check_primary_free(m)?;
         self.check_kind_scopes(m).await?;
         self.watch_kinds(&plugin).await?;
         let name = m.name.clone();
@@ -354,7 +368,7 @@ impl<B: ClusterBackend> Engine<B> {
         new: &LoadedPlugin,
     ) -> Option<FinalizerHandover> {
         let (before, after) = (old.metadata(), new.metadata());
-        let same_primary = before.primary == after.primary;
+        let same_primary = before.primary.same_group_kind(&after.primary);
         let changed =
             before.finalizer.is_some() && (before.finalizer != after.finalizer || !same_primary);
         // The finalizers stale for objects of the old primary kind, and the
@@ -464,6 +478,12 @@ impl<B: ClusterBackend> Engine<B> {
         Ok(())
     }
 
+    /// The scope of a declared kind, learned when its plugin was loaded.
+    fn scope_of(&self, kind: &KindRef) -> KindScope {
+        let scopes = self.kind_scopes.lock().unwrap_or_else(|e| e.into_inner());
+        scopes.get(kind).copied().unwrap_or(KindScope::Namespaced)
+    }
+
     /// The per-response half of the scope rule, as a reconcile failure.
     fn check_response_scopes(
         &self,
@@ -551,12 +571,14 @@ impl<B: ClusterBackend> Engine<B> {
             self.observe(&event, now);
         }
         if rewatch {
+            let mut gone = HashSet::new();
             for object in self.cache.list(kind) {
                 if ObjectKey::of(&object).is_some_and(|k| !listed.contains(&k)) {
                     let event = WatchEvent::new(WatchEventType::Deleted, object);
-                    self.observe(&event, now);
+                    gone.extend(self.observe(&event, now));
                 }
             }
+            self.forget_objects(&gone);
         }
     }
 
@@ -617,7 +639,9 @@ impl<B: ClusterBackend> Engine<B> {
             .collect()
     }
 
-    fn observe(&self, event: &WatchEvent, now: i64) {
+    /// Takes one watch event into the cache and the queues. Returns the key
+    /// of the object it deletes, for [`Self::forget_objects`].
+    fn observe(&self, event: &WatchEvent, now: i64) -> Option<ObjectKey> {
         self.cache.observe(event);
         let window = i64::try_from(self.coalesce.as_millis()).unwrap_or(i64::MAX);
         let kind = KindRef::of_object(&event.object);
@@ -628,7 +652,11 @@ impl<B: ClusterBackend> Engine<B> {
             // a child or a read object after the window, with the others
             // that come in it (a ReplicaSet creating its Pods).
             let of_primary = kind.as_ref() == Some(primary);
-            let keys = event_mapping::primaries_for(plugin.metadata(), &event.object);
+            let keys = event_mapping::primaries_for(
+                plugin.metadata(),
+                self.scope_of(primary),
+                &event.object,
+            );
             let keys: Vec<PrimaryKey> = keys
                 .into_iter()
                 .filter(|key| self.in_scope(&name, primary, key))
@@ -644,6 +672,28 @@ impl<B: ClusterBackend> Engine<B> {
                 }
             }
         }
+        match event.event_type {
+            WatchEventType::Deleted => ObjectKey::of(&event.object),
+            _ => None,
+        }
+    }
+
+    /// Forgets what the engine remembered about objects the cluster
+    /// deleted: what it last applied to them, and their Event series. A
+    /// child the garbage collector takes with its primary is never pruned
+    /// or deleted by the host, so this is the only place it is forgotten;
+    /// a primary's queue state goes when its reconcile finds it gone.
+    fn forget_objects(&self, gone: &HashSet<ObjectKey>) {
+        if gone.is_empty() {
+            return;
+        }
+        for (_, controller) in self.controllers() {
+            let mut state = controller.state();
+            for key in gone {
+                state.last_applied.remove(key);
+            }
+        }
+        self.events.forget_objects(gone);
     }
 
     /// Takes every watch event delivered so far into the cache and the
@@ -659,9 +709,11 @@ impl<B: ClusterBackend> Engine<B> {
                 }
             }
         }
-        for event in &events {
-            self.observe(event, now);
-        }
+        let gone: HashSet<ObjectKey> = events
+            .iter()
+            .filter_map(|event| self.observe(event, now))
+            .collect();
+        self.forget_objects(&gone);
         events.len()
     }
 
@@ -757,6 +809,22 @@ impl<B: ClusterBackend> Engine<B> {
     pub async fn flush_events(&self, all: bool) -> usize {
         let now = self.clock.now_millis();
         self.events.flush(&*self.backend, now, all).await
+    }
+
+    /// What the engine remembers per object now (see [`Remembered`]).
+    pub fn remembered(&self) -> Remembered {
+        let (event_series, event_limits) = self.events.remembered();
+        let mut remembered = Remembered {
+            event_series,
+            event_limits,
+            ..Remembered::default()
+        };
+        for (_, controller) in self.controllers() {
+            let state = controller.state();
+            remembered.applied += state.last_applied.len();
+            remembered.queued += state.queue.remembered();
+        }
+        remembered
     }
 
     /// Reconciles currently running.
@@ -1208,6 +1276,17 @@ impl<B: ClusterBackend> Engine<B> {
         if let Err(e) = self.events.record(&*self.backend, record, now).await {
             tracing::warn!(plugin = %metadata.name, object = %key, "cannot record the failure as an Event: {e}");
         }
+    }
+}
+
+/// How a refusal names a primary kind another plugin reconciles as
+/// `taken`: `example.com/v1 PodSet`, or `example.com/v1 PodSet, the same
+/// kind as example.com/v1alpha1 PodSet` when the versions differ.
+pub(crate) fn primary_kind_taken(kind: &KindRef, taken: &KindRef) -> String {
+    if kind == taken {
+        kind.to_string()
+    } else {
+        format!("{kind}, the same kind as {taken}")
     }
 }
 

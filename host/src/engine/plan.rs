@@ -7,6 +7,8 @@
 //!   and this host already applied exactly this desired object (a native
 //!   controller re-sends the same apply after every event; this host sends
 //!   nothing);
+//! - a written object (`writes`) is applied only if it exists: creating is
+//!   what `owns` is for, and an object nobody owns would never be pruned;
 //! - an owned object that exists is applied only if this primary controls
 //!   it: one controlled by someone else is never taken over, and one with
 //!   no controller is never adopted silently (controller-runtime's
@@ -127,6 +129,11 @@ pub enum Refusal {
         item: String,
         how_to_resolve: String,
     },
+    /// A written (not owned) object that does not exist.
+    #[error(
+        "{item}: does not exist, and a kind the plugin declares in `writes` is only patched, never created (nothing would own or prune it); declare the kind in `owns` to create it, or leave the object out until it exists"
+    )]
+    WouldCreate { item: String },
 }
 
 impl Refusal {
@@ -137,6 +144,7 @@ impl Refusal {
             Refusal::NotControlled { .. } => "InvalidResponse",
             Refusal::AlreadyOwned { .. } => "AlreadyOwned",
             Refusal::NotAdopted { .. } => "AdoptionRefused",
+            Refusal::WouldCreate { .. } => "WriteOfAbsentObject",
         }
     }
 }
@@ -163,11 +171,19 @@ pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, Re
             continue;
         };
         let current = (observed.current)(&key);
-        if desired.role == WriteRole::Owned {
-            if let Some(current) = &current {
-                check_adoption(index, &key, current, primary, primary_uid)?;
+        match (desired.role, &current) {
+            (WriteRole::Owned, current) => {
+                if let Some(current) = current {
+                    check_adoption(index, &key, current, primary, primary_uid)?;
+                }
+                desired_owned.insert(key.clone());
             }
-            desired_owned.insert(key.clone());
+            (WriteRole::Written, None) => {
+                return Err(Refusal::WouldCreate {
+                    item: apply_item(index, &key),
+                });
+            }
+            (WriteRole::Written, Some(_)) => {}
         }
         let fingerprint = fingerprint(&object);
         let matches = current.as_ref().is_some_and(|c| is_subset(&object, c));
@@ -255,11 +271,7 @@ fn check_adoption(
     primary: &Value,
     primary_uid: &str,
 ) -> Result<(), Refusal> {
-    let item = format!(
-        "apply[{index}] ({} {})",
-        key.kind.api_version(),
-        describe_key(key)
-    );
+    let item = apply_item(index, key);
     let controller = current
         .metadata_field("ownerReferences")
         .and_then(Value::as_array)
@@ -281,6 +293,15 @@ fn check_adoption(
             how_to_resolve: how_to_adopt(key, current, primary, primary_uid),
         }),
     }
+}
+
+/// `apply[1] (apps/v1 Deployment web)`, as refusals name an apply.
+fn apply_item(index: usize, key: &ObjectKey) -> String {
+    format!(
+        "apply[{index}] ({} {})",
+        key.kind.api_version(),
+        describe_key(key)
+    )
 }
 
 /// `Deployment web` or `Deployment team/web`, as items name objects.
@@ -675,6 +696,53 @@ mod tests {
                 "ownerReferences": [{"kind": "PodSet", "name": "web", "uid": "u-1", "controller": true}]}});
         let plan = run(&p, &[], &[mine], None, response(vec![deployment("web", 3)]));
         assert_eq!(plan.applies.len(), 1);
+    }
+
+    fn written_config_map(name: &str) -> DesiredObject {
+        DesiredObject {
+            kind: KindRef::new("", "v1", "ConfigMap"),
+            role: WriteRole::Written,
+            object: json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "d"}, "data": {"k": "v"}}),
+        }
+    }
+
+    #[test]
+    fn a_written_object_is_patched_only_if_it_exists() {
+        let p = primary(json!({}));
+        // Absent: refused whole, the legal owned apply before it included.
+        let refused = try_run(
+            &p,
+            &[],
+            &[],
+            None,
+            response(vec![deployment("fine", 1), written_config_map("shared")]),
+        )
+        .unwrap_err();
+        assert_eq!(refused.reason(), "WriteOfAbsentObject");
+        let message = refused.to_string();
+        assert!(
+            message.starts_with("apply[1] (v1 ConfigMap shared): does not exist")
+                && message.contains("declare the kind in `owns` to create it"),
+            "{message}"
+        );
+        // Present (someone else made it): patched, not owned, never pruned.
+        let existing = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "shared", "namespace": "d", "uid": "c"}});
+        let plan = run(
+            &p,
+            &[],
+            &[existing],
+            None,
+            response(vec![written_config_map("shared")]),
+        );
+        assert_eq!(plan.applies.len(), 1);
+        assert!(!plan.applies[0].creates);
+        assert_eq!(
+            plan.applies[0].object["metadata"].get("ownerReferences"),
+            None
+        );
+        assert!(plan.deletes.is_empty());
     }
 
     #[test]

@@ -173,6 +173,16 @@ impl WorkQueue {
         self.too_soon.remove(key);
     }
 
+    /// How many objects the queue remembers anything about: scheduled,
+    /// in flight, or with failures or too-soon requeues counted.
+    pub fn remembered(&self) -> usize {
+        let mut keys: BTreeSet<&PrimaryKey> = self.times.keys().collect();
+        keys.extend(&self.in_flight);
+        keys.extend(self.failures.keys());
+        keys.extend(self.too_soon.keys());
+        keys.len()
+    }
+
     /// Whether `key` is being reconciled now.
     pub fn is_in_flight(&self, key: &PrimaryKey) -> bool {
         self.in_flight.contains(key)

@@ -77,10 +77,10 @@ pub(crate) fn twin_of(plugin: &LoadedPlugin, loaded: &[&LoadedPlugin]) -> Option
     let primary = &plugin.metadata().primary;
     loaded
         .iter()
-        .find(|p| &p.metadata().primary == primary)
+        .find(|p| p.metadata().primary.same_group_kind(primary))
         .map(|first| LoadFailure::PrimaryTaken {
             name: plugin.name().to_string(),
-            kind: primary.to_string(),
+            kind: crate::engine::primary_kind_taken(primary, &first.metadata().primary),
             first_name: first.name().to_string(),
             first: first.path().to_path_buf(),
         })

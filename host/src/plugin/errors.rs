@@ -59,11 +59,12 @@ pub enum LoadFailure {
     NameTaken { name: String, first: PathBuf },
     /// Two files of one plugin set reconcile the same primary kind.
     #[error(
-        "plugin {name} reconciles {kind}, which plugin {first_name} from {} already reconciles: a primary kind has one plugin",
+        "plugin {name} reconciles {kind}, which plugin {first_name} from {} already reconciles: a primary kind has one plugin, whatever version of it each serves",
         first.display()
     )]
     PrimaryTaken {
         name: String,
+        /// See `engine::primary_kind_taken`.
         kind: String,
         first_name: String,
         first: PathBuf,

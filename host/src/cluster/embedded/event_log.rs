@@ -3,11 +3,13 @@
 //! apply that holds the store.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use super::RecordedEvent;
 use crate::cluster::backend::{EventRecord, EventRef, EventSeries};
 
-/// The last [`super::MAX_EVENTS`] Events, oldest first.
+/// The last [`super::MAX_EVENTS`] Events, oldest first, each until
+/// [`super::EVENT_TTL`] after it was last written.
 #[derive(Debug, Default)]
 pub(super) struct EventLog {
     events: VecDeque<RecordedEvent>,
@@ -16,10 +18,36 @@ pub(super) struct EventLog {
     recorded: u64,
 }
 
+impl RecordedEvent {
+    /// When the Event was created or its series last written.
+    fn last_written_millis(&self) -> i64 {
+        self.series.map_or(self.at_millis, |s| {
+            s.last_observed_millis.max(self.at_millis)
+        })
+    }
+}
+
 impl EventLog {
     /// Keeps `event`, dropping the oldest past `max`, and names it as the
     /// API server does: the object's name, then something unique.
-    pub(super) fn record(&mut self, event: EventRecord, at_millis: i64, max: usize) -> EventRef {
+    /// Events last written more than `ttl` before `at_millis` expire first,
+    /// from the oldest on (so the log stays in the order of creation: one
+    /// written again lately keeps those after it a while longer).
+    pub(super) fn record(
+        &mut self,
+        event: EventRecord,
+        at_millis: i64,
+        max: usize,
+        ttl: Duration,
+    ) -> EventRef {
+        let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        while self
+            .events
+            .front()
+            .is_some_and(|e| at_millis.saturating_sub(e.last_written_millis()) > ttl)
+        {
+            self.events.pop_front();
+        }
         while self.events.len() >= max.max(1) {
             self.events.pop_front();
         }
@@ -83,11 +111,35 @@ mod tests {
         }
     }
 
+    const HOUR: Duration = Duration::from_secs(3600);
+    const MINUTE: i64 = 60_000;
+
+    #[test]
+    fn events_expire_an_hour_after_they_were_last_written() {
+        let mut log = EventLog::default();
+        let old = log.record(event("old"), 0, 10, HOUR);
+        log.record(event("quiet"), 10 * MINUTE, 10, HOUR);
+        log.record(event("fresh"), 50 * MINUTE, 10, HOUR);
+        let renewed = EventSeries {
+            count: 2,
+            last_observed_millis: 55 * MINUTE,
+        };
+        assert!(log.set_series(&old.name, renewed));
+        // "quiet" is past its hour but waits behind "old", written again.
+        log.record(event("later"), 80 * MINUTE, 10, HOUR);
+        let kept =
+            |log: &EventLog| -> Vec<String> { log.to_vec().into_iter().map(|e| e.name).collect() };
+        assert_eq!(kept(&log), ["old.1", "quiet.2", "fresh.3", "later.4"]);
+        log.record(event("last"), 116 * MINUTE, 10, HOUR);
+        assert_eq!(kept(&log), ["later.4", "last.5"]);
+        assert!(!log.set_series(&old.name, renewed), "expired");
+    }
+
     #[test]
     fn the_oldest_go_first_and_a_dropped_event_takes_no_series() {
         let mut log = EventLog::default();
         let refs: Vec<EventRef> = (0..5)
-            .map(|i| log.record(event(&format!("o{i}")), i, 3))
+            .map(|i| log.record(event(&format!("o{i}")), i, 3, HOUR))
             .collect();
         let kept: Vec<String> = log.to_vec().into_iter().map(|e| e.name).collect();
         assert_eq!(kept, ["o2.3", "o3.4", "o4.5"]);

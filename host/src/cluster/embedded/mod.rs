@@ -49,6 +49,10 @@ pub const DEFAULT_MAX_OBJECTS: usize = 100_000;
 const YIELDS_BEFORE_PARKING: usize = 64;
 /// How many recorded Events are kept (oldest dropped first).
 pub const MAX_EVENTS: usize = 10_000;
+/// How long an Event is kept after it was last written: kube-apiserver's
+/// `--event-ttl` default, so Events about objects long gone go as they do
+/// on a real cluster, not only once [`MAX_EVENTS`] newer ones came.
+pub const EVENT_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// An Event as the embedded cluster recorded it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -478,7 +482,9 @@ impl ClusterBackend for EmbeddedCluster {
 
     async fn record_event(&self, event: EventRecord) -> Result<EventRef, BackendError> {
         let at_millis = self.clock.now_millis();
-        Ok(self.event_log().record(event, at_millis, MAX_EVENTS))
+        Ok(self
+            .event_log()
+            .record(event, at_millis, MAX_EVENTS, EVENT_TTL))
     }
 
     async fn update_event_series(
@@ -489,8 +495,8 @@ impl ClusterBackend for EmbeddedCluster {
         if self.event_log().set_series(&event.name, series) {
             Ok(())
         } else {
-            // Dropped as the oldest of MAX_EVENTS, as an API server
-            // expires old Events.
+            // Expired, or dropped as the oldest of MAX_EVENTS, as an API
+            // server expires old Events.
             Err(BackendError::NotFound {
                 key: format!("Event {}/{}", event.namespace, event.name),
             })

@@ -168,7 +168,8 @@ impl SharedCache {
     }
 
     /// The owned children of `primary` among `owns` kinds: objects of those
-    /// kinds in its namespace whose controller reference points at it, in
+    /// kinds in its namespace (in any namespace for a cluster-scoped
+    /// primary) whose controller reference points at it, in
     /// kind, namespace and name order (as `MemoryCache::children_of`), each
     /// with its text, for a request.
     pub fn children_with_json(&self, primary: &Value, owns: &[KindRef]) -> Vec<(Value, Arc<str>)> {
@@ -178,7 +179,10 @@ impl SharedCache {
             .controllers
             .candidates(primary)
             .into_iter()
-            .filter(|(kind, ns, _)| ns.as_deref() == namespace && owns.contains(kind))
+            .filter(|(kind, ns, _)| {
+                namespace.is_none_or(|namespace| ns.as_deref() == Some(namespace))
+                    && owns.contains(kind)
+            })
             .filter_map(|(kind, ns, name)| cache.objects.get_with_json(kind, ns.as_deref(), name))
             .filter(|(child, _)| is_controlled_by(child, primary))
             .collect()

@@ -40,7 +40,8 @@ pub struct Hostiles;
 
 // Built several ways: as is; for the hot-reload tests, with `v2`, a new
 // version that behaves differently, with `rival`, another plugin that claims
-// the same primary kind, with `renamed-finalizer` and `no-finalizer`, new
+// the same primary kind, with `rival-version`, one that claims it in another
+// version (hostile.example.com/v2), with `renamed-finalizer` and `no-finalizer`, new
 // versions whose finalizer is renamed or gone; for the scope rule, with
 // `cluster-scope`, a namespaced primary that also owns ClusterRoles (refused
 // at load), with `cluster-primary`, a plugin of the cluster-scoped
@@ -48,7 +49,7 @@ pub struct Hostiles;
 // reconciles at once, with `sleepy-metadata`, one whose `metadata` sleeps;
 // for admission (admission.rs), with `admission-ignore`, one whose failure
 // policy is Ignore instead of Fail.
-const NAME: &str = if cfg!(feature = "rival") {
+const NAME: &str = if cfg!(any(feature = "rival", feature = "rival-version")) {
     "rival"
 } else if cfg!(feature = "cluster-primary") {
     "cluster-hostile"
@@ -72,6 +73,11 @@ const FINALIZER: Option<&str> = if cfg!(feature = "renamed-finalizer") {
     None
 } else {
     Some("hostile.example.com/cleanup")
+};
+const PRIMARY_VERSION: &str = if cfg!(feature = "rival-version") {
+    "v2"
+} else {
+    "v1"
 };
 const PRIMARY_KIND: &str = if cfg!(feature = "cluster-primary") {
     "ClusterHostile"
@@ -98,7 +104,7 @@ impl Reconciler for Hostiles {
         let metadata = PluginMetadata::new(
             NAME,
             VERSION,
-            KindRef::new("hostile.example.com", "v1", PRIMARY_KIND),
+            KindRef::new("hostile.example.com", PRIMARY_VERSION, PRIMARY_KIND),
         )
         .owns(KindRef::new("", "v1", "ConfigMap"));
         #[cfg(feature = "cluster-scope")]
