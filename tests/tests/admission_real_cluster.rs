@@ -15,7 +15,9 @@
 //! after its namespace (`--admission-webhook-prefix`), they select only the
 //! test's namespace, and the test deletes them at the end.
 
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
@@ -26,7 +28,13 @@ use reconciler_sdk::k8s_openapi::api::admissionregistration::v1::{
 use reconciler_sdk::k8s_openapi::jiff::Timestamp;
 use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
 use reconciler_tests::{example_plugin, root, test_plugin};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
 
 const SUITE: Suite = Suite {
     name: "admission_real_cluster",
@@ -57,7 +65,16 @@ fn start_host_with_admission_and(
     plugins: &[std::path::PathBuf],
     more: &[&str],
 ) -> Result<String> {
-    let port = free_port()?;
+    start_host_with_admission_on(cx, free_port()?, plugins, more)
+}
+
+/// [`start_host_with_admission_and`] on a given port of 127.0.0.1.
+fn start_host_with_admission_on(
+    cx: &mut RealCluster,
+    port: u16,
+    plugins: &[std::path::PathBuf],
+    more: &[&str],
+) -> Result<String> {
     let prefix = format!("e2e-{}", cx.namespace);
     let listen = format!("127.0.0.1:{port}");
     let url = format!("https://127.0.0.1:{port}");
@@ -426,6 +443,185 @@ fn a_broken_reload_keeps_the_last_good_version_answering_admission() {
                         cx.step(format!("still denied by the last good version: {message}"));
                     }
                     other => bail!("the last good version no longer answers: {other:?}"),
+                }
+                Ok(())
+            }
+            .await;
+            remove_configurations(cx, &prefix).await?;
+            result
+        },
+    );
+}
+
+/// A client to the host's webhook port that trusts the CA bundle the host
+/// put in its configuration, as the API server does.
+async fn webhook_connector(cx: &RealCluster, configuration: &str) -> Result<TlsConnector> {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(cx.client.clone());
+    let config = api.get(configuration).await?;
+    let bundle = config
+        .webhooks
+        .and_then(|w| w.into_iter().next())
+        .and_then(|w| w.client_config.ca_bundle)
+        .context("a caBundle in the configuration")?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&bundle.0) {
+        roots.add(cert?)?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(TlsConnector::from(Arc::new(tls)))
+}
+
+async fn connect(addr: SocketAddr, tls: &TlsConnector) -> std::io::Result<TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    tls.connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+        .await
+}
+
+/// Until `until`: connects, announces a body of the largest size, and
+/// sends it a byte per half second; connects again whenever the host
+/// closes the connection. Returns how many connections it opened.
+async fn drip(addr: SocketAddr, tls: TlsConnector, path: String, until: Instant) -> usize {
+    let mut opened = 0;
+    while Instant::now() < until {
+        let Ok(mut conn) = connect(addr, &tls).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        opened += 1;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{{",
+            4 << 20
+        );
+        if conn.write_all(head.as_bytes()).await.is_err() {
+            continue;
+        }
+        while Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if conn.write_all(b" ").await.is_err() || conn.flush().await.is_err() {
+                break;
+            }
+        }
+    }
+    opened
+}
+
+/// Until `until`: sends `body` whole, waits for the answer, and again.
+async fn flood(
+    addr: SocketAddr,
+    tls: TlsConnector,
+    path: String,
+    body: Arc<Vec<u8>>,
+    until: Instant,
+) {
+    while Instant::now() < until {
+        let Ok(mut conn) = connect(addr, &tls).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        if conn.write_all(head.as_bytes()).await.is_err() || conn.write_all(&body).await.is_err() {
+            continue;
+        }
+        let mut answer = Vec::new();
+        let _ = conn.read_to_end(&mut answer).await;
+    }
+}
+
+/// An AdmissionReview of just under 4 MiB whose object is an array of
+/// zeros: a few bytes each as text, tens of bytes each as a parsed tree.
+fn numbers_review() -> Vec<u8> {
+    let mut body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"flood","kind":{"group":"hostile.example.com","version":"v1","kind":"Hostile"},"operation":"CREATE","object":["#.to_vec();
+    while body.len() < (4 << 20) - 64 {
+        body.extend_from_slice(b"0,");
+    }
+    body.extend_from_slice(b"0]}}");
+    body
+}
+
+/// The host's peak resident memory, from /proc.
+fn peak_rss_mib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .context("VmHWM in /proc/PID/status")?
+        .parse()?;
+    Ok(kib / 1024)
+}
+
+/// 300 connections that drip their bodies and 10 that send 4 MiB reviews
+/// of small numbers, over and over: the API server's own call still gets
+/// the plugin's answer, and the host stays far below a pod's memory limit.
+#[test]
+fn slow_and_hostile_clients_do_not_keep_the_api_server_out() {
+    SUITE.run(
+        "slow_and_hostile_clients_do_not_keep_the_api_server_out",
+        async |cx| {
+            cx.install_crds(&root().join("tests/crds/hostile.yaml"))
+                .await?;
+            let port = free_port()?;
+            let prefix = start_host_with_admission_on(cx, port, &[test_plugin("hostile")], &[])?;
+            let result = async {
+                wait_for_configuration(cx, &prefix, "hostile", "Fail").await?;
+                let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+                let tls = webhook_connector(cx, &format!("{prefix}-hostile")).await?;
+                let path = "/admission/hostile/validate".to_string();
+                let until = Instant::now() + Duration::from_secs(40);
+                let mut drippers = Vec::new();
+                for _ in 0..300 {
+                    drippers.push(tokio::spawn(drip(addr, tls.clone(), path.clone(), until)));
+                }
+                let body = Arc::new(numbers_review());
+                let mut floods = Vec::new();
+                for _ in 0..10 {
+                    floods.push(tokio::spawn(flood(
+                        addr,
+                        tls.clone(),
+                        path.clone(),
+                        body.clone(),
+                        until,
+                    )));
+                }
+                // Let them take every slot first.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                cx.step("300 drippers and 10 floods running");
+                let kind = KindRef::new("hostile.example.com", "v1", "Hostile");
+                let api: Api<DynamicObject> = cx.api(&kind).await?;
+                for attempt in 0..3 {
+                    let object: DynamicObject =
+                        serde_json::from_value(hostile(&format!("amid-{attempt}"), "admit-deny"))?;
+                    match api.create(&PostParams::default(), &object).await {
+                        Err(kube::Error::Api(e)) if e.message.contains("hostile says no") => {
+                            cx.step(format!("the API server got the plugin's answer: {}", e.message));
+                        }
+                        other => bail!(
+                            "the API server's call was not answered by the plugin amid the flood: {other:?}"
+                        ),
+                    }
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+                let mut opened = 0;
+                for dripper in drippers {
+                    opened += dripper.await?;
+                }
+                for flood in floods {
+                    flood.await?;
+                }
+                let peak = peak_rss_mib(cx.host()?.pid())?;
+                cx.step(format!(
+                    "drippers opened {opened} connections; the host's peak RSS is {peak} MiB"
+                ));
+                if peak >= 256 {
+                    bail!("the host's peak RSS reached {peak} MiB, past deploy/'s 256Mi limit");
                 }
                 Ok(())
             }

@@ -10,6 +10,7 @@
 use base64::Engine as _;
 use reconciler_contract::{AdmissionRequest, KindRef, Operation, UserInfo};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::plugin::{AdmissionDecision, AdmissionPhase, LoadedPlugin};
@@ -27,10 +28,12 @@ pub struct ReviewRequest {
     pub operation: Operation,
     #[serde(default)]
     pub user_info: UserInfo,
+    /// Kept as the text it came as: the plugin gets text, and a parsed
+    /// tree of a hostile object (many small numbers) is ten times its size.
     #[serde(default)]
-    pub object: Option<Value>,
+    pub object: Option<Box<RawValue>>,
     #[serde(default)]
-    pub old_object: Option<Value>,
+    pub old_object: Option<Box<RawValue>>,
     #[serde(default)]
     pub dry_run: Option<bool>,
 }
@@ -110,8 +113,8 @@ pub fn decide(
     }
     let admission = AdmissionRequest {
         operation: request.operation,
-        object: request.object.as_ref().map(Value::to_string),
-        old_object: request.old_object.as_ref().map(Value::to_string),
+        object: request.object.as_ref().map(|o| o.get().to_string()),
+        old_object: request.old_object.as_ref().map(|o| o.get().to_string()),
         user_info: request.user_info.clone(),
         dry_run: request.dry_run.unwrap_or(false),
     };

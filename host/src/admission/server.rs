@@ -6,10 +6,17 @@
 //!     call runs under the sandbox's deadline, and the server adds its own
 //!     bound around the blocking work, answered by the plugin's failure
 //!     policy;
-//!   - bodies are bounded ([`MAX_BODY_BYTES`]), TLS handshakes and request
-//!     headers must arrive within [`HANDSHAKE_TIMEOUT`], and connections and
-//!     calls in flight are capped, so slow or many clients cannot exhaust
-//!     the host;
+//!   - slow or hostile clients cannot keep the API server out: the TLS
+//!     handshake, the headers and the body of a request must each arrive
+//!     within [`ServerLimits::request_read_timeout`], and when every
+//!     connection slot is taken a new connection closes the oldest one not
+//!     in a plugin call ([`super::connection_slots`]);
+//!   - memory stays bounded whatever the bodies hold: a body is at most
+//!     [`MAX_BODY_BYTES`]; bodies past [`SMALL_BODY_BYTES`] share a budget
+//!     of bytes held at once ([`ServerLimits::large_body_budget`]), and a
+//!     review is parsed on a blocking thread into its fields with the
+//!     objects kept as text (a body of many small numbers does not grow
+//!     tenfold as a parsed tree would);
 //!   - the plugin set is read at each request: a hot reload answers the
 //!     next request.
 
@@ -19,18 +26,20 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::post;
+use futures::StreamExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use reconciler_contract::FailurePolicy;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
+use super::connection_slots::{ConnectionSlots, SlotHandle};
 use super::plugin_set::AdmissionPlugins;
 use super::review::{decide, parse, response};
 use super::serving_cert::ServingCert;
@@ -40,10 +49,37 @@ use crate::plugin::{AdmissionDecision, AdmissionPhase};
 /// Largest AdmissionReview accepted: an object and its old version, each
 /// at most the API server's own limit of about 1.5 MiB, plus the envelope.
 pub const MAX_BODY_BYTES: usize = 4 << 20;
-/// How long a client has to finish the TLS handshake and send its headers.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once; more wait in the listen backlog.
-const MAX_CONNECTIONS: usize = 256;
+/// Bodies up to this size are read without the large-body budget: the
+/// API server's reviews are mostly a few KiB, and the connection limit
+/// already bounds what small bodies can hold.
+pub const SMALL_BODY_BYTES: usize = 64 << 10;
+
+/// What the admission server lets its clients hold at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Connections open at once (`--admission-max-connections`). When all
+    /// are taken, a new one closes the oldest connection not in a call.
+    pub max_connections: usize,
+    /// How long a client has for each of: the TLS handshake, a request's
+    /// headers, a request's body. The API server sends each at once.
+    pub request_read_timeout: Duration,
+    /// Bytes of bodies larger than [`SMALL_BODY_BYTES`] held at once, read
+    /// or being parsed and decided (`--admission-body-budget-mib`); a body
+    /// that finds it spent waits, within its read deadline.
+    pub large_body_budget: usize,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 256,
+            request_read_timeout: Duration::from_secs(10),
+            // Four bodies of the largest size: with the objects kept as
+            // text, their parsed form is about as large again.
+            large_body_budget: 4 * MAX_BODY_BYTES,
+        }
+    }
+}
 /// Added to a plugin's admission deadline for the server's own bound: the
 /// sandbox stops the call at the deadline; this only catches the host.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(500);
@@ -53,28 +89,109 @@ struct Shared {
     plugins: Arc<AdmissionPlugins>,
     clock: Arc<dyn Clock>,
     calls: Arc<Semaphore>,
+    large_bodies: Arc<Semaphore>,
+    read_timeout: Duration,
 }
+
+/// The connection a request came on, so its handler can mark it as in a
+/// call (see [`super::connection_slots`]); absent in plain-router tests.
+#[derive(Clone)]
+struct ConnectionSlot(Arc<SlotHandle>);
 
 /// The webhook endpoints as a router (plain HTTP), for serving and tests.
 /// `calls` plugin calls run at once, one per instance the sandbox keeps for
 /// admission ([`crate::plugin::Sandbox::admission_instances`]); more wait,
 /// within their deadline.
 pub fn router(plugins: Arc<AdmissionPlugins>, clock: Arc<dyn Clock>, calls: usize) -> Router {
+    router_with(plugins, clock, calls, &ServerLimits::default())
+}
+
+fn router_with(
+    plugins: Arc<AdmissionPlugins>,
+    clock: Arc<dyn Clock>,
+    calls: usize,
+    limits: &ServerLimits,
+) -> Router {
     let shared = Shared {
         plugins,
         clock,
         calls: Arc::new(Semaphore::new(calls.max(1))),
+        large_bodies: Arc::new(Semaphore::new(limits.large_body_budget.max(MAX_BODY_BYTES))),
+        read_timeout: limits.request_read_timeout,
     };
     Router::new()
         .route("/admission/{plugin}/{phase}", post(admit))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(shared)
+}
+
+/// Why a body was not read whole.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    #[error("the request body is larger than {MAX_BODY_BYTES} bytes")]
+    TooLarge,
+    #[error("the request body did not arrive within {0:?}")]
+    TooSlow(Duration),
+    #[error("reading the request body failed: {0}")]
+    Read(String),
+}
+
+impl BodyError {
+    fn status(&self) -> StatusCode {
+        match self {
+            BodyError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyError::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
+            BodyError::Read(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+/// Reads `body` whole, within `deadline`: past [`SMALL_BODY_BYTES`], each
+/// further chunk first takes its size from `budget`, and what it took is
+/// held (the returned permit) until the request is answered.
+async fn read_body(
+    body: Body,
+    budget: &Arc<Semaphore>,
+    deadline: Duration,
+) -> Result<(Bytes, Option<OwnedSemaphorePermit>), BodyError> {
+    let reading = async {
+        let mut stream = body.into_data_stream();
+        let mut bytes = Vec::new();
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| BodyError::Read(e.to_string()))?;
+            let total = bytes.len() + chunk.len();
+            if total > MAX_BODY_BYTES {
+                return Err(BodyError::TooLarge);
+            }
+            let beyond_small = total.saturating_sub(SMALL_BODY_BYTES)
+                - bytes.len().saturating_sub(SMALL_BODY_BYTES);
+            if beyond_small > 0 {
+                // Never more than the budget's size (MAX_BODY_BYTES at
+                // least), so one body can always get through.
+                let permit = budget
+                    .clone()
+                    .acquire_many_owned(beyond_small as u32)
+                    .await
+                    .map_err(|e| BodyError::Read(e.to_string()))?;
+                match held.as_mut() {
+                    Some(held) => held.merge(permit),
+                    None => held = Some(permit),
+                }
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok((Bytes::from(bytes), held))
+    };
+    tokio::time::timeout(deadline, reading)
+        .await
+        .map_err(|_| BodyError::TooSlow(deadline))?
 }
 
 async fn admit(
     State(shared): State<Shared>,
     Path((plugin_name, phase)): Path<(String, String)>,
-    body: Bytes,
+    slot: Option<axum::Extension<ConnectionSlot>>,
+    body: Body,
 ) -> Response {
     let phase = match phase.as_str() {
         "mutate" => AdmissionPhase::Mutate,
@@ -87,9 +204,25 @@ async fn admit(
                 .into_response();
         }
     };
-    let request = match parse(&body) {
-        Ok(request) => request,
-        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    let (body, _held) = match read_body(body, &shared.large_bodies, shared.read_timeout).await {
+        Ok(read) => read,
+        Err(e) => return (e.status(), e.to_string()).into_response(),
+    };
+    // From here the request is the server's to answer, within the plugin's
+    // deadline: its connection is not closed to make room for another.
+    let _in_call = slot.map(|axum::Extension(ConnectionSlot(slot))| slot.in_call());
+    // Parsing a large body is CPU work: off the async workers.
+    let parsed = tokio::task::spawn_blocking(move || parse(&body)).await;
+    let request = match parsed {
+        Ok(Ok(request)) => request,
+        Ok(Err(e)) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+        Err(e) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("parsing the review failed: {e}"),
+            )
+                .into_response();
+        }
     };
     let plugin = shared.plugins.get(&plugin_name);
     let (deadline, policy) = match &plugin {
@@ -138,18 +271,28 @@ pub async fn serve(
     clock: Arc<dyn Clock>,
     calls: usize,
 ) -> anyhow::Result<SocketAddr> {
+    serve_with(addr, cert, plugins, clock, calls, ServerLimits::default()).await
+}
+
+/// [`serve`] with limits other than the defaults.
+pub async fn serve_with(
+    addr: SocketAddr,
+    cert: &ServingCert,
+    plugins: Arc<AdmissionPlugins>,
+    clock: Arc<dyn Clock>,
+    calls: usize,
+    limits: ServerLimits,
+) -> anyhow::Result<SocketAddr> {
     let acceptor = TlsAcceptor::from(Arc::new(cert.server_config()?));
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen for admission on {addr}"))?;
     let bound = listener.local_addr()?;
-    let service = TowerToHyperService::new(router(plugins, clock, calls));
-    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let router = router_with(plugins, clock, calls, &limits);
+    let slots = ConnectionSlots::new(limits.max_connections);
+    let read_timeout = limits.request_read_timeout;
     tokio::spawn(async move {
         loop {
-            let Ok(permit) = connections.clone().acquire_owned().await else {
-                return;
-            };
             let (tcp, peer) = match listener.accept().await {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -158,26 +301,35 @@ pub async fn serve(
                     continue;
                 }
             };
+            // Taken (closing an idle or slow connection if need be) before
+            // the next accept: with every slot in a call, newcomers wait in
+            // the listen backlog.
+            let (slot, closed) = slots.take().await;
             let acceptor = acceptor.clone();
-            let service = service.clone();
+            let slot = ConnectionSlot(Arc::new(slot));
+            let service = TowerToHyperService::new(router.clone().layer(axum::Extension(slot)));
             tokio::spawn(async move {
-                let _permit = permit;
-                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
-                {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "admission: TLS handshake failed");
-                        return;
+                let serving = async {
+                    let tls = match tokio::time::timeout(read_timeout, acceptor.accept(tcp)).await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "admission: TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                    let served = hyper::server::conn::http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(read_timeout)
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                    if let Err(e) = served {
+                        tracing::debug!(%peer, error = %e, "admission: connection ended");
                     }
-                    Err(_) => return,
                 };
-                let served = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HANDSHAKE_TIMEOUT)
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-                if let Err(e) = served {
-                    tracing::debug!(%peer, error = %e, "admission: connection ended");
+                tokio::select! {
+                    () = serving => {}
+                    _ = closed => tracing::debug!(%peer, "admission: connection closed to make room"),
                 }
             });
         }

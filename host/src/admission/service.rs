@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::plugin_set::AdmissionPlugins;
-use super::server::serve;
+use super::server::{ServerLimits, serve_with};
 use super::serving_cert::ServingCert;
 use super::webhook_configs::{WebhookEndpoint, WebhookSetup, sync};
 use crate::cluster::RealClock;
@@ -48,6 +48,8 @@ pub struct AdmissionConfig {
     /// How often configurations are applied again (plugins whose kind was
     /// not served yet, configurations edited by hand).
     pub resync_every: Duration,
+    /// What the webhook server lets its clients hold at once.
+    pub server: ServerLimits,
 }
 
 /// The names a generated certificate must carry for `endpoint`.
@@ -98,12 +100,13 @@ pub async fn start(
             .await?
         }
     };
-    let bound = serve(
+    let bound = serve_with(
         config.listen,
         &cert,
         plugins.clone(),
         Arc::new(RealClock),
         sandbox.admission_instances(),
+        config.server,
     )
     .await?;
     let setup = WebhookSetup {

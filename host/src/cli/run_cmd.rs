@@ -9,6 +9,7 @@ use clap::Args;
 
 use super::SandboxArgs;
 use super::record_args::RecordArgs;
+use crate::admission::server::ServerLimits;
 use crate::admission::service::{AdmissionConfig, CertSource};
 use crate::admission::webhook_configs::WebhookEndpoint;
 use crate::api_client::{DEFAULT_REQUEST_TIMEOUT, connect};
@@ -115,6 +116,20 @@ pub struct AdmissionArgs {
     /// Leave the webhook configurations alone (they are managed elsewhere).
     #[arg(long)]
     pub admission_no_webhook_configs: bool,
+    /// Connections the webhook server keeps open at once. When all are taken, a new connection
+    /// closes the oldest one that is not in a plugin call, so clients that connect and then send
+    /// slowly cannot keep the API server out.
+    #[arg(long, default_value_t = 256, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub admission_max_connections: u32,
+    /// How long a client has for each of the TLS handshake, a request's headers and its body
+    /// (the API server sends each at once).
+    #[arg(long, default_value_t = 10, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub admission_read_timeout_secs: u64,
+    /// MiB of request bodies larger than 64 KiB held at once (read, parsed, in a call); more
+    /// wait. Bounds the memory hostile clients can make the host hold (at least 4: one body of
+    /// the largest size).
+    #[arg(long, default_value_t = 16, value_name = "MIB", value_parser = clap::value_parser!(u32).range(4..=4096))]
+    pub admission_body_budget_mib: u32,
 }
 
 impl AdmissionArgs {
@@ -164,6 +179,11 @@ impl AdmissionArgs {
             manage_webhooks: !self.admission_no_webhook_configs,
             namespaces: Vec::new(),
             resync_every: Duration::from_secs(60),
+            server: ServerLimits {
+                max_connections: self.admission_max_connections as usize,
+                request_read_timeout: Duration::from_secs(self.admission_read_timeout_secs),
+                large_body_budget: (self.admission_body_budget_mib as usize) << 20,
+            },
         }))
     }
 }
