@@ -16,6 +16,7 @@ pub mod admission;
 pub mod json_depth;
 pub mod memory_cache;
 pub mod object_meta;
+pub mod quoted;
 pub mod selector;
 pub mod types;
 

@@ -26,6 +26,7 @@ use super::call_state::CallState;
 use super::errors::CallError;
 use super::limits::SandboxLimits;
 use super::loaded::{Call, LoadedPlugin, call_fresh};
+use super::memory_budget::MemoryCharge;
 
 /// Longest admission deadline a plugin may declare: the API server's own
 /// webhook timeout is at most 30 s, and it waits for every webhook in turn.
@@ -147,6 +148,7 @@ impl LoadedPlugin {
         limits: SandboxLimits,
         file: &str,
         random: CallRandom,
+        memory: MemoryCharge,
     ) -> Result<Option<AdmissionSettings>, CallError> {
         if !pre.exports_admission() {
             return Ok(None);
@@ -158,6 +160,7 @@ impl LoadedPlugin {
             plugin: file,
             object: "-",
             random,
+            memory,
         };
         call_fresh(pre, call, |p, store| match p.admission() {
             Some(a) => a.call_settings(store),
@@ -285,6 +288,7 @@ impl LoadedPlugin {
             plugin: self.name(),
             object,
             random,
+            memory: self.admission_memory.charge(),
         };
         let wit_request = request_to_wit(request);
         let answer = call_fresh(&self.pre, call, |p, store| {

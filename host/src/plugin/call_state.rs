@@ -15,6 +15,7 @@ use super::bindings::kind_from_wit;
 use super::bindings::reconciler::plugin::{cache, clock, log, types};
 use super::call_clock::CallClock;
 use super::guest_output::OutputBudget;
+use super::memory_budget::MemoryCharge;
 use super::object_reader::ObjectReader;
 use super::worker_safe_io::NeedsBlockingThread;
 
@@ -61,22 +62,30 @@ impl WasiView for CallState {
     }
 }
 
-/// The per-call memory cap. Records that it refused a growth so the host can
-/// report "memory limit exceeded" rather than the guest's confused abort.
+/// The per-call memory cap, and the call's charge to the host-wide budget.
+/// Records which refused a growth so the host can report the limit rather
+/// than the guest's confused abort.
 pub(crate) struct MemoryCap {
     pub limit_bytes: usize,
     pub hit: bool,
+    pub charge: MemoryCharge,
+    /// The host-wide budget refused a growth the call's own cap allowed.
+    pub budget_hit: bool,
 }
 
 impl wasmtime::ResourceLimiter for MemoryCap {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
         if desired > self.limit_bytes {
             self.hit = true;
+            return Ok(false);
+        }
+        if !self.charge.grow(desired.saturating_sub(current)) {
+            self.budget_hit = true;
             return Ok(false);
         }
         Ok(true)
@@ -215,18 +224,22 @@ impl clock::Host for CallState {
 
 impl log::Host for CallState {
     fn log(&mut self, level: log::Level, message: String, fields: Vec<(String, String)>) {
+        let (plugin, object) = (self.plugin.as_str(), self.object.as_str());
+        // Charged as given (`k="v"` and a space per field), before
+        // anything is formatted: a line the budget drops costs the host no
+        // copy of it. Escaping may lengthen a line once admitted, by at
+        // most ten-fold for control characters.
+        let given = fields.iter().fold(message.len(), |n, (k, v)| {
+            n.saturating_add(k.len() + v.len() + 4)
+        });
+        if !self.output_budget.admit(given, plugin.len() + object.len()) {
+            return;
+        }
         let fields: String = fields
             .iter()
             .map(|(k, v)| format!("{k}={v:?}"))
             .collect::<Vec<_>>()
             .join(" ");
-        let (plugin, object) = (self.plugin.as_str(), self.object.as_str());
-        if !self
-            .output_budget
-            .admit(message.len() + fields.len(), plugin.len() + object.len())
-        {
-            return;
-        }
         match level {
             log::Level::Trace => {
                 tracing::trace!(target: "plugin", plugin, object, fields, "{message}")
@@ -275,6 +288,8 @@ mod tests {
             limiter: MemoryCap {
                 limit_bytes: 1 << 20,
                 hit: false,
+                charge: super::super::memory_budget::MemoryBudget::new(1 << 20).charge(),
+                budget_hit: false,
             },
             scope: Some(ReconcileScope {
                 metadata: Arc::new(metadata),
