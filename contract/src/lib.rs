@@ -14,6 +14,7 @@
 
 pub mod admission;
 pub mod json_depth;
+mod list_pages;
 pub mod memory_cache;
 pub mod object_meta;
 pub mod quoted;

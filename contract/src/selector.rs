@@ -95,6 +95,19 @@ impl LabelSelector {
         })
     }
 
+    /// The work of matching one object, in comparisons at most: a list
+    /// bounds its work by this times the objects it examines.
+    pub fn cost(&self) -> usize {
+        self.requirements
+            .iter()
+            .map(|r| match r {
+                Requirement::In(_, vs) | Requirement::NotIn(_, vs) => 1 + vs.len(),
+                _ => 1,
+            })
+            .sum::<usize>()
+            .max(1)
+    }
+
     /// Whether labels (a `metadata.labels` map) satisfy every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
@@ -301,7 +314,7 @@ mod tests {
         );
         assert!(text.len() < 400, "quotes only the start: {text}");
         let within = format!("app notin ({})", vec!["v"; 1000].join(","));
-        assert!(LabelSelector::parse(&within).is_ok());
+        assert_eq!(LabelSelector::parse(&within).unwrap().cost(), 1001);
     }
 
     #[test]
