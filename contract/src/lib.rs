@@ -14,8 +14,10 @@
 
 pub mod admission;
 pub mod json_depth;
+mod list_pages;
 pub mod memory_cache;
 pub mod object_meta;
+pub mod quoted;
 pub mod selector;
 pub mod types;
 

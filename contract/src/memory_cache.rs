@@ -9,11 +9,14 @@ use crate::object_meta::MetadataField;
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::json_depth::{nesting_depth, unreadable_at};
+pub use crate::list_pages::{ListBounds, list_json_paged};
+use crate::list_pages::{ListCursor, ListPage};
 use crate::selector::LabelSelector;
 use crate::types::{KindRef, Projection, ReconcileRequest};
 
@@ -204,6 +207,17 @@ pub enum ListJsonError {
         max_bytes.div_ceil(1024 * 1024)
     )]
     TooLarge { listed: usize, max_bytes: usize },
+    /// The list examined as many objects as its bounds allow for its
+    /// selector before finishing (`ListBounds::max_work`).
+    #[error(
+        "the list examined {examined} objects, all its bounds allow: list with a narrower label selector or a namespace"
+    )]
+    TooMuchWork { examined: usize },
+    /// The list did not finish before its deadline.
+    #[error(
+        "the list did not finish before the call's deadline, after examining {examined} objects: list with a narrower label selector or a namespace"
+    )]
+    PastDeadline { examined: usize },
 }
 
 /// `metadata.name` of a JSON object.
@@ -382,23 +396,32 @@ impl MemoryCache {
     }
 
     /// The objects of `kind` in `namespace` (all when `None`) carrying the
-    /// label `key=value`, in namespace and name order.
+    /// label `key=value`, in namespace and name order, after `after`.
     fn with_label<'a>(
         &'a self,
         kind: &KindRef,
         label: &str,
         namespace: Option<&'a str>,
+        after: Option<&ListCursor>,
     ) -> impl Iterator<Item = (&'a EntryKey, &'a Entry)> + 'a {
         let label: Box<str> = label.into();
-        let start = (
-            kind.clone(),
-            label.clone(),
-            namespace.map(str::to_string),
-            String::new(),
-        );
+        let start = match after {
+            Some(cursor) => Bound::Excluded((
+                kind.clone(),
+                label.clone(),
+                cursor.namespace.clone(),
+                cursor.name.clone(),
+            )),
+            None => Bound::Included((
+                kind.clone(),
+                label.clone(),
+                namespace.map(str::to_string),
+                String::new(),
+            )),
+        };
         let kind = kind.clone();
         self.by_label
-            .range(start..)
+            .range((start, Bound::Unbounded))
             .take_while(move |(k, l, ns, _)| {
                 *k == kind && *l == label && namespace.is_none_or(|n| ns.as_deref() == Some(n))
             })
@@ -438,10 +461,24 @@ impl MemoryCache {
         &'a self,
         kind: &KindRef,
     ) -> impl Iterator<Item = (&'a EntryKey, &'a Entry)> + 'a {
+        self.of_kind_after(kind, None)
+    }
+
+    /// [`Self::of_kind`] after `after`.
+    fn of_kind_after<'a>(
+        &'a self,
+        kind: &KindRef,
+        after: Option<&ListCursor>,
+    ) -> impl Iterator<Item = (&'a EntryKey, &'a Entry)> + 'a {
+        let start = match after {
+            Some(cursor) => {
+                Bound::Excluded((kind.clone(), cursor.namespace.clone(), cursor.name.clone()))
+            }
+            None => Bound::Included((kind.clone(), None, String::new())),
+        };
         let kind = kind.clone();
-        let start = (kind.clone(), None, String::new());
         self.entries
-            .range(start..)
+            .range((start, Bound::Unbounded))
             .take_while(move |((k, _, _), _)| *k == kind)
     }
 
@@ -499,6 +536,22 @@ impl MemoryCache {
         kind: &KindRef,
         namespace: Option<&'a str>,
         selector: &'a LabelSelector,
+    ) -> impl Iterator<Item = (&'a EntryKey, &'a Entry)> + 'a {
+        self.candidates(kind, namespace, selector, None)
+            .filter(move |(_, e)| selector.matches(&e.labels))
+    }
+
+    /// The objects a list by `selector` must examine, after `after`: those
+    /// of `kind` (in `namespace`) carrying the selector's narrowest
+    /// `key=value` label, or every one of `kind` in `namespace` when it has
+    /// none. Either way in namespace and name order, so a list can stop
+    /// after any object and go on from there.
+    fn candidates<'a>(
+        &'a self,
+        kind: &KindRef,
+        namespace: Option<&'a str>,
+        selector: &'a LabelSelector,
+        after: Option<&ListCursor>,
     ) -> Box<dyn Iterator<Item = (&'a EntryKey, &'a Entry)> + 'a> {
         // The narrowest `key=value` requirement, counted up to a bound.
         let narrowest = selector
@@ -506,24 +559,57 @@ impl MemoryCache {
             .map(|(k, v)| {
                 let label = format!("{k}={v}");
                 let count = self
-                    .with_label(kind, &label, namespace)
+                    .with_label(kind, &label, namespace, None)
                     .take(NARROW_ENOUGH + 1)
                     .count();
                 (count, label)
             })
             .min_by_key(|(count, _)| *count);
         match narrowest {
-            Some((_, label)) => Box::new(
-                self.with_label(kind, &label, namespace)
-                    .filter(move |(_, e)| selector.matches(&e.labels))
-                    .collect::<Vec<_>>()
-                    .into_iter(),
+            Some((_, label)) => Box::new(self.with_label(kind, &label, namespace, after)),
+            None => Box::new(
+                self.of_kind_after(kind, after)
+                    .filter(move |((_, ns, _), _)| {
+                        namespace.is_none_or(|wanted| ns.as_deref() == Some(wanted))
+                    }),
             ),
-            None => Box::new(self.of_kind(kind).filter(move |((_, ns, _), e)| {
-                namespace.is_none_or(|wanted| ns.as_deref() == Some(wanted))
-                    && selector.matches(&e.labels)
-            })),
         }
+    }
+
+    /// Goes on with `page`: examines up to `page.examine` more objects,
+    /// adding those that match to it. False once no object is left.
+    pub(crate) fn list_page(
+        &self,
+        kind: &KindRef,
+        namespace: Option<&str>,
+        selector: &LabelSelector,
+        projection: Projection,
+        page: &mut ListPage,
+    ) -> Result<bool, ListJsonError> {
+        let after = page.after.take();
+        let mut last = None;
+        let mut examined = 0;
+        for ((_, ns, name), entry) in self
+            .candidates(kind, namespace, selector, after.as_ref())
+            .take(page.examine)
+        {
+            examined += 1;
+            last = Some((ns, name));
+            if !selector.matches(&entry.labels) {
+                continue;
+            }
+            let text = match projection {
+                Projection::Full => &entry.json,
+                Projection::MetadataOnly => &entry.metadata_json,
+            };
+            page.add(text)?;
+        }
+        page.examined += examined;
+        page.after = last.map(|(ns, name)| ListCursor {
+            namespace: ns.clone(),
+            name: name.clone(),
+        });
+        Ok(examined == page.examine)
     }
 
     /// [`Self::get`] as the cache import answers it: JSON text.
@@ -564,25 +650,8 @@ impl MemoryCache {
         projection: Projection,
         max_bytes: usize,
     ) -> Result<Vec<String>, ListJsonError> {
-        let selector =
-            LabelSelector::parse(selector).map_err(|e| ListJsonError::Selector(e.to_string()))?;
-        let mut listed = Vec::new();
-        let mut bytes = 0usize;
-        for (_, entry) in self.select(kind, namespace, &selector) {
-            let text = match projection {
-                Projection::Full => &entry.json,
-                Projection::MetadataOnly => &entry.metadata_json,
-            };
-            bytes = bytes.saturating_add(text.len());
-            if bytes > max_bytes {
-                return Err(ListJsonError::TooLarge {
-                    listed: listed.len(),
-                    max_bytes,
-                });
-            }
-            listed.push(text.to_string());
-        }
-        Ok(listed)
+        let bounds = ListBounds::bytes(max_bytes);
+        list_json_paged(|| self, kind, namespace, selector, projection, bounds)
     }
 
     /// The request the host sends for `primary`: its owned children from this

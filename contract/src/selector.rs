@@ -7,6 +7,7 @@
 //! (does not exist), joined by commas; the empty string selects everything.
 
 use crate::object_meta::MetadataField;
+use crate::quoted::shorten;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -35,6 +36,17 @@ impl Requirement {
     }
 }
 
+/// The longest selector accepted, in bytes. A selector is parsed into
+/// requirements several times its size, and every object a list examines
+/// is matched against all of them, so its size bounds both what one list
+/// allocates and the work per object. 16 KiB holds a `notin` of two
+/// hundred 63-character values, far past what a controller writes; the
+/// API server's own bound is only its URL length.
+pub const MAX_SELECTOR_BYTES: usize = 16 * 1024;
+
+/// How much of a selector an error quotes.
+const QUOTED_BYTES: usize = 128;
+
 /// A parsed label selector. All requirements must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LabelSelector {
@@ -57,9 +69,15 @@ impl LabelSelector {
 
     pub fn parse(selector: &str) -> Result<Self, SelectorError> {
         let fail = |reason: String| SelectorError {
-            selector: selector.to_string(),
+            selector: shorten(selector, QUOTED_BYTES),
             reason,
         };
+        if selector.len() > MAX_SELECTOR_BYTES {
+            return Err(fail(format!(
+                "it is {} bytes long, more than the {MAX_SELECTOR_BYTES} a label selector may be: select by fewer values, or list more widely and filter",
+                selector.len()
+            )));
+        }
         let mut requirements = Vec::new();
         for term in split_terms(selector).map_err(fail)? {
             requirements.push(parse_term(term).map_err(fail)?);
@@ -75,6 +93,19 @@ impl LabelSelector {
             Requirement::In(k, vs) if vs.len() == 1 => Some((k.as_str(), vs[0].as_str())),
             _ => None,
         })
+    }
+
+    /// The work of matching one object, in comparisons at most: a list
+    /// bounds its work by this times the objects it examines.
+    pub fn cost(&self) -> usize {
+        self.requirements
+            .iter()
+            .map(|r| match r {
+                Requirement::In(_, vs) | Requirement::NotIn(_, vs) => 1 + vs.len(),
+                _ => 1,
+            })
+            .sum::<usize>()
+            .max(1)
     }
 
     /// Whether labels (a `metadata.labels` map) satisfy every requirement.
@@ -267,6 +298,23 @@ mod tests {
             let err = LabelSelector::parse(selector).unwrap_err();
             assert!(err.to_string().contains(needle), "{selector:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_selector_past_the_size_limit_is_refused_before_it_is_parsed() {
+        let values = vec!["v"; MAX_SELECTOR_BYTES / 2].join(",");
+        let selector = format!("app notin ({values})");
+        let err = LabelSelector::parse(&selector).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!(
+                "more than the {MAX_SELECTOR_BYTES} a label selector may be"
+            )),
+            "{text}"
+        );
+        assert!(text.len() < 400, "quotes only the start: {text}");
+        let within = format!("app notin ({})", vec!["v"; 1000].join(","));
+        assert_eq!(LabelSelector::parse(&within).unwrap().cost(), 1001);
     }
 
     #[test]

@@ -140,3 +140,64 @@ fn logging_until_the_deadline_stays_within_the_stdio_budget_and_says_what_was_dr
     );
     next_object_is_served(&plugin);
 }
+
+/// Issue 27, point 1: calls that each stay within their own cap cannot
+/// together take more guest memory than the host's budget; the call that
+/// would is refused naming the budget, and another plugin keeps its share.
+#[test]
+fn calls_filling_their_memory_at_once_stop_at_the_host_budget_and_others_keep_their_share() {
+    use reconciler_host::plugin::{HostLimits, Sandbox, SandboxConfig};
+    use reconciler_tests::{example_plugin, test_compile_cache_dir};
+
+    let sandbox = Sandbox::new(SandboxConfig {
+        limits: HostLimits {
+            // Long enough that the first call still holds its memory when
+            // the others start; the test waits for it, not for a time.
+            timeout_ms: 3_000,
+            memory_total_mib: Some(160),
+            ..HostLimits::default()
+        },
+        compile_cache: Some(test_compile_cache_dir()),
+        ..SandboxConfig::default()
+    })
+    .unwrap();
+    let hostile = Arc::new(sandbox.load(&test_plugin("hostile")).unwrap());
+    let podset = sandbox.load(&example_plugin("podset")).unwrap();
+
+    let first = std::thread::spawn({
+        let hostile = hostile.clone();
+        move || call(&hostile, "fill-and-spin", MemoryCache::new())
+    });
+    while sandbox.memory_budget().used_bytes() < 56 << 20 {
+        assert!(!first.is_finished(), "{:?}", first.join());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+
+    let err = call(&hostile, "fill-and-spin", MemoryCache::new()).unwrap_err();
+    assert!(matches!(err, CallError::HostMemoryBudget { .. }), "{err:?}");
+    let text = err.to_string();
+    for needle in ["160 MiB", "--plugin-memory-total-mib"] {
+        assert!(text.contains(needle), "{needle:?} in {text}");
+    }
+    assert_eq!(err.reason(), "HostMemoryBudget");
+
+    // podset has a reserve the hostile plugin could not take.
+    let primary = json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": "web", "namespace": "default", "uid": "u-2"}, "spec": {"size": 2}});
+    let cache = MemoryCache::new();
+    let response = podset
+        .reconcile(ReconcileInput {
+            request: cache.request_for(&primary, &podset.metadata().owns),
+            primary_namespace: Some("default".into()),
+            object: "default/web".into(),
+            reader: Arc::new(cache),
+            now_millis: 0,
+        })
+        .expect("podset reconciles beside a plugin filling its memory");
+    assert_eq!(response.apply[0].object["spec"]["replicas"], 2);
+
+    let first = first.join().unwrap().unwrap_err();
+    assert!(matches!(first, CallError::Timeout { .. }), "{first:?}");
+    assert_eq!(sandbox.memory_budget().used_bytes(), 0, "all given back");
+    next_object_is_served(&hostile);
+}

@@ -115,6 +115,11 @@ pub struct SandboxArgs {
     /// The most memory a plugin may ask for (hints.memoryLimitMib).
     #[arg(long, global = true, default_value_t = HostLimits::default().memory_max_mib, value_name = "MIB")]
     pub plugin_memory_max_mib: u32,
+    /// Guest memory of all calls at once (every plugin and admission), in MiB; a call that would
+    /// grow past it fails naming this option, and each plugin keeps a share [default: half the
+    /// cgroup memory limit, or a quarter of physical memory without one].
+    #[arg(long, global = true, value_name = "MIB")]
+    pub plugin_memory_total_mib: Option<u32>,
     /// Wall-clock deadline of one reconcile, in milliseconds.
     #[arg(long, global = true, default_value_t = HostLimits::default().timeout_ms, value_name = "MS")]
     pub plugin_timeout_ms: u32,
@@ -195,6 +200,7 @@ impl SandboxArgs {
             concurrency: self.plugin_concurrency,
             concurrency_max: self.plugin_concurrency_max,
             load_timeout_secs: self.plugin_load_timeout_secs,
+            memory_total_mib: self.plugin_memory_total_mib,
             ..HostLimits::default()
         };
         for (default, max, name) in [
@@ -243,6 +249,9 @@ impl SandboxArgs {
         }
         if self.admission_instances < 1 {
             anyhow::bail!("--admission-instances is 0: it must be at least 1");
+        }
+        if self.plugin_memory_total_mib == Some(0) {
+            anyhow::bail!("--plugin-memory-total-mib is 0: it must be at least 1");
         }
         Ok(SandboxConfig {
             limits,

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::jiff::Timestamp;
 use reconciler_contract::KindRef;
 use reconciler_contract::Projection;
-use reconciler_contract::memory_cache::ListJsonError;
+use reconciler_contract::memory_cache::{ListBounds, ListJsonError};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -247,11 +247,11 @@ impl ObjectReader for RecordingReader {
         namespace: Option<&str>,
         selector: &str,
         projection: Projection,
-        max_bytes: usize,
+        bounds: ListBounds,
     ) -> Result<Vec<String>, ListJsonError> {
         let listed = self
             .inner
-            .list_within(kind, namespace, selector, projection, max_bytes)?;
+            .list_within(kind, namespace, selector, projection, bounds)?;
         self.keep(&listed);
         Ok(listed)
     }

@@ -27,6 +27,7 @@ use super::errors::CallError;
 use super::limits::SandboxLimits;
 use super::loaded::{Call, LoadedPlugin, call_fresh};
 use super::sandbox::EpochTicker;
+use super::memory_budget::MemoryCharge;
 
 /// Longest admission deadline a plugin may declare: the API server's own
 /// webhook timeout is at most 30 s, and it waits for every webhook in turn.
@@ -149,6 +150,7 @@ impl LoadedPlugin {
         file: &str,
         random: CallRandom,
         ticker: &EpochTicker,
+        memory: MemoryCharge,
     ) -> Result<Option<AdmissionSettings>, CallError> {
         if !pre.exports_admission() {
             return Ok(None);
@@ -161,6 +163,7 @@ impl LoadedPlugin {
             object: "-",
             random,
             ticker,
+            memory,
         };
         call_fresh(pre, call, |p, store| match p.admission() {
             Some(a) => a.call_settings(store),
@@ -309,6 +312,7 @@ impl LoadedPlugin {
             object: call.object,
             random,
             ticker: &self.ticker,
+            memory: self.admission_memory.charge(),
         };
         let wit_request = request_to_wit(request);
         let answer = call_fresh(&self.pre, call, |p, store| {

@@ -154,7 +154,8 @@ fn borrowed(pollables: &[u32]) -> Vec<Resource<DynPollable>> {
         .collect()
 }
 
-fn waited_past_deadline(state: &mut CallState) -> wasmtime::Error {
+/// Ends the call: it would wait (or work) past its deadline.
+pub(super) fn waited_past_deadline(state: &mut CallState) -> wasmtime::Error {
     state.waited_past_deadline = true;
     wasmtime::Error::new(WaitedPastDeadline)
 }

@@ -6,15 +6,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use reconciler_contract::Projection;
-use reconciler_contract::memory_cache::ListJsonError;
+use reconciler_contract::memory_cache::{ListBounds, ListJsonError};
 use reconciler_contract::{KindRef, PluginMetadata};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::kind_from_wit;
 use super::bindings::reconciler::plugin::{cache, clock, log, types};
+use super::bounded_waits::waited_past_deadline;
 use super::call_clock::CallClock;
 use super::guest_output::OutputBudget;
+use super::memory_budget::MemoryCharge;
 use super::object_reader::ObjectReader;
 use super::worker_safe_io::NeedsBlockingThread;
 
@@ -61,22 +63,30 @@ impl WasiView for CallState {
     }
 }
 
-/// The per-call memory cap. Records that it refused a growth so the host can
-/// report "memory limit exceeded" rather than the guest's confused abort.
+/// The per-call memory cap, and the call's charge to the host-wide budget.
+/// Records which refused a growth so the host can report the limit rather
+/// than the guest's confused abort.
 pub(crate) struct MemoryCap {
     pub limit_bytes: usize,
     pub hit: bool,
+    pub charge: MemoryCharge,
+    /// The host-wide budget refused a growth the call's own cap allowed.
+    pub budget_hit: bool,
 }
 
 impl wasmtime::ResourceLimiter for MemoryCap {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
         if desired > self.limit_bytes {
             self.hit = true;
+            return Ok(false);
+        }
+        if !self.charge.grow(desired.saturating_sub(current)) {
+            self.budget_hit = true;
             return Ok(false);
         }
         Ok(true)
@@ -146,12 +156,20 @@ impl cache::Host for CallState {
         label_selector: String,
     ) -> wasmtime::Result<Result<Vec<String>, String>> {
         let kind = kind_from_wit(kind);
-        // Epoch interruption does not reach into a host function: on a
-        // thread that may not block, a list stops early, and the call
-        // moves to one that may.
-        let max_bytes = match self.blocking_allowed {
-            true => self.list_max_bytes,
-            false => self.list_max_bytes.min(BRIEF_LIST_MAX_BYTES),
+        // Epoch interruption does not reach into a host function: the list
+        // bounds its own work by the call's deadline, and on a thread that
+        // may not block it stops early, and the call moves to one that may.
+        let bounds = match self.blocking_allowed {
+            true => ListBounds {
+                max_bytes: self.list_max_bytes,
+                max_work: usize::MAX,
+                deadline: Some(self.deadline),
+            },
+            false => ListBounds {
+                max_bytes: self.list_max_bytes.min(BRIEF_LIST_MAX_BYTES),
+                max_work: BRIEF_LIST_WORK,
+                deadline: Some(self.deadline),
+            },
         };
         let read = match self.readable(&kind, namespace.as_deref()) {
             Ok(read) => read,
@@ -162,13 +180,17 @@ impl cache::Host for CallState {
             read.namespace,
             &label_selector,
             read.projection,
-            max_bytes,
+            bounds,
         ) {
             Ok(list) => Ok(Ok(list)),
             Err(ListJsonError::Selector(message)) => Ok(Err(message)),
-            Err(ListJsonError::TooLarge { .. }) if max_bytes < self.list_max_bytes => {
+            Err(ListJsonError::TooLarge { .. }) if bounds.max_bytes < self.list_max_bytes => {
                 Err(wasmtime::Error::new(NeedsBlockingThread))
             }
+            Err(ListJsonError::TooMuchWork { .. }) => {
+                Err(wasmtime::Error::new(NeedsBlockingThread))
+            }
+            Err(ListJsonError::PastDeadline { .. }) => Err(waited_past_deadline(self)),
             Err(ListJsonError::TooLarge { listed, max_bytes }) => Ok(Err(list_too_large(
                 &kind,
                 read.namespace,
@@ -179,6 +201,11 @@ impl cache::Host for CallState {
         }
     }
 }
+
+/// Comparisons of labels with a selector's terms one `cache.list` makes on
+/// a thread that may not block: about a millisecond; a list that needs
+/// more moves the call to a blocking thread.
+pub(crate) const BRIEF_LIST_WORK: usize = 1 << 18;
 
 /// The most JSON text one `cache.list` builds on a thread that may not
 /// block (a brief call on an async worker): writing out 1 MiB takes about a
@@ -215,18 +242,22 @@ impl clock::Host for CallState {
 
 impl log::Host for CallState {
     fn log(&mut self, level: log::Level, message: String, fields: Vec<(String, String)>) {
+        let (plugin, object) = (self.plugin.as_str(), self.object.as_str());
+        // Charged as given (`k="v"` and a space per field), before
+        // anything is formatted: a line the budget drops costs the host no
+        // copy of it. Escaping may lengthen a line once admitted, by at
+        // most ten-fold for control characters.
+        let given = fields.iter().fold(message.len(), |n, (k, v)| {
+            n.saturating_add(k.len() + v.len() + 4)
+        });
+        if !self.output_budget.admit(given, plugin.len() + object.len()) {
+            return;
+        }
         let fields: String = fields
             .iter()
             .map(|(k, v)| format!("{k}={v:?}"))
             .collect::<Vec<_>>()
             .join(" ");
-        let (plugin, object) = (self.plugin.as_str(), self.object.as_str());
-        if !self
-            .output_budget
-            .admit(message.len() + fields.len(), plugin.len() + object.len())
-        {
-            return;
-        }
         match level {
             log::Level::Trace => {
                 tracing::trace!(target: "plugin", plugin, object, fields, "{message}")
@@ -275,6 +306,8 @@ mod tests {
             limiter: MemoryCap {
                 limit_bytes: 1 << 20,
                 hit: false,
+                charge: super::super::memory_budget::MemoryBudget::new(1 << 20).charge(),
+                budget_hit: false,
             },
             scope: Some(ReconcileScope {
                 metadata: Arc::new(metadata),
@@ -371,6 +404,40 @@ mod tests {
             let err = list(&mut state, None).unwrap_err();
             assert!(err.contains("hints.memoryLimitMib"), "{err}");
         }
+    }
+
+    /// Issue 27, point 5: a list whose selector makes it long work (a
+    /// `notin` of many values over many objects) is bounded like the rest
+    /// of the call: on a thread that may not block it moves the call, and
+    /// past the call's deadline it ends the call as a timeout.
+    #[test]
+    fn a_list_of_long_work_moves_the_call_and_ends_at_the_deadline() {
+        let mut state = state(None);
+        let mut cache = MemoryCache::new();
+        for i in 0..4_000 {
+            cache
+                .insert(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                    "name": format!("p{i}"), "namespace": "team-a",
+                    "labels": {"app": "web"}}}))
+                .unwrap();
+        }
+        state.scope.as_mut().unwrap().reader = Arc::new(cache);
+        let values: Vec<String> = (0..200).map(|i| format!("v{i}")).collect();
+        let selector = format!("app notin ({})", values.join(","));
+        let list = |state: &mut CallState| cache::Host::list(state, pod(), None, selector.clone());
+        assert_eq!(list(&mut state).unwrap().unwrap().len(), 4_000, "in time");
+
+        state.blocking_allowed = false;
+        let trap = list(&mut state).unwrap_err();
+        assert!(
+            trap.downcast_ref::<NeedsBlockingThread>().is_some(),
+            "{trap}"
+        );
+
+        state.blocking_allowed = true;
+        state.deadline = Instant::now();
+        assert!(list(&mut state).is_err(), "the deadline ends the call");
+        assert!(state.waited_past_deadline, "reported as the call's timeout");
     }
 
     /// `cache.list` of every Pod in `namespace`, as the guest sees it.

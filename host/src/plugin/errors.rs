@@ -82,6 +82,13 @@ pub enum CallError {
         limit_bytes / (1024 * 1024)
     )]
     MemoryLimit { limit_bytes: usize },
+    /// The host's guest memory budget was spent by calls running at once:
+    /// not the plugin's own limit, and not its fault alone.
+    #[error(
+        "could not grow its memory: the host's budget for the memory of all calls at once, {} MiB, is in use (raise it with --plugin-memory-total-mib)",
+        budget_bytes / (1024 * 1024)
+    )]
+    HostMemoryBudget { budget_bytes: usize },
     #[error("wrote more than {} KiB to stdout or stderr in one call", limit_bytes / 1024)]
     StdioLimit { limit_bytes: usize },
     #[error(
@@ -109,6 +116,7 @@ impl CallError {
         match self {
             CallError::Timeout { .. } => "Timeout",
             CallError::MemoryLimit { .. } => "MemoryLimit",
+            CallError::HostMemoryBudget { .. } => "HostMemoryBudget",
             CallError::StdioLimit { .. } => "StdioLimit",
             CallError::OutputTooLarge { .. } => "OutputTooLarge",
             // A panic is a trap to metrics and Event reasons; its message

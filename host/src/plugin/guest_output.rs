@@ -183,14 +183,7 @@ fn is_backtrace_note(line: &str) -> bool {
 
 /// `text` cut to [`MAX_QUOTED`] bytes at a character boundary, marked when cut.
 fn shorten(text: &str) -> String {
-    if text.len() <= MAX_QUOTED {
-        return text.to_string();
-    }
-    let mut end = MAX_QUOTED;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    reconciler_contract::quoted::shorten(text, MAX_QUOTED)
 }
 
 #[cfg(test)]

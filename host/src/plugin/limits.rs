@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use reconciler_contract::Hints;
 
+use super::process_memory::MemorySources;
+
 /// Host-wide defaults and ceilings. The CLI maps one option to each field.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostLimits {
@@ -77,6 +79,11 @@ pub struct HostLimits {
     /// MiB (Python, JavaScript) on a small machine.
     /// (`--plugin-load-timeout-secs`)
     pub load_timeout_secs: u32,
+    /// Linear memory of all calls at once, every plugin and admission
+    /// together (memory_budget.rs). `None` derives it from what the
+    /// process may use ([`default_memory_total_bytes`]).
+    /// (`--plugin-memory-total-mib`)
+    pub memory_total_mib: Option<u32>,
 }
 
 impl Default for HostLimits {
@@ -98,6 +105,7 @@ impl Default for HostLimits {
             concurrency: 64,
             concurrency_max: 1_024,
             load_timeout_secs: 120,
+            memory_total_mib: None,
         }
     }
 }
@@ -217,11 +225,35 @@ impl HostLimits {
         Duration::from_secs(u64::from(self.load_timeout_secs))
     }
 
+    /// The guest memory budget, in bytes.
+    pub fn memory_total_bytes(&self) -> usize {
+        match self.memory_total_mib {
+            Some(mib) => mib as usize * 1024 * 1024,
+            None => default_memory_total_bytes(&MemorySources::of_this_process()),
+        }
+    }
+
     /// The limits `metadata` is called under, before any hint is known.
     pub fn defaults(&self) -> SandboxLimits {
         self.resolve(&Hints::default())
             .expect("defaults never exceed ceilings")
     }
+}
+
+/// The guest memory budget when none is given: half the cgroup limit,
+/// leaving the other half to the host itself (its cache of the cluster's
+/// objects grows with the cluster, not with the plugins), or a quarter of
+/// physical memory without a limit, as a host shares its machine. Never
+/// less than one call at the default cap, or no plugin could run at all.
+pub fn default_memory_total_bytes(sources: &MemorySources) -> usize {
+    let floor = HostLimits::default().memory_mib as usize * 1024 * 1024;
+    let derived = match (sources.cgroup_limit(), sources.physical()) {
+        (Some(limit), _) => limit / 2,
+        (None, Some(physical)) => physical / 4,
+        // Nothing to go by (not Linux): what a small pod would get.
+        (None, None) => 512 << 20,
+    };
+    usize::try_from(derived).unwrap_or(usize::MAX).max(floor)
 }
 
 #[cfg(test)]
@@ -323,6 +355,31 @@ mod tests {
                 assert!(text.contains(name), "{text}");
             }
         }
+    }
+
+    #[test]
+    fn the_memory_budget_defaults_to_half_the_cgroup_limit_or_a_quarter_of_the_machine() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("memory.max"), "268435456\n").unwrap();
+        let sources = MemorySources {
+            self_cgroup: "0::/\n".into(),
+            cgroup_root: dir.path().to_path_buf(),
+            meminfo: "MemTotal: 4194304 kB\n".into(),
+        };
+        assert_eq!(default_memory_total_bytes(&sources), 128 << 20);
+        std::fs::write(dir.path().join("memory.max"), "max\n").unwrap();
+        assert_eq!(default_memory_total_bytes(&sources), 1 << 30);
+        std::fs::write(dir.path().join("memory.max"), "67108864\n").unwrap();
+        assert_eq!(
+            default_memory_total_bytes(&sources),
+            64 << 20,
+            "one call fits"
+        );
+        let given = HostLimits {
+            memory_total_mib: Some(512),
+            ..HostLimits::default()
+        };
+        assert_eq!(given.memory_total_bytes(), 512 << 20);
     }
 
     #[test]

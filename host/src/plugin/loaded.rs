@@ -20,8 +20,9 @@ use super::call_state::{CallState, MemoryCap, ReconcileScope};
 use super::errors::CallError;
 use super::guest_output::{GuestOutput, OutputBudget};
 use super::limits::SandboxLimits;
+use super::memory_budget::{MemoryAccount, MemoryCharge};
 use super::object_reader::ObjectReader;
-use super::response_limits::check_response_limits;
+use super::response_limits::{ResponseCounts, check_counts, check_response_limits};
 use super::response_rules::{ValidResponse, validate_response};
 use super::sandbox::{EPOCH_TICK, EpochTicker};
 use super::worker_safe_io::NeedsBlockingThread;
@@ -39,6 +40,21 @@ pub struct LoadedPlugin {
     /// Advances the epoch while our calls run: their deadlines count its
     /// ticks.
     pub(super) ticker: Arc<EpochTicker>,
+    /// What its reconciles are charged to in the host's memory budget.
+    pub(super) memory: Arc<MemoryAccount>,
+    /// What its admission calls are charged to: one account for every
+    /// plugin's, so reconciles never spend what admission counts on.
+    pub(super) admission_memory: Arc<MemoryAccount>,
+}
+
+/// What a loaded plugin keeps of the sandbox it was loaded into.
+pub(crate) struct FromSandbox {
+    pub random_key: RandomKey,
+    pub ticker: Arc<EpochTicker>,
+    /// Its reconciles' account in the host's memory budget.
+    pub memory: Arc<MemoryAccount>,
+    /// The account of every plugin's admission calls.
+    pub admission_memory: Arc<MemoryAccount>,
 }
 
 /// One object to reconcile, as the host observed it.
@@ -81,8 +97,7 @@ impl LoadedPlugin {
         path: PathBuf,
         sha256: String,
         pre: PluginPre<CallState>,
-        random_key: RandomKey,
-        ticker: Arc<EpochTicker>,
+        sandbox: FromSandbox,
     ) -> Self {
         Self {
             metadata: Arc::new(metadata),
@@ -90,9 +105,11 @@ impl LoadedPlugin {
             path,
             sha256,
             pre,
-            random_key,
+            random_key: sandbox.random_key,
             admission: None,
-            ticker,
+            ticker: sandbox.ticker,
+            memory: sandbox.memory,
+            admission_memory: sandbox.admission_memory,
         }
     }
 
@@ -164,6 +181,7 @@ impl LoadedPlugin {
                 CallSubject::Object(&version),
             ),
             ticker: &self.ticker,
+            memory: self.memory.charge(),
         };
         let request = guest::ReconcileRequest {
             primary: request.primary,
@@ -196,7 +214,18 @@ impl LoadedPlugin {
         result: Result<Result<guest::ReconcileResponse, String>, CallError>,
         primary_namespace: Option<&str>,
     ) -> Result<ValidResponse, CallError> {
-        let response = response_from_wit(result?.map_err(CallError::Plugin)?);
+        let response = result?.map_err(CallError::Plugin)?;
+        // Before the lists are copied into the host's own types: a plugin
+        // may return millions of Events in a few MiB of its memory.
+        check_counts(
+            ResponseCounts {
+                events: response.events.len(),
+                applies: response.apply.len(),
+                deletes: response.delete.len(),
+            },
+            &self.limits,
+        )?;
+        let response = response_from_wit(response);
         let bytes = response.text_len();
         if bytes > self.limits.output_bytes {
             return Err(CallError::OutputTooLarge {
@@ -219,6 +248,7 @@ impl LoadedPlugin {
         file: &str,
         random: CallRandom,
         ticker: &EpochTicker,
+        memory: MemoryCharge,
     ) -> Result<PluginMetadata, CallError> {
         let call = Call {
             limits,
@@ -228,6 +258,7 @@ impl LoadedPlugin {
             object: "-",
             random,
             ticker,
+            memory,
         };
         call_fresh(pre, call, |p, store| {
             p.reconciler_plugin_reconciler().call_metadata(store)
@@ -246,6 +277,8 @@ pub(super) struct Call<'a> {
     pub(super) random: CallRandom,
     /// Keeps the epoch advancing while the call runs.
     pub(super) ticker: &'a EpochTicker,
+    /// Its charge to the host's memory budget.
+    pub(super) memory: MemoryCharge,
 }
 
 pub(super) fn new_store(
@@ -283,6 +316,8 @@ pub(super) fn new_store(
         limiter: MemoryCap {
             limit_bytes: limits.memory_bytes,
             hit: false,
+            charge: call.memory,
+            budget_hit: false,
         },
         scope: call.scope,
         clock,
@@ -366,6 +401,7 @@ fn cut_short(error: &wasmtime::Error, store: &Store<CallState>) -> bool {
         return true;
     }
     !state.limiter.hit
+        && !state.limiter.budget_hit
         && !state.waited_past_deadline
         && error.downcast_ref::<Trap>() == Some(&Trap::Interrupt)
 }
@@ -409,9 +445,15 @@ pub(super) fn classify(
     output: &GuestOutput,
     limits: SandboxLimits,
 ) -> CallError {
-    if store.data().limiter.hit {
+    let limiter = &store.data().limiter;
+    if limiter.hit {
         return CallError::MemoryLimit {
             limit_bytes: limits.memory_bytes,
+        };
+    }
+    if limiter.budget_hit {
+        return CallError::HostMemoryBudget {
+            budget_bytes: limiter.charge.total_bytes(),
         };
     }
     if store.data().waited_past_deadline || error.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {

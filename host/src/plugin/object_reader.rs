@@ -2,7 +2,7 @@
 
 use reconciler_contract::KindRef;
 use reconciler_contract::Projection;
-use reconciler_contract::memory_cache::{ListJsonError, MemoryCache};
+use reconciler_contract::memory_cache::{ListBounds, ListJsonError, MemoryCache, list_json_paged};
 
 /// The host cache as one reconcile sees it. The runtime enforces that the
 /// plugin asks only for kinds it declared (same-namespace read kinds only in
@@ -27,19 +27,21 @@ pub trait ObjectReader: Send + Sync {
         projection: Projection,
     ) -> Result<Vec<String>, String>;
 
-    /// [`Self::list`] as the cache import asks for it: no more than
-    /// `max_bytes` of JSON text. An implementation should stop building the
-    /// list as soon as it passes the maximum, so one call cannot make the
-    /// host allocate more than that; this default, for readers that cannot,
-    /// builds it whole and then refuses it.
+    /// [`Self::list`] as the cache import asks for it: within `bounds`
+    /// (its JSON text, its work, the call's deadline). An implementation
+    /// should list in pages within them (`list_json_paged`), so one call
+    /// can neither make the host allocate more than the plugin could take
+    /// nor run past its deadline; this default, for readers that cannot,
+    /// builds the list whole and then refuses one past the byte bound.
     fn list_within(
         &self,
         kind: &KindRef,
         namespace: Option<&str>,
         selector: &str,
         projection: Projection,
-        max_bytes: usize,
+        bounds: ListBounds,
     ) -> Result<Vec<String>, ListJsonError> {
+        let max_bytes = bounds.max_bytes;
         let listed = self
             .list(kind, namespace, selector, projection)
             .map_err(ListJsonError::Selector)?;
@@ -84,9 +86,9 @@ impl ObjectReader for MemoryCache {
         namespace: Option<&str>,
         selector: &str,
         projection: Projection,
-        max_bytes: usize,
+        bounds: ListBounds,
     ) -> Result<Vec<String>, ListJsonError> {
-        self.list_json_within(kind, namespace, selector, projection, max_bytes)
+        list_json_paged(|| self, kind, namespace, selector, projection, bounds)
     }
 }
 
@@ -117,7 +119,8 @@ mod tests {
     fn a_reader_without_its_own_bound_still_refuses_a_list_past_the_maximum() {
         let reader = Fixed(vec!["x".repeat(10); 3]);
         let kind = KindRef::new("", "v1", "Pod");
-        let list = |max| reader.list_within(&kind, None, "", Projection::Full, max);
+        let list =
+            |max| reader.list_within(&kind, None, "", Projection::Full, ListBounds::bytes(max));
         assert_eq!(list(30).unwrap().len(), 3);
         assert_eq!(
             list(25).unwrap_err(),

@@ -67,39 +67,14 @@ pub fn check_response_limits(
     response: &ReconcileResponse,
     limits: &SandboxLimits,
 ) -> Result<(), ResponseOverLimit> {
-    for (what, count, limit, hint, option) in [
-        (
-            "Events",
-            response.events.len(),
-            limits.max_events,
-            "maxEvents",
-            "--plugin-events-max",
-        ),
-        (
-            "objects to apply",
-            response.apply.len(),
-            limits.max_applies,
-            "maxApplies",
-            "--plugin-applies-max",
-        ),
-        (
-            "objects to delete",
-            response.delete.len(),
-            limits.max_deletes,
-            "maxDeletes",
-            "--plugin-deletes-max",
-        ),
-    ] {
-        if count > limit {
-            return Err(ResponseOverLimit::TooMany {
-                what,
-                count,
-                limit,
-                hint,
-                option,
-            });
-        }
-    }
+    check_counts(
+        ResponseCounts {
+            events: response.events.len(),
+            applies: response.apply.len(),
+            deletes: response.delete.len(),
+        },
+        limits,
+    )?;
     let texts = response
         .apply
         .iter()
@@ -113,6 +88,56 @@ pub fn check_response_limits(
                 item,
                 depth,
                 limit: MAX_NESTING,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// How many requests of each kind a response carries.
+#[derive(Clone, Copy, Debug)]
+pub struct ResponseCounts {
+    pub events: usize,
+    pub applies: usize,
+    pub deletes: usize,
+}
+
+/// Checks the counts alone: what the host can check of a response as the
+/// guest handed it over, before copying its lists into its own types.
+pub fn check_counts(
+    counts: ResponseCounts,
+    limits: &SandboxLimits,
+) -> Result<(), ResponseOverLimit> {
+    for (what, count, limit, hint, option) in [
+        (
+            "Events",
+            counts.events,
+            limits.max_events,
+            "maxEvents",
+            "--plugin-events-max",
+        ),
+        (
+            "objects to apply",
+            counts.applies,
+            limits.max_applies,
+            "maxApplies",
+            "--plugin-applies-max",
+        ),
+        (
+            "objects to delete",
+            counts.deletes,
+            limits.max_deletes,
+            "maxDeletes",
+            "--plugin-deletes-max",
+        ),
+    ] {
+        if count > limit {
+            return Err(ResponseOverLimit::TooMany {
+                what,
+                count,
+                limit,
+                hint,
+                option,
             });
         }
     }

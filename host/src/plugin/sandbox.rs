@@ -30,7 +30,9 @@
 //!   Where the ioctl is missing, wasmtime falls back to zeroing the first
 //!   [`KEEP_RESIDENT`] bytes and releasing the rest, which costs more than
 //!   it saves; the setting is then left off.
-//! - Per-call caps (memory, deadline, output) come from [`HostLimits`].
+//! - Per-call caps (memory, deadline, output) come from [`HostLimits`]; the
+//!   memory of all calls at once is charged to one budget, shared fairly
+//!   between plugins and admission (`memory_budget.rs`).
 //! - WASI's waiting functions are replaced by ones bounded by the call's
 //!   deadline (`bounded_waits.rs`), its clocks by the call's own
 //!   (`call_clock.rs`), and its randomness by streams derived from the
@@ -57,7 +59,8 @@ use super::compiler::Compiler;
 use super::contract_version::check_exports;
 use super::errors::{CallError, LoadError, LoadFailure};
 use super::limits::{HostLimits, SandboxLimits};
-use super::loaded::LoadedPlugin;
+use super::loaded::{FromSandbox, LoadedPlugin};
+use super::memory_budget::{MemoryAccount, MemoryBudget};
 use super::metadata_rules::validate_metadata;
 
 /// How often the epoch advances: the granularity of deadlines.
@@ -230,6 +233,10 @@ pub struct Sandbox {
     ticker: Arc<EpochTicker>,
     max_instances: u32,
     admission_instances: u32,
+    /// Guest memory of every call at once (memory_budget.rs).
+    memory: Arc<MemoryBudget>,
+    /// What every plugin's admission calls are charged to.
+    admission_memory: Arc<MemoryAccount>,
 }
 
 /// Timings of one load, for the log line and the benchmarks.
@@ -279,6 +286,12 @@ impl Sandbox {
         super::worker_safe_io::add_to_linker(&mut linker)?;
 
         let ticker = Arc::new(EpochTicker::start(engine.clone()));
+        let memory = MemoryBudget::new(config.limits.memory_total_bytes());
+        tracing::info!(
+            budget_mib = memory.total_bytes() >> 20,
+            "guest memory of all calls at once is bounded (--plugin-memory-total-mib)"
+        );
+        let admission_memory = memory.open_account();
         Ok(Self {
             engine,
             linker,
@@ -289,6 +302,8 @@ impl Sandbox {
             ticker,
             max_instances: n,
             admission_instances,
+            memory,
+            admission_memory,
         })
     }
 
@@ -311,6 +326,11 @@ impl Sandbox {
     /// nothing to run should not be spending CPU time on a clock.
     pub fn epoch_ticks(&self) -> u64 {
         self.ticker.ticks()
+    }
+
+    /// The budget every call's guest memory is charged to.
+    pub fn memory_budget(&self) -> &Arc<MemoryBudget> {
+        &self.memory
     }
 
     /// Bytes of linear memory and tables that slots not in use keep
@@ -379,6 +399,7 @@ impl Sandbox {
             &probe_name,
             random,
             &self.ticker,
+            self.memory.charge(),
         )
         .map_err(|e| match e {
             CallError::Timeout { limit } => fail(path, LoadFailure::MetadataTimeout { limit }),
@@ -391,6 +412,7 @@ impl Sandbox {
             &probe_name,
             CallRandom::new(&self.random_key, &sha256, CallSubject::Load),
             &self.ticker,
+            self.memory.charge(),
         )
         .map_err(|e| fail(path, LoadFailure::AdmissionSettingsCall(e)))?;
         if let Some(settings) = &admission {
@@ -407,8 +429,12 @@ impl Sandbox {
             path.to_path_buf(),
             sha256,
             pre,
-            self.random_key.clone(),
-            self.ticker.clone(),
+            FromSandbox {
+                random_key: self.random_key.clone(),
+                ticker: self.ticker.clone(),
+                memory: self.memory.open_account(),
+                admission_memory: self.admission_memory.clone(),
+            },
         )
         .with_admission(admission);
         Ok((

@@ -13,7 +13,8 @@ use std::sync::{Arc, RwLock};
 
 use reconciler_contract::KindRef;
 use reconciler_contract::memory_cache::{
-    ListJsonError, MemoryCache, PreparedEntry, is_controlled_by, namespace_of,
+    LIST_JSON_MAX_BYTES, ListBounds, ListJsonError, MemoryCache, PreparedEntry, is_controlled_by,
+    list_json_paged, namespace_of,
 };
 use reconciler_contract::{Projection, ReconcileRequest};
 use serde_json::Value;
@@ -224,21 +225,34 @@ impl ObjectReader for SharedCache {
         selector: &str,
         projection: Projection,
     ) -> Result<Vec<String>, String> {
-        self.read().list_json(kind, namespace, selector, projection)
+        let bounds = ListBounds::bytes(LIST_JSON_MAX_BYTES);
+        self.list_within(kind, namespace, selector, projection, bounds)
+            .map_err(|e| e.to_string())
     }
 
-    /// Stops building the list once it passes `max_bytes`, so one call
-    /// cannot make the host allocate more than the plugin could take.
+    /// Lists in pages, each under its own read of the lock, so watch events
+    /// go in between them however long the list; stops at `bounds`.
     fn list_within(
         &self,
         kind: &KindRef,
         namespace: Option<&str>,
         selector: &str,
         projection: Projection,
-        max_bytes: usize,
+        bounds: ListBounds,
     ) -> Result<Vec<String>, ListJsonError> {
-        self.read()
-            .list_json_within(kind, namespace, selector, projection, max_bytes)
+        let page = || CacheRead(self.read());
+        list_json_paged(page, kind, namespace, selector, projection, bounds)
+    }
+}
+
+/// The cache's objects while a read of its lock is held.
+struct CacheRead<'a>(std::sync::RwLockReadGuard<'a, Cached>);
+
+impl std::ops::Deref for CacheRead<'_> {
+    type Target = MemoryCache;
+
+    fn deref(&self) -> &MemoryCache {
+        &self.0.objects
     }
 }
 

@@ -47,6 +47,18 @@ pub(crate) fn attempt(
         "list-large" => ctx
             .list_as::<PartialObject>(&KindRef::new("", "v1", "Pod"), hostile.namespace(), "")
             .and_then(|pods| Response::new().status(&json!({"pods": pods.len()}))),
+        // Fills 56 MiB, within its 64 MiB cap, then holds it until the
+        // deadline: many calls of this at once are what the host's memory
+        // budget is for.
+        "fill-and-spin" => {
+            let filled = vec![1u8; 56 << 20];
+            let mut n: u64 = 0;
+            loop {
+                n = std::hint::black_box(
+                    n.wrapping_add(u64::from(filled[n as usize % filled.len()])),
+                );
+            }
+        }
         _ => return None,
     })
 }
