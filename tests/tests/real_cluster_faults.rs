@@ -449,10 +449,11 @@ fn generate_rbac(cx: &RealCluster, form: RbacForm, name: &str) -> Result<Vec<Val
         .arg(root().join("crds"))
         .arg("--name")
         .arg(name);
+    // The Lease is granted by a Role in the service account's namespace.
+    rbac.args(["--service-account", HOST_ACCOUNT])
+        .args(["--service-account-namespace", &cx.namespace]);
     if form == RbacForm::NamespacedRoles {
-        rbac.args(["--namespace", &cx.namespace])
-            .args(["--service-account", HOST_ACCOUNT])
-            .args(["--service-account-namespace", &cx.namespace]);
+        rbac.args(["--namespace", &cx.namespace]);
     }
     let output = rbac.output().context("running reconciler-host rbac")?;
     ensure!(
@@ -580,14 +581,13 @@ async fn least_privilege(cx: &mut RealCluster, form: RbacForm) -> Result<()> {
             )
         })
         .collect();
-    let wanted: Vec<String> = match form {
-        RbacForm::ClusterRole => vec![format!("ClusterRole {name}")],
-        RbacForm::NamespacedRoles => vec![
-            format!("ClusterRole {name}"),
-            format!("Role {name}"),
-            format!("RoleBinding {name}"),
-        ],
-    };
+    // The Role holds the namespaced kinds with --namespace, and the Lease
+    // in either form.
+    let wanted: Vec<String> = vec![
+        format!("ClusterRole {name}"),
+        format!("Role {name}"),
+        format!("RoleBinding {name}"),
+    ];
     ensure!(
         kinds == wanted,
         "reconciler-host rbac ({form:?}) should print {wanted:?}; it printed {kinds:?}"

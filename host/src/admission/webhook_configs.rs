@@ -31,6 +31,16 @@ pub const PREFIX_LABEL: &str = "reconciler-host.io/webhook-prefix";
 /// The label naming the plugin a configuration is for.
 pub const PLUGIN_LABEL: &str = "reconciler-host.io/plugin";
 
+/// The prefix of the configurations' names unless `--admission-webhook-prefix`
+/// says otherwise.
+pub const DEFAULT_WEBHOOK_PREFIX: &str = "reconciler-host";
+
+/// The name of `plugin`'s configurations (one of each kind): what the host
+/// applies, and what `reconciler-host rbac` grants by name.
+pub fn configuration_name(prefix: &str, plugin: &str) -> String {
+    format!("{prefix}-{plugin}")
+}
+
 /// Where the API server reaches the webhook server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WebhookEndpoint {
@@ -106,7 +116,7 @@ pub fn configurations(
     namespaced: bool,
     setup: &WebhookSetup,
 ) -> (Value, Option<Value>) {
-    let name = format!("{}-{}", setup.prefix, plugin.name());
+    let name = configuration_name(&setup.prefix, plugin.name());
     let primary: &KindRef = &plugin.metadata().primary;
     let operations: Vec<String> = settings
         .effective_operations()
@@ -196,7 +206,7 @@ pub async fn sync(
         };
         let namespaced = matches!(caps.scope, Scope::Namespaced);
         let (v, m) = configurations(plugin, settings, &resource.plural, namespaced, setup);
-        let name = format!("{}-{}", setup.prefix, plugin.name());
+        let name = configuration_name(&setup.prefix, plugin.name());
         validating
             .patch(&name, &params, &Patch::Apply(&v))
             .await
@@ -211,22 +221,39 @@ pub async fn sync(
         }
     }
     let mine = ListParams::default().labels(&format!("{PREFIX_LABEL}={}", setup.prefix));
-    for stale in validating.list_metadata(&mine).await?.items {
+    lines.extend(remove_stale(&validating, &mine, &wanted_validating).await?);
+    lines.extend(remove_stale(&mutating, &mine, &wanted_mutating).await?);
+    Ok(lines)
+}
+
+/// Removes this prefix's configurations of one kind that are not `wanted`;
+/// a line per removal, or per configuration the host may not remove: RBAC
+/// generated for the plugins now served names only theirs, so one left by
+/// a plugin since removed is named with the command that removes it,
+/// and the rest of the sync goes on.
+async fn remove_stale<K>(
+    api: &Api<K>,
+    mine: &ListParams,
+    wanted: &[String],
+) -> anyhow::Result<Vec<String>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let kind = K::kind(&());
+    let mut lines = Vec::new();
+    for stale in api.list_metadata(mine).await?.items {
         let Some(name) = stale.metadata.name else {
             continue;
         };
-        if !wanted_validating.contains(&name) {
-            validating.delete(&name, &DeleteParams::default()).await?;
-            lines.push(format!("removed ValidatingWebhookConfiguration {name}"));
+        if wanted.contains(&name) {
+            continue;
         }
-    }
-    for stale in mutating.list_metadata(&mine).await?.items {
-        let Some(name) = stale.metadata.name else {
-            continue;
-        };
-        if !wanted_mutating.contains(&name) {
-            mutating.delete(&name, &DeleteParams::default()).await?;
-            lines.push(format!("removed MutatingWebhookConfiguration {name}"));
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => lines.push(format!("removed {kind} {name}")),
+            Err(e) => lines.push(format!(
+                "cannot remove {kind} {name} of a plugin no longer served ({e}); remove it with `kubectl delete {} {name}`",
+                kind.to_lowercase()
+            )),
         }
     }
     Ok(lines)
