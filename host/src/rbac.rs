@@ -15,6 +15,8 @@
 //! - leader election on a coordination.k8s.io Lease: get, update, patch on
 //!   that Lease by name, and create, in a Role in the Lease's namespace;
 //! - with `run --install-crds`: get, create and patch CustomResourceDefinitions;
+//! - asking the API server who may read `/metrics` and `/plugins`
+//!   (`metrics_auth.rs`): create TokenReviews and SubjectAccessReviews;
 //! - when a plugin serves admission: the Validating- and
 //!   MutatingWebhookConfigurations the host names (`<prefix>-<plugin>`:
 //!   get, create, patch, delete by name; list, cluster-wide) and the
@@ -395,6 +397,8 @@ pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) ->
         }
         placement.namespace(namespace, "", "secrets", &["create", "get"]);
     }
+    placement.cluster("authentication.k8s.io", "tokenreviews", &["create"]);
+    placement.cluster("authorization.k8s.io", "subjectaccessreviews", &["create"]);
     if scope.install_crds {
         placement.cluster(
             "apiextensions.k8s.io",
@@ -563,13 +567,15 @@ mod tests {
             t("", "pods", "get,list,watch"),
             t("", "configmaps", "get,list,patch,watch"),
             t("events.k8s.io", "events", "create,patch"),
+            t("authentication.k8s.io", "tokenreviews", "create"),
+            t("authorization.k8s.io", "subjectaccessreviews", "create"),
         ] {
             assert!(
                 rules.contains(&expected),
                 "{expected:?} missing from\n{yaml}"
             );
         }
-        assert_eq!(rules.len(), 7, "nothing more:\n{yaml}");
+        assert_eq!(rules.len(), 9, "nothing more:\n{yaml}");
     }
 
     #[test]
@@ -657,7 +663,14 @@ mod tests {
         );
         let docs = documents(&yaml);
         let cluster = &docs[&("ClusterRole".to_string(), String::new())];
-        assert_eq!(cluster["rules"], json!([]), "nothing cluster-wide:\n{yaml}");
+        assert_eq!(
+            rules_of(cluster),
+            BTreeSet::from([
+                t("authentication.k8s.io", "tokenreviews", "create"),
+                t("authorization.k8s.io", "subjectaccessreviews", "create"),
+            ]),
+            "cluster-wide only the reviews of metrics readers:\n{yaml}"
+        );
         for namespace in ["team-a", "team-b"] {
             let role = &docs[&("Role".to_string(), namespace.to_string())];
             assert_eq!(

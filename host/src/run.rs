@@ -34,6 +34,7 @@ use crate::golden::recorder::{CaseRecorder, RecordOptions};
 use crate::hot_reload::{PluginDirectory, ReloadEvent};
 use crate::http_server::{HostStatus, serve};
 use crate::leader_election::{LeaderElectionConfig, Leadership, LeadershipLost, acquire};
+use crate::metrics_server::{MetricsServing, serve_metrics};
 use crate::plugin::Sandbox;
 
 /// Options of one `run`.
@@ -46,8 +47,10 @@ pub struct RunConfig {
     pub shutdown_timeout: Duration,
     /// How often plugins whose kinds cannot be watched are tried again.
     pub retry_every: Duration,
-    /// Where to serve /healthz, /readyz, /plugins and /metrics; `None`: nowhere.
+    /// Where to serve /healthz and /readyz; `None`: nowhere.
     pub http_listen: Option<SocketAddr>,
+    /// Where and to whom to serve /metrics and /plugins; `None`: nowhere.
+    pub metrics: Option<MetricsServing>,
     /// Reconcile only while holding this Lease. `None` (the default of
     /// `run`) starts at once: one process on a laptop has nobody to share with.
     pub leader_election: Option<LeaderElectionConfig>,
@@ -81,6 +84,9 @@ pub async fn run(
     let status = Arc::new(HostStatus::new());
     if let Some(addr) = config.http_listen {
         serve(addr, status.clone()).await?;
+    }
+    if let Some(metrics) = config.metrics.take() {
+        serve_metrics(metrics, status.clone(), client.clone()).await?;
     }
     // Every replica serves admission, leader or not: before the election.
     if let Some(admission) = config.admission.take() {
@@ -358,6 +364,7 @@ mod tests {
             shutdown_timeout: Duration::from_secs(10),
             retry_every: Duration::from_secs(30),
             http_listen: None,
+            metrics: None,
             leader_election: Some(election()),
             record: None,
             coalesce: Duration::ZERO,

@@ -123,6 +123,21 @@ fn the_deployment_runs_the_host_with_flags_it_has() {
             .any(|p| p["name"] == "webhooks" && p["containerPort"] == 8443),
         "{container}"
     );
+    // Metrics over HTTPS with tokens, on a port of their own.
+    assert!(args.contains(&"--metrics-listen=0.0.0.0:8444"), "{args:?}");
+    assert!(!args.contains(&"--metrics-insecure"), "{args:?}");
+    let metrics = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .expect("the Service exposes the metrics port");
+    assert_eq!(metrics["port"], 8444);
+    let reader = manifest("metrics-reader.yaml");
+    assert_eq!(
+        reader["rules"][0]["nonResourceURLs"],
+        serde_json::json!(["/metrics", "/plugins"])
+    );
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     let security = &container["securityContext"];

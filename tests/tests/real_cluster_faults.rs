@@ -467,24 +467,6 @@ fn generate_rbac(cx: &RealCluster, form: RbacForm, name: &str) -> Result<Vec<Val
     documents(&text)
 }
 
-/// A token of the service account `account` from the TokenRequest API, as
-/// the kubelet would mount into the host's Pod.
-async fn service_account_token(cx: &RealCluster, account: &str) -> Result<String> {
-    let accounts = cx.api(&KindRef::new("", "v1", "ServiceAccount")).await?;
-    let request = json!({
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"expirationSeconds": 3600},
-    });
-    let answer: Value = accounts
-        .create_subresource("token", account, &PostParams::default(), &request)
-        .await
-        .with_context(|| format!("requesting a token of ServiceAccount {account}"))?;
-    answer["status"]["token"]
-        .as_str()
-        .map(str::to_string)
-        .with_context(|| format!("a TokenRequest answer without status.token: {answer}"))
-}
-
 /// Whether the API server lets the host's service account `verb`
 /// `group`/`resource` in the test's namespace, as it would answer the host.
 async fn allowed(cx: &RealCluster, verb: &str, group: &str, resource: &str) -> Result<bool> {
@@ -617,7 +599,7 @@ async fn least_privilege(cx: &mut RealCluster, form: RbacForm) -> Result<()> {
                       "namespace": cx.namespace}],
     }))
     .await?;
-    let token = service_account_token(cx, HOST_ACCOUNT).await?;
+    let token = cx.service_account_token(HOST_ACCOUNT).await?;
     let host_kubeconfig = cx.workdir().join("service-account-kubeconfig");
     kubeconfig::with_token(cx.kubeconfig(), &token, &host_kubeconfig)?;
     cx.start_host_with_kubeconfig(&[example_plugin("podset")], &host_kubeconfig)?;

@@ -7,9 +7,9 @@
 //!     bound around the blocking work, answered by the plugin's failure
 //!     policy;
 //!   - bodies are bounded ([`MAX_BODY_BYTES`]), TLS handshakes and request
-//!     headers must arrive within [`HANDSHAKE_TIMEOUT`], and connections and
-//!     calls in flight are capped, so slow or many clients cannot exhaust
-//!     the host;
+//!     headers must arrive within [`HANDSHAKE_TIMEOUT`], and connections
+//!     (`tls_serving.rs`) and calls in flight are capped, so slow or many
+//!     clients cannot exhaust the host;
 //!   - the plugin set is read at each request: a hot reload answers the
 //!     next request.
 
@@ -24,12 +24,9 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::post;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use reconciler_contract::FailurePolicy;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tokio_rustls::TlsAcceptor;
 
 use super::plugin_set::AdmissionPlugins;
 use super::review::{decide, parse, response};
@@ -40,10 +37,7 @@ use crate::plugin::{AdmissionDecision, AdmissionPhase};
 /// Largest AdmissionReview accepted: an object and its old version, each
 /// at most the API server's own limit of about 1.5 MiB, plus the envelope.
 pub const MAX_BODY_BYTES: usize = 4 << 20;
-/// How long a client has to finish the TLS handshake and send its headers.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections served at once; more wait in the listen backlog.
-const MAX_CONNECTIONS: usize = 256;
+pub use crate::tls_serving::HANDSHAKE_TIMEOUT;
 /// Added to a plugin's admission deadline for the server's own bound: the
 /// sandbox stops the call at the deadline; this only catches the host.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(500);
@@ -133,50 +127,12 @@ pub async fn serve(
     clock: Arc<dyn Clock>,
     calls: usize,
 ) -> anyhow::Result<SocketAddr> {
-    let acceptor = TlsAcceptor::from(Arc::new(cert.server_config()?));
+    let tls = cert.server_config()?;
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen for admission on {addr}"))?;
     let bound = listener.local_addr()?;
-    let service = TowerToHyperService::new(router(plugins, clock, calls));
-    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    tokio::spawn(async move {
-        loop {
-            let Ok(permit) = connections.clone().acquire_owned().await else {
-                return;
-            };
-            let (tcp, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admission: cannot accept a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let acceptor = acceptor.clone();
-            let service = service.clone();
-            tokio::spawn(async move {
-                let _permit = permit;
-                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
-                {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "admission: TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => return,
-                };
-                let served = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HANDSHAKE_TIMEOUT)
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
-                if let Err(e) = served {
-                    tracing::debug!(%peer, error = %e, "admission: connection ended");
-                }
-            });
-        }
-    });
+    crate::tls_serving::spawn(listener, tls, router(plugins, clock, calls), "admission");
     tracing::info!(
         "serving admission webhooks on https://{bound}/admission/<plugin>/{{mutate,validate}}"
     );
