@@ -1,4 +1,7 @@
-//! The host's HTTP endpoints: `/healthz`, `/readyz`, `/plugins`, `/metrics`.
+//! The host's HTTP endpoints: the probes `/healthz` and `/readyz`, open to
+//! anyone who can connect (the kubelet), and the reports `/plugins` and
+//! `/metrics`, served apart by `metrics_server.rs` (HTTPS, to clients the
+//! API server authorizes).
 //!
 //! They read a [`HostStatus`] that the run loop keeps up to date, so
 //! serving a request never waits on the loop, and a scrape sees the queues
@@ -75,11 +78,18 @@ impl HostStatus {
     }
 }
 
-/// The endpoints as a router, for serving and for tests.
-pub fn router(status: Arc<HostStatus>) -> Router {
+/// The probes as a router, for serving and for tests.
+pub fn probes(status: Arc<HostStatus>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .with_state(status)
+}
+
+/// The reports (`/plugins`, `/metrics`) as a router, without access
+/// control: whoever serves it decides who may read them.
+pub fn reports(status: Arc<HostStatus>) -> Router {
+    Router::new()
         .route("/plugins", get(plugins))
         .route("/metrics", get(metrics))
         .with_state(status)
@@ -123,20 +133,31 @@ async fn metrics(State(status): State<Arc<HostStatus>>) -> Response {
         .into_response()
 }
 
-/// Listens on `addr` and serves the endpoints until the process ends.
+/// Listens on `addr` and serves the probes until the process ends.
 /// Binding happens before this returns, so a taken port is an error at
 /// start, not a log line later. Returns the address bound (port 0 picks one).
 pub async fn serve(addr: SocketAddr, status: Arc<HostStatus>) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
-        format!("cannot listen on {addr} for /healthz, /readyz, /plugins and /metrics (choose another with --http-listen)")
+        format!(
+            "cannot listen on {addr} for /healthz and /readyz (choose another with --http-listen)"
+        )
     })?;
+    let bound = serve_plain(listener, probes(status))?;
+    tracing::info!("serving /healthz and /readyz on http://{bound}");
+    Ok(bound)
+}
+
+/// Serves `router` over plain HTTP on `listener` until the process ends.
+pub(crate) fn serve_plain(
+    listener: tokio::net::TcpListener,
+    router: Router,
+) -> anyhow::Result<SocketAddr> {
     let bound = listener.local_addr()?;
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router(status)).await {
-            tracing::error!("the HTTP endpoints stopped: {e}");
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!("the HTTP endpoints on {bound} stopped: {e}");
         }
     });
-    tracing::info!("serving /healthz, /readyz, /plugins and /metrics on http://{bound}");
     Ok(bound)
 }
 
@@ -150,7 +171,11 @@ mod tests {
     use super::*;
 
     async fn get_text(status: &Arc<HostStatus>, path: &str) -> (StatusCode, String) {
-        let response = router(status.clone())
+        let router = match path {
+            "/healthz" | "/readyz" => probes(status.clone()),
+            _ => reports(status.clone()),
+        };
+        let response = router
             .oneshot(Request::get(path).body(Body::empty()).unwrap())
             .await
             .unwrap();
@@ -211,6 +236,18 @@ mod tests {
             text.contains("workqueue_depth{name=\"podset\",controller=\"podset\"} 3"),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn the_open_port_serves_probes_and_no_reports() {
+        let status = Arc::new(HostStatus::new());
+        for path in ["/metrics", "/plugins"] {
+            let response = probes(status.clone())
+                .oneshot(Request::get(path).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+        }
     }
 
     #[tokio::test]

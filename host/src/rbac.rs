@@ -12,12 +12,24 @@
 //! - add and remove its finalizer on primaries: patch, only if it declares one;
 //! - record Events (events.k8s.io): create, patch, in the object's namespace
 //!   (`default` for a cluster-scoped object);
-//! - leader election on a coordination.k8s.io Lease: get, create, update, patch;
+//! - leader election on a coordination.k8s.io Lease: get, update, patch on
+//!   that Lease by name, and create, in a Role in the Lease's namespace;
 //! - with `run --install-crds`: get, create and patch CustomResourceDefinitions;
+//! - asking the API server who may read `/metrics` and `/plugins`
+//!   (`metrics_auth.rs`): create TokenReviews and SubjectAccessReviews;
 //! - when a plugin serves admission: the Validating- and
-//!   MutatingWebhookConfigurations (cluster-wide: get, list, create, patch,
-//!   delete) and the generated certificate's Secret (get, create, by a Role
-//!   in the Secret's namespace only: Secrets are not granted cluster-wide).
+//!   MutatingWebhookConfigurations the host names (`<prefix>-<plugin>`:
+//!   get, create, patch, delete by name; list, cluster-wide) and the
+//!   generated certificate's Secret (get, create, by a Role in the Secret's
+//!   namespace only: Secrets are not granted cluster-wide).
+//!
+//! Two verbs cannot be narrowed to names, because the API server's
+//! authorizer is not told a name for them: `create` by POST (the name is in
+//! the body; the Lease is created so, hence a Role in its namespace only)
+//! and `list` (the host lists its webhook configurations by label, to
+//! remove those of plugins it no longer serves). A server-side apply that
+//! creates is authorized as a `create` of that name, so the webhook
+//! configurations' `create` is by name.
 //!
 //! Without namespaces everything is one ClusterRole. With them (`run
 //! --namespace`, which watches namespaced kinds in those namespaces only),
@@ -36,6 +48,7 @@ use reconciler_contract::{KindRef, PluginMetadata};
 use serde_json::Value;
 
 use crate::cluster::KindScope;
+use crate::leader_election::DEFAULT_LEASE_NAME;
 use crate::manifests::read_all;
 
 /// Built-in kinds the API server serves in namespaces, by group and kind.
@@ -165,36 +178,57 @@ impl Plurals {
     }
 }
 
-/// Verbs per resource, per API group.
+/// Verbs per resource and object names (none: every object), per API
+/// group.
 #[derive(Default)]
 struct Grants {
-    by_group: BTreeMap<String, BTreeMap<String, BTreeSet<&'static str>>>,
+    by_group: BTreeMap<String, VerbsByResource>,
+}
+
+/// Verbs by (resource, object names) within one API group.
+type VerbsByResource = BTreeMap<(String, Vec<String>), BTreeSet<&'static str>>;
+
+/// One rule of a role.
+struct Rule {
+    group: String,
+    resources: Vec<String>,
+    /// `resourceNames`; empty: every object.
+    names: Vec<String>,
+    verbs: Vec<&'static str>,
 }
 
 impl Grants {
-    fn grant(&mut self, group: &str, resource: &str, verbs: &[&'static str]) {
+    /// `verbs` on the objects of `resource` named `names`, or on every
+    /// object of it when `names` is empty.
+    fn grant(&mut self, group: &str, resource: &str, names: &[String], verbs: &[&'static str]) {
         self.by_group
             .entry(group.to_string())
             .or_default()
-            .entry(resource.to_string())
+            .entry((resource.to_string(), names.to_vec()))
             .or_default()
             .extend(verbs);
     }
 
     /// Rules as the API wants them: per group, resources sharing the same
-    /// verbs are one rule.
-    fn rules(&self) -> Vec<(String, Vec<String>, Vec<&'static str>)> {
+    /// names and verbs are one rule.
+    fn rules(&self) -> Vec<Rule> {
         let mut rules = Vec::new();
         for (group, resources) in &self.by_group {
-            let mut by_verbs: BTreeMap<Vec<&'static str>, Vec<String>> = BTreeMap::new();
-            for (resource, verbs) in resources {
+            let mut by_verbs: BTreeMap<(Vec<String>, Vec<&'static str>), Vec<String>> =
+                BTreeMap::new();
+            for ((resource, names), verbs) in resources {
                 by_verbs
-                    .entry(verbs.iter().copied().collect())
+                    .entry((names.clone(), verbs.iter().copied().collect()))
                     .or_default()
                     .push(resource.clone());
             }
-            for (verbs, resources) in by_verbs {
-                rules.push((group.clone(), resources, verbs));
+            for ((names, verbs), resources) in by_verbs {
+                rules.push(Rule {
+                    group: group.clone(),
+                    resources,
+                    names,
+                    verbs,
+                });
             }
         }
         rules
@@ -215,13 +249,17 @@ pub struct RbacScope {
     /// The host's service account, which the RoleBindings name.
     pub service_account: String,
     pub service_account_namespace: String,
-    /// Where the leader-election Lease lives (with namespaces only).
+    /// Where the leader-election Lease lives, and its name.
     pub lease_namespace: String,
+    pub lease_name: String,
     /// Whether the host installs CRDs (`run --install-crds`).
     pub install_crds: bool,
     /// When a plugin serves admission: the namespace of the Secret the
     /// generated certificate is kept in (`run --admission-cert-secret`).
     pub admission_secret_namespace: Option<String>,
+    /// The names of the webhook configurations the host applies
+    /// ([`crate::admission::webhook_configs::configuration_name`]).
+    pub webhook_configurations: BTreeSet<String>,
 }
 
 impl RbacScope {
@@ -233,8 +271,10 @@ impl RbacScope {
             service_account: "reconciler-host".into(),
             service_account_namespace: "reconciler-host".into(),
             lease_namespace: "reconciler-host".into(),
+            lease_name: DEFAULT_LEASE_NAME.into(),
             install_crds: false,
             admission_secret_namespace: None,
+            webhook_configurations: BTreeSet::new(),
         }
     }
 }
@@ -248,20 +288,20 @@ struct Placement {
 
 impl Placement {
     fn cluster(&mut self, group: &str, resource: &str, verbs: &[&'static str]) {
-        self.cluster.grant(group, resource, verbs);
+        self.cluster.grant(group, resource, &[], verbs);
     }
 
     fn namespace(&mut self, namespace: &str, group: &str, resource: &str, verbs: &[&'static str]) {
         self.namespaced
             .entry(namespace.to_string())
             .or_default()
-            .grant(group, resource, verbs);
+            .grant(group, resource, &[], verbs);
     }
 }
 
-/// The ClusterRole `name` granting what `plugins` need cluster-wide, as
-/// YAML. Stable: the same plugins give the same text, so it can be checked
-/// in and compared.
+/// The RBAC `plugins` need on the whole cluster, as YAML: the ClusterRole
+/// `name`, and the Role of the Lease. Stable: the same plugins give the
+/// same text, so it can be checked in and compared.
 pub fn cluster_role(plugins: &[PluginMetadata], plurals: &Plurals, name: &str) -> String {
     rbac(plugins, plurals, &RbacScope::cluster_wide(name))
 }
@@ -315,10 +355,8 @@ pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) ->
         events_outside_namespaces |= plurals.scope(primary) != Some(KindScope::Namespaced);
     }
     const EVENTS: &[&str] = &["create", "patch"];
-    const LEASES: &[&str] = &["get", "create", "update", "patch"];
     if scope.namespaces.is_empty() {
         placement.cluster("events.k8s.io", "events", EVENTS);
-        placement.cluster("coordination.k8s.io", "leases", LEASES);
     } else {
         for namespace in &scope.namespaces {
             placement.namespace(namespace, "events.k8s.io", "events", EVENTS);
@@ -327,23 +365,40 @@ pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) ->
         if events_outside_namespaces {
             placement.namespace("default", "events.k8s.io", "events", EVENTS);
         }
-        placement.namespace(
-            &scope.lease_namespace,
-            "coordination.k8s.io",
-            "leases",
-            LEASES,
-        );
     }
+    // The Lease by name; its `create` cannot name it (see the module
+    // documentation), so a Role keeps that to the Lease's namespace.
+    let leases = placement
+        .namespaced
+        .entry(scope.lease_namespace.clone())
+        .or_default();
+    leases.grant(
+        "coordination.k8s.io",
+        "leases",
+        std::slice::from_ref(&scope.lease_name),
+        &["get", "patch", "update"],
+    );
+    leases.grant("coordination.k8s.io", "leases", &[], &["create"]);
     if let Some(namespace) = &scope.admission_secret_namespace {
-        const WEBHOOKS: &[&str] = &["create", "delete", "get", "list", "patch"];
+        let names: Vec<String> = scope.webhook_configurations.iter().cloned().collect();
         for resource in [
             "mutatingwebhookconfigurations",
             "validatingwebhookconfigurations",
         ] {
-            placement.cluster("admissionregistration.k8s.io", resource, WEBHOOKS);
+            if !names.is_empty() {
+                placement.cluster.grant(
+                    "admissionregistration.k8s.io",
+                    resource,
+                    &names,
+                    &["create", "delete", "get", "patch"],
+                );
+            }
+            placement.cluster("admissionregistration.k8s.io", resource, &["list"]);
         }
         placement.namespace(namespace, "", "secrets", &["create", "get"]);
     }
+    placement.cluster("authentication.k8s.io", "tokenreviews", &["create"]);
+    placement.cluster("authorization.k8s.io", "subjectaccessreviews", &["create"]);
     if scope.install_crds {
         placement.cluster(
             "apiextensions.k8s.io",
@@ -415,11 +470,15 @@ fn write_role(out: &mut String, kind: &str, name: &str, namespace: Option<&str>,
         return;
     }
     out.push_str("rules:\n");
-    for (group, resources, verbs) in rules {
-        let _ = writeln!(out, "  - apiGroups: [{}]", quoted(&group));
-        let resources: Vec<String> = resources.iter().map(|r| quoted(r)).collect();
+    for rule in rules {
+        let _ = writeln!(out, "  - apiGroups: [{}]", quoted(&rule.group));
+        let resources: Vec<String> = rule.resources.iter().map(|r| quoted(r)).collect();
         let _ = writeln!(out, "    resources: [{}]", resources.join(", "));
-        let _ = writeln!(out, "    verbs: [{}]", verbs.join(", "));
+        if !rule.names.is_empty() {
+            let names: Vec<String> = rule.names.iter().map(|n| quoted(n)).collect();
+            let _ = writeln!(out, "    resourceNames: [{}]", names.join(", "));
+        }
+        let _ = writeln!(out, "    verbs: [{}]", rule.verbs.join(", "));
     }
 }
 
@@ -448,15 +507,20 @@ mod tests {
         KindRef::new(group, version, kind)
     }
 
-    /// The rules of a role as (group, resource, verbs) triples.
+    /// The rules of the ClusterRole as (group, resource, verbs) triples.
     fn triples(yaml: &str) -> BTreeSet<(String, String, String)> {
-        let role: Value = serde_yaml_ng::from_str(yaml).unwrap();
-        rules_of(&role)
+        rules_of(&documents(yaml)[&("ClusterRole".to_string(), String::new())])
     }
 
+    /// (group, resource, verbs) per resource of each rule; a rule limited
+    /// to names gives `resource=name,name`.
     fn rules_of(role: &Value) -> BTreeSet<(String, String, String)> {
         let mut out = BTreeSet::new();
         for rule in role["rules"].as_array().unwrap() {
+            let names: Vec<&str> = rule["resourceNames"]
+                .as_array()
+                .map(|names| names.iter().map(|n| n.as_str().unwrap()).collect())
+                .unwrap_or_default();
             let verbs: Vec<&str> = rule["verbs"]
                 .as_array()
                 .unwrap()
@@ -464,9 +528,13 @@ mod tests {
                 .map(|v| v.as_str().unwrap())
                 .collect();
             for resource in rule["resources"].as_array().unwrap() {
+                let mut resource = resource.as_str().unwrap().to_string();
+                if !names.is_empty() {
+                    resource = format!("{resource}={}", names.join(","));
+                }
                 out.insert((
                     rule["apiGroups"][0].as_str().unwrap().to_string(),
-                    resource.as_str().unwrap().to_string(),
+                    resource,
                     verbs.join(","),
                 ));
             }
@@ -499,14 +567,15 @@ mod tests {
             t("", "pods", "get,list,watch"),
             t("", "configmaps", "get,list,patch,watch"),
             t("events.k8s.io", "events", "create,patch"),
-            t("coordination.k8s.io", "leases", "create,get,patch,update"),
+            t("authentication.k8s.io", "tokenreviews", "create"),
+            t("authorization.k8s.io", "subjectaccessreviews", "create"),
         ] {
             assert!(
                 rules.contains(&expected),
                 "{expected:?} missing from\n{yaml}"
             );
         }
-        assert_eq!(rules.len(), 8, "nothing more:\n{yaml}");
+        assert_eq!(rules.len(), 9, "nothing more:\n{yaml}");
     }
 
     #[test]
@@ -594,7 +663,14 @@ mod tests {
         );
         let docs = documents(&yaml);
         let cluster = &docs[&("ClusterRole".to_string(), String::new())];
-        assert_eq!(cluster["rules"], json!([]), "nothing cluster-wide:\n{yaml}");
+        assert_eq!(
+            rules_of(cluster),
+            BTreeSet::from([
+                t("authentication.k8s.io", "tokenreviews", "create"),
+                t("authorization.k8s.io", "subjectaccessreviews", "create"),
+            ]),
+            "cluster-wide only the reviews of metrics readers:\n{yaml}"
+        );
         for namespace in ["team-a", "team-b"] {
             let role = &docs[&("Role".to_string(), namespace.to_string())];
             assert_eq!(
@@ -621,14 +697,7 @@ mod tests {
         }
         // The Lease: a Role of its own in the service account's namespace.
         let leases = &docs[&("Role".to_string(), "reconciler-host".to_string())];
-        assert_eq!(
-            rules_of(leases),
-            BTreeSet::from([t(
-                "coordination.k8s.io",
-                "leases",
-                "create,get,patch,update"
-            )])
-        );
+        assert_eq!(rules_of(leases), lease_rules("reconciler-host"));
         assert!(docs.contains_key(&("RoleBinding".to_string(), "reconciler-host".to_string())));
         assert_eq!(docs.len(), 1 + 3 * 2, "{yaml}");
     }
@@ -680,27 +749,52 @@ mod tests {
         );
     }
 
+    /// What the host needs of its Lease `name`: that one by name, and
+    /// `create`, which cannot name it.
+    fn lease_rules(name: &str) -> BTreeSet<(String, String, String)> {
+        BTreeSet::from([
+            t(
+                "coordination.k8s.io",
+                &format!("leases={name}"),
+                "get,patch,update",
+            ),
+            t("coordination.k8s.io", "leases", "create"),
+        ])
+    }
+
     #[test]
     fn admission_adds_webhook_configurations_and_the_certificate_secret_only_in_its_namespace() {
         let scope = RbacScope {
             admission_secret_namespace: Some("ops".into()),
+            webhook_configurations: BTreeSet::from(["reconciler-host-web".into()]),
             ..RbacScope::cluster_wide("reconciler-host")
         };
         let yaml = rbac(&[website()], &website_crd("Namespaced"), &scope);
         let docs = documents(&yaml);
         let cluster = rules_of(&docs[&("ClusterRole".to_string(), String::new())]);
-        assert!(
-            cluster.contains(&t(
-                "admissionregistration.k8s.io",
-                "validatingwebhookconfigurations",
-                "create,delete,get,list,patch"
-            )) && cluster.contains(&t(
-                "admissionregistration.k8s.io",
-                "mutatingwebhookconfigurations",
-                "create,delete,get,list,patch"
-            )),
-            "{yaml}"
-        );
+        for resource in [
+            "validatingwebhookconfigurations",
+            "mutatingwebhookconfigurations",
+        ] {
+            let granted: BTreeSet<_> = cluster
+                .iter()
+                .filter(|(group, _, _)| group == "admissionregistration.k8s.io")
+                .filter(|(_, r, _)| r.starts_with(resource))
+                .cloned()
+                .collect();
+            assert_eq!(
+                granted,
+                BTreeSet::from([
+                    t(
+                        "admissionregistration.k8s.io",
+                        &format!("{resource}=reconciler-host-web"),
+                        "create,delete,get,patch"
+                    ),
+                    t("admissionregistration.k8s.io", resource, "list"),
+                ]),
+                "changes by name only, and a list to find stale ones:\n{yaml}"
+            );
+        }
         assert!(
             !cluster.iter().any(|(_, resource, _)| resource == "secrets"),
             "no Secrets cluster-wide: {yaml}"
@@ -745,21 +839,39 @@ mod tests {
     }
 
     #[test]
-    fn without_namespaces_the_output_is_the_cluster_role_alone() {
+    fn without_namespaces_only_the_lease_is_granted_outside_the_cluster_role() {
         let plurals = website_crd("Namespaced");
-        let yaml = rbac(&[website()], &plurals, &RbacScope::cluster_wide("r"));
-        assert_eq!(yaml, cluster_role(&[website()], &plurals, "r"));
-        assert!(!yaml.contains("---"), "{yaml}");
+        let scope = RbacScope {
+            lease_namespace: "ops".into(),
+            lease_name: "web-leader".into(),
+            ..RbacScope::cluster_wide("r")
+        };
+        let yaml = rbac(&[website()], &plurals, &scope);
+        let docs = documents(&yaml);
+        assert_eq!(
+            docs.keys().cloned().collect::<Vec<_>>(),
+            vec![
+                ("ClusterRole".to_string(), String::new()),
+                ("Role".to_string(), "ops".to_string()),
+                ("RoleBinding".to_string(), "ops".to_string()),
+            ],
+            "{yaml}"
+        );
         let rules = triples(&yaml);
-        assert!(rules.contains(&t(
-            "coordination.k8s.io",
-            "leases",
-            "create,get,patch,update"
-        )));
+        assert!(
+            !rules
+                .iter()
+                .any(|(_, resource, _)| resource.starts_with("leases")),
+            "no Lease cluster-wide, kube-system's and the nodes' included:\n{yaml}"
+        );
         assert!(rules.contains(&t(
             "apps",
             "deployments",
             "create,delete,get,list,patch,watch"
         )));
+        assert_eq!(
+            rules_of(&docs[&("Role".to_string(), "ops".to_string())]),
+            lease_rules("web-leader")
+        );
     }
 }

@@ -35,6 +35,7 @@ use crate::golden::recorder::{CaseRecorder, RecordOptions};
 use crate::hot_reload::{PluginDirectory, ReloadEvent, Standby};
 use crate::http_server::{HostStatus, serve};
 use crate::leader_election::{LeaderElectionConfig, Leadership, LeadershipLost, acquire};
+use crate::metrics_server::{MetricsServing, serve_metrics};
 use crate::plugin::Sandbox;
 
 /// Options of one `run`.
@@ -47,8 +48,10 @@ pub struct RunConfig {
     pub shutdown_timeout: Duration,
     /// How often plugins whose kinds cannot be watched are tried again.
     pub retry_every: Duration,
-    /// Where to serve /healthz, /readyz, /plugins and /metrics; `None`: nowhere.
+    /// Where to serve /healthz and /readyz; `None`: nowhere.
     pub http_listen: Option<SocketAddr>,
+    /// Where and to whom to serve /metrics and /plugins; `None`: nowhere.
+    pub metrics: Option<MetricsServing>,
     /// Reconcile only while holding this Lease. `None` (the default of
     /// `run`) starts at once: one process on a laptop has nobody to share with.
     pub leader_election: Option<LeaderElectionConfig>,
@@ -82,6 +85,9 @@ pub async fn run(
     let status = Arc::new(HostStatus::new());
     if let Some(addr) = config.http_listen {
         serve(addr, status.clone()).await?;
+    }
+    if let Some(metrics) = config.metrics.take() {
+        serve_metrics(metrics, status.clone(), client.clone()).await?;
     }
     // One plugin set for the engine and admission: the directory loads
     // each version once and publishes what serves to admission.
@@ -395,6 +401,7 @@ mod tests {
             shutdown_timeout: Duration::from_secs(10),
             retry_every: Duration::from_secs(30),
             http_listen: None,
+            metrics: None,
             leader_election: Some(election()),
             record: None,
             coalesce: Duration::ZERO,

@@ -14,11 +14,10 @@ use reconciler_host::cluster::VirtualClock;
 use reconciler_host::plugin::sandbox::DEFAULT_ADMISSION_INSTANCES;
 use reconciler_host::plugin::{LoadedPlugin, ReconcileInput, Sandbox, SandboxConfig};
 use reconciler_sdk::memory_cache::MemoryCache;
-use reconciler_tests::{example_plugin, load, test_compile_cache_dir, test_limits, test_plugin};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use reconciler_tests::{
+    example_plugin, https_client, load, test_compile_cache_dir, test_limits, test_plugin,
+};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 struct Webhook {
     addr: SocketAddr,
@@ -62,38 +61,13 @@ fn plugin_path(name: &str) -> std::path::PathBuf {
 /// POSTs `body` over HTTPS, trusting only the webhook's CA bundle, and
 /// returns the status code and body.
 async fn post(webhook: &Webhook, path: &str, body: &str) -> (u16, String) {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(webhook.cert.ca_bundle_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(webhook.addr).await.unwrap();
-    let mut tls = connector
-        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
-        .await
-        .expect("the webhook's certificate verifies against its CA bundle");
     let request = format!(
         "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    tls.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    let _ = tls.read_to_end(&mut raw).await;
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, body.to_string())
+    https_client::send(webhook.addr, &webhook.cert.ca_bundle_pem, &request)
+        .await
+        .expect("the webhook answers over HTTPS")
 }
 
 fn review(operation: &str, kind: (&str, &str, &str), object: Value, old: Option<Value>) -> String {

@@ -1,5 +1,6 @@
 //! The manifests in deploy/ that are derived from code stay in step with it.
 
+use reconciler_host::admission::webhook_configs::{DEFAULT_WEBHOOK_PREFIX, configuration_name};
 use reconciler_host::rbac::{Plurals, RbacScope, rbac};
 use reconciler_tests::{example_plugin, load, root};
 
@@ -18,10 +19,14 @@ fn the_cluster_role_in_deploy_is_what_rbac_generates_for_the_example_plugins() {
         .map(|name| load(&example_plugin(name)).metadata().clone())
         .collect();
     let plurals = Plurals::from_crds(&root().join("crds")).unwrap();
-    // kubernetescluster serves admission: the webhook configurations, and
+    // kubernetescluster serves admission: its webhook configurations, and
     // the certificate Secret in the host's namespace.
     let scope = RbacScope {
         admission_secret_namespace: Some("reconciler-host".into()),
+        webhook_configurations: std::collections::BTreeSet::from([configuration_name(
+            DEFAULT_WEBHOOK_PREFIX,
+            "kubernetescluster",
+        )]),
         ..RbacScope::cluster_wide("reconciler-host")
     };
     let generated = rbac(&metadata, &plurals, &scope);
@@ -118,6 +123,21 @@ fn the_deployment_runs_the_host_with_flags_it_has() {
             .any(|p| p["name"] == "webhooks" && p["containerPort"] == 8443),
         "{container}"
     );
+    // Metrics over HTTPS with tokens, on a port of their own.
+    assert!(args.contains(&"--metrics-listen=0.0.0.0:8444"), "{args:?}");
+    assert!(!args.contains(&"--metrics-insecure"), "{args:?}");
+    let metrics = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "metrics")
+        .expect("the Service exposes the metrics port");
+    assert_eq!(metrics["port"], 8444);
+    let reader = manifest("metrics-reader.yaml");
+    assert_eq!(
+        reader["rules"][0]["nonResourceURLs"],
+        serde_json::json!(["/metrics", "/plugins"])
+    );
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     let security = &container["securityContext"];
@@ -127,6 +147,164 @@ fn the_deployment_runs_the_host_with_flags_it_has() {
         true
     );
     assert!(container["resources"]["limits"]["memory"].is_string());
+}
+
+/// Without --namespace, the host may touch its own Lease and webhook
+/// configurations by name: not kube-system's Leases, not a node's, not
+/// another webhook configuration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_rbac_grants_the_lease_and_webhook_configurations_by_name_on_a_real_cluster() {
+    use std::collections::BTreeSet;
+
+    use anyhow::Context as _;
+
+    let Some(client) = real_cluster_client(
+        "generated_rbac_grants_the_lease_and_webhook_configurations_by_name_on_a_real_cluster",
+    )
+    .await
+    else {
+        return;
+    };
+    let host = real_cluster::namespace(&client, "rbac-e2e-names-")
+        .await
+        .expect("a namespace");
+    // Cluster-scoped names are shared by every run: the namespace's own
+    // (server-generated) name makes them unique.
+    let prefix = host.clone();
+    let mine = configuration_name(&prefix, "kubernetescluster");
+    let other = configuration_name(&prefix, "another");
+    let result = async {
+        let metadata: Vec<_> = EXAMPLES
+            .iter()
+            .map(|name| load(&example_plugin(name)).metadata().clone())
+            .collect();
+        let plurals = Plurals::from_crds(&root().join("crds"))?;
+        let scope = RbacScope {
+            service_account_namespace: host.clone(),
+            lease_namespace: host.clone(),
+            admission_secret_namespace: Some(host.clone()),
+            webhook_configurations: BTreeSet::from([mine.clone()]),
+            ..RbacScope::cluster_wide(&host)
+        };
+        let yaml = rbac(&metadata, &plurals, &scope);
+        let account = (host.as_str(), "reconciler-host");
+        let webhooks = |resource: &str, name: &str| format!("{resource}={name}");
+        let (validating_mine, mutating_mine, validating_other, mutating_other) = (
+            webhooks("validatingwebhookconfigurations", &mine),
+            webhooks("mutatingwebhookconfigurations", &mine),
+            webhooks("validatingwebhookconfigurations", &other),
+            webhooks("mutatingwebhookconfigurations", &other),
+        );
+        real_cluster::apply_cluster_role(&client, &yaml, account).await?;
+        real_cluster::apply_roles(&client, &yaml).await?;
+        for request in [
+            (
+                "update",
+                "coordination.k8s.io",
+                "leases=reconciler-host",
+                host.as_str(),
+            ),
+            ("create", "coordination.k8s.io", "leases", host.as_str()),
+            (
+                "patch",
+                "admissionregistration.k8s.io",
+                &validating_mine,
+                "",
+            ),
+            ("delete", "admissionregistration.k8s.io", &mutating_mine, ""),
+            (
+                "list",
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+                "",
+            ),
+        ] {
+            real_cluster::expect_can(&client, account, request, true).await?;
+        }
+        for request in [
+            (
+                "update",
+                "coordination.k8s.io",
+                "leases=kube-controller-manager",
+                "kube-system",
+            ),
+            ("create", "coordination.k8s.io", "leases", "kube-system"),
+            (
+                "update",
+                "coordination.k8s.io",
+                "leases=node-a",
+                "kube-node-lease",
+            ),
+            (
+                "update",
+                "coordination.k8s.io",
+                "leases=someone-else",
+                host.as_str(),
+            ),
+            ("update", "coordination.k8s.io", "leases", ""),
+            (
+                "patch",
+                "admissionregistration.k8s.io",
+                &validating_other,
+                "",
+            ),
+            (
+                "delete",
+                "admissionregistration.k8s.io",
+                &mutating_other,
+                "",
+            ),
+            (
+                "create",
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+                "",
+            ),
+        ] {
+            real_cluster::expect_can(&client, account, request, false).await?;
+        }
+        // What the host does: a server-side apply that creates the
+        // configuration, authorized by its name.
+        let as_host = real_cluster::impersonating(account).await?;
+        real_cluster::apply_webhook_configuration(&as_host, &mine)
+            .await
+            .with_context(|| format!("the host applies {mine}"))?;
+        let refused = real_cluster::apply_webhook_configuration(&as_host, &other).await;
+        anyhow::ensure!(
+            refused
+                .as_ref()
+                .is_err_and(|e| format!("{e:#}").contains("forbidden")),
+            "applying {other} should be forbidden: {refused:?}"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    real_cluster::delete_webhook_configuration(&client, &mine).await;
+    real_cluster::delete_webhook_configuration(&client, &other).await;
+    real_cluster::delete_cluster_role(&client, &host).await;
+    real_cluster::delete_namespace(&client, &host).await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
+/// A client of the cluster in KUBECONFIG, or `None` after printing why
+/// `test` is skipped.
+async fn real_cluster_client(test: &str) -> Option<kube::Client> {
+    use std::io::Write as _;
+
+    if let Some(why) = real_cluster_skip_reason() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "deploy_manifests: SKIPPED {test}: {why}. To run it: RECONCILER_E2E=1 KUBECONFIG=~/.kube/config cargo test -p reconciler-tests --test deploy_manifests"
+        );
+        return None;
+    }
+    Some(
+        kube::Client::try_default()
+            .await
+            .expect("a Kubernetes client from KUBECONFIG"),
+    )
 }
 
 /// Why the real-cluster test does not run here, or `None` if it does.
@@ -198,26 +376,140 @@ mod real_cluster {
             let namespace = object["metadata"]["namespace"]
                 .as_str()
                 .context("a Role has a namespace")?;
-            let name = object["metadata"]["name"].as_str().context("a name")?;
             let api: Api<DynamicObject> = Api::namespaced_with(
                 client.clone(),
                 namespace,
                 &resource("rbac.authorization.k8s.io", "v1", kind, plural),
             );
-            api.patch(
-                name,
-                &PatchParams::apply("reconciler-host-e2e-test"),
-                &Patch::Apply(&object),
-            )
-            .await
-            .with_context(|| format!("applying {kind} {namespace}/{name}"))?;
+            apply(&api, &object).await?;
             applied += 1;
         }
         Ok(applied)
     }
 
+    /// Server-side applies the ClusterRole of a generated text and binds it
+    /// to `account`, as deploy/cluster-role-binding.yaml does.
+    pub async fn apply_cluster_role(
+        client: &Client,
+        yaml: &str,
+        account: (&str, &str),
+    ) -> Result<String> {
+        let role: Value = serde_yaml_ng::from_str(
+            yaml.split("\n---\n")
+                .next()
+                .context("the text starts with the ClusterRole")?,
+        )?;
+        let name = role["metadata"]["name"]
+            .as_str()
+            .context("a name")?
+            .to_string();
+        let roles: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &resource(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "ClusterRole",
+                "clusterroles",
+            ),
+        );
+        apply(&roles, &role).await?;
+        let bindings: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &resource(
+                "rbac.authorization.k8s.io",
+                "v1",
+                "ClusterRoleBinding",
+                "clusterrolebindings",
+            ),
+        );
+        let binding = json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": account.1, "namespace": account.0}],
+        });
+        apply(&bindings, &binding).await?;
+        Ok(name)
+    }
+
+    /// Removes what [`apply_cluster_role`] made.
+    pub async fn delete_cluster_role(client: &Client, name: &str) {
+        for (kind, plural) in [
+            ("ClusterRole", "clusterroles"),
+            ("ClusterRoleBinding", "clusterrolebindings"),
+        ] {
+            let api: Api<DynamicObject> = Api::all_with(
+                client.clone(),
+                &resource("rbac.authorization.k8s.io", "v1", kind, plural),
+            );
+            let _ = api.delete(name, &DeleteParams::default()).await;
+        }
+    }
+
+    async fn apply(api: &Api<DynamicObject>, object: &Value) -> Result<()> {
+        let kind = object["kind"].as_str().unwrap_or("object");
+        let name = object["metadata"]["name"].as_str().context("a name")?;
+        api.patch(
+            name,
+            &PatchParams::apply("reconciler-host-e2e-test"),
+            &Patch::Apply(object),
+        )
+        .await
+        .with_context(|| format!("applying {kind} {name}"))?;
+        Ok(())
+    }
+
+    /// A client that acts as `account` (namespace/name), through the
+    /// kubeconfig user's right to impersonate.
+    pub async fn impersonating(account: (&str, &str)) -> Result<Client> {
+        let mut config = kube::Config::infer().await?;
+        config.auth_info.impersonate =
+            Some(format!("system:serviceaccount:{}:{}", account.0, account.1));
+        Ok(Client::try_from(config)?)
+    }
+
+    /// Server-side applies an empty ValidatingWebhookConfiguration `name`
+    /// with `client`.
+    pub async fn apply_webhook_configuration(client: &Client, name: &str) -> Result<()> {
+        let api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &resource(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingWebhookConfiguration",
+                "validatingwebhookconfigurations",
+            ),
+        );
+        let object = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": name}, "webhooks": [],
+        });
+        api.patch(
+            name,
+            &PatchParams::apply("reconciler-host-e2e-test"),
+            &Patch::Apply(&object),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn delete_webhook_configuration(client: &Client, name: &str) {
+        let api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &resource(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingWebhookConfiguration",
+                "validatingwebhookconfigurations",
+            ),
+        );
+        let _ = api.delete(name, &DeleteParams::default()).await;
+    }
+
     /// Whether the API server's authorizer lets `account` (namespace/name)
-    /// do `verb` on `resource` of `group` in `namespace`.
+    /// do `verb` on `resource` of `group` in `namespace`; `resource=name`
+    /// asks about the object `name` only.
     pub async fn can(
         client: &Client,
         account: (&str, &str),
@@ -236,6 +528,8 @@ mod real_cluster {
             ),
         );
         let (account_namespace, account_name) = account;
+        let (resource_name, object_name) =
+            resource_name.split_once('=').unwrap_or((resource_name, ""));
         let review: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
             "metadata": {},
@@ -244,7 +538,7 @@ mod real_cluster {
                 "groups": ["system:serviceaccounts",
                     format!("system:serviceaccounts:{account_namespace}"), "system:authenticated"],
                 "resourceAttributes": {"namespace": namespace, "verb": verb,
-                    "group": group, "resource": resource_name}
+                    "group": group, "resource": resource_name, "name": object_name}
             }
         }))?;
         let answered = api.create(&PostParams::default(), &review).await?;
@@ -287,22 +581,16 @@ mod real_cluster {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generated_roles_grant_the_service_account_its_namespaces_only_on_a_real_cluster() {
     use std::collections::BTreeSet;
-    use std::io::Write as _;
 
     use reconciler_host::rbac::{RbacScope, rbac};
 
-    const TEST: &str =
-        "generated_roles_grant_the_service_account_its_namespaces_only_on_a_real_cluster";
-    if let Some(why) = real_cluster_skip_reason() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "deploy_manifests: SKIPPED {TEST}: {why}. To run it: RECONCILER_E2E=1 KUBECONFIG=~/.kube/config cargo test -p reconciler-tests --test deploy_manifests"
-        );
+    let Some(client) = real_cluster_client(
+        "generated_roles_grant_the_service_account_its_namespaces_only_on_a_real_cluster",
+    )
+    .await
+    else {
         return;
-    }
-    let client = kube::Client::try_default()
-        .await
-        .expect("a Kubernetes client from KUBECONFIG");
+    };
     let served = real_cluster::namespace(&client, "rbac-e2e-served-")
         .await
         .expect("a namespace");
@@ -335,7 +623,12 @@ async fn generated_roles_grant_the_service_account_its_namespaces_only_on_a_real
             ("create", "apps", "deployments", served.as_str()),
             ("patch", "example.com", "podsets/status", served.as_str()),
             ("create", "events.k8s.io", "events", served.as_str()),
-            ("update", "coordination.k8s.io", "leases", served.as_str()),
+            (
+                "update",
+                "coordination.k8s.io",
+                "leases=reconciler-host",
+                served.as_str(),
+            ),
         ] {
             real_cluster::expect_can(&client, account, request, true).await?;
         }

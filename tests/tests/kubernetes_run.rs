@@ -12,6 +12,7 @@ use std::time::Duration;
 use http::{Method, Request, Response};
 use kube::client::Body;
 use reconciler_host::engine::ServeScope;
+use reconciler_host::metrics_server::{MetricsAccess, MetricsServing};
 use reconciler_host::run::{RunConfig, run};
 use reconciler_tests::{example_plugin, sandbox};
 use serde_json::{Value, json};
@@ -262,6 +263,7 @@ async fn podset_reconcile_against_a_mocked_api() {
     let mut api = FakeApi::start(handle);
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let http = free_port();
+    let metrics = free_port();
     let config = RunConfig {
         plugins_dir: plugins.path().to_path_buf(),
         scope: ServeScope::default(),
@@ -269,6 +271,11 @@ async fn podset_reconcile_against_a_mocked_api() {
         shutdown_timeout: Duration::from_secs(10),
         retry_every: Duration::from_secs(30),
         http_listen: Some(http),
+        // Plain: the mocked API server reviews no tokens.
+        metrics: Some(MetricsServing {
+            listen: metrics,
+            access: MetricsAccess::Open,
+        }),
         leader_election: None,
         record: None,
         coalesce: std::time::Duration::ZERO,
@@ -302,14 +309,14 @@ async fn podset_reconcile_against_a_mocked_api() {
     // The endpoints show the plugin, readiness and what happened so far.
     let (code, ready) = http_get(http, "/readyz").await;
     assert_eq!((code, ready.as_str()), (200, "ok\n"));
-    let (_, plugins) = http_get(http, "/plugins").await;
+    let (_, plugins) = http_get(metrics, "/plugins").await;
     let plugins: Value = serde_json::from_str(&plugins).unwrap();
     assert_eq!(plugins[0]["name"], "podset");
     assert_eq!(
         plugins[0]["kinds"]["primary"],
         "example.com/v1alpha1 PodSet"
     );
-    let (_, metrics) = http_get(http, "/metrics").await;
+    let (_, metrics) = http_get(metrics, "/metrics").await;
     for line in [
         "controller_runtime_reconcile_total{controller=\"podset\",result=\"error\"} 1",
         "reconciler_host_plugin_loads_total{plugin=\"podset\"} 1",

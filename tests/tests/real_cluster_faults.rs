@@ -449,10 +449,11 @@ fn generate_rbac(cx: &RealCluster, form: RbacForm, name: &str) -> Result<Vec<Val
         .arg(root().join("crds"))
         .arg("--name")
         .arg(name);
+    // The Lease is granted by a Role in the service account's namespace.
+    rbac.args(["--service-account", HOST_ACCOUNT])
+        .args(["--service-account-namespace", &cx.namespace]);
     if form == RbacForm::NamespacedRoles {
-        rbac.args(["--namespace", &cx.namespace])
-            .args(["--service-account", HOST_ACCOUNT])
-            .args(["--service-account-namespace", &cx.namespace]);
+        rbac.args(["--namespace", &cx.namespace]);
     }
     let output = rbac.output().context("running reconciler-host rbac")?;
     ensure!(
@@ -464,24 +465,6 @@ fn generate_rbac(cx: &RealCluster, form: RbacForm, name: &str) -> Result<Vec<Val
     let text = String::from_utf8(output.stdout).context("reconciler-host rbac printed no text")?;
     cx.step(format!("reconciler-host rbac ({form:?}) printed:\n{text}"));
     documents(&text)
-}
-
-/// A token of the service account `account` from the TokenRequest API, as
-/// the kubelet would mount into the host's Pod.
-async fn service_account_token(cx: &RealCluster, account: &str) -> Result<String> {
-    let accounts = cx.api(&KindRef::new("", "v1", "ServiceAccount")).await?;
-    let request = json!({
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"expirationSeconds": 3600},
-    });
-    let answer: Value = accounts
-        .create_subresource("token", account, &PostParams::default(), &request)
-        .await
-        .with_context(|| format!("requesting a token of ServiceAccount {account}"))?;
-    answer["status"]["token"]
-        .as_str()
-        .map(str::to_string)
-        .with_context(|| format!("a TokenRequest answer without status.token: {answer}"))
 }
 
 /// Whether the API server lets the host's service account `verb`
@@ -580,14 +563,13 @@ async fn least_privilege(cx: &mut RealCluster, form: RbacForm) -> Result<()> {
             )
         })
         .collect();
-    let wanted: Vec<String> = match form {
-        RbacForm::ClusterRole => vec![format!("ClusterRole {name}")],
-        RbacForm::NamespacedRoles => vec![
-            format!("ClusterRole {name}"),
-            format!("Role {name}"),
-            format!("RoleBinding {name}"),
-        ],
-    };
+    // The Role holds the namespaced kinds with --namespace, and the Lease
+    // in either form.
+    let wanted: Vec<String> = vec![
+        format!("ClusterRole {name}"),
+        format!("Role {name}"),
+        format!("RoleBinding {name}"),
+    ];
     ensure!(
         kinds == wanted,
         "reconciler-host rbac ({form:?}) should print {wanted:?}; it printed {kinds:?}"
@@ -617,7 +599,7 @@ async fn least_privilege(cx: &mut RealCluster, form: RbacForm) -> Result<()> {
                       "namespace": cx.namespace}],
     }))
     .await?;
-    let token = service_account_token(cx, HOST_ACCOUNT).await?;
+    let token = cx.service_account_token(HOST_ACCOUNT).await?;
     let host_kubeconfig = cx.workdir().join("service-account-kubeconfig");
     kubeconfig::with_token(cx.kubeconfig(), &token, &host_kubeconfig)?;
     cx.start_host_with_kubeconfig(&[example_plugin("podset")], &host_kubeconfig)?;

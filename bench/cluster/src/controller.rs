@@ -128,8 +128,19 @@ impl ControllerProcess {
                     .any(|a| a.starts_with("--http-listen"))
                 {
                     let port = free_port()?;
-                    eprintln!("  host metrics: http://127.0.0.1:{port}/metrics");
                     cmd.arg("--http-listen").arg(format!("127.0.0.1:{port}"));
+                }
+                // Loopback only, for whoever runs the bench: no token needed.
+                if !host
+                    .extra_args
+                    .iter()
+                    .any(|a| a.starts_with("--metrics-listen"))
+                {
+                    let port = free_port()?;
+                    eprintln!("  host metrics: http://127.0.0.1:{port}/metrics");
+                    cmd.arg("--metrics-listen")
+                        .arg(format!("127.0.0.1:{port}"))
+                        .arg("--metrics-insecure");
                 }
                 cmd.args(&host.extra_args);
                 cmd

@@ -2,7 +2,6 @@
 //! files (`dev`, `simulate`: [`object_gate`]) as for the API server's
 //! AdmissionReviews.
 
-pub mod connection_slots;
 pub mod object_gate;
 pub mod plugin_set;
 pub mod review;

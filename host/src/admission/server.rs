@@ -10,7 +10,7 @@
 //!     handshake, the headers and the body of a request must each arrive
 //!     within [`ServerLimits::request_read_timeout`], and when every
 //!     connection slot is taken a new connection closes the oldest one not
-//!     in a plugin call ([`super::connection_slots`]);
+//!     in a plugin call ([`crate::connection_slots`], shared with the metrics endpoint in `tls_serving.rs`);
 //!   - memory stays bounded whatever the bodies hold: a body is at most
 //!     [`MAX_BODY_BYTES`]; bodies past [`SMALL_BODY_BYTES`] share a budget
 //!     of bytes held at once ([`ServerLimits::large_body_budget`]), and a
@@ -32,19 +32,16 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::post;
 use futures::StreamExt;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use reconciler_contract::FailurePolicy;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_rustls::TlsAcceptor;
 
-use super::connection_slots::{ConnectionSlots, SlotHandle};
 use super::plugin_set::AdmissionPlugins;
 use super::review::{decide, parse, response};
 use super::serving_cert::ServingCert;
 use crate::cluster::Clock;
 use crate::plugin::{AdmissionDecision, AdmissionPhase};
+use crate::tls_serving::{ConnectionLimits, ConnectionSlot};
 
 /// Largest AdmissionReview accepted: an object and its old version, each
 /// at most the API server's own limit of about 1.5 MiB, plus the envelope.
@@ -92,11 +89,6 @@ struct Shared {
     large_bodies: Arc<Semaphore>,
     read_timeout: Duration,
 }
-
-/// The connection a request came on, so its handler can mark it as in a
-/// call (see [`super::connection_slots`]); absent in plain-router tests.
-#[derive(Clone)]
-struct ConnectionSlot(Arc<SlotHandle>);
 
 /// The webhook endpoints as a router (plain HTTP), for serving and tests.
 /// `calls` plugin calls run at once, one per instance the sandbox keeps for
@@ -283,57 +275,17 @@ pub async fn serve_with(
     calls: usize,
     limits: ServerLimits,
 ) -> anyhow::Result<SocketAddr> {
-    let acceptor = TlsAcceptor::from(Arc::new(cert.server_config()?));
+    let tls = cert.server_config()?;
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen for admission on {addr}"))?;
     let bound = listener.local_addr()?;
     let router = router_with(plugins, clock, calls, &limits);
-    let slots = ConnectionSlots::new(limits.max_connections);
-    let read_timeout = limits.request_read_timeout;
-    tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admission: cannot accept a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            // Taken (closing an idle or slow connection if need be) before
-            // the next accept: with every slot in a call, newcomers wait in
-            // the listen backlog.
-            let (slot, closed) = slots.take().await;
-            let acceptor = acceptor.clone();
-            let slot = ConnectionSlot(Arc::new(slot));
-            let service = TowerToHyperService::new(router.clone().layer(axum::Extension(slot)));
-            tokio::spawn(async move {
-                let serving = async {
-                    let tls = match tokio::time::timeout(read_timeout, acceptor.accept(tcp)).await {
-                        Ok(Ok(tls)) => tls,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "admission: TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => return,
-                    };
-                    let served = hyper::server::conn::http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(read_timeout)
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                    if let Err(e) = served {
-                        tracing::debug!(%peer, error = %e, "admission: connection ended");
-                    }
-                };
-                tokio::select! {
-                    () = serving => {}
-                    _ = closed => tracing::debug!(%peer, "admission: connection closed to make room"),
-                }
-            });
-        }
-    });
+    let connections = ConnectionLimits {
+        max_connections: limits.max_connections,
+        read_timeout: limits.request_read_timeout,
+    };
+    crate::tls_serving::spawn(listener, tls, router, connections, "admission");
     tracing::info!(
         "serving admission webhooks on https://{bound}/admission/<plugin>/{{mutate,validate}}"
     );

@@ -30,6 +30,16 @@ pub const PREFIX_LABEL: &str = "reconciler-host.io/webhook-prefix";
 /// The label naming the plugin a configuration is for.
 pub const PLUGIN_LABEL: &str = "reconciler-host.io/plugin";
 
+/// The prefix of the configurations' names unless `--admission-webhook-prefix`
+/// says otherwise.
+pub const DEFAULT_WEBHOOK_PREFIX: &str = "reconciler-host";
+
+/// The name of `plugin`'s configurations (one of each kind): what the host
+/// applies, and what `reconciler-host rbac` grants by name.
+pub fn configuration_name(prefix: &str, plugin: &str) -> String {
+    format!("{prefix}-{plugin}")
+}
+
 /// Where the API server reaches the webhook server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WebhookEndpoint {
@@ -105,7 +115,7 @@ pub fn configurations(
     namespaced: bool,
     setup: &WebhookSetup,
 ) -> (Value, Option<Value>) {
-    let name = format!("{}-{}", setup.prefix, plugin.name());
+    let name = configuration_name(&setup.prefix, plugin.name());
     let primary: &KindRef = &plugin.metadata().primary;
     let operations: Vec<String> = settings
         .effective_operations()
@@ -209,7 +219,7 @@ pub async fn sync(
         };
         let namespaced = matches!(caps.scope, Scope::Namespaced);
         let (v, m) = configurations(plugin, settings, &resource.plural, namespaced, setup);
-        let name = format!("{}-{}", setup.prefix, plugin.name());
+        let name = configuration_name(&setup.prefix, plugin.name());
         if let Err(e) = validating.patch(&name, &params, &Patch::Apply(&v)).await {
             report.errors.push(format!(
                 "cannot apply ValidatingWebhookConfiguration {name} of plugin {}: {e}",
@@ -234,7 +244,9 @@ pub async fn sync(
 }
 
 /// Deletes this prefix's configurations of `api`'s kind not in `wanted`;
-/// each failure is reported and the others are still tried.
+/// each failure is reported and the others are still tried. RBAC generated
+/// for the plugins now served names only theirs, so one left by a plugin
+/// since removed is named with the command that removes it.
 async fn remove_stale<K>(
     api: &Api<K>,
     mine: &ListParams,
@@ -262,9 +274,10 @@ async fn remove_stale<K>(
         }
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => report.changes.push(format!("removed {kind} {name}")),
-            Err(e) => report
-                .errors
-                .push(format!("cannot remove stale {kind} {name}: {e}")),
+            Err(e) => report.errors.push(format!(
+                "cannot remove {kind} {name} of a plugin no longer served ({e}); remove it with `kubectl delete {} {name}`",
+                kind.to_lowercase()
+            )),
         }
     }
 }

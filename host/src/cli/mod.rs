@@ -3,6 +3,7 @@
 mod builtins_args;
 mod dev_cmd;
 mod inspect_cmd;
+mod metrics_args;
 mod rbac_cmd;
 mod record_args;
 mod run_cmd;

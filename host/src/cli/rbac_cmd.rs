@@ -6,6 +6,8 @@ use anyhow::Context;
 use clap::Args;
 
 use super::SandboxArgs;
+use crate::admission::webhook_configs::{DEFAULT_WEBHOOK_PREFIX, configuration_name};
+use crate::leader_election::DEFAULT_LEASE_NAME;
 use crate::plugin::directory::load_dir;
 use crate::rbac::{Plurals, RbacScope, rbac};
 
@@ -33,10 +35,14 @@ pub struct RbacArgs {
     /// The namespace of the host's service account.
     #[arg(long, default_value = "reconciler-host", value_name = "NAMESPACE")]
     pub service_account_namespace: String,
-    /// With --namespace: where the leader-election Lease lives, granted by a Role there
-    /// [default: the service account's namespace].
-    #[arg(long, value_name = "NAMESPACE", requires = "namespace")]
+    /// Where the leader-election Lease lives, as `run --leader-election-namespace`: it is
+    /// granted by a Role there [default: the service account's namespace].
+    #[arg(long, value_name = "NAMESPACE")]
     pub leader_election_namespace: Option<String>,
+    /// The name of the Lease, as `run --leader-election-id`: the only Lease the host may read
+    /// and renew.
+    #[arg(long, default_value = DEFAULT_LEASE_NAME, value_name = "NAME")]
+    pub leader_election_id: String,
     /// Also grant what `run --install-crds` needs (get, create and patch
     /// CustomResourceDefinitions).
     #[arg(long)]
@@ -46,6 +52,10 @@ pub struct RbacArgs {
     /// [default: the service account's namespace].
     #[arg(long, value_name = "NAMESPACE")]
     pub admission_secret_namespace: Option<String>,
+    /// As `run --admission-webhook-prefix`: the webhook configurations the host may change are
+    /// <PREFIX>-<plugin> for the plugins that serve admission.
+    #[arg(long, default_value = DEFAULT_WEBHOOK_PREFIX, value_name = "PREFIX")]
+    pub admission_webhook_prefix: String,
 }
 
 pub fn run(sandbox: &SandboxArgs, args: RbacArgs) -> anyhow::Result<ExitCode> {
@@ -61,20 +71,30 @@ pub fn run(sandbox: &SandboxArgs, args: RbacArgs) -> anyhow::Result<ExitCode> {
         None => Plurals::default(),
     };
     let metadata: Vec<_> = plugins.iter().map(|p| p.metadata().clone()).collect();
-    let admission = plugins.iter().any(|p| p.admission().is_some());
-    print!("{}", rbac(&metadata, &plurals, &scope_of(args, admission)));
+    let admission: Vec<&str> = plugins
+        .iter()
+        .filter(|p| p.admission().is_some())
+        .map(|p| p.name())
+        .collect();
+    print!("{}", rbac(&metadata, &plurals, &scope_of(args, &admission)));
     Ok(ExitCode::SUCCESS)
 }
 
-/// The scope of the role; `admission`: a plugin serves admission.
-fn scope_of(args: RbacArgs, admission: bool) -> RbacScope {
-    let admission_secret_namespace = admission.then(|| {
+/// The scope of the role; `admission`: the plugins that serve admission.
+fn scope_of(args: RbacArgs, admission: &[&str]) -> RbacScope {
+    let webhook_configurations = admission
+        .iter()
+        .map(|plugin| configuration_name(&args.admission_webhook_prefix, plugin))
+        .collect();
+    let admission_secret_namespace = (!admission.is_empty()).then(|| {
         args.admission_secret_namespace
             .clone()
             .unwrap_or_else(|| args.service_account_namespace.clone())
     });
     RbacScope {
         admission_secret_namespace,
+        webhook_configurations,
+        lease_name: args.leader_election_id,
         name: args.name,
         namespaces: args.namespace.into_iter().collect::<BTreeSet<_>>(),
         lease_namespace: args
@@ -103,7 +123,7 @@ mod tests {
 
     #[test]
     fn namespaces_and_the_service_account_come_from_flags() {
-        let scope = scope_of(rbac_args(&["-n", "b", "--namespace", "a"]).unwrap(), false);
+        let scope = scope_of(rbac_args(&["-n", "b", "--namespace", "a"]).unwrap(), &[]);
         assert_eq!(scope.admission_secret_namespace, None);
         assert_eq!(scope.namespaces, BTreeSet::from(["a".into(), "b".into()]));
         assert_eq!(
@@ -124,7 +144,7 @@ mod tests {
                 "leases",
             ])
             .unwrap(),
-            true,
+            &["guard"],
         );
         assert_eq!(
             scope.admission_secret_namespace.as_deref(),
@@ -138,9 +158,30 @@ mod tests {
             ),
             ("ops", "leases")
         );
-        assert!(
-            rbac_args(&["--leader-election-namespace", "x"]).is_err(),
-            "the Lease gets a Role only with namespaces"
+        assert_eq!(
+            scope.webhook_configurations,
+            BTreeSet::from(["reconciler-host-guard".to_string()])
+        );
+        let scope = scope_of(
+            rbac_args(&[
+                "--leader-election-namespace",
+                "x",
+                "--leader-election-id",
+                "mine",
+                "--admission-webhook-prefix",
+                "team",
+            ])
+            .unwrap(),
+            &["guard"],
+        );
+        assert_eq!(
+            (scope.lease_namespace.as_str(), scope.lease_name.as_str()),
+            ("x", "mine"),
+            "the Lease is named and placed without --namespace too"
+        );
+        assert_eq!(
+            scope.webhook_configurations,
+            BTreeSet::from(["team-guard".to_string()])
         );
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::SandboxArgs;
+use super::metrics_args::MetricsArgs;
 use super::record_args::RecordArgs;
 use crate::admission::server::ServerLimits;
 use crate::admission::service::{AdmissionConfig, CertSource};
@@ -45,10 +46,12 @@ pub struct RunArgs {
     /// How often a plugin whose kinds the cluster does not serve yet (or RBAC forbids) is tried again.
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub kind_retry_secs: u64,
-    /// Where to serve /healthz, /readyz, /plugins (JSON) and /metrics (Prometheus); `off` for nowhere.
-    /// In a pod, listen on all interfaces: `0.0.0.0:8080`.
+    /// Where to serve the probes /healthz and /readyz, to anyone (plain HTTP); `off` for nowhere.
+    /// In a pod, listen on all interfaces: `0.0.0.0:8080`. /metrics and /plugins: --metrics-listen.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR", value_parser = parse_listen)]
     pub http_listen: Listen,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
     /// Reconcile only while holding a coordination.k8s.io Lease, so that of several replicas
     /// one reconciles at a time and the others wait as standbys. Off by default (one process
     /// on a laptop needs no Lease).
@@ -212,7 +215,7 @@ pub enum Listen {
     At(SocketAddr),
 }
 
-fn parse_listen(text: &str) -> Result<Listen, String> {
+pub(super) fn parse_listen(text: &str) -> Result<Listen, String> {
     if text == "off" {
         return Ok(Listen::Off);
     }
@@ -250,6 +253,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
             Listen::Off => None,
             Listen::At(addr) => Some(addr),
         },
+        metrics: args.metrics.serving()?,
         leader_election: args.leader_election.then(|| {
             LeaderElectionConfig::new(
                 args.leader_election_namespace

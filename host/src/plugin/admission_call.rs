@@ -26,8 +26,8 @@ use super::call_state::CallState;
 use super::errors::CallError;
 use super::limits::SandboxLimits;
 use super::loaded::{Call, LoadedPlugin, call_fresh};
-use super::sandbox::EpochTicker;
 use super::memory_budget::MemoryCharge;
+use super::sandbox::EpochTicker;
 
 /// Longest admission deadline a plugin may declare: the API server's own
 /// webhook timeout is at most 30 s, and it waits for every webhook in turn.

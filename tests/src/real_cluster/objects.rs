@@ -264,6 +264,24 @@ impl RealCluster {
         }
     }
 
+    /// A token of the service account `account` from the TokenRequest API,
+    /// as the kubelet would mount into a Pod running as it.
+    pub async fn service_account_token(&self, account: &str) -> Result<String> {
+        let accounts = self.api(&KindRef::new("", "v1", "ServiceAccount")).await?;
+        let request = serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        });
+        let answer: Value = accounts
+            .create_subresource("token", account, &PostParams::default(), &request)
+            .await
+            .with_context(|| format!("requesting a token of ServiceAccount {account}"))?;
+        answer["status"]["token"]
+            .as_str()
+            .map(str::to_string)
+            .with_context(|| format!("a TokenRequest answer without status.token: {answer}"))
+    }
+
     /// Deletes one object; one that is already gone is no error.
     pub async fn delete(&self, kind: &KindRef, name: &str) -> Result<()> {
         match self

@@ -1,4 +1,5 @@
-//! The admission server's connections, and who gives way when they run out.
+//! The connections of a TLS endpoint (admission, metrics), and who gives
+//! way when they run out.
 //!
 //! Any pod can open connections to the webhook port, and a client that
 //! opens many and then sends its request slowly (or never) would hold
@@ -101,7 +102,7 @@ impl ConnectionSlots {
                         open.slots.remove(&id);
                         tracing::debug!(
                             connection = id,
-                            "admission: closed the oldest connection not in a call to make room"
+                            "closed the oldest connection not in a call to make room"
                         );
                     }
                 }

@@ -1,0 +1,48 @@
+//! A small HTTPS client for the host's TLS endpoints (the admission
+//! webhooks, the metrics) that trusts only the CA bundle it is given, so a
+//! test also shows the endpoint's certificate verifies.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// Sends `request` (a whole HTTP/1.1 request, `Connection: close`) to the
+/// server at `addr` on 127.0.0.1; its status code and body.
+pub async fn send(addr: SocketAddr, ca_bundle_pem: &str, request: &str) -> Result<(u16, String)> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_bundle_pem.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let mut tls = connector
+        .connect(ServerName::try_from("127.0.0.1")?, tcp)
+        .await
+        .context("the server's certificate verifies against its CA bundle")?;
+    tls.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    let _ = tls.read_to_end(&mut raw).await;
+    Ok(parse_response(&raw))
+}
+
+/// The status code and body of a raw HTTP/1.1 response (0 if it has none).
+pub fn parse_response(raw: &[u8]) -> (u16, String) {
+    let text = String::from_utf8_lossy(raw).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, body.to_string())
+}
