@@ -395,7 +395,7 @@ pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) ->
             }
             placement.cluster("admissionregistration.k8s.io", resource, &["list"]);
         }
-        placement.namespace(namespace, "", "secrets", &["create", "get"]);
+        placement.namespace(namespace, "", "secrets", &["create", "get", "update"]);
     }
     placement.cluster("authentication.k8s.io", "tokenreviews", &["create"]);
     placement.cluster("authorization.k8s.io", "subjectaccessreviews", &["create"]);
@@ -802,7 +802,7 @@ mod tests {
         let role = rules_of(&docs[&("Role".to_string(), "ops".to_string())]);
         assert_eq!(
             role,
-            BTreeSet::from([t("", "secrets", "create,get")]),
+            BTreeSet::from([t("", "secrets", "create,get,update")]),
             "{yaml}"
         );
         assert!(docs.contains_key(&("RoleBinding".to_string(), "ops".to_string())));

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use reconciler_host::admission::serving_cert::ServingCert;
 use reconciler_sdk::KindRef;
 use reconciler_sdk::k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
@@ -627,6 +628,181 @@ fn slow_and_hostile_clients_do_not_keep_the_api_server_out() {
             }
             .await;
             remove_configurations(cx, &prefix).await?;
+            result
+        },
+    );
+}
+
+/// The PEM texts of `secret`'s data, by key.
+fn secret_text(secret: &Value, key: &str) -> String {
+    use base64::Engine as _;
+    secret["data"][key]
+        .as_str()
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default()
+}
+
+/// Whether the webhook server on 127.0.0.1:`port` presents a certificate
+/// that `ca_pem` (and nothing else) vouches for.
+async fn serves_certificate_of(port: u16, ca_pem: &str) -> bool {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()).flatten() {
+        let _ = roots.add(cert);
+    }
+    let Ok(config) = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions() else {
+        return false;
+    };
+    let config = config.with_root_certificates(roots).with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let Ok(tcp) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return false;
+    };
+    let name = ServerName::try_from("127.0.0.1").expect("an IP address");
+    connector.connect(name, tcp).await.is_ok()
+}
+
+/// The caBundle of `prefix`'s validating configuration of `plugin`, PEM.
+async fn applied_bundle(cx: &RealCluster, prefix: &str, plugin: &str) -> Result<String> {
+    use base64::Engine as _;
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(cx.client.clone());
+    let Some(config) = api.get_opt(&format!("{prefix}-{plugin}")).await? else {
+        return Ok(String::new());
+    };
+    let bundle = config
+        .webhooks
+        .as_ref()
+        .and_then(|w| w.first())
+        .and_then(|w| w.client_config.ca_bundle.clone())
+        .map(|b| b.0)
+        .unwrap_or_default();
+    // Some clients hand the bundle back decoded, others still base64.
+    Ok(
+        match base64::engine::general_purpose::STANDARD.decode(&bundle) {
+            Ok(decoded) if decoded.starts_with(b"-----BEGIN") => {
+                String::from_utf8_lossy(&decoded).into_owned()
+            }
+            _ => String::from_utf8_lossy(&bundle).into_owned(),
+        },
+    )
+}
+
+/// Two replicas share a generated certificate ten days from expiry: it is
+/// renewed through their Secret, both replicas trust both CAs before either
+/// serves the new certificate, both end up serving it, and every create
+/// meanwhile is answered by both webhooks (a TLS failure would deny it:
+/// the policy is Fail). Afterwards the configurations stay put instead of
+/// being rewritten by one replica after the other.
+#[test]
+fn an_expiring_certificate_is_renewed_through_the_shared_secret_without_a_failed_call() {
+    SUITE.run(
+        "an_expiring_certificate_is_renewed_through_the_shared_secret_without_a_failed_call",
+        async |cx| {
+            cx.install_crds(&root().join("crds/kubernetescluster.yaml"))
+                .await?;
+            let day = Duration::from_secs(24 * 3600);
+            let now = std::time::SystemTime::now();
+            let old = ServingCert::generate_valid(&["127.0.0.1".to_string()], now - 20 * day, 30 * day)?;
+            cx.create(json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                "metadata": {"name": "admission-tls"},
+                "stringData": {"tls.crt": old.cert_pem, "tls.key": old.key_pem, "ca.crt": old.ca_bundle_pem}}))
+                .await
+                .context("the Secret with an expiring certificate")?;
+            let secret_name = format!("{}/admission-tls", cx.namespace);
+            let plugin = example_plugin("kubernetescluster");
+            let mut replicas = Vec::new();
+            let mut prefixes = Vec::new();
+            for name in ["a", "b"] {
+                let port = free_port()?;
+                let prefix = format!("e2e-{}-{name}", cx.namespace);
+                let (listen, url) = (format!("127.0.0.1:{port}"), format!("https://127.0.0.1:{port}"));
+                let args = [
+                    "--admission-listen", &listen, "--admission-url", &url,
+                    "--admission-cert-secret", &secret_name,
+                    "--admission-webhook-prefix", &prefix,
+                    "--admission-resync-secs", "1",
+                ];
+                replicas.push((cx.start_replica(&format!("replica-{name}"), std::slice::from_ref(&plugin), &args)?, port));
+                prefixes.push(prefix);
+            }
+            let result = async {
+                let secrets = KindRef::new("", "v1", "Secret");
+                for prefix in &prefixes {
+                    wait_for_configuration(cx, prefix, "kubernetescluster", "Fail").await?;
+                }
+                if let Err(denied) = try_create(cx, &cluster("before", 3)).await? {
+                    bail!("a valid cluster was denied: {denied}");
+                }
+                let mut created = 0;
+                let renewed = cx
+                    .wait_for("both replicas to serve a renewed certificate", WAIT, async || {
+                        // Every create on the way must be answered by both.
+                        let name = format!("during-{created}");
+                        created += 1;
+                        let kind = KindRef::new("example.com", "v1alpha1", "KubernetesCluster");
+                        let api: Api<DynamicObject> = cx.api(&kind).await?;
+                        let mut body = cluster(&name, 3);
+                        body["metadata"]["namespace"] = json!(cx.namespace);
+                        let body: DynamicObject = serde_json::from_value(body)?;
+                        if let Err(e) = api.create(&PostParams::default(), &body).await {
+                            bail!("a create during the renewal failed: {e}");
+                        }
+                        let secret = cx.must_get(&secrets, "admission-tls").await?;
+                        let (cert, bundle) = (secret_text(&secret, "tls.crt"), secret_text(&secret, "ca.crt"));
+                        if cert == old.cert_pem {
+                            return Ok(Probe::Pending("the Secret still serves the old certificate".into()));
+                        }
+                        let new = ServingCert { cert_pem: cert, key_pem: String::new(), ca_bundle_pem: bundle.clone() };
+                        if new.not_after().is_none_or(|t| t < now + 300 * day) {
+                            bail!("the renewed certificate expires too soon: {:?}", new.not_after());
+                        }
+                        let new_ca = bundle.split_inclusive("-----END CERTIFICATE-----\n").next().unwrap_or_default().to_string();
+                        for (_, port) in &replicas {
+                            if !serves_certificate_of(*port, &new_ca).await {
+                                return Ok(Probe::Pending(format!("the replica on port {port} serves the old certificate")));
+                            }
+                        }
+                        for prefix in &prefixes {
+                            if applied_bundle(cx, prefix, "kubernetescluster").await? != bundle {
+                                return Ok(Probe::Pending(format!("{prefix}'s caBundle is not the Secret's")));
+                            }
+                        }
+                        Ok(Probe::Ready(bundle))
+                    })
+                    .await?;
+                if !renewed.contains(old.ca_bundle_pem.trim()) {
+                    bail!("the old CA left the bundle while it is still valid: {renewed}");
+                }
+                cx.step(format!("renewed; {created} creates answered on the way"));
+                // Settled: several resyncs later, nothing rewrote the bundles.
+                let validating: Api<ValidatingWebhookConfiguration> = Api::all(cx.client.clone());
+                let mut versions = Vec::new();
+                for prefix in &prefixes {
+                    let c = validating.get(&format!("{prefix}-kubernetescluster")).await?;
+                    versions.push(c.metadata.resource_version);
+                }
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                for (prefix, version) in prefixes.iter().zip(&versions) {
+                    let c = validating.get(&format!("{prefix}-kubernetescluster")).await?;
+                    if &c.metadata.resource_version != version {
+                        bail!("{prefix}'s configuration was rewritten after the renewal settled");
+                    }
+                }
+                if let Err(denied) = try_create(cx, &cluster("after", 3)).await? {
+                    bail!("a valid cluster was denied after the renewal: {denied}");
+                }
+                Ok(())
+            }
+            .await;
+            drop(replicas);
+            for prefix in &prefixes {
+                remove_configurations(cx, prefix).await?;
+            }
             result
         },
     );

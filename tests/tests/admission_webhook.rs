@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use base64::Engine as _;
+use reconciler_host::admission::live_cert::LiveCert;
 use reconciler_host::admission::plugin_set::AdmissionPlugins;
 use reconciler_host::admission::server::serve;
 use reconciler_host::admission::serving_cert::ServingCert;
@@ -37,7 +38,7 @@ async fn start_serving(plugins: impl IntoIterator<Item = LoadedPlugin>, calls: u
     let cert = ServingCert::generate(&["127.0.0.1".to_string()]).unwrap();
     let addr = serve(
         "127.0.0.1:0".parse().unwrap(),
-        &cert,
+        LiveCert::new(&cert).unwrap(),
         set.clone(),
         Arc::new(VirtualClock::at(0)),
         calls,

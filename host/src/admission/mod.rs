@@ -2,6 +2,8 @@
 //! files (`dev`, `simulate`: [`object_gate`]) as for the API server's
 //! AdmissionReviews.
 
+pub mod cert_secret;
+pub mod live_cert;
 pub mod object_gate;
 pub mod plugin_set;
 pub mod review;

@@ -36,9 +36,9 @@ use reconciler_contract::FailurePolicy;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::live_cert::LiveCert;
 use super::plugin_set::AdmissionPlugins;
 use super::review::{decide, parse, response};
-use super::serving_cert::ServingCert;
 use crate::cluster::Clock;
 use crate::plugin::{AdmissionDecision, AdmissionPhase};
 use crate::tls_serving::{ConnectionLimits, ConnectionSlot};
@@ -255,10 +255,11 @@ fn host_failure(policy: FailurePolicy, why: &str) -> AdmissionDecision {
 }
 
 /// Serves the webhook endpoints over HTTPS on `addr` until the process
-/// ends; returns the bound address (port 0 picks one).
+/// ends, presenting whatever certificate `cert` holds at each handshake;
+/// returns the bound address (port 0 picks one).
 pub async fn serve(
     addr: SocketAddr,
-    cert: &ServingCert,
+    cert: Arc<LiveCert>,
     plugins: Arc<AdmissionPlugins>,
     clock: Arc<dyn Clock>,
     calls: usize,
@@ -269,13 +270,13 @@ pub async fn serve(
 /// [`serve`] with limits other than the defaults.
 pub async fn serve_with(
     addr: SocketAddr,
-    cert: &ServingCert,
+    cert: Arc<LiveCert>,
     plugins: Arc<AdmissionPlugins>,
     clock: Arc<dyn Clock>,
     calls: usize,
     limits: ServerLimits,
 ) -> anyhow::Result<SocketAddr> {
-    let tls = cert.server_config()?;
+    let tls = cert.server_config();
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen for admission on {addr}"))?;

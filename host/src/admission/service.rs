@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cert_secret::CertSecret;
+use super::live_cert::LiveCert;
 use super::plugin_set::AdmissionPlugins;
 use super::server::{ServerLimits, serve_with};
 use super::serving_cert::ServingCert;
@@ -46,7 +48,8 @@ pub struct AdmissionConfig {
     /// The namespaces the host serves; empty: all.
     pub namespaces: Vec<String>,
     /// How often configurations are applied again (plugins whose kind was
-    /// not served yet, configurations edited by hand).
+    /// not served yet, configurations edited by hand) and the generated
+    /// certificate's Secret is read again (renewal).
     pub resync_every: Duration,
     /// What the webhook server lets its clients hold at once.
     pub server: ServerLimits,
@@ -88,39 +91,50 @@ pub async fn start(
     plugins: Arc<AdmissionPlugins>,
     config: AdmissionConfig,
 ) -> anyhow::Result<SocketAddr> {
-    let cert = match &config.cert {
-        CertSource::Files { cert, key, ca } => ServingCert::from_files(cert, key, ca.as_deref())?,
+    let (cert, secret) = match &config.cert {
+        CertSource::Files { cert, key, ca } => {
+            (ServingCert::from_files(cert, key, ca.as_deref())?, None)
+        }
         CertSource::Secret { namespace, name } => {
-            ServingCert::from_secret(
+            // Renewal waits three resyncs for every replica to trust the
+            // new CA (cert_secret.rs).
+            let secret = CertSecret::new(
                 client.clone(),
                 namespace,
                 name,
                 &certificate_names(&config.endpoint),
-            )
-            .await?
+                config.resync_every * 3,
+            );
+            (secret.sync().await?, Some(secret))
         }
     };
+    let live = LiveCert::new(&cert)?;
     let bound = serve_with(
         config.listen,
-        &cert,
+        live.clone(),
         plugins.clone(),
         Arc::new(RealClock),
         sandbox.admission_instances(),
         config.server,
     )
     .await?;
-    let setup = WebhookSetup {
+    let mut setup = WebhookSetup {
         prefix: config.prefix.clone(),
         endpoint: config.endpoint.clone(),
         ca_bundle_pem: cert.ca_bundle_pem.clone(),
         namespaces: config.namespaces.clone(),
     };
-    if !config.manage_webhooks {
+    let manage = config.manage_webhooks;
+    if !manage && secret.is_none() {
         return Ok(bound);
     }
     let mut changes = plugins.subscribe();
     changes.mark_unchanged();
-    apply(&client, &plugins, &setup).await;
+    if manage {
+        apply(&client, &plugins, &setup).await;
+    }
+    // The certificate is renewed at each resync even when the
+    // configurations are managed elsewhere.
     tokio::spawn(async move {
         let mut resync = tokio::time::interval(config.resync_every);
         resync.tick().await;
@@ -131,12 +145,40 @@ pub async fn start(
                         return;
                     }
                 }
-                _ = resync.tick() => {}
+                _ = resync.tick() => {
+                    if let Some(secret) = &secret {
+                        renew(secret, &live, &mut setup).await;
+                    }
+                }
             }
-            apply(&client, &plugins, &setup).await;
+            if manage {
+                apply(&client, &plugins, &setup).await;
+            }
         }
     });
     Ok(bound)
+}
+
+/// Takes up what the shared Secret holds now: the certificate to serve, and
+/// the bundle to put in the configurations (renewing it when due).
+async fn renew(secret: &CertSecret, live: &LiveCert, setup: &mut WebhookSetup) {
+    let cert = match secret.sync().await {
+        Ok(cert) => cert,
+        Err(e) => {
+            tracing::warn!(
+                "admission: cannot renew the serving certificate: {e:#} (retried at the next resync; the current one keeps serving)"
+            );
+            return;
+        }
+    };
+    match live.replace(&cert) {
+        Ok(true) => tracing::info!("admission: serving the certificate now in the shared Secret"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(
+            "admission: the certificate in the shared Secret does not load: {e:#} (the current one keeps serving)"
+        ),
+    }
+    setup.ca_bundle_pem = cert.ca_bundle_pem;
 }
 
 async fn apply(client: &kube::Client, plugins: &AdmissionPlugins, setup: &WebhookSetup) {

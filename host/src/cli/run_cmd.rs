@@ -133,6 +133,10 @@ pub struct AdmissionArgs {
     /// the largest size).
     #[arg(long, default_value_t = 16, value_name = "MIB", value_parser = clap::value_parser!(u32).range(4..=4096))]
     pub admission_body_budget_mib: u32,
+    /// How often the webhook configurations are applied again and the generated certificate's
+    /// Secret is read again (renewal; a renewed certificate is served after three of these).
+    #[arg(long, default_value_t = 60, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub admission_resync_secs: u64,
 }
 
 impl AdmissionArgs {
@@ -181,7 +185,7 @@ impl AdmissionArgs {
             prefix: self.admission_webhook_prefix.clone(),
             manage_webhooks: !self.admission_no_webhook_configs,
             namespaces: Vec::new(),
-            resync_every: Duration::from_secs(60),
+            resync_every: Duration::from_secs(self.admission_resync_secs),
             server: ServerLimits {
                 max_connections: self.admission_max_connections as usize,
                 request_read_timeout: Duration::from_secs(self.admission_read_timeout_secs),
