@@ -396,6 +396,8 @@ pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) ->
             placement.cluster("admissionregistration.k8s.io", resource, &["list"]);
         }
         placement.namespace(namespace, "", "secrets", &["create", "get", "update"]);
+        // The host's Namespace owns the webhook configurations.
+        placement.cluster("", "namespaces", &["get"]);
     }
     placement.cluster("authentication.k8s.io", "tokenreviews", &["create"]);
     placement.cluster("authorization.k8s.io", "subjectaccessreviews", &["create"]);

@@ -77,22 +77,28 @@ fn start_host_with_admission_on(
     more: &[&str],
 ) -> Result<String> {
     let prefix = format!("e2e-{}", cx.namespace);
-    let listen = format!("127.0.0.1:{port}");
-    let url = format!("https://127.0.0.1:{port}");
-    let secret = format!("{}/admission-tls", cx.namespace);
-    let mut args = vec![
-        "--admission-listen",
-        &listen,
-        "--admission-url",
-        &url,
-        "--admission-cert-secret",
-        &secret,
-        "--admission-webhook-prefix",
-        &prefix,
-    ];
-    args.extend_from_slice(more);
+    let mut args = admission_flags(cx, port, &prefix);
+    args.extend(more.iter().map(ToString::to_string));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     cx.start_host_with_args(plugins, &args)?;
     Ok(prefix)
+}
+
+/// The flags of a host serving admission on 127.0.0.1:`port`, registered by
+/// URL under `prefix`, its certificate in a Secret of the test's namespace.
+fn admission_flags(cx: &RealCluster, port: u16, prefix: &str) -> Vec<String> {
+    [
+        "--admission-listen",
+        &format!("127.0.0.1:{port}"),
+        "--admission-url",
+        &format!("https://127.0.0.1:{port}"),
+        "--admission-cert-secret",
+        &format!("{}/admission-tls", cx.namespace),
+        "--admission-webhook-prefix",
+        prefix,
+    ]
+    .map(ToString::to_string)
+    .to_vec()
 }
 
 /// Deletes the test's webhook configurations (they outlive its namespace).
@@ -172,11 +178,22 @@ async fn wait_for_no_configuration(cx: &RealCluster, prefix: &str, plugin: &str)
 async fn try_create(cx: &RealCluster, object: &Value) -> Result<Result<Value, String>> {
     let kind = KindRef::of_object(object).context("a kind")?;
     let api: Api<DynamicObject> = cx.api(&kind).await?;
+    answered_create(cx, &api, object, &PostParams::default()).await
+}
+
+/// `api.create(object)` with `params`, retried while the API server cannot
+/// reach the webhook: the stored (or dry-run) form, or the denial.
+async fn answered_create(
+    cx: &RealCluster,
+    api: &Api<DynamicObject>,
+    object: &Value,
+    params: &PostParams,
+) -> Result<Result<Value, String>> {
     let body: DynamicObject = serde_json::from_value(object.clone())?;
     cx.wait_for(
         "the API server to answer a create",
         WAIT,
-        async || match api.create(&PostParams::default(), &body).await {
+        async || match api.create(params, &body).await {
             Ok(created) => Ok(Probe::Ready(Ok(serde_json::to_value(created)?))),
             Err(kube::Error::Api(e)) if e.message.contains("failed calling webhook") => {
                 Ok(Probe::Pending(e.message))
@@ -713,20 +730,15 @@ fn an_expiring_certificate_is_renewed_through_the_shared_secret_without_a_failed
                 "stringData": {"tls.crt": old.cert_pem, "tls.key": old.key_pem, "ca.crt": old.ca_bundle_pem}}))
                 .await
                 .context("the Secret with an expiring certificate")?;
-            let secret_name = format!("{}/admission-tls", cx.namespace);
             let plugin = example_plugin("kubernetescluster");
             let mut replicas = Vec::new();
             let mut prefixes = Vec::new();
             for name in ["a", "b"] {
                 let port = free_port()?;
                 let prefix = format!("e2e-{}-{name}", cx.namespace);
-                let (listen, url) = (format!("127.0.0.1:{port}"), format!("https://127.0.0.1:{port}"));
-                let args = [
-                    "--admission-listen", &listen, "--admission-url", &url,
-                    "--admission-cert-secret", &secret_name,
-                    "--admission-webhook-prefix", &prefix,
-                    "--admission-resync-secs", "1",
-                ];
+                let mut args = admission_flags(cx, port, &prefix);
+                args.extend(["--admission-resync-secs".to_string(), "1".to_string()]);
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 replicas.push((cx.start_replica(&format!("replica-{name}"), std::slice::from_ref(&plugin), &args)?, port));
                 prefixes.push(prefix);
             }
@@ -803,6 +815,109 @@ fn an_expiring_certificate_is_renewed_through_the_shared_secret_without_a_failed
             for prefix in &prefixes {
                 remove_configurations(cx, prefix).await?;
             }
+            result
+        },
+    );
+}
+
+/// Creates `object` in `namespace` without storing it (dry run: the API
+/// server still calls the webhooks), retrying while the webhook cannot be
+/// reached yet: the stored form, or the denial.
+async fn try_dry_run(
+    cx: &RealCluster,
+    namespace: &str,
+    object: &Value,
+) -> Result<Result<Value, String>> {
+    let kind = KindRef::of_object(object).context("a kind")?;
+    let gvk = kube::api::GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
+    let (resource, _) = kube::discovery::pinned_kind(&cx.client, &gvk).await?;
+    let api: Api<DynamicObject> = Api::namespaced_with(cx.client.clone(), namespace, &resource);
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    answered_create(cx, &api, object, &params).await
+}
+
+/// The webhooks reach neither kube-system, nor the host's own namespace, nor
+/// a namespace or object labelled to opt out, even where the host serves
+/// them; and they are owned by the host's Namespace, so uninstalling (the
+/// Namespace goes with `kubectl delete -k deploy/`) removes them instead of
+/// leaving a Fail policy that denies its kind forever.
+#[test]
+fn the_webhooks_spare_kube_system_and_the_hosts_namespace_and_go_with_it() {
+    SUITE.run(
+        "the_webhooks_spare_kube_system_and_the_hosts_namespace_and_go_with_it",
+        async |cx| {
+            cx.install_crds(&root().join("tests/crds/hostile.yaml"))
+                .await?;
+            let home = format!("{}-home", cx.namespace);
+            let opted_out = format!("{}-opted-out", cx.namespace);
+            let namespaces = KindRef::new("", "v1", "Namespace");
+            cx.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": home}}))
+                .await?;
+            cx.create(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": opted_out,
+                "labels": {"reconciler-host.io/admission": "disabled"}}}),
+            )
+            .await?;
+            let port = free_port()?;
+            let prefix = format!("e2e-{}", cx.namespace);
+            // Served everywhere the test looks, as a host serving every
+            // namespace would be.
+            let mut args = admission_flags(cx, port, &prefix);
+            for namespace in ["kube-system", &home, &opted_out] {
+                args.extend(["--namespace".to_string(), namespace.to_string()]);
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let host = cx.start_replica_with_env(
+                "host",
+                &[test_plugin("hostile")],
+                &args,
+                &[("POD_NAMESPACE", home.as_str())],
+            )?;
+            let result = async {
+                wait_for_configuration(cx, &prefix, "hostile", "Fail").await?;
+                let denied = hostile("denied", "admit-deny");
+                match try_dry_run(cx, &cx.namespace, &denied).await? {
+                    Err(message) if message.contains("hostile says no") => {}
+                    other => bail!("the test's namespace is not served: {other:?}"),
+                }
+                for namespace in ["kube-system", home.as_str(), opted_out.as_str()] {
+                    if let Err(message) = try_dry_run(cx, namespace, &denied).await? {
+                        bail!("the webhook reached namespace {namespace}: {message}");
+                    }
+                }
+                let mut labelled = denied.clone();
+                labelled["metadata"]["labels"] =
+                    json!({"reconciler-host.io/admission": "disabled"});
+                if let Err(message) = try_dry_run(cx, &cx.namespace, &labelled).await? {
+                    bail!("the webhook reached an object that opted out: {message}");
+                }
+                cx.step("kube-system, the host's namespace and what opted out are spared");
+
+                let api: Api<ValidatingWebhookConfiguration> = Api::all(cx.client.clone());
+                let config = api.get(&format!("{prefix}-hostile")).await?;
+                let uid = cx.must_get(&namespaces, &home).await?["metadata"]["uid"].clone();
+                let owned = config
+                    .metadata
+                    .owner_references
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|o| o.kind == "Namespace" && o.name == home && json!(o.uid) == uid);
+                if !owned {
+                    bail!("the configuration is not owned by Namespace {home}");
+                }
+                drop(host);
+                cx.delete(&namespaces, &home).await?;
+                wait_for_no_configuration(cx, &prefix, "hostile").await?;
+                cx.step("deleting the host's Namespace removed its configurations");
+                Ok(())
+            }
+            .await;
+            remove_configurations(cx, &prefix).await?;
+            let _ = cx.delete(&namespaces, &opted_out).await;
+            let _ = cx.delete(&namespaces, &home).await;
             result
         },
     );

@@ -375,9 +375,11 @@ fn the_configurations_name_the_kind_the_endpoint_and_the_policy() {
         },
         ca_bundle_pem: "PEM".into(),
         namespaces: vec!["team-a".into()],
+        excluded_namespaces: vec!["reconciler-system".into()],
+        owner_namespace: Some("reconciler-system".into()),
     };
     let (validating, mutating) =
-        configurations(&plugin, &settings, "kubernetesclusters", true, &setup);
+        configurations(&plugin, &settings, "kubernetesclusters", true, &setup, None);
     let hook = &validating["webhooks"][0];
     assert_eq!(
         validating["metadata"]["name"],
@@ -399,8 +401,17 @@ fn the_configurations_name_the_kind_the_endpoint_and_the_policy() {
     assert_eq!(hook["clientConfig"]["caBundle"], "UEVN");
     assert_eq!(
         hook["namespaceSelector"],
-        json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]}]}),
-        "called only for the namespaces the host serves"
+        json!({"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a"]},
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "reconciler-system"]},
+            {"key": "reconciler-host.io/admission", "operator": "NotIn", "values": ["disabled"]},
+        ]}),
+        "called only for the namespaces the host serves, never kube-system, the host's own or one that opted out"
+    );
+    assert_eq!(
+        hook["objectSelector"],
+        json!({"matchExpressions": [{"key": "reconciler-host.io/admission", "operator": "NotIn", "values": ["disabled"]}]}),
+        "never for an object that opted out"
     );
     let mutating = mutating.expect("kubernetescluster defaults");
     assert_eq!(
@@ -412,7 +423,8 @@ fn the_configurations_name_the_kind_the_endpoint_and_the_policy() {
         endpoint: WebhookEndpoint::Url("https://127.0.0.1:9443".into()),
         ..setup
     };
-    let (validating, _) = configurations(&plugin, &settings, "kubernetesclusters", true, &url);
+    let (validating, _) =
+        configurations(&plugin, &settings, "kubernetesclusters", true, &url, None);
     assert_eq!(
         validating["webhooks"][0]["clientConfig"]["url"],
         "https://127.0.0.1:9443/admission/kubernetescluster/validate"

@@ -91,6 +91,8 @@ async fn a_refused_apply_neither_stops_stale_removal_nor_removes_its_own_configu
         endpoint: WebhookEndpoint::Url("https://127.0.0.1:8443".into()),
         ca_bundle_pem: String::new(),
         namespaces: Vec::new(),
+        excluded_namespaces: Vec::new(),
+        owner_namespace: None,
     };
 
     let report = sync(&client, &[plugin], &setup).await;

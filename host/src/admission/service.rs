@@ -47,6 +47,11 @@ pub struct AdmissionConfig {
     pub manage_webhooks: bool,
     /// The namespaces the host serves; empty: all.
     pub namespaces: Vec<String>,
+    /// Namespaces the webhooks never reach (the host's own among them).
+    pub excluded_namespaces: Vec<String>,
+    /// The host's Namespace, which owns the webhook configurations; none
+    /// outside a pod.
+    pub owner_namespace: Option<String>,
     /// How often configurations are applied again (plugins whose kind was
     /// not served yet, configurations edited by hand) and the generated
     /// certificate's Secret is read again (renewal).
@@ -123,6 +128,8 @@ pub async fn start(
         endpoint: config.endpoint.clone(),
         ca_bundle_pem: cert.ca_bundle_pem.clone(),
         namespaces: config.namespaces.clone(),
+        excluded_namespaces: config.excluded_namespaces.clone(),
+        owner_namespace: config.owner_namespace.clone(),
     };
     let manage = config.manage_webhooks;
     if !manage && secret.is_none() {

@@ -11,11 +11,24 @@
 //! The webhook rules name the primary kind's resource (plural) and scope,
 //! which come from discovery: a plugin whose kind is not served yet gets its
 //! configurations at a later sync.
+//!
+//! How far they reach: never into kube-system or the host's own namespace
+//! (a plugin whose primary is a built-in kind, such as a Deployment, would
+//! otherwise intercept the host's own Deployment, and a Fail policy could
+//! then keep the host from being repaired), and never into a namespace or
+//! object labelled [`OPT_OUT_LABEL`]`=`[`OPT_OUT_VALUE`].
+//!
+//! How long they live: as long as the installation. They are made at run
+//! time, so `kubectl delete -k deploy/` does not list them; each is owned
+//! (an ownerReference) by the host's Namespace, which the manifests install,
+//! so deleting it has the garbage collector remove them. Without an owner,
+//! a Fail policy would deny its kind forever once the host is gone.
 
 use base64::Engine as _;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::discovery::{self, Scope};
 use reconciler_contract::{AdmissionSettings, KindRef};
@@ -29,6 +42,12 @@ pub const FIELD_MANAGER: &str = "reconciler-host-admission";
 pub const PREFIX_LABEL: &str = "reconciler-host.io/webhook-prefix";
 /// The label naming the plugin a configuration is for.
 pub const PLUGIN_LABEL: &str = "reconciler-host.io/plugin";
+/// A namespace or object with this label set to [`OPT_OUT_VALUE`] is never
+/// sent to a plugin's admission.
+pub const OPT_OUT_LABEL: &str = "reconciler-host.io/admission";
+pub const OPT_OUT_VALUE: &str = "disabled";
+/// Namespaces no configuration reaches, whatever the options.
+pub const ALWAYS_EXCLUDED: &[&str] = &["kube-system"];
 
 /// The prefix of the configurations' names unless `--admission-webhook-prefix`
 /// says otherwise.
@@ -83,6 +102,20 @@ pub struct WebhookSetup {
     /// The namespaces the host serves (`run --namespace`); empty: all. The
     /// API server then calls the webhooks only for objects in them.
     pub namespaces: Vec<String>,
+    /// Namespaces the webhooks never reach, on top of
+    /// [`ALWAYS_EXCLUDED`]: the host's own, and those of
+    /// `--admission-exclude-namespace`.
+    pub excluded_namespaces: Vec<String>,
+    /// The Namespace whose deletion removes the configurations (the
+    /// host's); none: they are left for whoever removes the host.
+    pub owner_namespace: Option<String>,
+}
+
+/// The object a configuration is owned by: its deletion removes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigOwner {
+    pub name: String,
+    pub uid: String,
 }
 
 /// The API server's webhook timeout for a plugin: its admission deadline,
@@ -94,16 +127,33 @@ fn timeout_seconds(settings: &AdmissionSettings) -> u32 {
     (ms.div_ceil(1000) + 1).min(30)
 }
 
-/// Objects in these namespaces only (ignored for cluster-scoped kinds).
-fn namespace_selector(namespaces: &[String]) -> Value {
-    if namespaces.is_empty() {
-        return json!({});
+/// Objects in `namespaces` only (all when empty), never in `excluded` or
+/// [`ALWAYS_EXCLUDED`], nor in a namespace that opted out (ignored for
+/// cluster-scoped kinds).
+fn namespace_selector(namespaces: &[String], excluded: &[String]) -> Value {
+    let mut never: Vec<&str> = ALWAYS_EXCLUDED.to_vec();
+    for namespace in excluded {
+        if !never.contains(&namespace.as_str()) {
+            never.push(namespace);
+        }
     }
-    json!({"matchExpressions": [{
-        "key": "kubernetes.io/metadata.name",
-        "operator": "In",
-        "values": namespaces,
-    }]})
+    let mut expressions = vec![
+        json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": never}),
+        opted_out(),
+    ];
+    if !namespaces.is_empty() {
+        expressions.insert(
+            0,
+            json!({"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}),
+        );
+    }
+    json!({"matchExpressions": expressions})
+}
+
+/// Matches what does not carry the opt-out label (NotIn matches a missing
+/// label too).
+fn opted_out() -> Value {
+    json!({"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]})
 }
 
 /// The configurations of one plugin: the validating one, and the mutating
@@ -114,6 +164,7 @@ pub fn configurations(
     plural: &str,
     namespaced: bool,
     setup: &WebhookSetup,
+    owner: Option<&ConfigOwner>,
 ) -> (Value, Option<Value>) {
     let name = configuration_name(&setup.prefix, plugin.name());
     let primary: &KindRef = &plugin.metadata().primary;
@@ -129,7 +180,7 @@ pub fn configurations(
         "resources": [plural],
         "scope": if namespaced { "Namespaced" } else { "Cluster" },
     }]);
-    let metadata = json!({
+    let mut metadata = json!({
         "name": name,
         "labels": {
             "app.kubernetes.io/managed-by": "reconciler-host",
@@ -137,6 +188,13 @@ pub fn configurations(
             PLUGIN_LABEL: plugin.name(),
         },
     });
+    if let Some(owner) = owner {
+        // Not a controller, and not blocking the owner's deletion: the
+        // Namespace goes first, the configurations after it.
+        metadata["ownerReferences"] = json!([{
+            "apiVersion": "v1", "kind": "Namespace", "name": owner.name, "uid": owner.uid,
+        }]);
+    }
     let webhook = |phase: &str| {
         json!({
             "name": format!("{phase}.{}.reconciler-host.io", plugin.name()),
@@ -150,7 +208,8 @@ pub fn configurations(
             "admissionReviewVersions": ["v1"],
             "matchPolicy": "Equivalent",
             "timeoutSeconds": timeout_seconds(settings),
-            "namespaceSelector": namespace_selector(&setup.namespaces),
+            "namespaceSelector": namespace_selector(&setup.namespaces, &setup.excluded_namespaces),
+            "objectSelector": {"matchExpressions": [opted_out()]},
         })
     };
     let validating = json!({
@@ -199,6 +258,38 @@ pub async fn sync(
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let mut report = SyncReport::default();
+    // Without the owner, applying would strip the ownerReference this field
+    // manager set: the configurations are then left as they are (and not
+    // removed as stale) until the owner can be read.
+    let owner = match &setup.owner_namespace {
+        Some(name) => {
+            let namespaces: Api<Namespace> = Api::all(client.clone());
+            match namespaces.get_opt(name).await {
+                Ok(Some(found)) => match found.metadata.uid {
+                    Some(uid) => Ok(Some(ConfigOwner {
+                        name: name.clone(),
+                        uid,
+                    })),
+                    None => Err(format!("Namespace {name} has no uid yet")),
+                },
+                Ok(None) => Err(format!(
+                    "Namespace {name}, which owns the webhook configurations, does not exist: set POD_NAMESPACE to the host's namespace"
+                )),
+                Err(e) => Err(format!(
+                    "cannot read Namespace {name}, which owns the webhook configurations (the host's ClusterRole needs get on namespaces): {e}"
+                )),
+            }
+        }
+        None => Ok(None),
+    };
+    let owner = match owner {
+        Ok(owner) => owner,
+        Err(e) => {
+            report.errors.push(e);
+            None
+        }
+    };
+    let owner_missing = setup.owner_namespace.is_some() && owner.is_none();
     let mut wanted_validating = Vec::new();
     let mut wanted_mutating = Vec::new();
     for plugin in plugins {
@@ -218,8 +309,20 @@ pub async fn sync(
             }
         };
         let namespaced = matches!(caps.scope, Scope::Namespaced);
-        let (v, m) = configurations(plugin, settings, &resource.plural, namespaced, setup);
         let name = configuration_name(&setup.prefix, plugin.name());
+        if owner_missing {
+            wanted_validating.push(name.clone());
+            wanted_mutating.push(name);
+            continue;
+        }
+        let (v, m) = configurations(
+            plugin,
+            settings,
+            &resource.plural,
+            namespaced,
+            setup,
+            owner.as_ref(),
+        );
         if let Err(e) = validating.patch(&name, &params, &Patch::Apply(&v)).await {
             report.errors.push(format!(
                 "cannot apply ValidatingWebhookConfiguration {name} of plugin {}: {e}",

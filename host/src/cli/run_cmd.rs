@@ -137,6 +137,10 @@ pub struct AdmissionArgs {
     /// Secret is read again (renewal; a renewed certificate is served after three of these).
     #[arg(long, default_value_t = 60, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     pub admission_resync_secs: u64,
+    /// A namespace the webhooks never reach (repeatable), beside kube-system and the host's own
+    /// ($POD_NAMESPACE, or the --admission-service namespace), which are never reached.
+    #[arg(long, value_name = "NAMESPACE")]
+    pub admission_exclude_namespace: Vec<String>,
 }
 
 impl AdmissionArgs {
@@ -178,6 +182,20 @@ impl AdmissionArgs {
                 CertSource::Secret { namespace, name }
             }
         };
+        // The host's own namespace: it is never sent to admission, and its
+        // Namespace owns the configurations. Unknown outside a pod.
+        let own_namespace = std::env::var("POD_NAMESPACE")
+            .ok()
+            .filter(|ns| !ns.trim().is_empty())
+            .or(match &endpoint {
+                WebhookEndpoint::Service { namespace, .. } => Some(namespace.clone()),
+                WebhookEndpoint::Url(_) => None,
+            });
+        let excluded_namespaces = own_namespace
+            .iter()
+            .chain(&self.admission_exclude_namespace)
+            .cloned()
+            .collect();
         Ok(Some(AdmissionConfig {
             listen,
             endpoint,
@@ -191,6 +209,8 @@ impl AdmissionArgs {
                 request_read_timeout: Duration::from_secs(self.admission_read_timeout_secs),
                 large_body_budget: (self.admission_body_budget_mib as usize) << 20,
             },
+            excluded_namespaces,
+            owner_namespace: own_namespace,
         }))
     }
 }

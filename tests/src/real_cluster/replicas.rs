@@ -29,6 +29,18 @@ impl RealCluster {
         plugins: &[PathBuf],
         args: &[&str],
     ) -> Result<HostProcess> {
+        self.start_replica_with_env(name, plugins, args, &[])
+    }
+
+    /// [`Self::start_replica`] with these variables added to its
+    /// environment (`POD_NAMESPACE`, as the downward API sets it in a pod).
+    pub fn start_replica_with_env(
+        &self,
+        name: &str,
+        plugins: &[PathBuf],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<HostProcess> {
         let workdir = self.workdir.path().join("replicas").join(name);
         ensure!(
             !workdir.exists(),
@@ -42,7 +54,7 @@ impl RealCluster {
             plugins,
             &self.namespace,
             args,
-            &[("POD_NAME", name)],
+            &[&[("POD_NAME", name)], env].concat(),
         )?;
         self.step(format!(
             "started replica {name}: reconciler-host run (pid {}) {}",
