@@ -10,11 +10,10 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-/// Sends `request` (a whole HTTP/1.1 request, `Connection: close`) to the
-/// server at `addr` on 127.0.0.1; its status code and body.
-pub async fn send(addr: SocketAddr, ca_bundle_pem: &str, request: &str) -> Result<(u16, String)> {
+/// A TLS client that trusts only the certificates of `ca_bundle_pem`.
+pub fn connector(ca_bundle_pem: &[u8]) -> Result<tokio_rustls::TlsConnector> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_bundle_pem.as_bytes()) {
+    for cert in CertificateDer::pem_slice_iter(ca_bundle_pem) {
         roots.add(cert?)?;
     }
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -23,7 +22,13 @@ pub async fn send(addr: SocketAddr, ca_bundle_pem: &str, request: &str) -> Resul
     .with_safe_default_protocol_versions()?
     .with_root_certificates(roots)
     .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// Sends `request` (a whole HTTP/1.1 request, `Connection: close`) to the
+/// server at `addr` on 127.0.0.1; its status code and body.
+pub async fn send(addr: SocketAddr, ca_bundle_pem: &str, request: &str) -> Result<(u16, String)> {
+    let connector = connector(ca_bundle_pem.as_bytes())?;
     let tcp = tokio::net::TcpStream::connect(addr).await?;
     let mut tls = connector
         .connect(ServerName::try_from("127.0.0.1")?, tcp)

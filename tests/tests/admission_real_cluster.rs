@@ -28,9 +28,8 @@ use reconciler_sdk::k8s_openapi::api::admissionregistration::v1::{
 };
 use reconciler_sdk::k8s_openapi::jiff::Timestamp;
 use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
-use reconciler_tests::{example_plugin, root, test_plugin};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use reconciler_tests::{example_plugin, https_client, root, test_plugin};
+use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -481,17 +480,7 @@ async fn webhook_connector(cx: &RealCluster, configuration: &str) -> Result<TlsC
         .and_then(|w| w.into_iter().next())
         .and_then(|w| w.client_config.ca_bundle)
         .context("a caBundle in the configuration")?;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&bundle.0) {
-        roots.add(cert?)?;
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    Ok(TlsConnector::from(Arc::new(tls)))
+    https_client::connector(&bundle.0)
 }
 
 async fn connect(addr: SocketAddr, tls: &TlsConnector) -> std::io::Result<TlsStream<TcpStream>> {
