@@ -8,7 +8,7 @@
 //!     policy;
 //!   - slow or hostile clients cannot keep the API server out: the TLS
 //!     handshake, the headers and the body of a request must each arrive
-//!     within [`ServerLimits::request_read_timeout`], and when every
+//!     within [`ConnectionLimits::read_timeout`], and when every
 //!     connection slot is taken a new connection closes the oldest one not
 //!     in a plugin call ([`crate::connection_slots`], shared with the metrics endpoint in `tls_serving.rs`);
 //!   - memory stays bounded whatever the bodies hold: a body is at most
@@ -54,12 +54,11 @@ pub const SMALL_BODY_BYTES: usize = 64 << 10;
 /// What the admission server lets its clients hold at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServerLimits {
-    /// Connections open at once (`--admission-max-connections`). When all
-    /// are taken, a new one closes the oldest connection not in a call.
-    pub max_connections: usize,
-    /// How long a client has for each of: the TLS handshake, a request's
-    /// headers, a request's body. The API server sends each at once.
-    pub request_read_timeout: Duration,
+    /// Connections open at once (`--admission-max-connections`; when all
+    /// are taken, a new one closes the oldest connection not in a call),
+    /// and how long a client has for each of the TLS handshake, a request's
+    /// headers and (here) its body (`--admission-read-timeout-secs`).
+    pub connections: ConnectionLimits,
     /// Bytes of bodies larger than [`SMALL_BODY_BYTES`] held at once, read
     /// or being parsed and decided (`--admission-body-budget-mib`); a body
     /// that finds it spent waits, within its read deadline.
@@ -69,8 +68,7 @@ pub struct ServerLimits {
 impl Default for ServerLimits {
     fn default() -> Self {
         Self {
-            max_connections: 256,
-            request_read_timeout: Duration::from_secs(10),
+            connections: ConnectionLimits::default(),
             // Four bodies of the largest size: with the objects kept as
             // text, their parsed form is about as large again.
             large_body_budget: 4 * MAX_BODY_BYTES,
@@ -109,7 +107,7 @@ fn router_with(
         clock,
         calls: Arc::new(Semaphore::new(calls.max(1))),
         large_bodies: Arc::new(Semaphore::new(limits.large_body_budget.max(MAX_BODY_BYTES))),
-        read_timeout: limits.request_read_timeout,
+        read_timeout: limits.connections.read_timeout,
     };
     Router::new()
         .route("/admission/{plugin}/{phase}", post(admit))
@@ -282,11 +280,7 @@ pub async fn serve_with(
         .with_context(|| format!("cannot listen for admission on {addr}"))?;
     let bound = listener.local_addr()?;
     let router = router_with(plugins, clock, calls, &limits);
-    let connections = ConnectionLimits {
-        max_connections: limits.max_connections,
-        read_timeout: limits.request_read_timeout,
-    };
-    crate::tls_serving::spawn(listener, tls, router, connections, "admission");
+    crate::tls_serving::spawn(listener, tls, router, limits.connections, "admission");
     tracing::info!(
         "serving admission webhooks on https://{bound}/admission/<plugin>/{{mutate,validate}}"
     );

@@ -17,6 +17,7 @@ use crate::api_client::{DEFAULT_REQUEST_TIMEOUT, connect};
 use crate::engine::{PrimarySelectors, ServeScope};
 use crate::leader_election::{DEFAULT_LEASE_NAME, LeaderElectionConfig, default_namespace};
 use crate::run::{RunConfig, run, shutdown_signal};
+use crate::tls_serving::ConnectionLimits;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -205,8 +206,10 @@ impl AdmissionArgs {
             namespaces: Vec::new(),
             resync_every: Duration::from_secs(self.admission_resync_secs),
             server: ServerLimits {
-                max_connections: self.admission_max_connections as usize,
-                request_read_timeout: Duration::from_secs(self.admission_read_timeout_secs),
+                connections: ConnectionLimits {
+                    max_connections: self.admission_max_connections as usize,
+                    read_timeout: Duration::from_secs(self.admission_read_timeout_secs),
+                },
                 large_body_budget: (self.admission_body_budget_mib as usize) << 20,
             },
             excluded_namespaces,
