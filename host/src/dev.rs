@@ -147,6 +147,8 @@ impl ManifestDir {
 /// Options of one `dev` session.
 pub struct DevConfig {
     pub plugins_dir: PathBuf,
+    /// Plugins pulled by reference (`--plugin`), served beside the directory's.
+    pub pulled_dir: Option<PathBuf>,
     pub objects_dir: PathBuf,
     /// CustomResourceDefinitions applied before the objects, read once.
     pub crds_dir: Option<PathBuf>,
@@ -188,6 +190,9 @@ pub async fn run(
     }
     let engine = Arc::new(engine);
     let mut plugins = PluginDirectory::new(&config.plugins_dir, sandbox);
+    if let Some(pulled) = &config.pulled_dir {
+        plugins = plugins.also_serving(pulled);
+    }
     for event in plugins.sync(&engine).await {
         writeln!(out, "{}", stamp(&event.to_string()))?;
     }

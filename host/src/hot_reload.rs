@@ -371,6 +371,9 @@ enum Refusal {
 /// The plugins directory as the engine serves it.
 pub struct PluginDirectory {
     dir: PathBuf,
+    /// Directories of pulled plugins ([`crate::registry::served_files`]),
+    /// scanned after `dir`, so a file there keeps a kind it claims first.
+    extra_dirs: Vec<PathBuf>,
     sandbox: Arc<Sandbox>,
     served: BTreeMap<PathBuf, Served>,
     /// The content hash of a refused version per file (reported once), and
@@ -385,6 +388,7 @@ impl PluginDirectory {
     pub fn new(dir: impl Into<PathBuf>, sandbox: Arc<Sandbox>) -> Self {
         Self {
             dir: dir.into(),
+            extra_dirs: Vec::new(),
             sandbox,
             served: BTreeMap::new(),
             refused: BTreeMap::new(),
@@ -440,6 +444,13 @@ impl PluginDirectory {
         &self.dir
     }
 
+    /// Also serves the plugin files of `dir` (pulled plugins), under the
+    /// same rules as the plugins directory's own.
+    pub fn also_serving(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.extra_dirs.push(dir.into());
+        self
+    }
+
     /// Versions refused so far (failed to load, or claimed a taken kind).
     pub fn failures(&self) -> u64 {
         self.failures
@@ -455,18 +466,18 @@ impl PluginDirectory {
             .filter(|(_, r)| r.why == Refusal::Conflict)
             .map(|(f, r)| (f.clone(), r.sha256.clone()))
             .collect();
-        let files = match plugin_files(&self.dir) {
-            Ok(files) => files,
-            Err(e) => {
-                // An unreadable directory (a volume being remounted) is not a
-                // reason to stop serving what is loaded.
-                tracing::warn!(
-                    "cannot read the plugins directory {}: {e}",
-                    self.dir.display()
-                );
-                return events;
+        let mut files = Vec::new();
+        for dir in std::iter::once(&self.dir).chain(&self.extra_dirs) {
+            match plugin_files(dir) {
+                Ok(found) => files.extend(found),
+                Err(e) => {
+                    // An unreadable directory (a volume being remounted) is not a
+                    // reason to stop serving what is loaded.
+                    tracing::warn!("cannot read the plugins directory {}: {e}", dir.display());
+                    return events;
+                }
             }
-        };
+        }
         for file in &files {
             if let Some(event) = self.sync_file(file, engine).await {
                 events.push(event);

@@ -29,6 +29,7 @@ pub mod metrics_auth;
 pub mod metrics_server;
 pub mod plugin;
 pub mod rbac;
+pub mod registry;
 pub mod run;
 pub mod simulate;
 pub mod tls_serving;

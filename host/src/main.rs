@@ -8,10 +8,13 @@ use tracing_subscriber::EnvFilter;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // `dev` prints its own line per event; its log shows only what goes wrong.
+    // sigstore warns of every signature source it finds empty (a registry
+    // without the referrers API, a digest not signed); the host says what
+    // that means for the plugin itself.
     let default_filter = if matches!(cli.command, Command::Dev(_)) {
-        "warn"
+        "warn,sigstore=error"
     } else {
-        "info"
+        "info,sigstore=error"
     };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));

@@ -3,6 +3,7 @@
 
 pub mod https_client;
 pub mod log_capture;
+pub mod oci_registry;
 pub mod response_fuzz;
 
 use std::path::{Path, PathBuf};

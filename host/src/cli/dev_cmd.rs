@@ -7,6 +7,7 @@ use clap::Args;
 use super::SandboxArgs;
 use super::builtins_args::BuiltinArgs;
 use super::record_args::RecordArgs;
+use super::registry_args::PluginRefArgs;
 use crate::dev::{DevConfig, run};
 
 #[derive(Debug, Args)]
@@ -29,14 +30,22 @@ pub struct DevArgs {
     pub record: RecordArgs,
     #[command(flatten)]
     pub builtins: BuiltinArgs,
+    #[command(flatten)]
+    pub references: PluginRefArgs,
 }
 
 /// Where `dev` looks for CRDs when `--crds` is not given: the project's own.
 const DEFAULT_CRDS_DIR: &str = "crds";
 
 pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode> {
-    let sandbox = Arc::new(sandbox.sandbox()?);
-    if !args.plugins_dir.is_dir() {
+    let config = sandbox.config()?;
+    let mut keep = None;
+    let fetched = args
+        .references
+        .fetch_all(&[], config.compile_cache.as_deref(), &mut keep)?;
+    let pulled = super::registry_args::serve_fetched(&fetched)?;
+    let sandbox = Arc::new(crate::plugin::Sandbox::new(config)?);
+    if !args.plugins_dir.is_dir() && fetched.is_empty() {
         anyhow::bail!(
             "the plugins directory {} does not exist (build the example plugins with scripts/build-plugins)",
             args.plugins_dir.display()
@@ -52,6 +61,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
     let runtime = tokio::runtime::Runtime::new()?;
     let config = DevConfig {
         plugins_dir: args.plugins_dir,
+        pulled_dir: pulled.as_ref().map(|p| p.dir().to_path_buf()),
         objects_dir: args.objects,
         crds_dir,
         until_settled: args.until_settled,

@@ -7,15 +7,21 @@ use reconciler_contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 use serde::Serialize;
 
 use super::SandboxArgs;
+use super::registry_args::PluginRefArgs;
 use crate::plugin::LoadedPlugin;
 use crate::plugin::directory::{load_files, plugin_files};
+use crate::registry::PluginReference;
+use crate::registry::reference::looks_like_reference;
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// Compiled plugins (.wasm), or directories of them. Several are checked as one host would
-    /// serve them: a plugin whose name or primary kind an earlier file's plugin has is refused.
-    #[arg(required = true, value_name = "PLUGIN|DIR")]
-    pub plugins: Vec<PathBuf>,
+    /// Compiled plugins (.wasm), directories of them, or references (oci://HOST/REPO:TAG). Several
+    /// are checked as one host would serve them: a plugin whose name or primary kind an earlier
+    /// one's plugin has is refused.
+    #[arg(value_name = "PLUGIN|DIR|REF", required_unless_present = "plugins")]
+    pub paths: Vec<String>,
+    #[command(flatten)]
+    pub references: PluginRefArgs,
 }
 
 #[derive(Serialize)]
@@ -42,10 +48,16 @@ struct Limits {
     max_concurrent_reconciles: usize,
 }
 
-fn inspection(plugin: &LoadedPlugin) -> Inspection<'_> {
+fn inspection<'a>(
+    plugin: &'a LoadedPlugin,
+    shown_as: &std::collections::BTreeMap<PathBuf, String>,
+) -> Inspection<'a> {
     let limits = plugin.limits();
     Inspection {
-        file: plugin.path().display().to_string(),
+        file: shown_as
+            .get(plugin.path())
+            .cloned()
+            .unwrap_or_else(|| plugin.path().display().to_string()),
         sha256: plugin.sha256(),
         contract: format!("{CONTRACT_PACKAGE}@{CONTRACT_VERSION}"),
         metadata: plugin.metadata(),
@@ -64,17 +76,33 @@ fn inspection(plugin: &LoadedPlugin) -> Inspection<'_> {
 pub fn run(sandbox: &SandboxArgs, args: InspectArgs) -> anyhow::Result<ExitCode> {
     let sandbox = sandbox.sandbox()?;
     let mut files = Vec::new();
-    for path in &args.plugins {
+    let mut positional_refs = Vec::new();
+    for text in &args.paths {
+        if looks_like_reference(text) {
+            positional_refs.push(PluginReference::parse(text)?);
+            continue;
+        }
+        let path = PathBuf::from(text);
         if path.is_dir() {
-            files.extend(plugin_files(path).map_err(|e| {
+            files.extend(plugin_files(&path).map_err(|e| {
                 anyhow::anyhow!("cannot read the plugins directory {}: {e}", path.display())
             })?);
         } else {
             files.push(path.clone());
         }
     }
+    let mut keep = None;
+    let fetched = args.references.fetch_all(
+        &positional_refs,
+        sandbox.compile_cache().map(|c| c.dir()),
+        &mut keep,
+    )?;
+    let shown_as = super::registry_args::fetched_files(&fetched)
+        .into_iter()
+        .collect();
+    files.extend(fetched.iter().map(|f| f.path.clone()));
     if files.is_empty() {
-        anyhow::bail!("no plugin (*.wasm) in {}", args.plugins[0].display());
+        anyhow::bail!("no plugin (*.wasm) in {}", args.paths.join(", "));
     }
     let (plugins, failures) = load_files(&sandbox, &files);
     // One plugin asked for and refused: its error is the command's.
@@ -88,7 +116,10 @@ pub fn run(sandbox: &SandboxArgs, args: InspectArgs) -> anyhow::Result<ExitCode>
         if i > 0 {
             println!("---");
         }
-        print!("{}", serde_yaml_ng::to_string(&inspection(plugin))?);
+        print!(
+            "{}",
+            serde_yaml_ng::to_string(&inspection(plugin, &shown_as))?
+        );
     }
     Ok(if failures.is_empty() {
         ExitCode::SUCCESS

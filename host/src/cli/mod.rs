@@ -4,8 +4,10 @@ mod builtins_args;
 mod dev_cmd;
 mod inspect_cmd;
 mod metrics_args;
+mod push_cmd;
 mod rbac_cmd;
 mod record_args;
+mod registry_args;
 mod run_cmd;
 mod simulate_cmd;
 mod test_cmd;
@@ -103,6 +105,22 @@ reconciler-host rbac --crds crds -n team-a -n team-b | kubectl apply -f -"
     Rbac(rbac_cmd::RbacArgs),
     /// Print what a compiled plugin declares: kinds, finalizer, hints and the limits it would run under.
     Inspect(inspect_cmd::InspectArgs),
+    /// Push a compiled plugin to an OCI registry (the CNCF Wasm artifact layout); prints its digest.
+    #[command(
+        after_help = "The plugin is loaded and checked first, as `inspect` does: a broken plugin is never \
+pushed. Credentials come from $DOCKER_CONFIG/config.json or ~/.docker/config.json (`docker login` writes them).\n\n\
+Examples:\n  \
+reconciler-host keygen\n  \
+reconciler-host push plugins/podset.wasm oci://registry.example/plugins/podset:1.0 --sign-key cosign.key\n  \
+reconciler-host push podset.wasm oci://127.0.0.1:5000/podset:dev --insecure-registry 127.0.0.1:5000\n\n\
+Then run it: `reconciler-host run --plugin oci://...@sha256:...`, or `kubectl apply` a Plugin (see crds/plugin.yaml)."
+    )]
+    Push(push_cmd::PushArgs),
+    /// Write a cosign key pair (ECDSA P-256) for signing pushed plugins.
+    #[command(
+        after_help = "The private key is encrypted with $COSIGN_PASSWORD, as cosign does; cosign reads it too."
+    )]
+    Keygen(push_cmd::KeygenArgs),
 }
 
 /// Sandbox limits and compile cache; see `plugin::limits` for why each
@@ -285,5 +303,7 @@ pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Test(args) => test_cmd::run(&cli.sandbox, args),
         Command::Inspect(args) => inspect_cmd::run(&cli.sandbox, args),
         Command::Rbac(args) => rbac_cmd::run(&cli.sandbox, args),
+        Command::Push(args) => push_cmd::push(&cli.sandbox, args),
+        Command::Keygen(args) => push_cmd::keygen(args),
     }
 }

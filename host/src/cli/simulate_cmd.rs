@@ -8,6 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::SandboxArgs;
 use super::builtins_args::BuiltinArgs;
 use super::record_args::RecordArgs;
+use super::registry_args::PluginRefArgs;
 use crate::golden::duration_text::parse_duration;
 use crate::plugin::RandomKey;
 use crate::simulate::{SimulationConfig, simulate};
@@ -38,6 +39,8 @@ pub struct SimulateArgs {
     pub record: RecordArgs,
     #[command(flatten)]
     pub builtins: BuiltinArgs,
+    #[command(flatten)]
+    pub references: PluginRefArgs,
 }
 
 fn parse_time(text: &str) -> Result<Timestamp, String> {
@@ -49,13 +52,23 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
     // Runs must repeat exactly: the random streams plugins see depend only
     // on the plugin and the object (plugin/call_random.rs).
     let sandbox = sandbox.sandbox_with(RandomKey::fixed())?;
-    let (plugins, failures) = crate::plugin::directory::load_dir(&sandbox, &args.plugins_dir)
-        .map_err(|e| {
+    let mut keep = None;
+    let fetched =
+        args.references
+            .fetch_all(&[], sandbox.compile_cache().map(|c| c.dir()), &mut keep)?;
+    // The directory's files, then the references: as dev and run serve them.
+    let mut files = if fetched.is_empty() || args.plugins_dir.is_dir() {
+        crate::plugin::directory::plugin_files(&args.plugins_dir).map_err(|e| {
             anyhow::anyhow!(
                 "cannot read the plugins directory {}: {e}",
                 args.plugins_dir.display()
             )
-        })?;
+        })?
+    } else {
+        Vec::new()
+    };
+    files.extend(fetched.iter().map(|f| f.path.clone()));
+    let (plugins, failures) = crate::plugin::directory::load_files(&sandbox, &files);
     for failure in &failures {
         eprintln!("error: {failure}");
     }

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use reconciler_contract::PluginMetadata;
 use sha2::{Digest, Sha256};
-use wasmtime::component::Linker;
+use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::admission_call::check_settings;
@@ -367,15 +367,9 @@ impl Sandbox {
         let sha256 = content_hash(bytes);
 
         let compile_started = Instant::now();
-        let (component, source) = match &self.compile_cache {
-            Some(cache) => cache.load_or_compile(&self.engine, &self.compiler, bytes, &sha256),
-            None => self
-                .compiler
-                .precompile(bytes)
-                .and_then(|artifact| artifact.load(&self.engine))
-                .map(|component| (component, CompileSource::Compiled)),
-        }
-        .map_err(|e| fail(path, LoadFailure::Compile(format!("{e:#}"))))?;
+        let (component, source) = self
+            .component(bytes, &sha256)
+            .map_err(|e| fail(path, LoadFailure::Compile(format!("{e:#}"))))?;
         let compile = compile_started.elapsed();
 
         let component_type = component.component_type();
@@ -445,6 +439,46 @@ impl Sandbox {
                 total: started.elapsed(),
             },
         ))
+    }
+}
+
+impl Sandbox {
+    /// The compiled component of `bytes`, from the compile cache when there
+    /// is one.
+    fn component(
+        &self,
+        bytes: &[u8],
+        sha256: &str,
+    ) -> wasmtime::Result<(Component, CompileSource)> {
+        match &self.compile_cache {
+            Some(cache) => cache.load_or_compile(&self.engine, &self.compiler, bytes, sha256),
+            None => self
+                .compiler
+                .precompile(bytes)
+                .and_then(|artifact| artifact.load(&self.engine))
+                .map(|component| (component, CompileSource::Compiled)),
+        }
+    }
+
+    /// The interfaces a component imports and exports, by name, as the Wasm
+    /// OCI artifact's config lists them. Cheap after [`Self::load`] of the
+    /// same bytes: the compiled code comes from the cache.
+    pub fn interfaces(
+        &self,
+        bytes: &[u8],
+    ) -> anyhow::Result<crate::registry::artifact::ComponentInterfaces> {
+        let (component, _) = self.component(bytes, &content_hash(bytes))?;
+        let component_type = component.component_type();
+        Ok(crate::registry::artifact::ComponentInterfaces {
+            imports: component_type
+                .imports(&self.engine)
+                .map(|(name, _)| name.to_string())
+                .collect(),
+            exports: component_type
+                .exports(&self.engine)
+                .map(|(name, _)| name.to_string())
+                .collect(),
+        })
     }
 }
 

@@ -1,0 +1,431 @@
+//! Talking to a registry: resolving tags, pulling and pushing plugins.
+//!
+//! Everything runs by digest: a tag is resolved to the digest of its
+//! manifest, and that digest is what is pulled, verified, cached and run.
+//! The manifest's bytes are hashed here and compared with the digest asked
+//! for, and the component's layer is hashed while it streams to disk, with
+//! its size capped, so neither a registry nor anything between can hand
+//! the host other bytes than the digest names.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use oci_client::client::{
+    Certificate, CertificateEncoding, ClientConfig, ClientProtocol, Config, ImageLayer,
+};
+use oci_client::errors::OciDistributionError;
+use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciImageManifest};
+use oci_client::secrets::RegistryAuth;
+use sha2::Digest as _;
+
+use super::artifact::{
+    ArtifactError, ComponentInterfaces, WASM_CONFIG, WASM_LAYER, WasmConfig, component_layer,
+};
+use super::artifact_cache::ArtifactCache;
+use super::credentials::Credentials;
+use super::reference::{Digest, PluginReference};
+
+/// The largest plugin pulled unless `--registry-max-mib` says otherwise:
+/// the Python podset is about 19 MB, so this leaves room for plugins in
+/// heavier languages without letting a registry fill the disk.
+pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
+
+/// How the host reaches registries.
+#[derive(Clone, Debug)]
+pub struct RegistryOptions {
+    /// PEM certificates trusted beside the system's roots (`--registry-ca`).
+    pub extra_ca_pem: Vec<Vec<u8>>,
+    /// `HOST:PORT`s reached over plain HTTP (`--insecure-registry`).
+    pub insecure: Vec<String>,
+    /// Credentials from the user's docker config.
+    pub credentials: Credentials,
+    /// The largest component pulled, in bytes.
+    pub max_bytes: u64,
+}
+
+impl Default for RegistryOptions {
+    fn default() -> Self {
+        Self {
+            extra_ca_pem: Vec::new(),
+            insecure: Vec::new(),
+            credentials: Credentials::default(),
+            max_bytes: DEFAULT_MAX_BYTES,
+        }
+    }
+}
+
+/// Why a registry operation failed; [`RegistryError::reason`] is the
+/// condition reason a Plugin's status shows.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("{reference}: the registry cannot be reached or refused the request: {message}")]
+    Unreachable { reference: String, message: String },
+    #[error(
+        "{reference}: the registry refused the credentials ({message}); give them in a docker config (pull secret, or ~/.docker/config.json)"
+    )]
+    Unauthorized { reference: String, message: String },
+    #[error("{reference}: not found in the registry ({message})")]
+    NotFound { reference: String, message: String },
+    #[error("{reference} is not a plugin: {error}")]
+    NotAPlugin {
+        reference: String,
+        error: ArtifactError,
+    },
+    #[error(
+        "{reference}: the registry sent content whose digest is {actual}, not the {expected} asked for"
+    )]
+    DigestMismatch {
+        reference: String,
+        expected: String,
+        actual: String,
+    },
+    #[error(
+        "{reference}: the component's bytes do not match its digest ({detail}): the registry's copy is corrupt or was tampered with, and nothing of it is kept"
+    )]
+    ContentMismatch { reference: String, detail: String },
+    #[error("{reference}: the manifest is not an OCI image manifest: {message}")]
+    BadManifest { reference: String, message: String },
+    #[error("{reference}: cannot write the pulled plugin to {dir}: {error}")]
+    Cache {
+        reference: String,
+        dir: PathBuf,
+        error: std::io::Error,
+    },
+}
+
+impl RegistryError {
+    /// A word for `kubectl get plugins` and Events.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RegistryError::Unreachable { .. } | RegistryError::Cache { .. } => "PullFailed",
+            RegistryError::Unauthorized { .. } => "PullUnauthorized",
+            RegistryError::NotFound { .. } => "NotFound",
+            RegistryError::NotAPlugin { .. } | RegistryError::BadManifest { .. } => "NotAPlugin",
+            RegistryError::DigestMismatch { .. } | RegistryError::ContentMismatch { .. } => {
+                "DigestMismatch"
+            }
+        }
+    }
+}
+
+/// A client for the registries one set of options reaches.
+pub struct RegistryClient {
+    options: RegistryOptions,
+    oci: oci_client::Client,
+}
+
+/// A pulled plugin: the manifest digest it was pulled by and its file in
+/// the artifact cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pulled {
+    pub digest: Digest,
+    pub path: PathBuf,
+    /// Served from the cache without a request.
+    pub cached: bool,
+}
+
+impl RegistryClient {
+    pub fn new(options: RegistryOptions) -> Self {
+        let oci = oci_client::Client::new(oci_config(&options));
+        Self { options, oci }
+    }
+
+    pub fn options(&self) -> &RegistryOptions {
+        &self.options
+    }
+
+    /// The auth for `reference`: from `extra` (a Plugin's pull secrets)
+    /// first, then the user's docker config.
+    pub fn auth_for(
+        &self,
+        reference: &PluginReference,
+        extra: Option<&Credentials>,
+    ) -> RegistryAuth {
+        if let Some(extra) = extra
+            && let auth @ RegistryAuth::Basic(..) = extra.auth_for(reference.registry())
+        {
+            return auth;
+        }
+        self.options.credentials.auth_for(reference.registry())
+    }
+
+    /// The digest `reference` names now: its own, or its tag's.
+    pub async fn resolve(
+        &self,
+        reference: &PluginReference,
+        auth: &RegistryAuth,
+    ) -> Result<Digest, RegistryError> {
+        if let Some(digest) = reference.digest() {
+            return Ok(digest);
+        }
+        let text = self
+            .oci
+            .fetch_manifest_digest(reference.oci(), auth)
+            .await
+            .map_err(|e| classify(reference, e))?;
+        Digest::parse(&text).map_err(|message| RegistryError::BadManifest {
+            reference: reference.to_string(),
+            message,
+        })
+    }
+
+    /// The component of `reference` at `digest`, from `cache` or pulled
+    /// into it.
+    pub async fn pull(
+        &self,
+        reference: &PluginReference,
+        digest: &Digest,
+        auth: &RegistryAuth,
+        cache: &ArtifactCache,
+    ) -> Result<Pulled, RegistryError> {
+        if let Some(path) = cache.component(digest) {
+            return Ok(Pulled {
+                digest: digest.clone(),
+                path,
+                cached: true,
+            });
+        }
+        let pinned = reference.at_digest(digest);
+        let name = pinned.to_string();
+        let (bytes, _) = self
+            .oci
+            .pull_manifest_raw(
+                pinned.oci(),
+                auth,
+                &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
+            )
+            .await
+            .map_err(|e| classify(&pinned, e))?;
+        let actual = format!("sha256:{}", hex(&sha2::Sha256::digest(&bytes)));
+        if actual != digest.as_str() {
+            return Err(RegistryError::DigestMismatch {
+                reference: name,
+                expected: digest.to_string(),
+                actual,
+            });
+        }
+        let manifest: OciImageManifest =
+            serde_json::from_slice(&bytes).map_err(|e| RegistryError::BadManifest {
+                reference: name.clone(),
+                message: e.to_string(),
+            })?;
+        let layer = component_layer(&manifest, self.options.max_bytes)
+            .map_err(|error| RegistryError::NotAPlugin {
+                reference: name.clone(),
+                error,
+            })?
+            .clone();
+        let cache_error = |error| RegistryError::Cache {
+            reference: name.clone(),
+            dir: cache.dir().to_path_buf(),
+            error,
+        };
+        let (tmp, file) = cache.new_temp().map_err(cache_error)?;
+        let mut writer = CappedWriter {
+            file: tokio::fs::File::from_std(file),
+            written: 0,
+            cap: layer.size as u64,
+        };
+        let pulled = self.oci.pull_blob(pinned.oci(), &layer, &mut writer).await;
+        let written = writer.written;
+        if let Err(e) = pulled {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(match e {
+                OciDistributionError::DigestError(e) => RegistryError::DigestMismatch {
+                    reference: name,
+                    expected: layer.digest.clone(),
+                    actual: e.to_string(),
+                },
+                OciDistributionError::IoError(e)
+                    if e.kind() == std::io::ErrorKind::FileTooLarge =>
+                {
+                    RegistryError::DigestMismatch {
+                        reference: name,
+                        expected: format!("{} ({} bytes)", layer.digest, layer.size),
+                        actual: format!("more than {} bytes", layer.size),
+                    }
+                }
+                e => classify(&pinned, e),
+            });
+        }
+        if written != layer.size as u64 {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(RegistryError::ContentMismatch {
+                reference: name,
+                detail: format!("{written} bytes, not the {} its manifest says", layer.size),
+            });
+        }
+        let path = cache.keep_component(&tmp, digest).map_err(cache_error)?;
+        Ok(Pulled {
+            digest: digest.clone(),
+            path,
+            cached: false,
+        })
+    }
+
+    /// Pushes `wasm` as a plugin artifact to `reference`; the manifest's
+    /// digest.
+    pub async fn push(
+        &self,
+        reference: &PluginReference,
+        wasm: Vec<u8>,
+        interfaces: ComponentInterfaces,
+        auth: &RegistryAuth,
+    ) -> Result<Digest, RegistryError> {
+        let layer = ImageLayer::new(wasm, WASM_LAYER.to_string(), None);
+        let config = WasmConfig::new(layer.sha256_digest(), interfaces);
+        let config = Config::new(
+            serde_json::to_vec(&config).expect("a WasmConfig serializes"),
+            WASM_CONFIG.to_string(),
+            None,
+        );
+        let manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
+        let manifest_bytes = serde_json::to_vec(&manifest).expect("a manifest serializes");
+        self.oci
+            .push(reference.oci(), &[layer], config, auth, Some(manifest))
+            .await
+            .map_err(|e| classify(reference, e))?;
+        // What oci-client sent is the manifest serialized the same way.
+        let digest = format!("sha256:{}", hex(&sha2::Sha256::digest(&manifest_bytes)));
+        let resolved = self.resolve(reference, auth).await?;
+        if resolved.as_str() != digest {
+            tracing::debug!(%reference, "the registry names the pushed manifest {resolved}, computed {digest}");
+        }
+        Ok(resolved)
+    }
+}
+
+/// The oci-client configuration for `options`; made anew for every client
+/// (it is not `Clone`), here and for the signature client.
+pub fn oci_config(options: &RegistryOptions) -> ClientConfig {
+    ClientConfig {
+        protocol: if options.insecure.is_empty() {
+            ClientProtocol::Https
+        } else {
+            ClientProtocol::HttpsExcept(options.insecure.clone())
+        },
+        extra_root_certificates: options
+            .extra_ca_pem
+            .iter()
+            .map(|pem| Certificate {
+                encoding: CertificateEncoding::Pem,
+                data: pem.clone(),
+            })
+            .collect(),
+        connect_timeout: Some(Duration::from_secs(10)),
+        read_timeout: Some(Duration::from_secs(60)),
+        user_agent: concat!("reconciler-host/", env!("CARGO_PKG_VERSION")),
+        ..ClientConfig::default()
+    }
+}
+
+/// Sorts an oci-client error into what a user can act on.
+pub(crate) fn classify(reference: &PluginReference, error: OciDistributionError) -> RegistryError {
+    let reference = reference.to_string();
+    let message = error_chain(&error);
+    match &error {
+        OciDistributionError::AuthenticationFailure(_)
+        | OciDistributionError::UnauthorizedError { .. } => {
+            RegistryError::Unauthorized { reference, message }
+        }
+        OciDistributionError::ImageManifestNotFoundError(_) => {
+            RegistryError::NotFound { reference, message }
+        }
+        OciDistributionError::ServerError {
+            code: 401 | 403, ..
+        } => RegistryError::Unauthorized { reference, message },
+        OciDistributionError::ServerError { code: 404, .. } => {
+            RegistryError::NotFound { reference, message }
+        }
+        OciDistributionError::RegistryError { envelope, .. }
+            if envelope.errors.iter().any(|e| {
+                matches!(
+                    e.code,
+                    oci_client::errors::OciErrorCode::Unauthorized
+                        | oci_client::errors::OciErrorCode::Denied
+                )
+            }) =>
+        {
+            RegistryError::Unauthorized { reference, message }
+        }
+        OciDistributionError::RegistryError { envelope, .. }
+            if envelope.errors.iter().any(|e| {
+                matches!(
+                    e.code,
+                    oci_client::errors::OciErrorCode::ManifestUnknown
+                        | oci_client::errors::OciErrorCode::NameUnknown
+                        | oci_client::errors::OciErrorCode::BlobUnknown
+                )
+            }) =>
+        {
+            RegistryError::NotFound { reference, message }
+        }
+        _ if message.contains("UnknownIssuer") || message.contains("invalid peer certificate") => {
+            RegistryError::Unreachable {
+                reference,
+                message: format!("{message} (give the registry's CA with --registry-ca)"),
+            }
+        }
+        _ => RegistryError::Unreachable { reference, message },
+    }
+}
+
+/// An error and its causes on one line: reqwest's own text says only
+/// "error sending request".
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes to a file, failing once more than `cap` bytes arrive: a registry
+/// cannot send more than the manifest said.
+struct CappedWriter {
+    file: tokio::fs::File,
+    written: u64,
+    cap: u64,
+}
+
+impl tokio::io::AsyncWrite for CappedWriter {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.written + buf.len() as u64 > self.cap {
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                format!(
+                    "the blob is larger than the {} bytes its manifest says",
+                    self.cap
+                ),
+            )));
+        }
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.file).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = polled {
+            this.written += n as u64;
+        }
+        polled
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.file).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.file).poll_shutdown(cx)
+    }
+}

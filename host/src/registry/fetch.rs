@@ -1,0 +1,143 @@
+//! One reference to one verified file on disk.
+//!
+//! Resolve the tag (or take the digest), check the signature on that exact
+//! digest when the policy asks for one, then pull by digest into the
+//! artifact cache. The signature is checked before any byte of the
+//! component is fetched, and the pull checks the manifest and the layer
+//! against the digest that was verified, so what lands on disk is what
+//! was signed.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use super::ArtifactCache;
+use super::client::{Pulled, RegistryClient, RegistryError};
+use super::credentials::Credentials;
+use super::reference::{Digest, PluginReference};
+use super::signatures::{self, Signer, TrustPolicy, VerifyError};
+
+/// A reference pulled, and verified when the policy asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchedPlugin {
+    pub reference: PluginReference,
+    pub digest: Digest,
+    pub path: PathBuf,
+    pub signer: Option<Signer>,
+    /// The file came from the cache without a pull.
+    pub cached: bool,
+    /// The registry could not be asked what the tag names now: this is the
+    /// digest it named last time.
+    pub stale_tag: bool,
+}
+
+impl fmt::Display for FetchedPlugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} is {} ({})",
+            self.reference,
+            self.digest,
+            if self.cached { "cached" } else { "pulled" }
+        )?;
+        if let Some(signer) = &self.signer {
+            write!(f, ", signed by {signer}")?;
+        }
+        if self.stale_tag {
+            write!(
+                f,
+                "; the registry is unreachable, so this is what the tag named last time"
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+}
+
+impl FetchError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            FetchError::Registry(e) => e.reason(),
+            FetchError::Verify(e) => e.reason(),
+        }
+    }
+
+    /// Whether the signature check is what failed (the Verified condition).
+    pub fn is_verification(&self) -> bool {
+        matches!(self, FetchError::Verify(_))
+    }
+}
+
+/// The digest `reference` names now, falling back to the one it named last
+/// when the registry cannot be reached and that one is cached; and whether
+/// it fell back.
+pub async fn resolve(
+    client: &RegistryClient,
+    cache: &ArtifactCache,
+    reference: &PluginReference,
+    pull_secrets: Option<&Credentials>,
+) -> Result<(Digest, bool), RegistryError> {
+    let auth = client.auth_for(reference, pull_secrets);
+    match client.resolve(reference, &auth).await {
+        Ok(digest) => {
+            if reference.digest().is_none() {
+                cache.remember_tag(reference, &digest);
+            }
+            Ok((digest, false))
+        }
+        Err(e @ RegistryError::Unreachable { .. }) => match cache.last_resolved(reference) {
+            Some(digest) => {
+                tracing::warn!("{e}; using {digest}, what it named last time");
+                Ok((digest, true))
+            }
+            None => Err(e),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// Verifies (when `policy` asks) and pulls `reference` at `digest`.
+pub async fn fetch_digest(
+    client: &RegistryClient,
+    cache: &ArtifactCache,
+    policy: &TrustPolicy,
+    reference: &PluginReference,
+    digest: &Digest,
+    pull_secrets: Option<&Credentials>,
+) -> Result<(Pulled, Option<Signer>), FetchError> {
+    let auth = client.auth_for(reference, pull_secrets);
+    let signer = if policy.is_empty() {
+        None
+    } else {
+        Some(signatures::verify(client.options(), policy, reference, digest, &auth).await?)
+    };
+    let pulled = client.pull(reference, digest, &auth, cache).await?;
+    Ok((pulled, signer))
+}
+
+/// [`resolve`] then [`fetch_digest`].
+pub async fn fetch_once(
+    client: &RegistryClient,
+    cache: &ArtifactCache,
+    policy: &TrustPolicy,
+    reference: &PluginReference,
+    pull_secrets: Option<&Credentials>,
+) -> Result<FetchedPlugin, FetchError> {
+    let (digest, stale_tag) = resolve(client, cache, reference, pull_secrets).await?;
+    let (pulled, signer) =
+        fetch_digest(client, cache, policy, reference, &digest, pull_secrets).await?;
+    Ok(FetchedPlugin {
+        reference: reference.clone(),
+        digest,
+        path: pulled.path,
+        signer,
+        cached: pulled.cached,
+        stale_tag,
+    })
+}

@@ -1,0 +1,476 @@
+//! Plugins by OCI reference against a real registry (Debian's
+//! docker-registry on loopback): `push` and `keygen`, then `inspect`,
+//! `test` and `simulate` running what was pushed, signatures checked,
+//! tampering and outages refused or ridden out.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use reconciler_tests::oci_registry::{Mode, PASSWORD, Registry, USER, skip};
+use reconciler_tests::{example_plugin, root};
+
+const SUITE: &str = "registry_plugins";
+const HOST: &str = env!("CARGO_BIN_EXE_reconciler-host-under-test");
+
+/// A scratch directory with an empty docker config (never the user's own)
+/// and a registry cache of its own.
+struct Workspace {
+    dir: tempfile::TempDir,
+    docker_config: PathBuf,
+}
+
+impl Workspace {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let docker_config = dir.path().join("docker");
+        std::fs::create_dir_all(&docker_config).unwrap();
+        Self { dir, docker_config }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Runs the host with `args`, the compile cache shared with other
+    /// tests, and `cache` as the registry cache.
+    fn host(&self, cache: &str, args: &[&str]) -> Output {
+        let mut command = Command::new(HOST);
+        command.args(args);
+        if args[0] != "keygen" {
+            command.arg("--registry-cache").arg(self.path(cache));
+        }
+        let out = command
+            .env("DOCKER_CONFIG", &self.docker_config)
+            .env("COSIGN_PASSWORD", "test-password")
+            .env(
+                "RECONCILER_HOST_COMPILE_CACHE",
+                reconciler_tests::test_compile_cache_dir(),
+            )
+            .env_remove("RUST_LOG")
+            .current_dir(root())
+            .output()
+            .expect("the host runs");
+        eprintln!(
+            "$ reconciler-host {}\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    fn keygen(&self, name: &str) -> (String, String) {
+        let prefix = self.path(name);
+        let out = self.host("cache", &["keygen", "--output", prefix.to_str().unwrap()]);
+        assert!(out.status.success());
+        let key = prefix.with_extension("key").display().to_string();
+        let public = prefix.with_extension("pub").display().to_string();
+        (key, public)
+    }
+}
+
+fn push(
+    ws: &Workspace,
+    registry: &Registry,
+    file: &Path,
+    repo_tag: &str,
+    key: Option<&str>,
+) -> String {
+    let reference = registry.reference(repo_tag);
+    let mut args = vec!["push", file.to_str().unwrap(), &reference];
+    if let Some(key) = key {
+        args.extend(["--sign-key", key]);
+    }
+    let access = registry.access_args();
+    args.extend(access.iter().map(String::as_str));
+    let out = ws.host("cache", &args);
+    assert!(out.status.success(), "push {repo_tag} failed");
+    let digest = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 71,
+        "push prints the digest: {digest:?}"
+    );
+    digest
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_signed_push_runs_by_reference_in_inspect_test_and_simulate() {
+    if skip(
+        SUITE,
+        "a_signed_push_runs_by_reference_in_inspect_test_and_simulate",
+        Mode::Anonymous,
+    ) {
+        return;
+    }
+    let registry = Registry::start(Mode::Anonymous);
+    let ws = Workspace::new();
+    let (key, public) = ws.keygen("cosign");
+    let private = std::fs::read_to_string(&key).unwrap();
+    assert!(
+        private.contains("ENCRYPTED"),
+        "the private key is encrypted: {private}"
+    );
+    let digest = push(
+        &ws,
+        &registry,
+        &example_plugin("podset"),
+        "plugins/podset:1",
+        Some(&key),
+    );
+    let access = registry.access_args();
+    let access: Vec<&str> = access.iter().map(String::as_str).collect();
+
+    // By tag, verified: the plugin's own metadata, shown under its reference and digest.
+    let reference = registry.reference("plugins/podset:1");
+    let mut args = vec!["inspect", "--plugin", &reference, "--verify-key", &public];
+    args.extend(&access);
+    let out = ws.host("cache", &args);
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("name: podset"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!("file: {reference}@{digest}")),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("signed by key"), "{}", stderr(&out));
+
+    // By digest, as a positional argument of `test`: the golden cases pass.
+    let pinned = format!("oci://{}/plugins/podset@{digest}", registry.host);
+    let mut args = vec![
+        "test",
+        &pinned,
+        "plugins/podset/cases",
+        "--verify-key",
+        &public,
+    ];
+    args.extend(&access);
+    let out = ws.host("cache", &args);
+    assert!(out.status.success());
+    assert!(
+        stdout(&out).contains(" passed, 0 failed"),
+        "{}",
+        stdout(&out)
+    );
+
+    // `simulate` with no plugin file at all: the reference alone reconciles.
+    let empty = ws.path("no-plugins");
+    std::fs::create_dir_all(&empty).unwrap();
+    let mut args = vec![
+        "simulate",
+        "--plugins-dir",
+        empty.to_str().unwrap(),
+        "--plugin",
+        &reference,
+        "--objects",
+        "examples/podset.yaml",
+        "--crds",
+        "crds",
+    ];
+    args.extend(&access);
+    let out = ws.host("cache", &args);
+    assert!(out.status.success());
+    assert!(
+        stdout(&out).contains("kind: Deployment"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn a_wrong_key_a_missing_signature_and_a_tampered_blob_run_nothing() {
+    if skip(
+        SUITE,
+        "a_wrong_key_a_missing_signature_and_a_tampered_blob_run_nothing",
+        Mode::Anonymous,
+    ) {
+        return;
+    }
+    let registry = Registry::start(Mode::Anonymous);
+    let ws = Workspace::new();
+    let (key_a, public_a) = ws.keygen("a");
+    let (_, public_b) = ws.keygen("b");
+    let access = registry.access_args();
+    let access: Vec<&str> = access.iter().map(String::as_str).collect();
+
+    push(
+        &ws,
+        &registry,
+        &example_plugin("podset"),
+        "podset:signed",
+        Some(&key_a),
+    );
+    push(
+        &ws,
+        &registry,
+        &example_plugin("memcached"),
+        "memcached:unsigned",
+        None,
+    );
+
+    let inspect = |cache: &str, reference: &str, key: &str| {
+        let reference = registry.reference(reference);
+        let mut args = vec!["inspect", "--plugin", &reference, "--verify-key", key];
+        args.extend(&access);
+        ws.host(cache, &args)
+    };
+    let out = inspect("wrong-key", "podset:signed", &public_b);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("none of its 1 signature(s) verifies against"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !ws.path("wrong-key/components").exists(),
+        "nothing was pulled for a wrong key"
+    );
+
+    let out = inspect("unsigned", "memcached:unsigned", &public_a);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("has no signature"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A blob changed in the registry's storage: its digest no longer matches.
+    let restarter = push(
+        &ws,
+        &registry,
+        &example_plugin("rollout_restarter"),
+        "restarter:1",
+        Some(&key_a),
+    );
+    let manifest = {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = oci_client::Client::new(oci_client::client::ClientConfig {
+            protocol: oci_client::client::ClientProtocol::Http,
+            ..Default::default()
+        });
+        let reference: oci_client::Reference = format!("{}/restarter@{restarter}", registry.host)
+            .parse()
+            .unwrap();
+        runtime
+            .block_on(
+                client
+                    .pull_image_manifest(&reference, &oci_client::secrets::RegistryAuth::Anonymous),
+            )
+            .unwrap()
+            .0
+    };
+    let blob = registry.blob_file(&manifest.layers[0].digest);
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&blob, bytes).unwrap();
+    let out = inspect("tampered", "restarter:1", &public_a);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("digest"), "{}", stderr(&out));
+    let kept: Vec<_> = std::fs::read_dir(ws.path("tampered/components"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        kept.is_empty(),
+        "a tampered component is not kept: {kept:?}"
+    );
+}
+
+#[test]
+fn a_registry_that_is_down_serves_what_the_cache_holds() {
+    if skip(
+        SUITE,
+        "a_registry_that_is_down_serves_what_the_cache_holds",
+        Mode::Anonymous,
+    ) {
+        return;
+    }
+    let mut registry = Registry::start(Mode::Anonymous);
+    let ws = Workspace::new();
+    let digest = push(&ws, &registry, &example_plugin("podset"), "podset:1", None);
+    let access = registry.access_args();
+    let access: Vec<&str> = access.iter().map(String::as_str).collect();
+    let tag = registry.reference("podset:1");
+    let pinned = format!("oci://{}/podset@{digest}", registry.host);
+    let inspect = |cache: &str, reference: &str| {
+        let mut args = vec!["inspect", "--plugin", reference];
+        args.extend(&access);
+        ws.host(cache, &args)
+    };
+    assert!(inspect("volume", &tag).status.success());
+    registry.stop();
+    let out = inspect("volume", &pinned);
+    assert!(
+        out.status.success(),
+        "a digest in the cache needs no registry"
+    );
+    let out = inspect("volume", &tag);
+    assert!(
+        out.status.success(),
+        "a tag falls back to the digest it named last"
+    );
+    assert!(
+        stderr(&out).contains("what it named last time"),
+        "{}",
+        stderr(&out)
+    );
+    let out = inspect("empty", &tag);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("cannot be reached"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn tls_and_basic_auth_take_the_ca_and_the_docker_config() {
+    if skip(
+        SUITE,
+        "tls_and_basic_auth_take_the_ca_and_the_docker_config",
+        Mode::AuthTls,
+    ) {
+        return;
+    }
+    let registry = Registry::start(Mode::AuthTls);
+    let mut ws = Workspace::new();
+    let file = example_plugin("podset");
+    let reference = registry.reference("private/podset:1");
+    let ca = registry.ca_file().display().to_string();
+
+    let out = ws.host(
+        "cache",
+        &[
+            "push",
+            file.to_str().unwrap(),
+            &reference,
+            "--registry-ca",
+            &ca,
+        ],
+    );
+    assert!(!out.status.success(), "no credentials");
+    assert!(
+        stderr(&out).contains("refused the credentials"),
+        "{}",
+        stderr(&out)
+    );
+
+    let wrong = registry.docker_config(USER, "not the password");
+    ws.docker_config = wrong.path().to_path_buf();
+    let out = ws.host(
+        "cache",
+        &[
+            "push",
+            file.to_str().unwrap(),
+            &reference,
+            "--registry-ca",
+            &ca,
+        ],
+    );
+    assert!(!out.status.success(), "a wrong password");
+    assert!(
+        stderr(&out).contains("refused the credentials"),
+        "{}",
+        stderr(&out)
+    );
+
+    let right = registry.docker_config(USER, PASSWORD);
+    ws.docker_config = right.path().to_path_buf();
+    let out = ws.host("cache", &["push", file.to_str().unwrap(), &reference]);
+    assert!(
+        !out.status.success(),
+        "the test CA is not trusted without --registry-ca"
+    );
+    let out = ws.host(
+        "cache",
+        &[
+            "push",
+            file.to_str().unwrap(),
+            &reference,
+            "--registry-ca",
+            &ca,
+        ],
+    );
+    assert!(out.status.success());
+    let out = ws.host("cache", &["inspect", &reference, "--registry-ca", &ca]);
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("name: podset"), "{}", stdout(&out));
+}
+
+#[test]
+fn kubewarden_layers_are_pulled_and_container_images_refused() {
+    if skip(
+        SUITE,
+        "kubewarden_layers_are_pulled_and_container_images_refused",
+        Mode::Anonymous,
+    ) {
+        return;
+    }
+    use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+    let registry = Registry::start(Mode::Anonymous);
+    let ws = Workspace::new();
+    let client = oci_client::Client::new(ClientConfig {
+        protocol: ClientProtocol::Http,
+        ..Default::default()
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let wasm = std::fs::read(example_plugin("podset")).unwrap();
+    let push = |repo_tag: &str, layer_type: &str, config_type: &str| {
+        let reference: oci_client::Reference =
+            format!("{}/{repo_tag}", registry.host).parse().unwrap();
+        let layer = ImageLayer::new(wasm.clone(), layer_type.to_string(), None);
+        let config = Config::new(b"{}".to_vec(), config_type.to_string(), None);
+        runtime
+            .block_on(client.push(
+                &reference,
+                &[layer],
+                config,
+                &oci_client::secrets::RegistryAuth::Anonymous,
+                None,
+            ))
+            .unwrap();
+    };
+    push(
+        "policies/podset:kw",
+        "application/vnd.wasm.content.layer.v1+wasm",
+        "application/vnd.wasm.config.v1+json",
+    );
+    push(
+        "images/podset:tar",
+        "application/vnd.oci.image.layer.v1.tar+gzip",
+        "application/vnd.oci.image.config.v1+json",
+    );
+    let access = registry.access_args();
+    let kubewarden = registry
+        .reference("policies/podset:kw")
+        .replace("oci://", "registry://");
+    let mut args = vec!["inspect", kubewarden.as_str()];
+    args.extend(access.iter().map(String::as_str));
+    let out = ws.host("cache", &args);
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("name: podset"), "{}", stdout(&out));
+
+    let image = registry.reference("images/podset:tar");
+    let mut args = vec!["inspect", image.as_str()];
+    args.extend(access.iter().map(String::as_str));
+    let out = ws.host("cache", &args);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("is not a plugin"), "{}", stderr(&out));
+}
