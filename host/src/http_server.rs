@@ -35,6 +35,8 @@ pub struct HostStatus {
     /// Why the host is not ready, while it is not.
     waiting_for: Mutex<String>,
     plugins: Mutex<Vec<PluginStatus>>,
+    /// The same list, for Plugin resources' followers waiting on a load.
+    plugins_feed: tokio::sync::watch::Sender<Vec<PluginStatus>>,
     sampler: OnceLock<Sampler>,
 }
 
@@ -61,7 +63,13 @@ impl HostStatus {
     }
 
     pub fn set_plugins(&self, plugins: Vec<PluginStatus>) {
+        self.plugins_feed.send_replace(plugins.clone());
         *self.plugins.lock().unwrap_or_else(|e| e.into_inner()) = plugins;
+    }
+
+    /// What the plugins directory serves, after every change.
+    pub fn plugins_feed(&self) -> tokio::sync::watch::Receiver<Vec<PluginStatus>> {
+        self.plugins_feed.subscribe()
     }
 
     /// Where scrapes read queues and cache sizes from; set once.

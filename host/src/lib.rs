@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod metrics_auth;
 pub mod metrics_server;
 pub mod plugin;
+pub mod plugin_resources;
 pub mod rbac;
 pub mod registry;
 pub mod run;

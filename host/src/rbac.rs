@@ -260,6 +260,9 @@ pub struct RbacScope {
     /// The names of the webhook configurations the host applies
     /// ([`crate::admission::webhook_configs::configuration_name`]).
     pub webhook_configurations: BTreeSet<String>,
+    /// Whether the host watches Plugin resources (`run` does unless
+    /// `--no-plugin-resources`).
+    pub plugin_resources: bool,
 }
 
 impl RbacScope {
@@ -275,6 +278,7 @@ impl RbacScope {
             install_crds: false,
             admission_secret_namespace: None,
             webhook_configurations: BTreeSet::new(),
+            plugin_resources: true,
         }
     }
 }
@@ -398,6 +402,19 @@ pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) ->
         placement.namespace(namespace, "", "secrets", &["create", "get", "update"]);
         // The host's Namespace owns the webhook configurations.
         placement.cluster("", "namespaces", &["get"]);
+    }
+    if scope.plugin_resources {
+        // Plugins (cluster-scoped) and their status; their Events go to
+        // `default`, as every cluster-scoped object's do; their keys and
+        // pull secrets are read in the host's own namespace only.
+        let group = crate::plugin_resources::GROUP;
+        placement.cluster(group, "plugins", READ);
+        placement.cluster(group, "plugins/status", &["patch", "update"]);
+        if !scope.namespaces.is_empty() {
+            placement.namespace("default", "events.k8s.io", "events", EVENTS);
+        }
+        placement.namespace(&scope.service_account_namespace, "", "secrets", &["get"]);
+        placement.namespace(&scope.service_account_namespace, "", "configmaps", &["get"]);
     }
     placement.cluster("authentication.k8s.io", "tokenreviews", &["create"]);
     placement.cluster("authorization.k8s.io", "subjectaccessreviews", &["create"]);

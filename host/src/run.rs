@@ -41,6 +41,8 @@ use crate::plugin::Sandbox;
 /// Options of one `run`.
 pub struct RunConfig {
     pub plugins_dir: PathBuf,
+    /// Plugins pulled from registries: --plugin and Plugin resources.
+    pub pulled: PulledConfig,
     pub scope: ServeScope,
     /// CRDs to apply and wait for before any plugin starts.
     pub install_crds: Option<PathBuf>,
@@ -63,6 +65,44 @@ pub struct RunConfig {
     /// Serve admission webhooks for the plugins that declare admission, on
     /// every replica; `None`: no admission.
     pub admission: Option<crate::admission::service::AdmissionConfig>,
+}
+
+/// Where `run` pulls plugins from, and how.
+pub struct PulledConfig {
+    pub options: crate::registry::RegistryOptions,
+    pub cache: crate::registry::ArtifactCache,
+    /// Keeps a process-owned cache directory alive, when there is one.
+    pub keep_cache: Option<tempfile::TempDir>,
+    /// `--plugin` references, followed like Plugins without status.
+    pub references: Vec<crate::registry::PluginReference>,
+    /// `--verify-key`: what `--plugin` references must be signed by.
+    pub verify_keys: crate::registry::TrustPolicy,
+    pub trust_root: Option<crate::registry::signatures::TrustRootFiles>,
+    /// The host's namespace, where Plugins' keys and pull secrets are read.
+    pub namespace: String,
+    /// Watch Plugin resources.
+    pub watch_resources: bool,
+    /// Only the Plugins with these labels.
+    pub selector: Option<String>,
+}
+
+impl PulledConfig {
+    /// Nothing pulled: no references, no Plugin resources watched.
+    pub fn none() -> Self {
+        Self {
+            options: crate::registry::RegistryOptions::default(),
+            cache: crate::registry::ArtifactCache::new(
+                std::env::temp_dir().join("reconciler-host-registry-unused"),
+            ),
+            keep_cache: None,
+            references: Vec::new(),
+            verify_keys: crate::registry::TrustPolicy::default(),
+            trust_root: None,
+            namespace: "default".into(),
+            watch_resources: false,
+            selector: None,
+        }
+    }
 }
 
 /// Why the loop of [`run`] stopped.
@@ -92,9 +132,15 @@ pub async fn run(
     // One plugin set for the engine and admission: the directory loads
     // each version once and publishes what serves to admission.
     let admission_plugins = Arc::new(AdmissionPlugins::new());
+    let served = Arc::new(
+        crate::registry::served_files::ServedFiles::new(config.pulled.cache.dir())
+            .context("creating the directory pulled plugins are served from")?,
+    );
     let plugins = PluginDirectory::new(&config.plugins_dir, sandbox.clone())
+        .also_serving(served.dir())
         .publishing_to(admission_plugins.clone());
     let (plugins_tx, plugins_rx) = mpsc::unbounded_channel();
+    let rescan = plugins_tx.clone();
     let _plugins_watch = watch_dir(&config.plugins_dir, plugins_tx);
     // Every replica serves admission, leader or not: before the election,
     // the directory serves into a standby (no engine yet), followed as it
@@ -135,6 +181,16 @@ pub async fn run(
             }
         }
     };
+    // Plugins from registries: Plugin resources and --plugin references,
+    // each followed by a task of its own that serves through `served`.
+    let _pulled = start_pulled(
+        &config,
+        &status,
+        served.clone(),
+        rescan,
+        client.clone(),
+        &sandbox,
+    );
     let backend = Arc::new(KubernetesBackend::new(client));
     if let Some(dir) = &config.install_crds {
         status.not_ready("installing CRDs");
@@ -271,6 +327,55 @@ pub async fn run(
     Ok(())
 }
 
+/// Starts following --plugin references and (unless told not to) Plugin
+/// resources; dropping the handle stops them.
+fn start_pulled(
+    config: &RunConfig,
+    status: &Arc<HostStatus>,
+    served: Arc<crate::registry::served_files::ServedFiles>,
+    rescan: mpsc::UnboundedSender<()>,
+    client: kube::Client,
+    sandbox: &Arc<Sandbox>,
+) -> Option<AbortOnDrop> {
+    let pulled = &config.pulled;
+    if pulled.references.is_empty() && !pulled.watch_resources {
+        return None;
+    }
+    let feed = status.plugins_feed();
+    let load_timeout = Duration::from_secs(u64::from(sandbox.limits().load_timeout_secs) + 10);
+    let shared = Arc::new(crate::plugin_resources::Shared::on(
+        client.clone(),
+        |api, recorder| crate::plugin_resources::Shared {
+            client,
+            api,
+            options: pulled.options.clone(),
+            cache: pulled.cache.clone(),
+            served,
+            reload: rescan,
+            feed,
+            namespace: pulled.namespace.clone(),
+            trust_root: pulled.trust_root.clone(),
+            recorder,
+            load_timeout,
+        },
+    ));
+    let references = pulled.references.clone();
+    let verify = pulled.verify_keys.clone();
+    let watch = pulled.watch_resources.then(|| pulled.selector.clone());
+    Some(AbortOnDrop(tokio::spawn(async move {
+        crate::plugin_resources::follow(shared, references, verify, watch).await
+    })))
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Resolves when leadership is lost; never without leader election.
 async fn leadership_lost(leadership: &mut Option<Leadership>) -> LeadershipLost {
     match leadership {
@@ -395,6 +500,7 @@ mod tests {
         .unwrap();
         let (client, server) = LeaseServer::start(lease);
         let config = RunConfig {
+            pulled: super::PulledConfig::none(),
             plugins_dir: plugins.path().to_path_buf(),
             scope: ServeScope::default(),
             install_crds: None,

@@ -266,6 +266,7 @@ async fn podset_reconcile_against_a_mocked_api() {
     let metrics = free_port();
     let config = RunConfig {
         plugins_dir: plugins.path().to_path_buf(),
+        pulled: reconciler_host::run::PulledConfig::none(),
         scope: ServeScope::default(),
         install_crds: None,
         shutdown_timeout: Duration::from_secs(10),

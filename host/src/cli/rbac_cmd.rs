@@ -47,6 +47,11 @@ pub struct RbacArgs {
     /// CustomResourceDefinitions).
     #[arg(long)]
     pub install_crds: bool,
+    /// Leave out what watching Plugin resources needs (as `run --no-plugin-resources`): get, list,
+    /// watch on plugins.reconciler-host.io and patch on their status, and get on Secrets and
+    /// ConfigMaps (keys, pull secrets) in the service account's namespace.
+    #[arg(long)]
+    pub no_plugin_resources: bool,
     /// Where `run` keeps the generated admission certificate (the namespace of
     /// --admission-cert-secret), granted when a plugin serves admission
     /// [default: the service account's namespace].
@@ -103,6 +108,7 @@ fn scope_of(args: RbacArgs, admission: &[&str]) -> RbacScope {
         service_account: args.service_account,
         service_account_namespace: args.service_account_namespace,
         install_crds: args.install_crds,
+        plugin_resources: !args.no_plugin_resources,
     }
 }
 

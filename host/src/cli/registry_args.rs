@@ -150,11 +150,17 @@ impl PluginRefArgs {
 /// Serves `fetched` from a directory of their own, each named for its
 /// reference; `None` when there is nothing to serve.
 pub fn serve_fetched(fetched: &[FetchedPlugin]) -> anyhow::Result<Option<ServedFiles>> {
-    if fetched.is_empty() {
+    let Some(first) = fetched.first() else {
         return Ok(None);
-    }
-    let served =
-        ServedFiles::new().context("creating the directory pulled plugins are served from")?;
+    };
+    // Beside the cache's components/, on the same filesystem.
+    let cache_dir = first
+        .path
+        .parent()
+        .and_then(|components| components.parent())
+        .unwrap_or_else(|| Path::new("."));
+    let served = ServedFiles::new(cache_dir)
+        .context("creating the directory pulled plugins are served from")?;
     for plugin in fetched {
         served
             .place(&plugin.reference.file_stem(), &plugin.path)

@@ -10,12 +10,15 @@ use clap::Args;
 use super::SandboxArgs;
 use super::metrics_args::MetricsArgs;
 use super::record_args::RecordArgs;
+use super::registry_args::PluginRefArgs;
 use crate::admission::server::ServerLimits;
 use crate::admission::service::{AdmissionConfig, CertSource};
 use crate::admission::webhook_configs::WebhookEndpoint;
 use crate::api_client::{DEFAULT_REQUEST_TIMEOUT, connect};
 use crate::engine::{PrimarySelectors, ServeScope};
 use crate::leader_election::{DEFAULT_LEASE_NAME, LeaderElectionConfig, default_namespace};
+use crate::registry::signatures::TrustRootFiles;
+use crate::run::PulledConfig;
 use crate::run::{RunConfig, run, shutdown_signal};
 use crate::tls_serving::ConnectionLimits;
 
@@ -76,6 +79,27 @@ pub struct RunArgs {
     pub coalesce_ms: u64,
     #[command(flatten)]
     pub admission: Box<AdmissionArgs>,
+    #[command(flatten)]
+    pub references: PluginRefArgs,
+    /// Sigstore trust root for Plugins' keyless identities (spec.verification.keyless): a
+    /// directory of Fulcio certificates (*.crt.pem, *.pem) and Rekor public keys (*.pub), as
+    /// files, since a cluster may be air-gapped. Without it, a Plugin asking for keyless
+    /// verification is refused, never run unchecked.
+    #[arg(long, value_name = "DIR")]
+    pub sigstore_trust_root: Option<PathBuf>,
+    /// Do not watch Plugin resources (reconciler-host.io/v1alpha1): serve only the plugins
+    /// directory and --plugin references.
+    #[arg(long)]
+    pub no_plugin_resources: bool,
+    /// Follow only the Plugin resources with these labels (e.g. `team=a`): for several hosts on
+    /// one cluster, each with its own Plugins.
+    #[arg(long, value_name = "SELECTOR")]
+    pub plugin_selector: Option<String>,
+    /// Where Plugins' keys (spec.verification.publicKeys) and pull secrets (spec.pullSecrets) are
+    /// read: Plugins are cluster-scoped, and reading them from one namespace keeps whoever may
+    /// write Plugins from naming any Secret the host can read [default: the host's namespace].
+    #[arg(long, value_name = "NS")]
+    pub plugin_secrets_namespace: Option<String>,
 }
 
 /// Admission webhooks for plugins that declare admission.
@@ -251,7 +275,69 @@ pub(super) fn parse_listen(text: &str) -> Result<Listen, String> {
         .map_err(|e| format!("{e}: give HOST:PORT (e.g. 0.0.0.0:8080) or off"))
 }
 
+/// How `run` pulls plugins: its --plugin references and Plugin resources.
+fn pulled_config(sandbox: &SandboxArgs, args: &RunArgs) -> anyhow::Result<PulledConfig> {
+    let compile_cache = sandbox.config()?.compile_cache;
+    let mut keep = None;
+    let cache = args
+        .references
+        .access
+        .cache(compile_cache.as_deref(), &mut keep)?;
+    let trust_root = match &args.sigstore_trust_root {
+        None => None,
+        Some(dir) => Some(read_trust_root(dir)?),
+    };
+    if !args.references.verify_key.is_empty() {
+        // Checked now so a typo stops the start, not the first pull.
+        args.references.policy()?;
+    }
+    Ok(PulledConfig {
+        options: args.references.access.options()?,
+        cache,
+        keep_cache: keep,
+        references: args.references.plugins.clone(),
+        verify_keys: args.references.policy()?,
+        trust_root,
+        namespace: args
+            .plugin_secrets_namespace
+            .clone()
+            .unwrap_or_else(default_namespace),
+        watch_resources: !args.no_plugin_resources,
+        selector: args.plugin_selector.clone(),
+    })
+}
+
+fn read_trust_root(dir: &std::path::Path) -> anyhow::Result<TrustRootFiles> {
+    let mut root = TrustRootFiles::default();
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| anyhow::anyhow!("--sigstore-trust-root {}: {e}", dir.display()))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.starts_with('.') || !path.is_file() {
+            continue;
+        }
+        let bytes = std::fs::read(&path)?;
+        if name.ends_with(".pub") {
+            root.rekor_pem.push(bytes);
+        } else if name.ends_with(".pem") || name.ends_with(".crt") {
+            root.fulcio_pem.push(bytes);
+        }
+    }
+    if root.fulcio_pem.is_empty() {
+        anyhow::bail!(
+            "--sigstore-trust-root {} holds no Fulcio certificate (*.pem or *.crt)",
+            dir.display()
+        );
+    }
+    Ok(root)
+}
+
 pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let pulled = pulled_config(sandbox, &args)?;
     if !args.plugins_dir.is_dir() {
         anyhow::bail!(
             "the plugins directory {} does not exist (build the example plugins with scripts/build-plugins, or mount a plugins volume there)",
@@ -268,6 +354,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let sandbox = Arc::new(sandbox.sandbox()?);
     let config = RunConfig {
         plugins_dir: args.plugins_dir,
+        pulled,
         scope: ServeScope {
             namespaces: namespaces.clone(),
             selectors,

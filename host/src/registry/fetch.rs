@@ -74,14 +74,15 @@ impl FetchError {
     }
 }
 
-/// The digest `reference` names now, falling back to the one it named last
-/// when the registry cannot be reached and that one is cached; and whether
-/// it fell back.
+/// The digest `reference` names now, falling back (when `fall_back`) to
+/// the one it named last when the registry cannot be reached and that one
+/// is cached; and whether it fell back.
 pub async fn resolve(
     client: &RegistryClient,
     cache: &ArtifactCache,
     reference: &PluginReference,
     pull_secrets: Option<&Credentials>,
+    fall_back: bool,
 ) -> Result<(Digest, bool), RegistryError> {
     let auth = client.auth_for(reference, pull_secrets);
     match client.resolve(reference, &auth).await {
@@ -91,13 +92,15 @@ pub async fn resolve(
             }
             Ok((digest, false))
         }
-        Err(e @ RegistryError::Unreachable { .. }) => match cache.last_resolved(reference) {
-            Some(digest) => {
-                tracing::warn!("{e}; using {digest}, what it named last time");
-                Ok((digest, true))
+        Err(e @ RegistryError::Unreachable { .. }) if fall_back => {
+            match cache.last_resolved(reference) {
+                Some(digest) => {
+                    tracing::warn!("{e}; using {digest}, what it named last time");
+                    Ok((digest, true))
+                }
+                None => Err(e),
             }
-            None => Err(e),
-        },
+        }
         Err(e) => Err(e),
     }
 }
@@ -129,7 +132,7 @@ pub async fn fetch_once(
     reference: &PluginReference,
     pull_secrets: Option<&Credentials>,
 ) -> Result<FetchedPlugin, FetchError> {
-    let (digest, stale_tag) = resolve(client, cache, reference, pull_secrets).await?;
+    let (digest, stale_tag) = resolve(client, cache, reference, pull_secrets, true).await?;
     let (pulled, signer) =
         fetch_digest(client, cache, policy, reference, &digest, pull_secrets).await?;
     Ok(FetchedPlugin {

@@ -16,11 +16,15 @@ pub struct ServedFiles {
 }
 
 impl ServedFiles {
-    pub fn new() -> std::io::Result<Self> {
+    /// A directory of this process's own under `parent` (the artifact
+    /// cache's, so serving is a hard link, and writable where the root
+    /// filesystem is not).
+    pub fn new(parent: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(parent)?;
         Ok(Self {
             dir: tempfile::Builder::new()
-                .prefix("reconciler-host-pulled-")
-                .tempdir()?,
+                .prefix(".served-")
+                .tempdir_in(parent)?,
         })
     }
 
@@ -68,7 +72,7 @@ mod tests {
         let (a, b) = (cache.path().join("a"), cache.path().join("b"));
         std::fs::write(&a, b"one").unwrap();
         std::fs::write(&b, b"two").unwrap();
-        let served = ServedFiles::new().unwrap();
+        let served = ServedFiles::new(cache.path()).unwrap();
         let path = served.place("podset", &a).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"one");
         served.place("podset", &b).unwrap();

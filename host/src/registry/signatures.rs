@@ -353,3 +353,75 @@ pub async fn sign(
         .map_err(|e| anyhow::anyhow!("pushing the signature to {target}: {}", error_chain(&e)))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn keyless_identities_without_a_trust_root_are_refused_not_run_unchecked() {
+        let policy = TrustPolicy {
+            keyless: vec![KeylessIdentity {
+                subject: "ci@example.com".into(),
+                issuer: "https://issuer.example".into(),
+            }],
+            ..TrustPolicy::default()
+        };
+        let reference = PluginReference::parse("oci://127.0.0.1:1/podset:1").unwrap();
+        let digest = Digest::parse(&format!("sha256:{}", "0".repeat(64))).unwrap();
+        let auth = oci_client::secrets::RegistryAuth::Anonymous;
+        let e = verify(
+            &RegistryOptions::default(),
+            &policy,
+            &reference,
+            &digest,
+            &auth,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.reason(), "VerificationUnavailable", "{e}");
+        let e = verify(
+            &RegistryOptions::default(),
+            &TrustPolicy::default(),
+            &reference,
+            &digest,
+            &auth,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.reason(), "VerificationUnavailable", "{e}");
+    }
+
+    #[test]
+    fn a_key_pair_signs_what_its_public_key_verifies_and_no_other() {
+        let (private, public) = generate_key_pair(b"pw").unwrap();
+        assert!(signing_key(private.as_bytes(), b"wrong").is_err());
+        let signer = signing_key(private.as_bytes(), b"pw").unwrap();
+        let reference = sigstore::registry::OciReference::with_digest(
+            "r.example".into(),
+            "podset".into(),
+            format!("sha256:{}", "a".repeat(64)),
+        );
+        let mut layer =
+            SignatureLayer::new_unsigned(&reference, &format!("sha256:{}", "a".repeat(64)))
+                .unwrap();
+        sigstore::cosign::constraint::PrivateKeySigner::new_with_signer(signer)
+            .add_constraint(&mut layer)
+            .unwrap();
+        let payload: serde_json::Value = serde_json::from_slice(&layer.raw_data).unwrap();
+        assert_eq!(
+            payload["critical"]["type"],
+            "cosign container image signature"
+        );
+        assert_eq!(
+            payload["critical"]["image"]["docker-manifest-digest"],
+            format!("sha256:{}", "a".repeat(64))
+        );
+        let key = PublicKeyVerifier::try_from(public.as_bytes()).unwrap();
+        assert!(key.verify(&layer).unwrap());
+        let (_, other) = generate_key_pair(b"").unwrap();
+        let other = PublicKeyVerifier::try_from(other.as_bytes()).unwrap();
+        assert!(!other.verify(&layer).unwrap_or(false));
+        assert!(TrustedKey::from_pem("typo.pub", b"not a key").is_err());
+    }
+}

@@ -112,6 +112,10 @@ impl HostProcess {
             // and the tests look at the cluster, not at /metrics.
             .arg("--http-listen")
             .arg("off")
+            // Plugin resources are cluster-scoped: each test's host follows
+            // only its own test's, never a parallel test's.
+            .arg("--plugin-selector")
+            .arg(format!("reconciler-tests/namespace={namespace}"))
             .args(args)
             .envs(env.iter().copied())
             // Logs are searched for text; colour codes would split it.

@@ -1,0 +1,159 @@
+//! A Plugin's spec, as the user writes it.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::registry::PluginReference;
+
+/// `spec` of a `reconciler-host.io/v1alpha1` Plugin.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginSpec {
+    /// `oci://HOST/REPO:TAG`, `...@sha256:DIGEST`, `registry://...` or no scheme.
+    pub source: String,
+    /// How often a tag is resolved again (`30s`, `5m`, `1h`); unset: once per change of the spec.
+    #[serde(default)]
+    pub interval: Option<String>,
+    #[serde(default)]
+    pub verification: Option<Verification>,
+    /// Docker config Secrets (in the host's namespace) with the registry's credentials.
+    #[serde(default)]
+    pub pull_secrets: Vec<LocalRef>,
+    /// Reach the registry over plain HTTP.
+    #[serde(default)]
+    pub insecure: bool,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Verification {
+    /// Cosign public keys (PEM), each a key of a Secret or ConfigMap in the host's namespace.
+    #[serde(default)]
+    pub public_keys: Vec<KeyRef>,
+    /// Keyless signers: a certificate subject (email or URI) and its OIDC issuer, checked against
+    /// the trust root given to the host as files (`--sigstore-trust-root`).
+    #[serde(default)]
+    pub keyless: Vec<Identity>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRef {
+    #[serde(default)]
+    pub secret_ref: Option<KeyOf>,
+    #[serde(default)]
+    pub config_map_ref: Option<KeyOf>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct KeyOf {
+    pub name: String,
+    /// The data key holding the PEM key; `cosign.pub` when left out.
+    #[serde(default)]
+    pub key: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct LocalRef {
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct Identity {
+    pub subject: String,
+    pub issuer: String,
+}
+
+/// A spec the host can act on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidSpec {
+    pub reference: PluginReference,
+    pub interval: Option<Duration>,
+    pub raw: PluginSpec,
+}
+
+/// The shortest interval: a registry is not polled more often than this.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(5);
+
+impl PluginSpec {
+    pub fn validate(self) -> Result<ValidSpec, String> {
+        let reference =
+            PluginReference::parse_source(&self.source).map_err(|e| format!("spec.source: {e}"))?;
+        let interval = match &self.interval {
+            None => None,
+            Some(text) => {
+                let d = crate::golden::duration_text::parse_duration(text)
+                    .map_err(|e| format!("spec.interval: {e}"))?;
+                if d < MIN_INTERVAL {
+                    return Err(format!(
+                        "spec.interval is {text}: it must be at least {}s",
+                        MIN_INTERVAL.as_secs()
+                    ));
+                }
+                Some(d)
+            }
+        };
+        if let Some(v) = &self.verification {
+            for (i, key) in v.public_keys.iter().enumerate() {
+                if key.secret_ref.is_some() == key.config_map_ref.is_some() {
+                    return Err(format!(
+                        "spec.verification.publicKeys[{i}]: give exactly one of secretRef and configMapRef"
+                    ));
+                }
+            }
+            if v.public_keys.is_empty() && v.keyless.is_empty() {
+                return Err("spec.verification names no public key and no keyless identity: nothing could verify".into());
+            }
+        }
+        Ok(ValidSpec {
+            reference,
+            interval,
+            raw: self,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: serde_json::Value) -> Result<ValidSpec, String> {
+        serde_json::from_value::<PluginSpec>(json)
+            .map_err(|e| e.to_string())?
+            .validate()
+    }
+
+    #[test]
+    fn a_full_spec_is_understood() {
+        let valid = spec(serde_json::json!({
+            "source": "registry://r.example/plugins/podset:1",
+            "interval": "1m",
+            "verification": {"publicKeys": [{"secretRef": {"name": "keys"}}], "keyless": [{"subject": "a@b.c", "issuer": "https://idp"}]},
+            "pullSecrets": [{"name": "pull"}],
+            "insecure": true
+        }))
+        .unwrap();
+        assert_eq!(valid.reference.repository(), "plugins/podset");
+        assert_eq!(valid.interval, Some(Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn a_bad_source_interval_or_key_names_the_field() {
+        let e = spec(serde_json::json!({"source": "podset:1"})).unwrap_err();
+        assert!(e.starts_with("spec.source:"), "{e}");
+        let e = spec(serde_json::json!({"source": "r.example/p:1", "interval": "1s"})).unwrap_err();
+        assert!(e.starts_with("spec.interval"), "{e}");
+        let e = spec(
+            serde_json::json!({"source": "r.example/p:1", "verification": {"publicKeys": [{}]}}),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("exactly one of secretRef and configMapRef"),
+            "{e}"
+        );
+        let e =
+            spec(serde_json::json!({"source": "r.example/p:1", "verification": {}})).unwrap_err();
+        assert!(e.contains("nothing could verify"), "{e}");
+    }
+}
