@@ -474,3 +474,87 @@ fn kubewarden_layers_are_pulled_and_container_images_refused() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("is not a plugin"), "{}", stderr(&out));
 }
+
+#[test]
+fn dev_serves_the_plugin_objects_among_its_objects_with_their_keys() {
+    if skip(
+        SUITE,
+        "dev_serves_the_plugin_objects_among_its_objects_with_their_keys",
+        Mode::Anonymous,
+    ) {
+        return;
+    }
+    let registry = Registry::start(Mode::Anonymous);
+    let ws = Workspace::new();
+    let (key, public) = ws.keygen("cosign");
+    push(
+        &ws,
+        &registry,
+        &example_plugin("podset"),
+        "plugins/podset:1",
+        Some(&key),
+    );
+    let objects = ws.path("objects");
+    std::fs::create_dir_all(&objects).unwrap();
+    let example =
+        std::fs::read_to_string(root().join("examples/by-reference/podset-plugin.yaml")).unwrap();
+    let public = std::fs::read_to_string(&public).unwrap();
+    let indented: String = public.lines().map(|l| format!("    {l}\n")).collect();
+    let example = example.replace("127.0.0.1:5000", &registry.host).replace(
+        "    -----BEGIN PUBLIC KEY-----\n    paste cosign.pub here\n    -----END PUBLIC KEY-----\n",
+        &indented,
+    );
+    assert!(
+        example.contains(&registry.host) && !example.contains("paste"),
+        "{example}"
+    );
+    std::fs::write(objects.join("plugin.yaml"), example).unwrap();
+    let missing = ws.path("no-plugins-dir");
+    let out = ws.host(
+        "cache",
+        &[
+            "dev",
+            "--until-settled",
+            "--objects",
+            objects.to_str().unwrap(),
+            "--plugins-dir",
+            missing.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("from-a-registry"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("loaded plugin podset"),
+        "{}",
+        stdout(&out)
+    );
+
+    // The same objects with a key that did not sign it: nothing serves, and dev says why.
+    let (_, other) = ws.keygen("other");
+    let other = std::fs::read_to_string(other).unwrap();
+    let text = std::fs::read_to_string(objects.join("plugin.yaml")).unwrap();
+    let other_indented: String = other.lines().map(|l| format!("    {l}\n")).collect();
+    std::fs::write(
+        objects.join("plugin.yaml"),
+        text.replace(&indented, &other_indented),
+    )
+    .unwrap();
+    let out = ws.host(
+        "cache",
+        &[
+            "dev",
+            "--until-settled",
+            "--objects",
+            objects.to_str().unwrap(),
+            "--plugins-dir",
+            missing.to_str().unwrap(),
+        ],
+    );
+    assert!(!out.status.success(), "no plugin at all serves");
+    assert!(
+        stderr(&out).contains("Plugin podset:")
+            && stderr(&out).contains("none of its 1 signature(s) verifies"),
+        "{}",
+        stderr(&out)
+    );
+}

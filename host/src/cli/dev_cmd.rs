@@ -40,16 +40,41 @@ const DEFAULT_CRDS_DIR: &str = "crds";
 pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode> {
     let config = sandbox.config()?;
     let mut keep = None;
-    let fetched = args
+    let mut fetched = args
         .references
         .fetch_all(&[], config.compile_cache.as_deref(), &mut keep)?;
+    // Plugin objects among the objects: pulled as references are.
+    if args.objects.exists() {
+        let objects: Vec<_> = crate::manifests::read_all(&args.objects)?
+            .into_iter()
+            .map(|(_, o)| o)
+            .collect();
+        let (more, failed) =
+            args.references
+                .fetch_objects(&objects, config.compile_cache.as_deref(), &mut keep)?;
+        for why in failed {
+            eprintln!("error: {why} (the other plugins run)");
+        }
+        fetched.extend(more);
+    }
     let pulled = super::registry_args::serve_fetched(&fetched)?;
     let sandbox = Arc::new(crate::plugin::Sandbox::new(config)?);
-    if !args.plugins_dir.is_dir() && fetched.is_empty() {
-        anyhow::bail!(
-            "the plugins directory {} does not exist (build the example plugins with scripts/build-plugins)",
-            args.plugins_dir.display()
-        );
+    // Plugins by reference alone need no plugins directory: an empty one
+    // of the process's stands in (and new files dropped there still load).
+    let mut plugins_dir = args.plugins_dir.clone();
+    let mut empty_plugins_dir = None;
+    if !plugins_dir.is_dir() {
+        if fetched.is_empty() {
+            anyhow::bail!(
+                "the plugins directory {} does not exist (build the example plugins with scripts/build-plugins)",
+                args.plugins_dir.display()
+            );
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("reconciler-host-plugins-")
+            .tempdir()?;
+        plugins_dir = dir.path().to_path_buf();
+        empty_plugins_dir = Some(dir);
     }
     let crds_dir = match args.crds {
         Some(dir) if !dir.exists() => {
@@ -60,7 +85,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
     };
     let runtime = tokio::runtime::Runtime::new()?;
     let config = DevConfig {
-        plugins_dir: args.plugins_dir,
+        plugins_dir,
         pulled_dir: pulled.as_ref().map(|p| p.dir().to_path_buf()),
         objects_dir: args.objects,
         crds_dir,
@@ -68,6 +93,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
         record: args.record.options(),
         builtins: args.builtins.config(),
     };
+    let _keep_alive = (empty_plugins_dir, pulled, keep);
     let refused = crate::main_task::block_on_worker(&runtime, async move {
         run(sandbox, config, &mut std::io::stdout()).await
     })?;

@@ -147,6 +147,59 @@ impl PluginRefArgs {
     }
 }
 
+impl PluginRefArgs {
+    /// Pulls the Plugin objects among `objects` (dev's and simulate's object
+    /// files), as `--plugin` references with each one's own keys; each that
+    /// fails is reported in the second list and left out.
+    pub fn fetch_objects(
+        &self,
+        objects: &[serde_json::Value],
+        compile_cache: Option<&Path>,
+        keep: &mut Option<tempfile::TempDir>,
+    ) -> anyhow::Result<(Vec<FetchedPlugin>, Vec<String>)> {
+        let found = crate::plugin_resources::from_objects::plugin_objects(objects);
+        if found.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let options = self.access.options()?;
+        let cache = self.access.cache(compile_cache, keep)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (mut fetched, mut failed) = (Vec::new(), Vec::new());
+        for plugin in found {
+            let plugin = match plugin {
+                Ok(plugin) => plugin,
+                Err(why) => {
+                    failed.push(why);
+                    continue;
+                }
+            };
+            let mut options = options.clone();
+            if plugin.spec.raw.insecure {
+                options
+                    .insecure
+                    .push(plugin.spec.reference.registry().to_string());
+            }
+            let client = RegistryClient::new(options);
+            match runtime.block_on(fetch_once(
+                &client,
+                &cache,
+                &plugin.policy,
+                &plugin.spec.reference,
+                None,
+            )) {
+                Ok(done) => {
+                    tracing::info!("Plugin {}: {done}", plugin.name);
+                    fetched.push(done);
+                }
+                Err(e) => failed.push(format!("Plugin {}: {e}", plugin.name)),
+            }
+        }
+        Ok((fetched, failed))
+    }
+}
+
 /// Serves `fetched` from a directory of their own, each named for its
 /// reference; `None` when there is nothing to serve.
 pub fn serve_fetched(fetched: &[FetchedPlugin]) -> anyhow::Result<Option<ServedFiles>> {

@@ -53,9 +53,23 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
     // on the plugin and the object (plugin/call_random.rs).
     let sandbox = sandbox.sandbox_with(RandomKey::fixed())?;
     let mut keep = None;
-    let fetched =
+    let mut fetched =
         args.references
             .fetch_all(&[], sandbox.compile_cache().map(|c| c.dir()), &mut keep)?;
+    // Plugin objects among the objects: pulled as references are.
+    let seeded: Vec<_> = crate::manifests::read_all(&args.objects)?
+        .into_iter()
+        .map(|(_, o)| o)
+        .collect();
+    let (more, fetch_failures) = args.references.fetch_objects(
+        &seeded,
+        sandbox.compile_cache().map(|c| c.dir()),
+        &mut keep,
+    )?;
+    for why in &fetch_failures {
+        eprintln!("error: {why}");
+    }
+    fetched.extend(more);
     // The directory's files, then the references: as dev and run serve them.
     let mut files = if fetched.is_empty() || args.plugins_dir.is_dir() {
         crate::plugin::directory::plugin_files(&args.plugins_dir).map_err(|e| {
@@ -79,11 +93,7 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
         Some(dir) => crate::manifests::read_crds(dir)?,
         None => Vec::new(),
     };
-    objects.extend(
-        crate::manifests::read_all(&args.objects)?
-            .into_iter()
-            .map(|(_, o)| o),
-    );
+    objects.extend(seeded);
     let config = SimulationConfig {
         start_millis: args.start.as_millisecond(),
         advance: args.advance,
@@ -102,7 +112,11 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
     }
     print!("{}", report.render());
     Ok(
-        if report.unsettled.is_some() || !failures.is_empty() || !report.refused.is_empty() {
+        if report.unsettled.is_some()
+            || !failures.is_empty()
+            || !report.refused.is_empty()
+            || !fetch_failures.is_empty()
+        {
             ExitCode::FAILURE
         } else {
             ExitCode::SUCCESS

@@ -17,6 +17,7 @@
 
 pub mod conditions;
 pub mod follower;
+pub mod from_objects;
 pub mod spec;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,124 @@
+//! Plugin objects among `dev`'s and `simulate`'s object files.
+//!
+//! The embedded cluster has no registry client of its own; the Plugins
+//! seeded into it are read here instead, with the keys their verification
+//! names taken from the Secrets and ConfigMaps seeded beside them, and
+//! served as `--plugin` references are: resolved, verified and pulled at
+//! start, under the same rules as on a cluster.
+
+use base64::Engine as _;
+use serde_json::Value;
+
+use super::spec::{PluginSpec, ValidSpec};
+use super::{GROUP, KIND, VERSION};
+use crate::registry::{TrustPolicy, TrustedKey};
+
+/// A Plugin object read from files: its name, spec and trust policy.
+#[derive(Debug)]
+pub struct PluginObject {
+    pub name: String,
+    pub spec: ValidSpec,
+    pub policy: TrustPolicy,
+}
+
+fn is_plugin(object: &Value) -> bool {
+    object["apiVersion"] == format!("{GROUP}/{VERSION}") && object["kind"] == KIND
+}
+
+/// Every Plugin among `objects`, or why one cannot be served (naming it).
+pub fn plugin_objects(objects: &[Value]) -> Vec<Result<PluginObject, String>> {
+    objects
+        .iter()
+        .filter(|o| is_plugin(o))
+        .map(|object| {
+            let name = object["metadata"]["name"]
+                .as_str()
+                .unwrap_or("(unnamed)")
+                .to_string();
+            let spec: PluginSpec = serde_json::from_value(object["spec"].clone())
+                .map_err(|e| format!("Plugin {name}: spec: {e}"))?;
+            let spec = spec.validate().map_err(|e| format!("Plugin {name}: {e}"))?;
+            let policy = policy_of(&spec, objects).map_err(|e| format!("Plugin {name}: {e}"))?;
+            Ok(PluginObject { name, spec, policy })
+        })
+        .collect()
+}
+
+fn policy_of(spec: &ValidSpec, objects: &[Value]) -> Result<TrustPolicy, String> {
+    let mut policy = TrustPolicy::default();
+    let Some(verification) = &spec.raw.verification else {
+        return Ok(policy);
+    };
+    if !verification.keyless.is_empty() {
+        return Err(
+            "spec.verification.keyless needs a trust root, which dev and simulate are not given; verify with publicKeys here"
+                .into(),
+        );
+    }
+    for key in &verification.public_keys {
+        let (kind, of) = match (&key.secret_ref, &key.config_map_ref) {
+            (Some(of), _) => ("Secret", of),
+            (None, Some(of)) => ("ConfigMap", of),
+            (None, None) => unreachable!("validated: one of the two"),
+        };
+        let data_key = of.key.clone().unwrap_or_else(|| "cosign.pub".into());
+        let name = format!("{kind} {} key {data_key}", of.name);
+        let holder = objects
+            .iter()
+            .find(|o| {
+                o["kind"] == kind
+                    && o["apiVersion"] == "v1"
+                    && o["metadata"]["name"] == of.name.as_str()
+            })
+            .ok_or_else(|| format!("{kind} {} is not among the objects", of.name))?;
+        let pem = match (
+            holder["stringData"][&data_key].as_str(),
+            holder["data"][&data_key].as_str(),
+        ) {
+            (Some(text), _) => text.as_bytes().to_vec(),
+            (None, Some(text)) if kind == "ConfigMap" => text.as_bytes().to_vec(),
+            (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .map_err(|e| format!("{name}: not base64: {e}"))?,
+            (None, None) => return Err(format!("{name} does not exist")),
+        };
+        policy
+            .keys
+            .push(TrustedKey::from_pem(name, &pem).map_err(|e| e.to_string())?);
+    }
+    Ok(policy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn plugins_take_their_keys_from_the_objects_beside_them() {
+        let (_, public) = crate::registry::signatures::generate_key_pair(b"").unwrap();
+        let objects = vec![
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "keys"},
+                   "data": {"cosign.pub": base64::engine::general_purpose::STANDARD.encode(&public)}}),
+            json!({"apiVersion": "reconciler-host.io/v1alpha1", "kind": "Plugin", "metadata": {"name": "podset"},
+                   "spec": {"source": "oci://127.0.0.1:5000/podset:1",
+                            "verification": {"publicKeys": [{"secretRef": {"name": "keys"}}]}}}),
+            json!({"apiVersion": "reconciler-host.io/v1alpha1", "kind": "Plugin", "metadata": {"name": "broken"},
+                   "spec": {"source": "oci://127.0.0.1:5000/x:1",
+                            "verification": {"publicKeys": [{"configMapRef": {"name": "missing"}}]}}}),
+            json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet", "metadata": {"name": "a"}}),
+        ];
+        let found = plugin_objects(&objects);
+        assert_eq!(found.len(), 2);
+        let podset = found[0].as_ref().unwrap();
+        assert_eq!(
+            (podset.name.as_str(), podset.policy.keys.len()),
+            ("podset", 1)
+        );
+        let broken = found[1].as_ref().unwrap_err();
+        assert!(
+            broken.starts_with("Plugin broken: ConfigMap missing is not among the objects"),
+            "{broken}"
+        );
+    }
+}
