@@ -57,6 +57,14 @@ fn manifests(name: &str) -> Vec<serde_json::Value> {
 }
 
 #[test]
+fn deploy_installs_the_plugin_crd_as_crds_defines_it() {
+    let deployed = manifests("plugin-crd.yaml");
+    let defined: serde_json::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(root().join("crds/plugin.yaml")).unwrap()).unwrap();
+    assert_eq!(deployed, vec![defined], "deploy/plugin-crd.yaml differs from crds/plugin.yaml: copy it over");
+}
+
+#[test]
 fn kustomization_lists_every_manifest_in_deploy() {
     let kustomization = manifest("kustomization.yaml");
     let mut listed: Vec<String> = kustomization["resources"]
