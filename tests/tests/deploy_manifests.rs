@@ -60,8 +60,13 @@ fn manifests(name: &str) -> Vec<serde_json::Value> {
 fn deploy_installs_the_plugin_crd_as_crds_defines_it() {
     let deployed = manifests("plugin-crd.yaml");
     let defined: serde_json::Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string(root().join("crds/plugin.yaml")).unwrap()).unwrap();
-    assert_eq!(deployed, vec![defined], "deploy/plugin-crd.yaml differs from crds/plugin.yaml: copy it over");
+        serde_yaml_ng::from_str(&std::fs::read_to_string(root().join("crds/plugin.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(
+        deployed,
+        vec![defined],
+        "deploy/plugin-crd.yaml differs from crds/plugin.yaml: copy it over"
+    );
 }
 
 #[test]

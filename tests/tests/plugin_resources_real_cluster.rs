@@ -328,6 +328,98 @@ fn a_plugin_serves_follows_its_tag_keeps_the_last_good_version_and_stops_when_de
     });
 }
 
+/// A private registry (TLS from a test CA, basic auth): a Plugin without
+/// credentials is refused with PullUnauthorized, and naming a docker config
+/// Secret in spec.pullSecrets serves it.
+#[test]
+fn a_private_registry_is_reached_with_a_pull_secret() {
+    const TEST: &str = "a_private_registry_is_reached_with_a_pull_secret";
+    if skip(SUITE.name, TEST, Mode::AuthTls) {
+        return;
+    }
+    SUITE.run(TEST, async |cx| {
+        use reconciler_tests::oci_registry::{PASSWORD, USER};
+        let registry = Registry::start(Mode::AuthTls);
+        cx.install_crds(&crd("podset.yaml")).await?;
+        cx.install_crds(&crd("plugin.yaml")).await?;
+        let credentials = registry.docker_config(USER, PASSWORD);
+        let reference = registry.reference("private/podset:1");
+        let ca = registry.ca_file().display().to_string();
+        let file = example_plugin("podset").display().to_string();
+        let out = cx
+            .host_command()
+            .args(["push", &file, &reference, "--registry-ca", &ca])
+            .env("DOCKER_CONFIG", credentials.path())
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "push: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let config = std::fs::read_to_string(credentials.path().join("config.json"))?;
+        cx.create(
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "registry-login"},
+                         "type": "kubernetes.io/dockerconfigjson",
+                         "stringData": {".dockerconfigjson": config}}),
+        )
+        .await?;
+        let namespace = cx.namespace.clone();
+        let cache = cx.workdir().join("registry-cache").display().to_string();
+        cx.start_host_with_args(
+            &[],
+            &[
+                "--registry-cache",
+                &cache,
+                "--plugin-secrets-namespace",
+                &namespace,
+                "--registry-ca",
+                &ca,
+            ],
+        )?;
+        let name = format!("{namespace}-private");
+        cx.create(json!({
+            "apiVersion": "reconciler-host.io/v1alpha1", "kind": "Plugin",
+            "metadata": {"name": name, "labels": {"reconciler-tests/namespace": namespace}},
+            "spec": {"source": reference},
+        }))
+        .await?;
+        wait_for_status(
+            cx,
+            &name,
+            "Ready False PullUnauthorized",
+            FOLLOW_TIMEOUT,
+            |p| {
+                is(p, "Ready", "False", "PullUnauthorized")
+                    && is(p, "Loaded", "False", "PullUnauthorized")
+            },
+        )
+        .await?;
+        cx.step("no credentials: PullUnauthorized, nothing serves");
+        cx.merge_patch(
+            &plugins_kind(),
+            &name,
+            json!({"spec": {"pullSecrets": [{"name": "registry-login"}]}}),
+        )
+        .await?;
+        let plugin = wait_for_status(
+            cx,
+            &name,
+            "serving with the pull secret",
+            LOAD_TIMEOUT,
+            |p| is(p, "Ready", "True", "Serving") && p["status"]["observedGeneration"] == 2,
+        )
+        .await?;
+        ensure!(
+            plugin["status"]["pluginName"] == "podset",
+            "{}",
+            plugin["status"]
+        );
+        cx.step("spec.pullSecrets names the docker config Secret: podset serves");
+        cx.delete(&plugins_kind(), &name).await?;
+        Ok(())
+    });
+}
+
 /// The layer digest of `repo@digest`, read from the registry.
 async fn registry_layer(registry: &Registry, repo: &str, digest: &str) -> Result<String> {
     let client = oci_client::Client::new(oci_client::client::ClientConfig {

@@ -7,6 +7,7 @@ mod controller;
 mod driver;
 mod native;
 mod observer;
+mod plugin_apply;
 mod podset;
 mod procfs;
 mod stats;
@@ -36,6 +37,9 @@ enum Command {
     Run(driver::RunArgs),
     /// The native PodSet controller (KUBECONFIG), as the driver starts it.
     NativeController,
+    /// Time from applying a Plugin to its first reconcile, cold and warm, against dropping the
+    /// same plugin into the plugins directory (KUBECONFIG; a registry on loopback).
+    PluginApply(plugin_apply::PluginApplyArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +50,9 @@ fn main() -> ExitCode {
             runtime.block_on(async {
                 match cli.command {
                     Command::NativeController => native::run().await.map(|()| ExitCode::SUCCESS),
+                    Command::PluginApply(args) => {
+                        plugin_apply::run(args).await.map(|()| ExitCode::SUCCESS)
+                    }
                     Command::Run(args) => {
                         // Dropping the run on Ctrl-C stops the controller and
                         // the cluster and removes the state dir (their Drop
