@@ -56,24 +56,20 @@ fn policy_of(spec: &ValidSpec, objects: &[Value]) -> Result<TrustPolicy, String>
         );
     }
     for key in &verification.public_keys {
-        let (kind, of) = match (&key.secret_ref, &key.config_map_ref) {
-            (Some(of), _) => ("Secret", of),
-            (None, Some(of)) => ("ConfigMap", of),
-            (None, None) => unreachable!("validated: one of the two"),
-        };
-        let data_key = of.key.clone().unwrap_or_else(|| "cosign.pub".into());
-        let name = format!("{kind} {} key {data_key}", of.name);
+        let location = key.location();
+        let (kind, data_key) = (location.kind, location.data_key);
+        let name = format!("{kind} {} key {data_key}", location.name);
         let holder = objects
             .iter()
             .find(|o| {
                 o["kind"] == kind
                     && o["apiVersion"] == "v1"
-                    && o["metadata"]["name"] == of.name.as_str()
+                    && o["metadata"]["name"] == location.name
             })
-            .ok_or_else(|| format!("{kind} {} is not among the objects", of.name))?;
+            .ok_or_else(|| format!("{kind} {} is not among the objects", location.name))?;
         let pem = match (
-            holder["stringData"][&data_key].as_str(),
-            holder["data"][&data_key].as_str(),
+            holder["stringData"][data_key].as_str(),
+            holder["data"][data_key].as_str(),
         ) {
             (Some(text), _) => text.as_bytes().to_vec(),
             (None, Some(text)) if kind == "ConfigMap" => text.as_bytes().to_vec(),

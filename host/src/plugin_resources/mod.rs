@@ -125,27 +125,23 @@ impl Shared {
         let mut policy = fixed_policy.cloned().unwrap_or_default();
         if let Some(verification) = &spec.raw.verification {
             for key in &verification.public_keys {
-                let (kind, of) = match (&key.secret_ref, &key.config_map_ref) {
-                    (Some(of), _) => ("Secret", of),
-                    (None, Some(of)) => ("ConfigMap", of),
-                    (None, None) => unreachable!("validated: one of the two"),
-                };
-                let data_key = of.key.clone().unwrap_or_else(|| "cosign.pub".into());
-                let name = format!("{kind} {}/{} key {data_key}", self.namespace, of.name);
+                let location = key.location();
+                let (kind, data_key) = (location.kind, location.data_key);
+                let name = format!("{kind} {}/{} key {data_key}", self.namespace, location.name);
                 let pem = if kind == "Secret" {
                     secrets
-                        .get(&of.name)
+                        .get(location.name)
                         .await
                         .map_err(|e| format!("{name}: {}", api_error_text(&e)))?
                         .data
-                        .and_then(|d| d.get(&data_key).map(|b| b.0.clone()))
+                        .and_then(|d| d.get(data_key).map(|b| b.0.clone()))
                 } else {
                     config_maps
-                        .get(&of.name)
+                        .get(location.name)
                         .await
                         .map_err(|e| format!("{name}: {}", api_error_text(&e)))?
                         .data
-                        .and_then(|d| d.get(&data_key).map(|s| s.clone().into_bytes()))
+                        .and_then(|d| d.get(data_key).map(|s| s.clone().into_bytes()))
                 };
                 let pem = pem.ok_or_else(|| format!("{name} does not exist"))?;
                 policy

@@ -46,6 +46,32 @@ pub struct KeyRef {
     pub config_map_ref: Option<KeyOf>,
 }
 
+/// Where a public key is: which kind of object, its name, its data key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyLocation<'a> {
+    /// `Secret` or `ConfigMap`.
+    pub kind: &'static str,
+    pub name: &'a str,
+    pub data_key: &'a str,
+}
+
+impl KeyRef {
+    /// Where the key is; the data key is `cosign.pub` unless given.
+    /// A validated spec has exactly one of the two references.
+    pub fn location(&self) -> KeyLocation<'_> {
+        let (kind, of) = match (&self.secret_ref, &self.config_map_ref) {
+            (Some(of), _) => ("Secret", of),
+            (None, Some(of)) => ("ConfigMap", of),
+            (None, None) => unreachable!("validated: one of secretRef and configMapRef"),
+        };
+        KeyLocation {
+            kind,
+            name: &of.name,
+            data_key: of.key.as_deref().unwrap_or("cosign.pub"),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct KeyOf {
     pub name: String,
