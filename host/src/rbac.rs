@@ -588,13 +588,16 @@ mod tests {
             t("events.k8s.io", "events", "create,patch"),
             t("authentication.k8s.io", "tokenreviews", "create"),
             t("authorization.k8s.io", "subjectaccessreviews", "create"),
+            // Following Plugin resources (run does by default).
+            t("reconciler-host.io", "plugins", "get,list,watch"),
+            t("reconciler-host.io", "plugins/status", "patch,update"),
         ] {
             assert!(
                 rules.contains(&expected),
                 "{expected:?} missing from\n{yaml}"
             );
         }
-        assert_eq!(rules.len(), 9, "nothing more:\n{yaml}");
+        assert_eq!(rules.len(), 11, "nothing more:\n{yaml}");
     }
 
     #[test]
@@ -650,6 +653,7 @@ mod tests {
 
     fn in_namespaces(namespaces: &[&str]) -> RbacScope {
         RbacScope {
+            plugin_resources: false,
             namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
             ..RbacScope::cluster_wide("reconciler-host")
         }
@@ -786,6 +790,7 @@ mod tests {
         let scope = RbacScope {
             admission_secret_namespace: Some("ops".into()),
             webhook_configurations: BTreeSet::from(["reconciler-host-web".into()]),
+            plugin_resources: false,
             ..RbacScope::cluster_wide("reconciler-host")
         };
         let yaml = rbac(&[website()], &website_crd("Namespaced"), &scope);
@@ -829,10 +834,59 @@ mod tests {
         let without = rbac(
             &[website()],
             &website_crd("Namespaced"),
-            &RbacScope::cluster_wide("reconciler-host"),
+            &RbacScope {
+                plugin_resources: false,
+                ..RbacScope::cluster_wide("reconciler-host")
+            },
         );
         assert!(
             !without.contains("webhookconfigurations") && !without.contains("secrets"),
+            "{without}"
+        );
+    }
+
+    #[test]
+    fn plugin_resources_add_plugins_cluster_wide_and_keys_in_the_hosts_namespace_only() {
+        let scope = RbacScope {
+            service_account_namespace: "ops".into(),
+            ..in_namespaces(&["team-a"])
+        };
+        let with = RbacScope {
+            plugin_resources: true,
+            ..scope.clone()
+        };
+        let yaml = rbac(&[website()], &website_crd("Namespaced"), &with);
+        let docs = documents(&yaml);
+        let cluster = rules_of(&docs[&("ClusterRole".to_string(), String::new())]);
+        assert!(
+            cluster.contains(&t("reconciler-host.io", "plugins", "get,list,watch")),
+            "{yaml}"
+        );
+        assert!(
+            cluster.contains(&t("reconciler-host.io", "plugins/status", "patch,update")),
+            "{yaml}"
+        );
+        assert!(
+            !cluster
+                .iter()
+                .any(|(_, r, _)| r == "secrets" || r == "configmaps"),
+            "{yaml}"
+        );
+        let ops = rules_of(&docs[&("Role".to_string(), "ops".to_string())]);
+        assert!(
+            ops.contains(&t("", "secrets", "get")) && ops.contains(&t("", "configmaps", "get")),
+            "{yaml}"
+        );
+        // Their Events go to `default`, as every cluster-scoped object's.
+        let default = rules_of(&docs[&("Role".to_string(), "default".to_string())]);
+        assert!(
+            default.contains(&t("events.k8s.io", "events", "create,patch")),
+            "{yaml}"
+        );
+
+        let without = rbac(&[website()], &website_crd("Namespaced"), &scope);
+        assert!(
+            !without.contains("reconciler-host.io") && !without.contains("secrets"),
             "{without}"
         );
     }
@@ -863,6 +917,7 @@ mod tests {
         let scope = RbacScope {
             lease_namespace: "ops".into(),
             lease_name: "web-leader".into(),
+            plugin_resources: false,
             ..RbacScope::cluster_wide("r")
         };
         let yaml = rbac(&[website()], &plurals, &scope);
