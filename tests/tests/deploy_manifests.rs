@@ -621,6 +621,9 @@ async fn generated_roles_grant_the_service_account_its_namespaces_only_on_a_real
             service_account_namespace: served.clone(),
             lease_namespace: served.clone(),
             admission_secret_namespace: None,
+            // What Plugin resources add is tested in rbac.rs; here the
+            // namespaces' Roles alone.
+            plugin_resources: false,
             ..RbacScope::cluster_wide("reconciler-host-e2e")
         };
         let yaml = rbac(&metadata, &plurals, &scope);

@@ -346,6 +346,16 @@ impl RealCluster {
         self.start_host_with(plugins, Some(kubeconfig), &[])
     }
 
+    /// [`Self::start_host_with_kubeconfig`] with `args` after `run`'s own.
+    pub fn start_host_with_kubeconfig_and_args(
+        &mut self,
+        plugins: &[PathBuf],
+        kubeconfig: &Path,
+        args: &[&str],
+    ) -> Result<&HostProcess> {
+        self.start_host_with_run_args(plugins, Some(kubeconfig), args)
+    }
+
     /// [`Self::start_host`] with these variables added to the host's
     /// environment, e.g. `RUST_LOG` for log lines a test looks for.
     pub fn start_host_with_env(
@@ -364,10 +374,20 @@ impl RealCluster {
         plugins: &[PathBuf],
         args: &[&str],
     ) -> Result<&HostProcess> {
+        let kubeconfig = self.kubeconfig().map(Path::to_path_buf);
+        self.start_host_with_run_args(plugins, kubeconfig.as_deref(), args)
+    }
+
+    fn start_host_with_run_args(
+        &mut self,
+        plugins: &[PathBuf],
+        kubeconfig: Option<&Path>,
+        args: &[&str],
+    ) -> Result<&HostProcess> {
         if self.host.is_some() {
             bail!("the test already started a host");
         }
-        let kubeconfig = self.kubeconfig().map(|k| k.to_string_lossy().into_owned());
+        let kubeconfig = kubeconfig.map(|k| k.to_string_lossy().into_owned());
         let env: Vec<(&str, &str)> = kubeconfig
             .iter()
             .map(|k| ("KUBECONFIG", k.as_str()))
