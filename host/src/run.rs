@@ -248,10 +248,16 @@ pub async fn run(
             );
         }
     }
-    if engine.plugins().is_empty() && !plugins.waiting() {
+    // --plugin references are being pulled beside the start: not a reason to warn.
+    if engine.plugins().is_empty() && !plugins.waiting() && config.pulled.references.is_empty() {
         tracing::warn!(
-            "no plugin is serving: drop a compiled plugin (*.wasm) into {}",
-            config.plugins_dir.display()
+            "no plugin is serving: drop a compiled plugin (*.wasm) into {}{}",
+            config.plugins_dir.display(),
+            if config.pulled.watch_resources {
+                ", or kubectl apply a Plugin (crds/plugin.yaml)"
+            } else {
+                ""
+            }
         );
     }
 
