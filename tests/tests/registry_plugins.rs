@@ -118,6 +118,21 @@ fn a_signed_push_runs_by_reference_in_inspect_test_and_simulate() {
         private.contains("ENCRYPTED"),
         "the private key is encrypted: {private}"
     );
+    // Nothing broken is pushed: the file is loaded and checked first.
+    let junk = ws.path("junk.wasm");
+    std::fs::write(&junk, b"not a component").unwrap();
+    let tag = registry.reference("plugins/podset:1");
+    let mut args = vec!["push", junk.to_str().unwrap(), tag.as_str()];
+    let access = registry.access_args();
+    args.extend(access.iter().map(String::as_str));
+    let out = ws.host("cache", &args);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not a WebAssembly file"),
+        "{}",
+        stderr(&out)
+    );
+
     let digest = push(
         &ws,
         &registry,
@@ -125,8 +140,53 @@ fn a_signed_push_runs_by_reference_in_inspect_test_and_simulate() {
         "plugins/podset:1",
         Some(&key),
     );
-    let access = registry.access_args();
     let access: Vec<&str> = access.iter().map(String::as_str).collect();
+
+    // The CNCF Wasm artifact: its config lists the component's exports.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = oci_client::Client::new(oci_client::client::ClientConfig {
+        protocol: oci_client::client::ClientProtocol::Http,
+        ..Default::default()
+    });
+    let pinned: oci_client::Reference = format!("{}/plugins/podset@{digest}", registry.host)
+        .parse()
+        .unwrap();
+    let anonymous = oci_client::secrets::RegistryAuth::Anonymous;
+    let (manifest, _) = runtime
+        .block_on(client.pull_image_manifest(&pinned, &anonymous))
+        .unwrap();
+    assert_eq!(
+        manifest.config.media_type,
+        "application/vnd.wasm.config.v0+json"
+    );
+    assert_eq!(manifest.layers.len(), 1);
+    assert_eq!(manifest.layers[0].media_type, "application/wasm");
+    let mut config = Vec::new();
+    runtime
+        .block_on(client.pull_blob(&pinned, &manifest.config, &mut config))
+        .unwrap();
+    let config: serde_json::Value = serde_json::from_slice(&config).unwrap();
+    assert_eq!(
+        config["layerDigests"][0],
+        manifest.layers[0].digest.as_str()
+    );
+    let exports = config["component"]["exports"].as_array().unwrap();
+    assert!(
+        exports
+            .iter()
+            .any(|e| e.as_str().unwrap().starts_with("reconciler:plugin/")),
+        "{config}"
+    );
+    assert!(
+        !config["component"]["imports"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{config}"
+    );
 
     // By tag, verified: the plugin's own metadata, shown under its reference and digest.
     let reference = registry.reference("plugins/podset:1");
