@@ -265,7 +265,12 @@ pub async fn verify(
                 url: identity.subject.clone(),
                 issuer: identity.issuer.clone(),
             };
-            email.verify(layer).unwrap_or(false) || url.verify(layer).unwrap_or(false)
+            let identity_matches =
+                email.verify(layer).unwrap_or(false) || url.verify(layer).unwrap_or(false);
+            // sigstore vouches for the certificate (chain to the Fulcio
+            // roots, Rekor bundle); that the layer's signature was made with
+            // that certificate's key is checked here.
+            identity_matches && signed_by_certificate(layer)
         };
         if layers.iter().any(matches) {
             return Ok(Signer::Keyless {
@@ -286,6 +291,22 @@ pub async fn verify(
         count: layers.len(),
         trusted: trusted.join(", "),
     })
+}
+
+/// Whether `layer`'s signature verifies under the key of its (verified)
+/// certificate.
+fn signed_by_certificate(layer: &SignatureLayer) -> bool {
+    let (Some(certificate), Some(signature)) = (&layer.certificate_signature, &layer.signature)
+    else {
+        return false;
+    };
+    certificate
+        .verification_key
+        .verify_signature(
+            sigstore::crypto::Signature::Base64Encoded(signature.as_bytes()),
+            &layer.raw_data,
+        )
+        .is_ok()
 }
 
 fn pem_to_der(pem: &[u8]) -> Result<Vec<u8>, VerifyError> {
