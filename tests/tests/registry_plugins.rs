@@ -618,3 +618,202 @@ fn dev_serves_the_plugin_objects_among_its_objects_with_their_keys() {
         stderr(&out)
     );
 }
+
+/// Keyless signatures as cosign makes them (a certificate from a Fulcio CA,
+/// a Rekor bundle), here from a test CA and a test log whose roots are
+/// given as files: the signer's identity is what verifies, a signature not
+/// made with the certificate's key does not, nor does another identity.
+#[test]
+fn keyless_signatures_verify_against_a_trust_root_given_as_files() {
+    if skip(
+        SUITE,
+        "keyless_signatures_verify_against_a_trust_root_given_as_files",
+        Mode::Anonymous,
+    ) {
+        return;
+    }
+    use base64::Engine as _;
+    use reconciler_host::registry::signatures::{
+        self, KeylessIdentity, Signer, TrustPolicy, TrustRootFiles,
+    };
+    use reconciler_host::registry::{Digest, PluginReference, RegistryOptions};
+    use sha2::Digest as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+
+    let registry = Registry::start(Mode::Anonymous);
+    let ws = Workspace::new();
+    let digest = push(
+        &ws,
+        &registry,
+        &example_plugin("podset"),
+        "keyless/podset:1",
+        None,
+    );
+
+    // A Fulcio-like CA and a leaf for ci@example.com, issuer https://issuer.example.
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "test fulcio");
+    ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let ca = rcgen::Issuer::new(ca_params, ca_key);
+    let leaf_signer = sigstore::crypto::SigningScheme::ECDSA_P256_SHA256_ASN1
+        .create_signer()
+        .unwrap();
+    let leaf_pem = leaf_signer
+        .to_sigstore_keypair()
+        .unwrap()
+        .private_key_to_pem()
+        .unwrap();
+    let leaf_key = rcgen::KeyPair::from_pem(&leaf_pem).unwrap();
+    let mut leaf_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    leaf_params.subject_alt_names = vec![rcgen::SanType::Rfc822Name(
+        "ci@example.com".try_into().unwrap(),
+    )];
+    leaf_params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+    leaf_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::CodeSigning];
+    leaf_params.custom_extensions = vec![rcgen::CustomExtension::from_oid_content(
+        &[1, 3, 6, 1, 4, 1, 57264, 1, 1],
+        b"https://issuer.example".to_vec(),
+    )];
+    let leaf_cert = leaf_params.signed_by(&leaf_key, &ca).unwrap();
+
+    // A Rekor-like log: its signed entry timestamp over the canonical payload.
+    let rekor = sigstore::crypto::SigningScheme::ECDSA_P256_SHA256_ASN1
+        .create_signer()
+        .unwrap();
+    let rekor_pair = rekor.to_sigstore_keypair().unwrap();
+    let log_id: String = sha2::Sha256::digest(rekor_pair.public_key_to_der().unwrap())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let integrated = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let body = b64(b"{}");
+    let canonical = format!(
+        r#"{{"body":"{body}","integratedTime":{integrated},"logID":"{log_id}","logIndex":1}}"#
+    );
+    let set = b64(&rekor.sign(canonical.as_bytes()).unwrap());
+    let bundle = format!(
+        r#"{{"SignedEntryTimestamp":"{set}","Payload":{{"body":"{body}","integratedTime":{integrated},"logIndex":1,"logID":"{log_id}"}}}}"#
+    );
+
+    let host = registry.host.clone();
+    let payload = format!(
+        r#"{{"critical":{{"identity":{{"docker-reference":"{host}/keyless/podset"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":null}}"#
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = oci_client::Client::new(oci_client::client::ClientConfig {
+        protocol: oci_client::client::ClientProtocol::Http,
+        ..Default::default()
+    });
+    let sig_tag: oci_client::Reference = format!(
+        "{host}/keyless/podset:sha256-{}.sig",
+        digest.trim_start_matches("sha256:")
+    )
+    .parse()
+    .unwrap();
+    // Replaces the digest's signatures with one layer signed by `signer`.
+    let attach = |signer: &sigstore::crypto::SigStoreSigner| {
+        let signature = b64(&signer.sign(payload.as_bytes()).unwrap());
+        let annotations = std::collections::BTreeMap::from([
+            ("dev.cosignproject.cosign/signature".to_string(), signature),
+            (
+                "dev.sigstore.cosign/certificate".to_string(),
+                leaf_cert.pem(),
+            ),
+            ("dev.sigstore.cosign/chain".to_string(), ca_cert.pem()),
+            ("dev.sigstore.cosign/bundle".to_string(), bundle.clone()),
+        ]);
+        let layer = oci_client::client::ImageLayer::new(
+            payload.clone().into_bytes(),
+            "application/vnd.dev.cosign.simplesigning.v1+json".into(),
+            Some(annotations),
+        );
+        let config = oci_client::client::Config::new(
+            b"{}".to_vec(),
+            "application/vnd.oci.image.config.v1+json".into(),
+            None,
+        );
+        // Pushed by hand: oci-client's canonical JSON leaves the PEM's
+        // newlines unescaped, which the registry rightly refuses.
+        let manifest = oci_client::manifest::OciImageManifest::build(
+            std::slice::from_ref(&layer),
+            &config,
+            None,
+        );
+        runtime.block_on(async {
+            client
+                .push_blob(&sig_tag, layer.data.clone(), &manifest.layers[0].digest)
+                .await
+                .unwrap();
+            client
+                .push_blob(&sig_tag, config.data.clone(), &manifest.config.digest)
+                .await
+                .unwrap();
+            client
+                .push_manifest_raw(
+                    &sig_tag,
+                    serde_json::to_vec(&manifest).unwrap(),
+                    "application/vnd.oci.image.manifest.v1+json"
+                        .parse()
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+        });
+    };
+
+    let dir = ws.path("trust-root");
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = |subject: &str| TrustPolicy {
+        keyless: vec![KeylessIdentity {
+            subject: subject.into(),
+            issuer: "https://issuer.example".into(),
+        }],
+        trust_root: Some(TrustRootFiles {
+            fulcio_pem: vec![ca_cert.pem().into_bytes()],
+            rekor_pem: vec![rekor_pair.public_key_to_pem().unwrap().into_bytes()],
+        }),
+        ..TrustPolicy::default()
+    };
+    let options = RegistryOptions {
+        insecure: vec![host.clone()],
+        ..RegistryOptions::default()
+    };
+    let reference = PluginReference::parse(&registry.reference("keyless/podset:1")).unwrap();
+    let digest = Digest::parse(&digest).unwrap();
+    let anonymous = oci_client::secrets::RegistryAuth::Anonymous;
+    let verify = |policy: &TrustPolicy| {
+        runtime.block_on(signatures::verify(
+            &options, policy, &reference, &digest, &anonymous,
+        ))
+    };
+
+    attach(&leaf_signer);
+    assert_eq!(
+        verify(&policy("ci@example.com")).unwrap(),
+        Signer::Keyless {
+            subject: "ci@example.com".into(),
+            issuer: "https://issuer.example".into()
+        }
+    );
+    let other = verify(&policy("someone@example.com")).unwrap_err();
+    assert_eq!(other.reason(), "SignatureNotTrusted", "{other}");
+
+    // The same certificate and bundle, the payload signed by another key.
+    let impostor = sigstore::crypto::SigningScheme::ECDSA_P256_SHA256_ASN1
+        .create_signer()
+        .unwrap();
+    attach(&impostor);
+    let forged = verify(&policy("ci@example.com")).unwrap_err();
+    assert_eq!(forged.reason(), "SignatureNotTrusted", "{forged}");
+}

@@ -18,6 +18,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use sha2::Digest as _;
+
 use sigstore::cosign::verification_constraint::cert_subject_email_verifier::StringVerifier;
 use sigstore::cosign::verification_constraint::{
     CertSubjectEmailVerifier, CertSubjectUrlVerifier, PublicKeyVerifier, VerificationConstraint,
@@ -215,12 +217,15 @@ pub async fn verify(
         .flat_map(|r| r.fulcio_pem.iter())
         .map(|pem| pem_to_der(pem))
         .collect::<Result<_, _>>()?;
+    // A Rekor bundle names its log by the SHA-256 of the log's public key
+    // (DER): that is the key sigstore looks it up by.
     let rekor_keys: BTreeMap<String, Vec<u8>> = policy
         .trust_root
         .iter()
         .flat_map(|r| r.rekor_pem.iter())
-        .enumerate()
-        .map(|(i, pem)| pem_to_der(pem).map(|der| (format!("rekor-{i}"), der)))
+        .map(|pem| {
+            pem_to_der(pem).map(|der| (super::client::hex(&sha2::Sha256::digest(&der)), der))
+        })
         .collect::<Result<_, _>>()?;
     let root = ManualTrustRoot {
         fulcio_certs: fulcio_der.iter().map(|d| d.as_slice().into()).collect(),
