@@ -149,6 +149,9 @@ pub struct DevConfig {
     pub plugins_dir: PathBuf,
     /// Plugins pulled by reference (`--plugin`), served beside the directory's.
     pub pulled_dir: Option<PathBuf>,
+    /// The Plugin objects among the objects, pulled and followed as their
+    /// files change.
+    pub object_plugins: Option<crate::plugin_resources::from_objects::ObjectPlugins>,
     pub objects_dir: PathBuf,
     /// CustomResourceDefinitions applied before the objects, read once.
     pub crds_dir: Option<PathBuf>,
@@ -165,7 +168,7 @@ pub struct DevConfig {
 /// many plugin versions were refused.
 pub async fn run(
     sandbox: Arc<Sandbox>,
-    config: DevConfig,
+    mut config: DevConfig,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<u64> {
     let mut cluster = EmbeddedCluster::new(Arc::new(RealClock));
@@ -193,6 +196,15 @@ pub async fn run(
     if let Some(pulled) = &config.pulled_dir {
         plugins = plugins.also_serving(pulled);
     }
+    if let Some(object_plugins) = &mut config.object_plugins {
+        plugins = plugins.also_serving(object_plugins.dir());
+        for line in sync_object_plugins(object_plugins, &config.objects_dir)
+            .await
+            .0
+        {
+            writeln!(out, "{}", stamp(&line))?;
+        }
+    }
     for event in plugins.sync(&engine).await {
         writeln!(out, "{}", stamp(&event.to_string()))?;
     }
@@ -213,6 +225,7 @@ pub async fn run(
     let (fs_tx, mut fs_rx) = mpsc::unbounded_channel();
     let _objects_watch = watch_dir(&config.objects_dir, fs_tx);
     let (plugins_tx, plugins_rx) = mpsc::unbounded_channel();
+    let rescan = plugins_tx.clone();
     let _plugins_watch = watch_dir(&config.plugins_dir, plugins_tx);
     // Later plugin files load beside the loop, which keeps serving.
     let mut failures = plugins.failures();
@@ -258,6 +271,15 @@ pub async fn run(
             () = cluster.builtin_changes_ready(), if config.builtins.is_some() && dispatcher.outstanding() == 0 => {}
             Some(()) = fs_rx.recv() => {
                 while fs_rx.try_recv().is_ok() {}
+                if let Some(object_plugins) = &mut config.object_plugins {
+                    let (lines, changed) = sync_object_plugins(object_plugins, &config.objects_dir).await;
+                    for line in lines {
+                        writeln!(out, "{}", stamp(&line))?;
+                    }
+                    if changed {
+                        let _ = rescan.send(());
+                    }
+                }
                 for line in manifests.sync_admitted(&config.objects_dir, &cluster, &engine.plugins()) {
                     writeln!(out, "{}", stamp(&line))?;
                 }
@@ -273,7 +295,19 @@ pub async fn run(
     for record in records {
         writeln!(out, "{}", stamp(&record.to_string()))?;
     }
-    Ok(failures)
+    Ok(failures + config.object_plugins.as_ref().map_or(0, |p| p.failures()))
+}
+
+/// Reads the objects' files again and brings the Plugin objects' served
+/// files in line; unreadable files are the object sync's to report.
+async fn sync_object_plugins(
+    object_plugins: &mut crate::plugin_resources::from_objects::ObjectPlugins,
+    objects_dir: &std::path::Path,
+) -> (Vec<String>, bool) {
+    let objects: Vec<serde_json::Value> = crate::manifests::read_all(objects_dir)
+        .map(|all| all.into_iter().map(|(_, o)| o).collect())
+        .unwrap_or_default();
+    object_plugins.sync(&objects).await
 }
 
 /// The built-in controllers' changes since the last call, quieter than a

@@ -162,6 +162,7 @@ async fn dev_reports_the_refused_plugin_by_file_and_runs_the_others() {
     let config = DevConfig {
         plugins_dir: plugins.path().to_path_buf(),
         pulled_dir: None,
+        object_plugins: None,
         objects_dir: objects.path().to_path_buf(),
         crds_dir: Some(root().join("crds")),
         until_settled: true,

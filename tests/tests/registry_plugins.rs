@@ -612,10 +612,10 @@ fn dev_serves_the_plugin_objects_among_its_objects_with_their_keys() {
     );
     assert!(!out.status.success(), "no plugin at all serves");
     assert!(
-        stderr(&out).contains("Plugin podset:")
-            && stderr(&out).contains("none of its 1 signature(s) verifies"),
+        stdout(&out).contains("error: Plugin podset:")
+            && stdout(&out).contains("none of its 1 signature(s) verifies"),
         "{}",
-        stderr(&out)
+        stdout(&out)
     );
 }
 
@@ -816,4 +816,95 @@ fn keyless_signatures_verify_against_a_trust_root_given_as_files() {
     attach(&impostor);
     let forged = verify(&policy("ci@example.com")).unwrap_err();
     assert_eq!(forged.reason(), "SignatureNotTrusted", "{forged}");
+}
+
+/// `dev` follows its Plugin objects as their files change: a new source is
+/// pulled and reloaded, a removed Plugin stops its plugin.
+#[test]
+fn dev_follows_edits_of_its_plugin_objects() {
+    if skip(
+        SUITE,
+        "dev_follows_edits_of_its_plugin_objects",
+        Mode::Anonymous,
+    ) {
+        return;
+    }
+    use std::io::BufRead as _;
+    use std::time::{Duration, Instant};
+    let registry = Registry::start(Mode::Anonymous);
+    let ws = Workspace::new();
+    push(&ws, &registry, &example_plugin("podset"), "podset:1", None);
+    push(
+        &ws,
+        &registry,
+        &reconciler_tests::test_plugin("podset-v2"),
+        "podset:2",
+        None,
+    );
+    let objects = ws.path("objects");
+    std::fs::create_dir_all(&objects).unwrap();
+    let plugin = |tag: &str| {
+        format!(
+            "apiVersion: reconciler-host.io/v1alpha1\nkind: Plugin\nmetadata: {{name: podset}}\nspec: {{source: \"{}\", insecure: true}}\n",
+            registry.reference(&format!("podset:{tag}"))
+        )
+    };
+    let podset =
+        "apiVersion: example.com/v1alpha1\nkind: PodSet\nmetadata: {name: a}\nspec: {size: 1}\n";
+    std::fs::write(objects.join("podset.yaml"), podset).unwrap();
+    std::fs::write(objects.join("plugin.yaml"), plugin("1")).unwrap();
+    let mut child = Command::new(HOST)
+        .args([
+            "dev",
+            "--objects",
+            objects.to_str().unwrap(),
+            "--plugins-dir",
+        ])
+        .arg(ws.path("no-plugins"))
+        .arg("--registry-cache")
+        .arg(ws.path("cache"))
+        .env("DOCKER_CONFIG", &ws.docker_config)
+        .env(
+            "RECONCILER_HOST_COMPILE_CACHE",
+            reconciler_tests::test_compile_cache_dir(),
+        )
+        .current_dir(root())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = Vec::new();
+    let mut wait_for = |needle: &str| {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(60) {
+            if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+                let found = line.contains(needle);
+                seen.push(line);
+                if found {
+                    return;
+                }
+            }
+        }
+        let _ = child.kill();
+        panic!("dev never printed {needle:?}:\n{}", seen.join("\n"));
+    };
+    wait_for("loaded plugin podset 0.1.0");
+    // The table comes from the loop, once the files are watched.
+    wait_for("PLUGIN  KIND");
+    std::fs::write(objects.join("plugin.yaml"), plugin("2")).unwrap();
+    wait_for("reloaded plugin podset: 0.1.0");
+    std::fs::remove_file(objects.join("plugin.yaml")).unwrap();
+    wait_for("unloaded plugin podset");
+    let _ = child.kill();
+    let _ = child.wait();
 }

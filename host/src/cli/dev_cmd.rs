@@ -40,23 +40,35 @@ const DEFAULT_CRDS_DIR: &str = "crds";
 pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode> {
     let config = sandbox.config()?;
     let mut keep = None;
-    let mut fetched = args
+    let fetched = args
         .references
         .fetch_all(&[], config.compile_cache.as_deref(), &mut keep)?;
-    // Plugin objects among the objects: pulled as references are.
-    if args.objects.exists() {
-        let objects: Vec<_> = crate::manifests::read_all(&args.objects)?
-            .into_iter()
-            .map(|(_, o)| o)
-            .collect();
-        let (more, failed) =
-            args.references
-                .fetch_objects(&objects, config.compile_cache.as_deref(), &mut keep)?;
-        for why in failed {
-            eprintln!("error: {why} (the other plugins run)");
-        }
-        fetched.extend(more);
-    }
+    // Plugin objects among the objects: pulled, and followed as their files change.
+    let object_plugins = if args.objects.exists() {
+        let cache = args
+            .references
+            .access
+            .cache(config.compile_cache.as_deref(), &mut keep)?;
+        Some(
+            crate::plugin_resources::from_objects::ObjectPlugins::new(
+                args.references.access.options()?,
+                cache,
+            )
+            .map_err(|e| {
+                anyhow::anyhow!("creating the directory pulled plugins are served from: {e}")
+            })?,
+        )
+    } else {
+        None
+    };
+    let has_plugin_objects = args.objects.exists()
+        && !crate::plugin_resources::from_objects::plugin_objects(
+            &crate::manifests::read_all(&args.objects)?
+                .into_iter()
+                .map(|(_, o)| o)
+                .collect::<Vec<_>>(),
+        )
+        .is_empty();
     let pulled = super::registry_args::serve_fetched(&fetched)?;
     let sandbox = Arc::new(crate::plugin::Sandbox::new(config)?);
     // Plugins by reference alone need no plugins directory: an empty one
@@ -64,7 +76,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
     let mut plugins_dir = args.plugins_dir.clone();
     let mut empty_plugins_dir = None;
     if !plugins_dir.is_dir() {
-        if fetched.is_empty() {
+        if fetched.is_empty() && !has_plugin_objects {
             anyhow::bail!(
                 "the plugins directory {} does not exist (build the example plugins with scripts/build-plugins)",
                 args.plugins_dir.display()
@@ -87,6 +99,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
     let config = DevConfig {
         plugins_dir,
         pulled_dir: pulled.as_ref().map(|p| p.dir().to_path_buf()),
+        object_plugins,
         objects_dir: args.objects,
         crds_dir,
         until_settled: args.until_settled,

@@ -85,6 +85,137 @@ fn policy_of(spec: &ValidSpec, objects: &[Value]) -> Result<TrustPolicy, String>
     Ok(policy)
 }
 
+/// The Plugin objects of `dev`'s object files, followed as the files
+/// change: a new or edited Plugin (or key) is pulled and served, a removed
+/// one stops serving, and one that fails keeps its last good version, as on
+/// a cluster.
+pub struct ObjectPlugins {
+    options: crate::registry::RegistryOptions,
+    cache: crate::registry::ArtifactCache,
+    served: crate::registry::served_files::ServedFiles,
+    /// What each Plugin was last pulled for (spec and keys).
+    seen: std::collections::BTreeMap<String, String>,
+    failures: u64,
+}
+
+impl ObjectPlugins {
+    pub fn new(
+        options: crate::registry::RegistryOptions,
+        cache: crate::registry::ArtifactCache,
+    ) -> std::io::Result<Self> {
+        let served = crate::registry::served_files::ServedFiles::new(cache.dir())?;
+        Ok(Self {
+            options,
+            cache,
+            served,
+            seen: std::collections::BTreeMap::new(),
+            failures: 0,
+        })
+    }
+
+    /// Where their files are served from.
+    pub fn dir(&self) -> &std::path::Path {
+        self.served.dir()
+    }
+
+    /// Plugin objects that could not be served so far.
+    pub fn failures(&self) -> u64 {
+        self.failures
+    }
+
+    /// Brings the served files in line with the Plugins among `objects`;
+    /// a line for each change or failure, and whether a file changed.
+    pub async fn sync(&mut self, objects: &[Value]) -> (Vec<String>, bool) {
+        let (mut lines, mut changed) = (Vec::new(), false);
+        let mut present = std::collections::BTreeSet::new();
+        for plugin in plugin_objects(objects) {
+            let plugin = match plugin {
+                Ok(plugin) => plugin,
+                Err(why) => {
+                    // A Plugin broken in the file keeps what served.
+                    if let Some(name) = why
+                        .strip_prefix("Plugin ")
+                        .and_then(|r| r.split(':').next())
+                    {
+                        present.insert(name.to_string());
+                    }
+                    self.failures += 1;
+                    lines.push(format!("error: {why}"));
+                    continue;
+                }
+            };
+            present.insert(plugin.name.clone());
+            let fingerprint = plugin.fingerprint();
+            if self.seen.get(&plugin.name) == Some(&fingerprint) {
+                continue;
+            }
+            let mut options = self.options.clone();
+            if plugin.spec.raw.insecure {
+                options
+                    .insecure
+                    .push(plugin.spec.reference.registry().to_string());
+            }
+            let client = crate::registry::RegistryClient::new(options);
+            let fetched = crate::registry::fetch::fetch_once(
+                &client,
+                &self.cache,
+                &plugin.policy,
+                &plugin.spec.reference,
+                None,
+            )
+            .await;
+            match fetched.map_err(|e| e.to_string()).and_then(|f| {
+                self.served
+                    .place(&format!("plugin-{}", plugin.name), &f.path)
+                    .map(|_| f)
+                    .map_err(|e| format!("cannot serve it: {e}"))
+            }) {
+                Ok(fetched) => {
+                    lines.push(format!("Plugin {}: {fetched}", plugin.name));
+                    self.seen.insert(plugin.name.clone(), fingerprint);
+                    changed = true;
+                }
+                Err(why) => {
+                    self.failures += 1;
+                    lines.push(format!(
+                        "error: Plugin {}: {why} (whatever served keeps serving)",
+                        plugin.name
+                    ));
+                }
+            }
+        }
+        let gone: Vec<String> = self
+            .seen
+            .keys()
+            .filter(|n| !present.contains(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.seen.remove(&name);
+            if let Err(e) = self.served.remove(&format!("plugin-{name}")) {
+                lines.push(format!("error: Plugin {name}: cannot stop serving it: {e}"));
+            } else {
+                lines.push(format!("Plugin {name} is gone: its plugin stops"));
+                changed = true;
+            }
+        }
+        (lines, changed)
+    }
+}
+
+impl PluginObject {
+    /// What the Plugin is pulled for: its spec and the keys it trusts.
+    pub fn fingerprint(&self) -> String {
+        let mut text = self.spec.raw.source.clone();
+        text.push_str(&format!("{:?}", self.spec.raw));
+        for key in &self.policy.keys {
+            text.push_str(&key.name);
+            text.push_str(&String::from_utf8_lossy(key.pem()));
+        }
+        text
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,6 +51,11 @@ impl fmt::Debug for TrustedKey {
 }
 
 impl TrustedKey {
+    /// The key's PEM text.
+    pub fn pem(&self) -> &[u8] {
+        &self.pem
+    }
+
     /// A PEM public key (`cosign.pub`); refused now if it is not one, so a
     /// typo is reported where the key is named, not at the first pull.
     pub fn from_pem(name: impl Into<String>, pem: &[u8]) -> Result<Self, VerifyError> {
