@@ -48,6 +48,9 @@ try {
   });
   await writeFile(`${values.out}.tmp`, component);
   await rename(`${values.out}.tmp`, values.out);
+  console.log(
+    `built ${values.out} (${(component.length / 1e6).toFixed(1)} MB) from ${relative(process.cwd(), source)}`,
+  );
 } finally {
   await rm(entry, { force: true });
 }

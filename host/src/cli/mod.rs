@@ -86,10 +86,22 @@ or is refused (e.g. a namespaced primary owning or writing a cluster-scoped kind
     )]
     Simulate(simulate_cmd::SimulateArgs),
     /// Run golden cases against a compiled plugin: one line per case, a diff on mismatch.
-    #[command(
-        after_help = "A case is a YAML file with the primary object, the objects the cache holds, and the \
-expected response. See plugins/podset/cases/ for examples. Exits non-zero if any case fails."
-    )]
+    #[command(after_help = "A case is a YAML file (unknown keys are refused):\n\n  \
+description: what it shows          # optional\n  \
+now: 2024-01-01T00:00:00Z           # optional: the plugin's clock\n  \
+primary: {apiVersion, kind, metadata, spec, ...}   # the object reconciled\n  \
+objects: [...]                      # optional: what the cache holds\n  \
+expect:                             # a key left out expects nothing\n    \
+apply: [...]                      # objects applied, in order\n    \
+delete: [{apiVersion, kind, namespace, name}]\n    \
+status: {...}\n    \
+events: [{type, reason, message}]\n    \
+requeueAfter: 1m\n    \
+finalized: true\n    \
+error: text                       # instead: the call must fail with this text\n\n\
+An admission case has `admission: {operation, object, oldObject, userInfo, dryRun}` instead of primary and \
+objects, and expects {allowed, message, warnings, patch}. `dev --record DIR` and `run --record DIR` write \
+cases of every reconcile. A mismatch prints a unified diff; exits non-zero if any case fails.")]
     Test(test_cmd::TestArgs),
     /// Print the least-privilege ClusterRole (and, with --namespace, Roles) the plugins of a directory need.
     #[command(

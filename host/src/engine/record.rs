@@ -7,7 +7,7 @@ use reconciler_contract::EventType;
 
 use super::work_queue::PrimaryKey;
 use crate::cluster::ObjectKey;
-use crate::golden::duration_text::format_duration;
+use crate::golden::duration_text::format_duration_for_people;
 
 /// One change the host made to the cluster on a plugin's behalf.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,7 +105,7 @@ impl fmt::Display for ReconcileRecord {
                     f.write_str(&text.join("; "))?;
                 }
                 if let Some(d) = requeue_after {
-                    write!(f, "; requeue in {}", format_duration(*d))?;
+                    write!(f, "; requeue in {}", format_duration_for_people(*d))?;
                 }
                 Ok(())
             }
@@ -117,7 +117,7 @@ impl fmt::Display for ReconcileRecord {
             } => write!(
                 f,
                 "FAILED ({reason}, {failures} in a row, retry in {}): {message}",
-                format_duration(*retry_in)
+                format_duration_for_people(*retry_in)
             ),
             Outcome::Gone => f.write_str("gone"),
             Outcome::Unloaded => f.write_str("skipped: the plugin was unloaded"),

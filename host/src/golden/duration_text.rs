@@ -57,9 +57,45 @@ pub fn format_duration(d: Duration) -> String {
     out
 }
 
+/// `d` for a person reading a log line: whole seconds from one second up
+/// (`9m59s`, not `599008ms`), milliseconds below. Not for case files,
+/// which keep [`format_duration`]'s exact text.
+pub fn format_duration_for_people(d: Duration) -> String {
+    if d >= Duration::from_secs(1) {
+        format_duration(Duration::from_secs(d.as_secs()))
+    } else {
+        format_duration(d)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn people_read_whole_seconds_from_one_second_up() {
+        assert_eq!(
+            format_duration_for_people(Duration::from_millis(599_008)),
+            "9m59s"
+        );
+        assert_eq!(
+            format_duration_for_people(Duration::from_millis(3_600_999)),
+            "1h"
+        );
+        assert_eq!(
+            format_duration_for_people(Duration::from_millis(1_500)),
+            "1s"
+        );
+        assert_eq!(
+            format_duration_for_people(Duration::from_millis(250)),
+            "250ms"
+        );
+        assert_eq!(
+            format_duration(Duration::from_millis(599_008)),
+            "599008ms",
+            "case files stay exact"
+        );
+    }
 
     #[test]
     fn round_trips_the_usual_forms() {

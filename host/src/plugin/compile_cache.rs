@@ -59,6 +59,11 @@ impl CompileCache {
             .join(format!("{wasm_sha256}-{:016x}.cwasm", h.finish()))
     }
 
+    /// Whether the compiled code of `wasm_sha256` for `engine` is cached.
+    pub fn holds(&self, engine: &Engine, wasm_sha256: &str) -> bool {
+        self.entry(engine, wasm_sha256).is_file()
+    }
+
     /// The component for these bytes: from the cache, or compiled (by
     /// `compiler`, for `engine`) and cached. A cache that cannot be written
     /// only costs a recompile next time, so write failures are logged, not

@@ -368,7 +368,7 @@ impl Sandbox {
 
         let compile_started = Instant::now();
         let (component, source) = self
-            .component(bytes, &sha256)
+            .component(path, bytes, &sha256)
             .map_err(|e| fail(path, LoadFailure::Compile(format!("{e:#}"))))?;
         let compile = compile_started.elapsed();
 
@@ -447,9 +447,28 @@ impl Sandbox {
     /// is one.
     fn component(
         &self,
+        path: &Path,
         bytes: &[u8],
         sha256: &str,
     ) -> wasmtime::Result<(Component, CompileSource)> {
+        // A large component compiles for seconds: say so rather than sit
+        // silent (a compile cache hit is quick and says nothing).
+        if bytes.len() >= LOUD_COMPILE_BYTES
+            && self
+                .compile_cache
+                .as_ref()
+                .is_none_or(|c| !c.holds(&self.engine, sha256))
+        {
+            tracing::info!(
+                "compiling {} ({:.1} MB), which takes a few seconds{}",
+                path.display(),
+                bytes.len() as f64 / 1e6,
+                match &self.compile_cache {
+                    Some(cache) => format!("; cached afterwards in {}", cache.dir().display()),
+                    None => String::new(),
+                }
+            );
+        }
         match &self.compile_cache {
             Some(cache) => cache.load_or_compile(&self.engine, &self.compiler, bytes, sha256),
             None => self
@@ -467,7 +486,8 @@ impl Sandbox {
         &self,
         bytes: &[u8],
     ) -> anyhow::Result<crate::registry::artifact::ComponentInterfaces> {
-        let (component, _) = self.component(bytes, &content_hash(bytes))?;
+        let (component, _) =
+            self.component(Path::new("the component"), bytes, &content_hash(bytes))?;
         let component_type = component.component_type();
         Ok(crate::registry::artifact::ComponentInterfaces {
             imports: component_type
@@ -481,6 +501,9 @@ impl Sandbox {
         })
     }
 }
+
+/// Components this large get a line before they compile.
+const LOUD_COMPILE_BYTES: usize = 4 << 20;
 
 fn fail(path: &Path, reason: LoadFailure) -> LoadError {
     LoadError {
