@@ -208,6 +208,9 @@ pub async fn run(
     for event in plugins.sync(&engine).await {
         writeln!(out, "{}", stamp(&event.to_string()))?;
     }
+    for line in skipped_subdirectories(&config.plugins_dir) {
+        writeln!(out, "{}", stamp(&line))?;
+    }
     // Objects after plugins: the plugins that serve admission admit them.
     let mut manifests = ManifestDir::default();
     for line in manifests.sync_admitted(&config.objects_dir, &cluster, &engine.plugins()) {
@@ -296,6 +299,37 @@ pub async fn run(
         writeln!(out, "{}", stamp(&record.to_string()))?;
     }
     Ok(failures + config.object_plugins.as_ref().map_or(0, |p| p.failures()))
+}
+
+/// What `dev` does not load from below the plugins directory, and how to
+/// serve it: a plugin of its own directory (as the Python and JavaScript
+/// podsets are) is never loaded beside the others without a word.
+fn skipped_subdirectories(plugins_dir: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(plugins_dir) else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs.into_iter()
+        .filter_map(|dir| {
+            let files = crate::plugin::directory::plugin_files(&dir).ok()?;
+            let names: Vec<String> = files
+                .iter()
+                .filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect();
+            (!names.is_empty()).then(|| {
+                format!(
+                    "not loaded: {} in {} (plugins are read from the directory itself, not below it; serve it with --plugins-dir {})",
+                    names.join(", "),
+                    dir.display(),
+                    dir.display()
+                )
+            })
+        })
+        .collect()
 }
 
 /// Reads the objects' files again and brings the Plugin objects' served
@@ -416,6 +450,31 @@ mod tests {
     use reconciler_contract::KindRef;
 
     use super::*;
+
+    #[test]
+    fn plugins_in_subdirectories_are_named_with_how_to_serve_them() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("top.wasm"), b"").unwrap();
+        std::fs::create_dir_all(dir.path().join("greet-py")).unwrap();
+        std::fs::write(dir.path().join("greet-py/greet-py.wasm"), b"").unwrap();
+        std::fs::create_dir_all(dir.path().join("notes")).unwrap();
+        std::fs::write(dir.path().join("notes/readme.txt"), b"").unwrap();
+        let lines = skipped_subdirectories(dir.path());
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("not loaded: greet-py.wasm in "),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[0].ends_with(&format!(
+                "--plugins-dir {})",
+                dir.path().join("greet-py").display()
+            )),
+            "{}",
+            lines[0]
+        );
+    }
     use crate::cluster::VirtualClock;
 
     fn config_map(size: u32) -> String {
