@@ -32,6 +32,13 @@ reconciler-host run --plugins-dir plugins --install-crds crds\n  \
 reconciler-host simulate --objects examples/ --advance 1h\n  \
 reconciler-host test plugins/podset.wasm plugins/podset/cases\n  \
 reconciler-host inspect plugins/podset.wasm\n\n\
+Writing a plugin (README, section 'Writing a plugin'):\n  \
+Rust        a cdylib crate depending on plugins/sdk (reconciler-sdk): implement Reconciler, export_plugin!;\n              \
+add it to the workspace's members, then scripts/build-plugins\n  \
+Python      plugins/<name>/app.py with sdk-python (reconciler_sdk); scripts/build-plugins runs componentize-py\n  \
+JavaScript  plugins/<name>/<name>.js with sdk-js; scripts/build-plugins runs componentize-js\n\
+Then: reconciler-host test <plugin.wasm> <cases>, and reconciler-host dev.\n\n\
+-h shows each command's own options; --help adds the sandbox limits every command takes.\n\
 Logs go to stderr; filter them with RUST_LOG (e.g. RUST_LOG=debug)."
 )]
 pub struct Cli {
@@ -136,80 +143,88 @@ Then run it: `reconciler-host run --plugin oci://...@sha256:...`, or `kubectl ap
 }
 
 /// Sandbox limits and compile cache; see `plugin::limits` for why each
-/// default is what it is.
+/// default is what it is. Every command takes them, so `-h` leaves them
+/// out (they would drown each command's own options) and `--help` lists
+/// them under their heading.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Sandbox")]
 pub struct SandboxArgs {
     /// Memory cap of one reconcile, in MiB, for plugins that do not ask for one.
-    #[arg(long, global = true, default_value_t = HostLimits::default().memory_mib, value_name = "MIB")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().memory_mib, value_name = "MIB")]
     pub plugin_memory_mib: u32,
     /// The most memory a plugin may ask for (hints.memoryLimitMib).
-    #[arg(long, global = true, default_value_t = HostLimits::default().memory_max_mib, value_name = "MIB")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().memory_max_mib, value_name = "MIB")]
     pub plugin_memory_max_mib: u32,
     /// Guest memory of all calls at once (every plugin and admission), in MiB; a call that would
     /// grow past it fails naming this option, and each plugin keeps a share [default: half the
     /// cgroup memory limit, or a quarter of physical memory without one].
-    #[arg(long, global = true, value_name = "MIB")]
+    #[arg(long, global = true, hide_short_help = true, value_name = "MIB")]
     pub plugin_memory_total_mib: Option<u32>,
     /// Wall-clock deadline of one reconcile, in milliseconds.
-    #[arg(long, global = true, default_value_t = HostLimits::default().timeout_ms, value_name = "MS")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().timeout_ms, value_name = "MS")]
     pub plugin_timeout_ms: u32,
     /// The longest deadline a plugin may ask for (hints.timeoutMs).
-    #[arg(long, global = true, default_value_t = HostLimits::default().timeout_max_ms, value_name = "MS")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().timeout_max_ms, value_name = "MS")]
     pub plugin_timeout_max_ms: u32,
     /// Cap on the JSON text of one response, in KiB.
-    #[arg(long, global = true, default_value_t = HostLimits::default().output_kib, value_name = "KIB")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().output_kib, value_name = "KIB")]
     pub plugin_output_kib: u32,
     /// The largest output cap a plugin may ask for (hints.maxOutputKib).
-    #[arg(long, global = true, default_value_t = HostLimits::default().output_max_kib, value_name = "KIB")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().output_max_kib, value_name = "KIB")]
     pub plugin_output_max_kib: u32,
     /// Events one response may carry, for plugins that do not ask (a response with more is refused).
-    #[arg(long, global = true, default_value_t = HostLimits::default().events, value_name = "N")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().events, value_name = "N")]
     pub plugin_events: u32,
     /// The most Events per response a plugin may ask for (hints.maxEvents).
-    #[arg(long, global = true, default_value_t = HostLimits::default().events_max, value_name = "N")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().events_max, value_name = "N")]
     pub plugin_events_max: u32,
     /// Objects one response may apply, for plugins that do not ask.
-    #[arg(long, global = true, default_value_t = HostLimits::default().applies, value_name = "N")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().applies, value_name = "N")]
     pub plugin_applies: u32,
     /// The most objects per response a plugin may ask to apply (hints.maxApplies).
-    #[arg(long, global = true, default_value_t = HostLimits::default().applies_max, value_name = "N")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().applies_max, value_name = "N")]
     pub plugin_applies_max: u32,
     /// Objects one response may delete, for plugins that do not ask.
-    #[arg(long, global = true, default_value_t = HostLimits::default().deletes, value_name = "N")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().deletes, value_name = "N")]
     pub plugin_deletes: u32,
     /// The most objects per response a plugin may ask to delete (hints.maxDeletes).
-    #[arg(long, global = true, default_value_t = HostLimits::default().deletes_max, value_name = "N")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().deletes_max, value_name = "N")]
     pub plugin_deletes_max: u32,
     /// Reconciles of one plugin in flight at once (API round trips included), for plugins that do not ask.
-    #[arg(long, global = true, default_value_t = HostLimits::default().concurrency, value_name = "N")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().concurrency, value_name = "N")]
     pub plugin_concurrency: u32,
     /// The most reconciles at once a plugin may ask for (hints.maxConcurrentReconciles).
-    #[arg(long, global = true, default_value_t = HostLimits::default().concurrency_max, value_name = "N")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().concurrency_max, value_name = "N")]
     pub plugin_concurrency_max: u32,
     /// Sandbox instances for all plugins' reconciles together: calls running at once, plus one
     /// kept for loading plugins. Shared fairly: while others wait, no plugin holds more than its
     /// share. Admission calls have instances of their own (--admission-instances).
-    #[arg(long, global = true, default_value_t = SandboxConfig::default().max_instances, value_name = "N")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = SandboxConfig::default().max_instances, value_name = "N")]
     pub plugin_instances: u32,
     /// Sandbox instances kept for admission calls, on top of --plugin-instances: the admission
     /// requests answered at once (more wait, within their deadline), so busy reconciles never make
     /// an admission call fail. Each reserves address space for the memory ceiling, not memory.
-    #[arg(long, global = true, default_value_t = SandboxConfig::default().admission_instances, value_name = "N")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = SandboxConfig::default().admission_instances, value_name = "N")]
     pub admission_instances: u32,
     /// How long hot reload waits for a new plugin file to compile and report its metadata, in seconds.
-    #[arg(long, global = true, default_value_t = HostLimits::default().load_timeout_secs, value_name = "SECS")]
+    #[arg(long, global = true, hide_short_help = true, default_value_t = HostLimits::default().load_timeout_secs, value_name = "SECS")]
     pub plugin_load_timeout_secs: u32,
     /// Where compiled plugins are cached [default: $XDG_CACHE_HOME/reconciler-host or ~/.cache/reconciler-host].
     #[arg(
         long,
         global = true,
+        hide_short_help = true,
         env = "RECONCILER_HOST_COMPILE_CACHE",
         value_name = "DIR"
     )]
     pub compile_cache: Option<PathBuf>,
     /// Compile plugins on every load instead of caching the result.
-    #[arg(long, global = true, conflicts_with = "compile_cache")]
+    #[arg(
+        long,
+        global = true,
+        hide_short_help = true,
+        conflicts_with = "compile_cache"
+    )]
     pub no_compile_cache: bool,
 }
 
