@@ -1,15 +1,13 @@
 """The podset logic, natively through the SDK harness: no Wasm involved."""
 
-import pathlib
-import sys
-
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sdk-python"))
-
-from app import DEPLOYMENT, Reconciler  # noqa: E402
-from reconciler_sdk import ReconcileError  # noqa: E402
-from reconciler_sdk.testing import Harness  # noqa: E402
+# reconciler_sdk comes from the environment scripts/build-plugins sets up
+# (target/guest-tools/python, where sdk-python is installed), as it would
+# from any environment a plugin author installs it into.
+from app import DEPLOYMENT, Reconciler
+from reconciler_sdk import ReconcileError
+from reconciler_sdk.testing import Harness
 
 
 def podset(name, size, **meta):
