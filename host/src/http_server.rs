@@ -34,9 +34,9 @@ pub struct HostStatus {
     ready: AtomicBool,
     /// Why the host is not ready, while it is not.
     waiting_for: Mutex<String>,
-    plugins: Mutex<Vec<PluginStatus>>,
-    /// The same list, for Plugin resources' followers waiting on a load.
-    plugins_feed: tokio::sync::watch::Sender<Vec<PluginStatus>>,
+    /// What the plugins directory serves: `/plugins` reads it, and Plugin
+    /// resources' followers wait on it for a load's outcome.
+    plugins: tokio::sync::watch::Sender<Vec<PluginStatus>>,
     sampler: OnceLock<Sampler>,
 }
 
@@ -63,13 +63,12 @@ impl HostStatus {
     }
 
     pub fn set_plugins(&self, plugins: Vec<PluginStatus>) {
-        self.plugins_feed.send_replace(plugins.clone());
-        *self.plugins.lock().unwrap_or_else(|e| e.into_inner()) = plugins;
+        self.plugins.send_replace(plugins);
     }
 
     /// What the plugins directory serves, after every change.
     pub fn plugins_feed(&self) -> tokio::sync::watch::Receiver<Vec<PluginStatus>> {
-        self.plugins_feed.subscribe()
+        self.plugins.subscribe()
     }
 
     /// Where scrapes read queues and cache sizes from; set once.
@@ -121,13 +120,7 @@ async fn readyz(State(status): State<Arc<HostStatus>>) -> Response {
 }
 
 async fn plugins(State(status): State<Arc<HostStatus>>) -> Json<Vec<PluginStatus>> {
-    Json(
-        status
-            .plugins
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone(),
-    )
+    Json(status.plugins.borrow().clone())
 }
 
 async fn metrics(State(status): State<Arc<HostStatus>>) -> Response {

@@ -175,20 +175,7 @@ impl PluginRefArgs {
                     continue;
                 }
             };
-            let mut options = options.clone();
-            if plugin.spec.raw.insecure {
-                options
-                    .insecure
-                    .push(plugin.spec.reference.registry().to_string());
-            }
-            let client = RegistryClient::new(options);
-            match runtime.block_on(fetch_once(
-                &client,
-                &cache,
-                &plugin.policy,
-                &plugin.spec.reference,
-                None,
-            )) {
+            match runtime.block_on(plugin.fetch(&options, &cache)) {
                 Ok(done) => {
                     tracing::info!("Plugin {}: {done}", plugin.name);
                     fetched.push(done);

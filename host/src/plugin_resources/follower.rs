@@ -378,19 +378,16 @@ impl Follower {
         // Once per new message: a retry that fails the same way is quiet.
         if self.status.last_error.as_deref() == Some(message.as_str()) {
             tracing::debug!("{}: still {message}", self.label);
-            self.status.last_error = Some(message.clone());
-            self.set(desired, condition, State::no(reason, message))
-                .await;
-            return Attempt::Failed;
+        } else {
+            tracing::warn!(
+                "{}: {message}{}",
+                self.label,
+                match &self.serving {
+                    Some(s) => format!(" ({} keeps serving)", s.digest.short()),
+                    None => " (nothing of it serves yet; retried with backoff)".into(),
+                }
+            );
         }
-        tracing::warn!(
-            "{}: {message}{}",
-            self.label,
-            match &self.serving {
-                Some(s) => format!(" ({} keeps serving)", s.digest.short()),
-                None => " (nothing of it serves yet; retried with backoff)".into(),
-            }
-        );
         self.status.last_error = Some(message.clone());
         self.set(desired, condition, State::no(reason, message))
             .await;

@@ -149,21 +149,7 @@ impl ObjectPlugins {
             if self.seen.get(&plugin.name) == Some(&fingerprint) {
                 continue;
             }
-            let mut options = self.options.clone();
-            if plugin.spec.raw.insecure {
-                options
-                    .insecure
-                    .push(plugin.spec.reference.registry().to_string());
-            }
-            let client = crate::registry::RegistryClient::new(options);
-            let fetched = crate::registry::fetch::fetch_once(
-                &client,
-                &self.cache,
-                &plugin.policy,
-                &plugin.spec.reference,
-                None,
-            )
-            .await;
+            let fetched = plugin.fetch(&self.options, &self.cache).await;
             match fetched.map_err(|e| e.to_string()).and_then(|f| {
                 self.served
                     .place(&format!("plugin-{}", plugin.name), &f.path)
@@ -204,6 +190,17 @@ impl ObjectPlugins {
 }
 
 impl PluginObject {
+    /// Resolves, verifies (with the keys beside it) and pulls its source.
+    pub async fn fetch(
+        &self,
+        options: &crate::registry::RegistryOptions,
+        cache: &crate::registry::ArtifactCache,
+    ) -> Result<crate::registry::fetch::FetchedPlugin, crate::registry::fetch::FetchError> {
+        let client = crate::registry::RegistryClient::new(self.spec.registry_options(options));
+        crate::registry::fetch::fetch_once(&client, cache, &self.policy, &self.spec.reference, None)
+            .await
+    }
+
     /// What the Plugin is pulled for: its spec and the keys it trusts.
     pub fn fingerprint(&self) -> String {
         let mut text = self.spec.raw.source.clone();

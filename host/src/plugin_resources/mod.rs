@@ -89,10 +89,7 @@ impl Shared {
         spec: &ValidSpec,
         fixed_policy: Option<&TrustPolicy>,
     ) -> Result<Access, String> {
-        let mut options = self.options.clone();
-        if spec.raw.insecure {
-            options.insecure.push(spec.reference.registry().to_string());
-        }
+        let options = spec.registry_options(&self.options);
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
         let config_maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
         let mut credentials = Credentials::default();

@@ -99,6 +99,21 @@ pub struct ValidSpec {
     pub raw: PluginSpec,
 }
 
+impl ValidSpec {
+    /// `base`, with the source's registry reached over plain HTTP when the
+    /// spec says `insecure`.
+    pub fn registry_options(
+        &self,
+        base: &crate::registry::RegistryOptions,
+    ) -> crate::registry::RegistryOptions {
+        let mut options = base.clone();
+        if self.raw.insecure {
+            options.insecure.push(self.reference.registry().to_string());
+        }
+        options
+    }
+}
+
 /// The shortest interval: a registry is not polled more often than this.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(5);
 
