@@ -15,6 +15,7 @@
 //! get ReplicaSets and Pods, Pods run, Jobs end.
 
 pub mod builtins;
+pub mod crd_schema;
 mod event_log;
 pub mod field_set;
 pub mod garbage_collector;

@@ -50,12 +50,15 @@
 //!   it missed changes and relist.
 //!
 //! Known bounds versus a real API server:
-//! - No schemas: kinds are not registered, so any apiVersion/kind is served,
-//!   versions are not converted (an object applied as `v1` and `v1beta1` is
-//!   two objects), nothing is defaulted (but a Namespace's finalizer and
-//!   phase, see [`super::namespaces`]), and only the metadata the store
-//!   relies on is validated (name, namespace, labels, annotations,
-//!   finalizers, ownerReferences).
+//! - Schemas only from CRDs: a custom resource whose CRD is stored is
+//!   checked, pruned, defaulted and validated by its version's schema (see
+//!   [`super::crd_schema`]); built-in kinds are not registered, so any
+//!   apiVersion/kind is served, versions are not converted (an object
+//!   applied as `v1` and `v1beta1` is two objects), built-ins are not
+//!   defaulted (but a Namespace's finalizer and phase, see
+//!   [`super::namespaces`]), and of them only the metadata the store relies
+//!   on is validated (name, namespace, labels, annotations, finalizers,
+//!   ownerReferences).
 //! - Namespaces need not exist: an object may be created in a namespace
 //!   that has no Namespace object.
 //! - `resourceVersion` in an apply is ignored rather than used as a
@@ -71,6 +74,7 @@ use reconciler_contract::KindRef;
 use reconciler_contract::json_depth::{unreadable_at, value_depth};
 use serde_json::{Map, Value, json};
 
+use super::crd_schema::{self, CrdSchemas, CrdVersions};
 use super::field_set::{FieldConflict, FieldPath, Manager, Merge, Operation, Ownership, Segment};
 use super::garbage_collector::{FOREGROUND_FINALIZER, GcTask};
 use super::kind_scopes::{CrdScope, KindScopes, is_crd};
@@ -217,6 +221,8 @@ pub struct EmbeddedStore {
     pending: VecDeque<GcTask>,
     /// Which kinds are cluster-scoped, learned from stored CRDs too.
     scopes: KindScopes,
+    /// The structural schemas of the stored CRDs' kinds.
+    schemas: CrdSchemas,
     /// How many objects each namespace holds, to tell when a terminating
     /// namespace is empty.
     per_namespace: BTreeMap<String, usize>,
@@ -237,6 +243,7 @@ impl EmbeddedStore {
             dropped_events: 0,
             pending: VecDeque::new(),
             scopes: KindScopes::default(),
+            schemas: CrdSchemas::default(),
             per_namespace: BTreeMap::new(),
         }
     }
@@ -371,6 +378,7 @@ impl EmbeddedStore {
         } = prepared;
         let key = self.key_to_store(given.clone())?;
         require_manager(&key, &field_manager)?;
+        self.check_applied(&key, &config)?;
         let manager = Manager::new(&field_manager, Operation::Apply);
         let outcome = match self.objects.get(&key) {
             // Merged in advance onto an object of the same key, or here.
@@ -422,16 +430,21 @@ impl EmbeddedStore {
         }
         let manager = Manager::new(field_manager, Operation::ApplyStatus);
         let config = json!({ "status": status });
+        self.check_applied(key, &config)?;
         let merge = entry
             .ownership()
             .apply(&stored, &config, &manager, true)
             .map_err(|c| conflict(key, &c))?;
-        let object = if merge.object == stored {
+        let mut merged = merge.object;
+        if merged != stored {
+            self.admit_custom(key, &mut merged, Some(&stored), crd_schema::admit_status)?;
+        }
+        let object = if merged == stored {
             self.set_ownership(key, merge.ownership);
             stored
         } else {
-            check_depth(key, &merge.object)?;
-            self.replace(key, merge.object, Some(merge.ownership))
+            check_depth(key, &merged)?;
+            self.replace(key, merged, Some(merge.ownership))
         };
         self.run_gc(now_millis);
         Ok(object)
@@ -514,9 +527,9 @@ impl EmbeddedStore {
             });
         }
         self.refuse_in_terminating_namespace(key)?;
-        let crd = self.admit(key, &merge.object)?;
-        self.created += 1;
         let mut object = merge.object;
+        let crd = self.admit(key, &mut object, None)?;
+        self.created += 1;
         let meta = metadata_mut(&mut object);
         meta.insert("uid".into(), Value::String(format_uid(self.created)));
         meta.insert("generation".into(), json!(1));
@@ -528,9 +541,7 @@ impl EmbeddedStore {
             super::namespaces::set_defaults(&mut object);
         }
         let object = self.insert(key, object, merge.ownership);
-        if let Some(crd) = crd {
-            self.scopes.learn(crd);
-        }
+        self.learn(crd);
         Ok(ApplyOutcome {
             object,
             created: true,
@@ -551,7 +562,14 @@ impl EmbeddedStore {
             .ownership()
             .apply(&stored, config, manager, force)
             .map_err(|c| conflict(key, &c))?;
-        if merge.object == stored {
+        let mut crd = None;
+        let mut object = merge.object;
+        let unchanged = object == stored || {
+            refuse_new_finalizers(key, &stored, &object)?;
+            crd = self.admit(key, &mut object, Some(&stored))?;
+            object == stored
+        };
+        if unchanged {
             self.set_ownership(key, merge.ownership);
             return Ok(ApplyOutcome {
                 object: stored,
@@ -559,16 +577,11 @@ impl EmbeddedStore {
                 changed: false,
             });
         }
-        refuse_new_finalizers(key, &stored, &merge.object)?;
-        let crd = self.admit(key, &merge.object)?;
-        let mut object = merge.object;
         if spec_changed(&stored, &object) {
             bump_generation(&mut object);
         }
         let object = self.replace_or_finish(key, object, Some(merge.ownership));
-        if let Some(crd) = crd {
-            self.scopes.learn(crd);
-        }
+        self.learn(crd);
         Ok(ApplyOutcome {
             object,
             created: false,
@@ -576,13 +589,20 @@ impl EmbeddedStore {
         })
     }
 
-    /// What the API server validates about an object before storing it,
-    /// beyond its own fields: one controller reference at most, and for a
-    /// CRD a scope that is valid and unchanged (returned, to learn once
-    /// stored).
-    fn admit(&self, key: &ObjectKey, object: &Value) -> Result<Option<CrdScope>, StoreError> {
+    /// What the API server does with an object before storing it, beyond
+    /// its own fields: one controller reference at most; a custom resource
+    /// pruned, defaulted and validated by its CRD's schema; for a CRD a
+    /// scope that is valid and unchanged and schemas that compile (returned,
+    /// to learn once stored).
+    fn admit(
+        &self,
+        key: &ObjectKey,
+        object: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<Option<LearnedCrd>, StoreError> {
         check_depth(key, object)?;
         check_single_controller(object).map_err(|message| invalid(key, &message))?;
+        self.admit_custom(key, object, old, crd_schema::admit)?;
         if !is_crd(&key.kind) {
             return Ok(None);
         }
@@ -590,7 +610,57 @@ impl EmbeddedStore {
         self.scopes
             .check(&crd)
             .map_err(|message| invalid(key, &message))?;
-        Ok(Some(crd))
+        let versions = CrdVersions::of(object, &crd.group, &crd.kind)
+            .map_err(|message| invalid(key, &message))?;
+        Ok(Some((crd, versions)))
+    }
+
+    /// The schema's part of [`Self::admit`], for kinds a stored CRD
+    /// describes: `admission` is [`crd_schema::admit`], or
+    /// [`crd_schema::admit_status`] for a write of the status.
+    fn admit_custom(
+        &self,
+        key: &ObjectKey,
+        object: &mut Value,
+        old: Option<&Value>,
+        admission: SchemaAdmission,
+    ) -> Result<(), StoreError> {
+        let Some(schema) = self.schemas.of(&key.kind) else {
+            return Ok(());
+        };
+        let pruned = admission(&schema, object, old).map_err(|message| invalid(key, &message))?;
+        if !pruned.is_empty() {
+            tracing::info!(
+                object = %key,
+                fields = %pruned.join(", "),
+                "fields the CustomResourceDefinition does not declare were pruned, as the API server prunes them"
+            );
+        }
+        Ok(())
+    }
+
+    /// Refuses an apply whose fields the kind's schema does not accept, as
+    /// the API server refuses it before merging.
+    fn check_applied(&self, key: &ObjectKey, applied: &Value) -> Result<(), StoreError> {
+        let Some(schema) = self.schemas.of(&key.kind) else {
+            return Ok(());
+        };
+        let what = format!(
+            "{}/{}; {}, Kind={}",
+            key.namespace.as_deref().unwrap_or(""),
+            key.name,
+            key.kind.api_version(),
+            key.kind.kind
+        );
+        crd_schema::check_applied(&schema, &what, applied).map_err(|message| invalid(key, &message))
+    }
+
+    /// Remembers what a CRD just stored says about its kind.
+    fn learn(&mut self, crd: Option<LearnedCrd>) {
+        if let Some((scope, versions)) = crd {
+            self.scopes.learn(scope);
+            self.schemas.learn(versions);
+        }
     }
 
     /// Objects stored in `namespace` now.
@@ -1001,6 +1071,13 @@ fn main_config(object: Value) -> Value {
     }
     config
 }
+
+/// A CRD's scope and schemas, checked, to learn once it is stored.
+type LearnedCrd = (CrdScope, CrdVersions);
+
+/// How a write of a custom resource is pruned, defaulted and validated.
+type SchemaAdmission =
+    fn(&crd_schema::Schema, &mut Value, Option<&Value>) -> Result<Vec<String>, String>;
 
 fn refuse_new_finalizers(key: &ObjectKey, before: &Value, after: &Value) -> Result<(), StoreError> {
     if !is_deleting(before) {
