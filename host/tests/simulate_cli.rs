@@ -148,3 +148,40 @@ fn a_plugin_a_real_cluster_would_refuse_is_named_and_the_others_run() {
         "the CRDs of --crds are in the cluster: {stdout}"
     );
 }
+
+/// The issue a user hit: a PodSet a real API server refuses (a value of the
+/// wrong type, a field its CRD does not declare) was stored, and the plugin
+/// then failed to parse it. Now it is refused naming the object and field,
+/// as kubectl apply is refused.
+#[test]
+fn an_object_its_crd_refuses_is_refused_naming_the_object_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join("crds/podset.yaml"),
+        dir.path().join("podset-crd.yaml"),
+    )
+    .unwrap();
+    for (spec, field) in [
+        ("{size: \"three\"}", ".spec.size: expected numeric"),
+        (
+            "{size: 3, color: blue}",
+            ".spec.color: field not declared in schema",
+        ),
+        (
+            "{size: -1}",
+            "spec.size in body should be greater than or equal to 0",
+        ),
+    ] {
+        let object = format!(
+            "apiVersion: example.com/v1alpha1\nkind: PodSet\nmetadata: {{name: bad, namespace: default}}\nspec: {spec}\n"
+        );
+        std::fs::write(dir.path().join("bad.yaml"), object).unwrap();
+        let out = simulate(dir.path(), &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{spec} was accepted");
+        assert!(
+            stderr.contains("PodSet default/bad") && stderr.contains(field),
+            "{spec}: {stderr}"
+        );
+    }
+}

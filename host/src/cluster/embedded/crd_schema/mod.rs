@@ -189,3 +189,58 @@ fn has_rules(schema: &Schema) -> bool {
         || schema.items.as_deref().is_some_and(has_rules)
         || matches!(&schema.additional_properties, Some(AdditionalProperties::Schema(s)) if has_rules(s))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn schema(spec: Value) -> Schema {
+        let root = json!({"type": "object", "properties": {"spec": spec}});
+        Schema::read(&root, "openAPIV3Schema").unwrap()
+    }
+
+    #[test]
+    fn a_rule_using_an_extension_the_interpreter_lacks_is_skipped_not_refusing() {
+        let schema = schema(json!({"type": "object",
+            "properties": {"name": {"type": "string"}},
+            "x-kubernetes-validations": [
+                {"rule": "self.name.lowerAscii() == self.name"},
+                {"rule": "self.name != 'forbidden'", "message": "that name is taken"}]}));
+        let mut object = json!({"spec": {"name": "MiXeD"}});
+        assert!(admit(&schema, &mut object, None).is_ok());
+        let mut taken = json!({"spec": {"name": "forbidden"}});
+        assert_eq!(
+            admit(&schema, &mut taken, None).unwrap_err(),
+            "spec: Invalid value: \"object\": that name is taken"
+        );
+    }
+
+    #[test]
+    fn a_transition_rule_runs_only_on_updates_of_a_value_that_was_there() {
+        let schema = schema(json!({"type": "object",
+            "properties": {"zone": {"type": "string",
+                "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "zone is immutable"}]}}}));
+        let old = json!({"spec": {"zone": "a"}});
+        assert!(admit(&schema, &mut old.clone(), None).is_ok());
+        assert!(admit(&schema, &mut json!({"spec": {"zone": "a"}}), Some(&old)).is_ok());
+        assert_eq!(
+            admit(&schema, &mut json!({"spec": {"zone": "b"}}), Some(&old)).unwrap_err(),
+            "spec.zone: Invalid value: \"string\": zone is immutable"
+        );
+        let unset = json!({"spec": {}});
+        assert!(admit(&schema, &mut json!({"spec": {"zone": "b"}}), Some(&unset)).is_ok());
+    }
+
+    #[test]
+    fn fields_stored_before_the_schema_declared_them_are_pruned_and_named() {
+        let schema = schema(json!({"type": "object", "properties": {"size": {"type": "integer"}}}));
+        let mut object = json!({"apiVersion": "example.com/v1", "kind": "PodSet",
+            "metadata": {"name": "a"}, "spec": {"size": 1, "color": "blue"}, "extra": true});
+        let pruned = admit(&schema, &mut object, None).unwrap();
+        assert_eq!(pruned, ["extra", "spec.color"]);
+        assert_eq!(object["spec"], json!({"size": 1}));
+        assert_eq!(object["metadata"], json!({"name": "a"}));
+    }
+}
