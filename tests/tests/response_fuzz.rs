@@ -1,6 +1,6 @@
 //! A bounded run of the response fuzzer (see `reconciler_tests::response_fuzz`):
 //! a few seconds of arbitrary responses against arbitrary observed state,
-//! from a fixed seed so a failure reproduces. Longer runs: the README's
+//! from a fixed seed so a failure reproduces. Longer runs: docs/sandbox.md's
 //! Fuzzing paragraph (`RESPONSE_FUZZ_SECS`, `RESPONSE_FUZZ_SEED`).
 
 use std::time::{Duration, Instant};

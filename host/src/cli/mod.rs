@@ -32,7 +32,7 @@ reconciler-host run --plugins-dir plugins --install-crds crds\n  \
 reconciler-host simulate --objects examples/ --advance 1h\n  \
 reconciler-host test plugins/podset.wasm plugins/podset/cases\n  \
 reconciler-host inspect plugins/podset.wasm\n\n\
-Writing a plugin (README, section 'Writing a plugin'):\n  \
+Writing a plugin (docs/writing-plugins.md, and docs/plugins-<language>.md):\n  \
 Rust        a cdylib crate depending on plugins/sdk (reconciler-sdk): implement Reconciler, export_plugin!;\n              \
 add it to the workspace's members, then scripts/build-plugins\n  \
 Python      plugins/<name>/app.py with sdk-python (reconciler_sdk); scripts/build-plugins runs componentize-py\n  \
