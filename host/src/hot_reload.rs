@@ -128,6 +128,11 @@ impl Standby {
         self.by_name.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The plugins it holds now, by name.
+    pub fn served(&self) -> Vec<Arc<LoadedPlugin>> {
+        self.plugins().values().cloned().collect()
+    }
+
     /// Why `plugin` cannot serve beside the others (the one of its own name
     /// excepted when it replaces that one).
     fn claim(&self, plugin: &Arc<LoadedPlugin>, replacing: bool) -> Result<(), EngineError> {

@@ -38,7 +38,12 @@ pub struct HostStatus {
     /// resources' followers wait on it for a load's outcome.
     plugins: tokio::sync::watch::Sender<Vec<PluginStatus>>,
     sampler: OnceLock<Sampler>,
+    /// Where `/clusters` reads the member clusters from; set once.
+    clusters: OnceLock<ClustersSource>,
 }
+
+/// The member clusters as `/clusters` shows them.
+type ClustersSource = Box<dyn Fn() -> Vec<crate::fleet::MemberStatus> + Send + Sync>;
 
 impl HostStatus {
     pub fn new() -> Self {
@@ -79,6 +84,14 @@ impl HostStatus {
         let _ = self.sampler.set(Box::new(sampler));
     }
 
+    /// Where `/clusters` reads the member clusters from; set once.
+    pub fn set_clusters(
+        &self,
+        source: impl Fn() -> Vec<crate::fleet::MemberStatus> + Send + Sync + 'static,
+    ) {
+        let _ = self.clusters.set(Box::new(source));
+    }
+
     fn metrics_text(&self) -> String {
         let (queues, cache) = self.sampler.get().map(|s| s()).unwrap_or_default();
         self.metrics.encode(&queues, &cache)
@@ -98,6 +111,7 @@ pub fn probes(status: Arc<HostStatus>) -> Router {
 pub fn reports(status: Arc<HostStatus>) -> Router {
     Router::new()
         .route("/plugins", get(plugins))
+        .route("/clusters", get(clusters))
         .route("/metrics", get(metrics))
         .with_state(status)
 }
@@ -121,6 +135,18 @@ async fn readyz(State(status): State<Arc<HostStatus>>) -> Response {
 
 async fn plugins(State(status): State<Arc<HostStatus>>) -> Json<Vec<PluginStatus>> {
     Json(status.plugins.borrow().clone())
+}
+
+/// Each member cluster: name, source, server, labels, engaged since,
+/// ready, last error and when, objects cached, plugins running and waiting.
+async fn clusters(State(status): State<Arc<HostStatus>>) -> Json<Vec<crate::fleet::MemberStatus>> {
+    Json(
+        status
+            .clusters
+            .get()
+            .map(|source| source())
+            .unwrap_or_default(),
+    )
 }
 
 async fn metrics(State(status): State<Arc<HostStatus>>) -> Response {

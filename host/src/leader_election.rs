@@ -617,6 +617,33 @@ impl Leadership {
     fn deadline(&self) -> Instant {
         self.renewals.deadline(self.renew_deadline)
     }
+
+    /// A check that can be handed to tasks of their own (each member
+    /// cluster's dispatcher): whether this process still leads, as
+    /// [`Self::check`] says, without holding the Leadership.
+    pub fn gate(&self) -> LeadershipGate {
+        LeadershipGate {
+            lost_rx: self.lost_rx.clone(),
+            renewals: self.renewals.clone(),
+            renew_deadline: self.renew_deadline,
+        }
+    }
+}
+
+/// See [`Leadership::gate`].
+#[derive(Clone)]
+pub struct LeadershipGate {
+    lost_rx: watch::Receiver<Option<LeadershipLost>>,
+    renewals: Renewals,
+    renew_deadline: Duration,
+}
+
+impl LeadershipGate {
+    /// Whether a reconcile may start now.
+    pub fn holds(&self) -> bool {
+        self.lost_rx.borrow().is_none()
+            && Instant::now() < self.renewals.deadline(self.renew_deadline)
+    }
 }
 
 impl Drop for Leadership {

@@ -17,6 +17,7 @@ pub mod dev;
 pub mod dir_watch;
 pub mod dispatch;
 pub mod engine;
+pub mod fleet;
 pub mod golden;
 pub mod heap_trim;
 pub mod hot_reload;

@@ -263,6 +263,10 @@ pub struct RbacScope {
     /// Whether the host watches Plugin resources (`run` does unless
     /// `--no-plugin-resources`).
     pub plugin_resources: bool,
+    /// Whether the host follows member clusters' kubeconfig Secrets in its
+    /// namespace (`run` does unless `--no-cluster-secrets`, and with
+    /// `--cluster-api`).
+    pub cluster_secrets: bool,
 }
 
 impl RbacScope {
@@ -279,6 +283,7 @@ impl RbacScope {
             admission_secret_namespace: None,
             webhook_configurations: BTreeSet::new(),
             plugin_resources: true,
+            cluster_secrets: true,
         }
     }
 }
@@ -415,6 +420,10 @@ pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) ->
         }
         placement.namespace(&scope.service_account_namespace, "", "secrets", &["get"]);
         placement.namespace(&scope.service_account_namespace, "", "configmaps", &["get"]);
+    }
+    if scope.cluster_secrets {
+        // Member clusters' kubeconfigs, followed in the host's namespace.
+        placement.namespace(&scope.service_account_namespace, "", "secrets", READ);
     }
     placement.cluster("authentication.k8s.io", "tokenreviews", &["create"]);
     placement.cluster("authorization.k8s.io", "subjectaccessreviews", &["create"]);
@@ -654,6 +663,7 @@ mod tests {
     fn in_namespaces(namespaces: &[&str]) -> RbacScope {
         RbacScope {
             plugin_resources: false,
+            cluster_secrets: false,
             namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
             ..RbacScope::cluster_wide("reconciler-host")
         }
@@ -791,6 +801,7 @@ mod tests {
             admission_secret_namespace: Some("ops".into()),
             webhook_configurations: BTreeSet::from(["reconciler-host-web".into()]),
             plugin_resources: false,
+            cluster_secrets: false,
             ..RbacScope::cluster_wide("reconciler-host")
         };
         let yaml = rbac(&[website()], &website_crd("Namespaced"), &scope);
@@ -836,6 +847,7 @@ mod tests {
             &website_crd("Namespaced"),
             &RbacScope {
                 plugin_resources: false,
+                cluster_secrets: false,
                 ..RbacScope::cluster_wide("reconciler-host")
             },
         );
@@ -843,6 +855,21 @@ mod tests {
             !without.contains("webhookconfigurations") && !without.contains("secrets"),
             "{without}"
         );
+    }
+
+    #[test]
+    fn cluster_secrets_are_read_in_the_hosts_namespace_only() {
+        let scope = RbacScope {
+            service_account_namespace: "ops".into(),
+            cluster_secrets: true,
+            ..in_namespaces(&["team-a"])
+        };
+        let yaml = rbac(&[website()], &website_crd("Namespaced"), &scope);
+        let docs = documents(&yaml);
+        let ops = rules_of(&docs[&("Role".to_string(), "ops".to_string())]);
+        assert!(ops.contains(&t("", "secrets", "get,list,watch")), "{yaml}");
+        let cluster = rules_of(&docs[&("ClusterRole".to_string(), String::new())]);
+        assert!(!cluster.iter().any(|(_, r, _)| r == "secrets"), "{yaml}");
     }
 
     #[test]
@@ -918,6 +945,7 @@ mod tests {
             lease_namespace: "ops".into(),
             lease_name: "web-leader".into(),
             plugin_resources: false,
+            cluster_secrets: false,
             ..RbacScope::cluster_wide("r")
         };
         let yaml = rbac(&[website()], &plurals, &scope);

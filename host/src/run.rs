@@ -25,12 +25,11 @@ use tokio::sync::mpsc;
 
 use crate::admission::plugin_set::AdmissionPlugins;
 use crate::background_reload::BackgroundReload;
-use crate::cluster::RealClock;
 use crate::cluster::kubernetes::KubernetesBackend;
 use crate::crd_install::install_crds;
 use crate::dir_watch::watch_dir;
-use crate::dispatch::{Dispatcher, Wake};
-use crate::engine::{Engine, Outcome, ReconcileRecord, ServeScope};
+use crate::engine::{Outcome, ReconcileRecord, ServeScope};
+use crate::fleet::{ClustersConfig, Fleet};
 use crate::golden::recorder::{CaseRecorder, RecordOptions};
 use crate::hot_reload::{PluginDirectory, ReloadEvent, Standby};
 use crate::http_server::{HostStatus, serve};
@@ -65,6 +64,8 @@ pub struct RunConfig {
     /// Serve admission webhooks for the plugins that declare admission, on
     /// every replica; `None`: no admission.
     pub admission: Option<crate::admission::service::AdmissionConfig>,
+    /// The member clusters the plugins run on.
+    pub clusters: ClustersConfig,
 }
 
 /// Where `run` pulls plugins from, and how.
@@ -110,6 +111,9 @@ enum Stop {
     Signal(&'static str),
     Lost(LeadershipLost),
 }
+
+/// How long readiness waits for the local member's plugins to start.
+const LOCAL_START: Duration = Duration::from_secs(120);
 
 /// How long `--install-crds` waits for the CRDs to be established.
 const CRD_WAIT: Duration = Duration::from_secs(60);
@@ -191,7 +195,7 @@ pub async fn run(
         client.clone(),
         &sandbox,
     );
-    let backend = Arc::new(KubernetesBackend::new(client));
+    let backend = Arc::new(KubernetesBackend::new(client.clone()));
     if let Some(dir) = &config.install_crds {
         status.not_ready("installing CRDs");
         match install_crds(&*backend, dir, CRD_WAIT).await {
@@ -205,26 +209,37 @@ pub async fn run(
         }
     }
     let selectors = config.scope.selectors.clone();
-    let mut engine = Engine::scoped(backend, Arc::new(RealClock), config.scope)
-        .with_instance_pool(sandbox.reconcile_instances())
-        .with_coalescing(config.coalesce);
-    if let Some(record) = &config.record {
-        match CaseRecorder::new(record, "run") {
-            Ok(recorder) => engine = engine.with_recorder(Arc::new(recorder)),
+    let recorder = match &config.record {
+        None => None,
+        Some(record) => match CaseRecorder::new(record, "run") {
+            Ok(recorder) => Some(Arc::new(recorder)),
             Err(e) => {
                 release(leadership).await;
                 anyhow::bail!("cannot record into {}: {e}", record.dir.display());
             }
-        }
-    }
-    let engine = Arc::new(engine);
-    let sampler_engine = engine.clone();
-    status.set_sampler(move || {
-        (
-            sampler_engine.queue_stats(),
-            sampler_engine.cache().counts_by_kind(),
-        )
-    });
+        },
+    };
+    let metrics_status = status.clone();
+    let settings = crate::fleet::Settings {
+        scope: config.scope.clone(),
+        coalesce: config.coalesce,
+        instances: sandbox.reconcile_instances(),
+        max_backoff: config.retry_every.max(Duration::from_secs(1)),
+        on_finished: Some(Arc::new(move |_cluster, record, took| {
+            metrics_status.metrics.reconciled(record, took)
+        })),
+        gate: leadership.as_ref().map(|l| {
+            let gate = l.gate();
+            Arc::new(move || gate.holds()) as Arc<dyn Fn() -> bool + Send + Sync>
+        }),
+        recorder,
+        ..crate::fleet::Settings::default()
+    };
+    let fleet = Arc::new(Fleet::new(config.clusters.selection.clone(), settings));
+    let sampler_fleet = fleet.clone();
+    status.set_sampler(move || sampler_fleet.queue_and_cache());
+    let clusters_fleet = fleet.clone();
+    status.set_clusters(move || clusters_fleet.statuses());
     let (mut plugins, plugins_rx) = match standby {
         Err(unstarted) => unstarted,
         Ok(reloads) => reloads
@@ -233,23 +248,42 @@ pub async fn run(
             .context("the plugins directory's reloads ended before the engine started")?,
     };
     status.not_ready("loading plugins and filling their caches");
-    let mut events = plugins.attach(&engine).await;
-    events.extend(plugins.sync(&engine).await);
+    let mut events = plugins.attach(&*fleet).await;
+    events.extend(plugins.sync(&*fleet).await);
     publish(&status, &plugins, &events);
-    // Every plugin present at start serves from filled caches (a plugin's
-    // first list completes before it is added); ones waiting for their
-    // kinds do not hold readiness back, or one missing CRD would keep the
-    // whole host out of service.
+    let _sources = crate::fleet::sources::follow(
+        fleet.clone(),
+        client,
+        crate::fleet::sources::SourceOptions {
+            local: config.clusters.local,
+            namespace: config.pulled.namespace.clone(),
+            secrets: config.clusters.secrets,
+            cluster_api: config.clusters.cluster_api,
+            clusters_dir: config.clusters.clusters_dir.clone(),
+            request_timeout: config.clusters.request_timeout,
+            drain: config.shutdown_timeout,
+        },
+    );
+    // The cluster the host runs in serves from filled caches before the
+    // host says it is ready (a plugin's first list completes before it is
+    // added); plugins waiting for their kinds, and other members, do not
+    // hold readiness back, or one missing CRD or one unreachable member
+    // would keep the whole host out of service.
+    if config.clusters.local {
+        fleet
+            .wait_aligned(crate::fleet::sources::LOCAL, LOCAL_START)
+            .await;
+    }
     status.set_ready();
     for name in selectors.named_plugins() {
-        if !engine.plugins().iter().any(|p| p.name() == name) {
+        if !fleet.plugins().iter().any(|p| p.name() == name) {
             tracing::warn!(
                 "--selector names plugin {name}, which is not loaded (yet): check the name with `reconciler-host inspect`"
             );
         }
     }
     // --plugin references are being pulled beside the start: not a reason to warn.
-    if engine.plugins().is_empty() && !plugins.waiting() && config.pulled.references.is_empty() {
+    if fleet.plugins().is_empty() && !plugins.waiting() && config.pulled.references.is_empty() {
         tracing::warn!(
             "no plugin is serving: drop a compiled plugin (*.wasm) into {}{}",
             config.plugins_dir.display(),
@@ -262,36 +296,15 @@ pub async fn run(
     }
 
     // Later plugin files load, and waiting ones are retried, beside the
-    // loop, which keeps serving.
-    let mut reloads = BackgroundReload::start(
-        plugins,
-        engine.clone(),
-        plugins_rx,
-        Some(config.retry_every),
-    );
-    let metrics_status = status.clone();
-    let mut dispatcher = Dispatcher::new(engine.clone()).on_finished(Arc::new(
-        move |record: &ReconcileRecord, took: Duration| {
-            metrics_status.metrics.reconciled(record, took)
-        },
-    ));
+    // members, which keep serving.
+    let mut reloads =
+        BackgroundReload::start(plugins, fleet.clone(), plugins_rx, Some(config.retry_every));
 
     let stop = loop {
-        // Checked before every dispatch, not only when the select! below
-        // notices: a lost Lease must never start another reconcile.
         if let Some(Err(lost)) = leadership.as_ref().map(Leadership::check) {
             break Stop::Lost(lost);
         }
-        while let Some(record) = dispatcher.try_finished() {
-            log_record(&record);
-        }
-        dispatcher.dispatch();
         tokio::select! {
-            woke = dispatcher.wake() => {
-                if let Wake::Finished(record) = woke {
-                    log_record(&record);
-                }
-            }
             update = reloads.next() => {
                 status.metrics.reloaded(&update.events);
                 status.set_plugins(update.status);
@@ -303,30 +316,26 @@ pub async fn run(
     status.not_ready("stopping");
     let signal = match stop {
         Stop::Signal(signal) => signal,
-        Stop::Lost(lost) => return Err(lost_leadership(lost, dispatcher.outstanding())),
+        Stop::Lost(lost) => {
+            // The members' gates already start nothing more.
+            let in_flight = fleet.in_flight();
+            fleet.stop_all(Duration::ZERO).await;
+            return Err(lost_leadership(lost, in_flight));
+        }
     };
     tracing::info!(
         "{signal}: stopping; no new reconciles, waiting up to {}s for {} in flight",
         config.shutdown_timeout.as_secs(),
-        dispatcher.outstanding()
+        fleet.in_flight()
     );
     let drained = tokio::select! {
-        drained = dispatcher.drain(config.shutdown_timeout) => drained,
+        () = fleet.stop_all(config.shutdown_timeout) => true,
         // The reconciles in flight must not outlive the Lease either.
         lost = leadership_lost(&mut leadership) => {
-            return Err(lost_leadership(lost, dispatcher.outstanding()));
+            return Err(lost_leadership(lost, fleet.in_flight()));
         }
     };
-    let (records, abandoned) = drained;
-    for record in &records {
-        log_record(record);
-    }
-    if abandoned > 0 {
-        tracing::warn!(
-            "{abandoned} reconcile(s) still running after {}s are abandoned; their objects are reconciled again from a fresh read on the next start",
-            config.shutdown_timeout.as_secs()
-        );
-    } else {
+    if drained {
         tracing::info!("stopped cleanly");
     }
     release(leadership).await;
@@ -414,7 +423,7 @@ fn publish(status: &HostStatus, plugins: &PluginDirectory, events: &[ReloadEvent
     status.set_plugins(plugins.status());
 }
 
-fn log_record(record: &ReconcileRecord) {
+pub(crate) fn log_record(record: &ReconcileRecord) {
     // Failures are logged by the engine, in the reconcile's span; here the
     // changes a reconcile made. Reconciles that changed nothing are quiet.
     match &record.outcome {
@@ -518,6 +527,7 @@ mod tests {
             record: None,
             coalesce: Duration::ZERO,
             admission: None,
+            clusters: crate::fleet::ClustersConfig::local_only(),
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let host = tokio::spawn(run(Arc::new(sandbox), client, config, async move {

@@ -1,6 +1,7 @@
 //! The `reconciler-host` command line.
 
 mod builtins_args;
+mod cluster_args;
 mod dev_cmd;
 mod inspect_cmd;
 mod metrics_args;
@@ -84,7 +85,7 @@ reconciler-host run --leader-election   (in a Deployment with several replicas)\
 SIGTERM or SIGINT stops it: no new reconciles, the ones in flight finish within --shutdown-timeout-secs. \
 With --leader-election it then releases the Lease; losing the Lease stops it at once with a non-zero exit."
     )]
-    Run(run_cmd::RunArgs),
+    Run(Box<run_cmd::RunArgs>),
     /// Run plugins against the embedded cluster on a virtual clock and print what happened.
     #[command(
         after_help = "Prints every reconcile, every Event and the resulting objects as YAML. Deterministic: \
@@ -325,7 +326,7 @@ impl SandboxArgs {
 pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Dev(args) => dev_cmd::run_cmd(&cli.sandbox, args),
-        Command::Run(args) => run_cmd::run_cmd(&cli.sandbox, args),
+        Command::Run(args) => run_cmd::run_cmd(&cli.sandbox, *args),
         Command::Simulate(args) => simulate_cmd::run(&cli.sandbox, args),
         Command::Test(args) => test_cmd::run(&cli.sandbox, args),
         Command::Inspect(args) => inspect_cmd::run(&cli.sandbox, args),

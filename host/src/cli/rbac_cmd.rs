@@ -52,6 +52,11 @@ pub struct RbacArgs {
     /// ConfigMaps (keys, pull secrets) in the service account's namespace.
     #[arg(long)]
     pub no_plugin_resources: bool,
+    /// Leave out what following member clusters' kubeconfig Secrets needs (as `run
+    /// --no-cluster-secrets` without --cluster-api): get, list, watch on Secrets in the service
+    /// account's namespace.
+    #[arg(long)]
+    pub no_cluster_secrets: bool,
     /// Where `run` keeps the generated admission certificate (the namespace of
     /// --admission-cert-secret), granted when a plugin serves admission
     /// [default: the service account's namespace].
@@ -109,6 +114,7 @@ fn scope_of(args: RbacArgs, admission: &[&str]) -> RbacScope {
         service_account_namespace: args.service_account_namespace,
         install_crds: args.install_crds,
         plugin_resources: !args.no_plugin_resources,
+        cluster_secrets: !args.no_cluster_secrets,
     }
 }
 

@@ -27,6 +27,8 @@ pub struct RunArgs {
     /// Directory of compiled plugins (*.wasm), watched for new, changed and removed plugins.
     #[arg(long, default_value = "plugins", value_name = "DIR")]
     pub plugins_dir: PathBuf,
+    #[command(flatten)]
+    pub clusters: super::cluster_args::ClusterArgs,
     /// Serve only this namespace (repeatable). Every namespaced kind is watched in these
     /// namespaces only, so the host needs RBAC there only; cluster-scoped kinds are watched whole.
     #[arg(long, short = 'n', value_name = "NAMESPACE")]
@@ -351,6 +353,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
     let namespaces: BTreeSet<String> = args.namespace.into_iter().collect();
     let request_timeout =
         (args.request_timeout_secs > 0).then(|| Duration::from_secs(args.request_timeout_secs));
+    let clusters = args.clusters.config(request_timeout)?;
     let sandbox = Arc::new(sandbox.sandbox()?);
     let config = RunConfig {
         plugins_dir: args.plugins_dir,
@@ -380,6 +383,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
             namespaces: namespaces.iter().cloned().collect(),
             ..admission
         }),
+        clusters,
     };
     let runtime = tokio::runtime::Runtime::new()?;
     crate::main_task::block_on_worker(&runtime, async move {
@@ -401,7 +405,7 @@ mod tests {
     fn run_args(args: &[&str]) -> Result<super::RunArgs, clap::Error> {
         let cli = Cli::try_parse_from(["reconciler-host", "run"].iter().chain(args))?;
         match cli.command {
-            Command::Run(args) => Ok(args),
+            Command::Run(args) => Ok(*args),
             other => panic!("{other:?}"),
         }
     }

@@ -1,0 +1,59 @@
+//! `run`'s options for member clusters: where they come from and which
+//! plugins run on which.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::fleet::{ClustersConfig, PluginClusters};
+
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Member clusters")]
+pub struct ClusterArgs {
+    /// Do not serve the cluster the host runs in (member `local`): serve only the members
+    /// the other sources name (the host's own cluster is then only where it reads them).
+    #[arg(long)]
+    pub no_local_cluster: bool,
+    /// Serve a member cluster per kubeconfig file in DIR, named by the file's name up to its
+    /// first dot; the directory is followed: a new, changed or removed file engages, re-engages
+    /// or disengages its member within seconds.
+    #[arg(long, value_name = "DIR")]
+    pub clusters_dir: Option<PathBuf>,
+    /// Serve the clusters Cluster API manages: its `<cluster>-kubeconfig` Secrets (labelled
+    /// cluster.x-k8s.io/cluster-name) in the host's namespace.
+    #[arg(long)]
+    pub cluster_api: bool,
+    /// Do not follow Secrets labelled reconciler-host.io/cluster=<name> in the host's
+    /// namespace (their `kubeconfig` key, or `value`), which otherwise name member clusters.
+    #[arg(long)]
+    pub no_cluster_secrets: bool,
+    /// Run PLUGIN only on the members whose labels match SELECTOR, e.g. `podset:env=prod` or
+    /// `podset:reconciler-host.io/cluster in (east,west)`. Members carry their Secret's labels
+    /// (files: reconciler-host.io/cluster-file=<file name>) and reconciler-host.io/cluster=<name>.
+    /// Plugins not named run on every member. Repeatable.
+    #[arg(long, value_name = "PLUGIN:SELECTOR")]
+    pub plugin_clusters: Vec<String>,
+}
+
+impl ClusterArgs {
+    pub fn config(&self, request_timeout: Option<Duration>) -> anyhow::Result<ClustersConfig> {
+        let selection = PluginClusters::parse(&self.plugin_clusters).map_err(anyhow::Error::msg)?;
+        if let Some(dir) = &self.clusters_dir
+            && !dir.is_dir()
+        {
+            anyhow::bail!(
+                "--clusters-dir {} is not a directory: create it (one kubeconfig file per member cluster)",
+                dir.display()
+            );
+        }
+        Ok(ClustersConfig {
+            local: !self.no_local_cluster,
+            secrets: !self.no_cluster_secrets,
+            cluster_api: self.cluster_api,
+            clusters_dir: self.clusters_dir.clone(),
+            selection,
+            request_timeout,
+        })
+    }
+}

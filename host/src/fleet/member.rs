@@ -1,0 +1,455 @@
+//! One engaged member cluster: its engine (watches, cache, apply, queues)
+//! and the task that keeps the member's plugins in line with the fleet's
+//! and dispatches its reconciles.
+//!
+//! Why a task per member: everything that can wait on a cluster (a plugin's
+//! first lists, a slow apply, an unreachable API server) then waits inside
+//! that member only. Every other member keeps serving, and a member that is
+//! stopped takes its watches, caches and queues with it.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::cluster::ClusterBackend;
+use crate::cluster::clock::rfc3339;
+use crate::cluster::{Clock, RealClock};
+use crate::dispatch::{Dispatcher, OnFinished, Wake};
+use crate::engine::{Engine, ReconcileRecord, ServeScope};
+use crate::golden::recorder::CaseRecorder;
+use crate::plugin::LoadedPlugin;
+use crate::run::log_record;
+
+/// Asks a member's API server whether it answers: `Err` says why not.
+pub type Probe =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+
+/// Told of a finished reconcile: the member's name, the record, how long
+/// it took.
+pub type MemberFinished = Arc<dyn Fn(&str, &ReconcileRecord, Duration) + Send + Sync>;
+
+/// What a member is, as its source describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// Where it came from: `local`, `secret ns/name`, `file path`.
+    pub source: String,
+    /// The API server's address, as its kubeconfig names it.
+    pub server: String,
+}
+
+/// How every member serves: the same for all of them.
+#[derive(Clone)]
+pub struct Settings {
+    pub scope: ServeScope,
+    pub coalesce: Duration,
+    /// Sandbox calls at once, per member: each cluster has a share of its
+    /// own, so one busy member cannot take every slot.
+    pub instances: usize,
+    /// How long a plugin may take to start on a member (its first lists).
+    pub start_timeout: Duration,
+    /// How often the member's API server is asked whether it answers.
+    pub probe_every: Duration,
+    /// The longest wait between two attempts at a plugin that did not start.
+    pub max_backoff: Duration,
+    /// Told of every finished reconcile (metrics), with the member's name.
+    pub on_finished: Option<MemberFinished>,
+    /// Asked before every dispatch: a reconcile starts only while it says
+    /// yes (the host still holds its Lease).
+    pub gate: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+    /// Writes every reconcile as a golden case.
+    pub recorder: Option<Arc<CaseRecorder>>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            scope: ServeScope::default(),
+            coalesce: Duration::ZERO,
+            instances: 4,
+            start_timeout: Duration::from_secs(60),
+            probe_every: Duration::from_secs(10),
+            max_backoff: Duration::from_secs(300),
+            on_finished: None,
+            gate: None,
+            recorder: None,
+        }
+    }
+}
+
+/// A member as `/clusters` shows it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    pub name: String,
+    pub source: String,
+    pub server: String,
+    pub labels: BTreeMap<String, String>,
+    pub engaged_since: String,
+    /// Its API server answers and every plugin meant for it serves.
+    pub ready: bool,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<String>,
+    pub objects_cached: usize,
+    pub plugins_running: Vec<String>,
+    /// Plugins meant for this member that do not serve yet, and why.
+    pub plugins_waiting: BTreeMap<String, String>,
+}
+
+/// What the member's task shares with the fleet.
+struct State {
+    /// The plugins were brought in line once (served or found waiting).
+    aligned: bool,
+    reachable: bool,
+    last_error: Option<(String, i64)>,
+    waiting: BTreeMap<String, String>,
+}
+
+/// The plugins the fleet wants this member to serve now.
+pub type Wanted = Arc<dyn Fn(&BTreeMap<String, String>) -> Vec<Arc<LoadedPlugin>> + Send + Sync>;
+
+/// An engaged member. Dropping it stops its task; [`Member::stop`] lets
+/// the reconciles in flight finish first.
+pub struct Member<B: ClusterBackend> {
+    identity: Identity,
+    engine: Arc<Engine<B>>,
+    engaged_at: i64,
+    state: Arc<Mutex<State>>,
+    nudge: mpsc::UnboundedSender<()>,
+    stop: Option<oneshot::Sender<Duration>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl<B: ClusterBackend + 'static> Member<B> {
+    /// Starts serving `backend` as the member `identity`: the task adds the
+    /// plugins `wanted` names, retries those that cannot start with
+    /// backoff, and dispatches reconciles while `probe` says the API server
+    /// answers. Returns at once: nothing here waits on the cluster.
+    pub fn engage(
+        identity: Identity,
+        backend: Arc<B>,
+        settings: &Settings,
+        wanted: Wanted,
+        probe: Option<Probe>,
+    ) -> Self {
+        let mut engine = Engine::scoped(backend, Arc::new(RealClock), settings.scope.clone())
+            .with_instance_pool(settings.instances)
+            .with_coalescing(settings.coalesce);
+        if let Some(recorder) = &settings.recorder {
+            engine = engine.with_recorder(recorder.clone());
+        }
+        let engine = Arc::new(engine);
+        let state = Arc::new(Mutex::new(State {
+            aligned: false,
+            reachable: true,
+            last_error: None,
+            waiting: BTreeMap::new(),
+        }));
+        let (nudge, nudged) = mpsc::unbounded_channel();
+        let (stop, stopped) = oneshot::channel();
+        let span = tracing::info_span!("cluster", cluster = %identity.name);
+        let task = tokio::spawn(
+            serve(
+                identity.clone(),
+                engine.clone(),
+                state.clone(),
+                settings.clone(),
+                wanted,
+                probe,
+                nudged,
+                stopped,
+            )
+            .instrument(span),
+        );
+        tracing::info!(
+            cluster = %identity.name,
+            source = %identity.source,
+            server = %identity.server,
+            "engaged cluster {}",
+            identity.name
+        );
+        Self {
+            identity,
+            engine,
+            engaged_at: RealClock.now_millis(),
+            state,
+            nudge,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+}
+
+impl<B: ClusterBackend> Member<B> {
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    pub fn engine(&self) -> &Arc<Engine<B>> {
+        &self.engine
+    }
+
+    /// The fleet's plugins changed: the task brings this member in line.
+    pub fn nudge(&self) {
+        let _ = self.nudge.send(());
+    }
+
+    /// Stops the task after the reconciles in flight finish (up to
+    /// `within`), and waits for it.
+    pub async fn stop(mut self, within: Duration) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(within);
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// Whether the task has brought the plugins in line once: each one
+    /// meant for this member serves, or waits saying why.
+    pub fn aligned(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).aligned
+    }
+
+    pub fn status(&self) -> MemberStatus {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let running: Vec<String> = self
+            .engine
+            .plugins()
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
+        MemberStatus {
+            name: self.identity.name.clone(),
+            source: self.identity.source.clone(),
+            server: self.identity.server.clone(),
+            labels: self.identity.labels.clone(),
+            engaged_since: rfc3339(self.engaged_at),
+            ready: state.reachable && state.waiting.is_empty(),
+            last_error: state.last_error.as_ref().map(|(e, _)| e.clone()),
+            last_error_at: state.last_error.as_ref().map(|(_, at)| rfc3339(*at)),
+            objects_cached: self
+                .engine
+                .cache()
+                .counts_by_kind()
+                .iter()
+                .map(|(_, n)| n)
+                .sum(),
+            plugins_running: running,
+            plugins_waiting: state.waiting.clone(),
+        }
+    }
+}
+
+impl<B: ClusterBackend> Drop for Member<B> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The member's loop. See the module documentation.
+#[allow(clippy::too_many_arguments)]
+async fn serve<B: ClusterBackend + 'static>(
+    identity: Identity,
+    engine: Arc<Engine<B>>,
+    state: Arc<Mutex<State>>,
+    settings: Settings,
+    wanted: Wanted,
+    probe: Option<Probe>,
+    mut nudged: mpsc::UnboundedReceiver<()>,
+    mut stopped: oneshot::Receiver<Duration>,
+) {
+    let mut dispatcher = Dispatcher::new(engine.clone());
+    if let Some(hook) = settings.on_finished.clone() {
+        let name = identity.name.clone();
+        let hook: OnFinished = Arc::new(move |record, took| hook(&name, record, took));
+        dispatcher = dispatcher.on_finished(hook);
+    }
+    let mut backoff = Backoff::new(settings.max_backoff);
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    let mut dirty = true;
+    let mut probe_timer = tokio::time::interval(settings.probe_every);
+    probe_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if dirty {
+            dirty = false;
+            let waiting =
+                align_plugins(&engine, &wanted(&identity.labels), &settings, &state).await;
+            retry_at = if waiting {
+                Some(tokio::time::Instant::now() + backoff.next())
+            } else {
+                backoff.reset();
+                None
+            };
+        }
+        let reachable = state.lock().unwrap_or_else(|e| e.into_inner()).reachable;
+        // An unreachable member's reconciles would only fail and back off:
+        // its queue waits until the probe sees the server again. Nothing
+        // starts once the Lease may be lost.
+        let may_start = settings.gate.as_ref().is_none_or(|gate| gate());
+        if reachable && may_start {
+            dispatcher.dispatch();
+        }
+        tokio::select! {
+            woke = dispatcher.wake(), if reachable => {
+                if let Wake::Finished(record) = woke {
+                    log_record(&record);
+                }
+            }
+            Some(()) = nudged.recv() => dirty = true,
+            () = sleep_until(retry_at) => dirty = true,
+            _ = probe_timer.tick(), if probe.is_some() => {
+                let probe = probe.as_ref().expect("checked by the guard");
+                let result = tokio::time::timeout(settings.probe_every, probe()).await
+                    .unwrap_or_else(|_| Err("the API server did not answer in time".into()));
+                if note_probe(&identity, &state, result) {
+                    // Back: plugins that waited on it are tried again now.
+                    dirty = true;
+                    backoff.reset();
+                }
+            }
+            within = &mut stopped => {
+                let within = within.unwrap_or(Duration::ZERO);
+                let (records, abandoned) = dispatcher.drain(within).await;
+                records.iter().for_each(log_record);
+                if abandoned > 0 {
+                    tracing::warn!("{abandoned} reconcile(s) in cluster {} abandoned on disengage", identity.name);
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Adds, replaces and removes plugins so the engine serves exactly
+/// `wanted`; returns whether some could not start (to try again later).
+async fn align_plugins<B: ClusterBackend>(
+    engine: &Engine<B>,
+    wanted: &[Arc<LoadedPlugin>],
+    settings: &Settings,
+    state: &Mutex<State>,
+) -> bool {
+    let serving: BTreeMap<String, Arc<LoadedPlugin>> = engine
+        .plugins()
+        .into_iter()
+        .map(|p| (p.name().to_string(), p))
+        .collect();
+    for name in serving.keys() {
+        if !wanted.iter().any(|p| p.name() == name) {
+            engine.remove_plugin(name);
+            tracing::info!(plugin = %name, "stopped serving plugin {name} here");
+        }
+    }
+    let mut waiting = BTreeMap::new();
+    for plugin in wanted {
+        let name = plugin.name().to_string();
+        let started = match serving.get(&name) {
+            Some(current) if current.sha256() == plugin.sha256() => continue,
+            Some(_) => tokio::time::timeout(
+                settings.start_timeout,
+                engine.replace_plugin(plugin.clone()),
+            )
+            .await
+            .map(|r| r.map(|_| ())),
+            None => {
+                tokio::time::timeout(settings.start_timeout, engine.add_plugin(plugin.clone()))
+                    .await
+            }
+        };
+        let why = match started {
+            Ok(Ok(())) => {
+                tracing::info!(plugin = %name, "serving plugin {name} here");
+                continue;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!(
+                "its kinds were not listed within {}s",
+                settings.start_timeout.as_secs()
+            ),
+        };
+        waiting.insert(name, why);
+    }
+    let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, why) in &waiting {
+        if state.waiting.get(name) != Some(why) {
+            tracing::warn!(plugin = %name, "plugin {name} cannot start here yet, retried with backoff: {why}");
+        }
+        state.last_error = Some((format!("plugin {name}: {why}"), RealClock.now_millis()));
+    }
+    state.waiting = waiting;
+    state.aligned = true;
+    !state.waiting.is_empty()
+}
+
+/// Records what the probe said; returns whether the member came back.
+fn note_probe(identity: &Identity, state: &Mutex<State>, result: Result<(), String>) -> bool {
+    let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+    match result {
+        Ok(()) => {
+            let back = !state.reachable;
+            if back {
+                tracing::info!(
+                    "cluster {} answers again: its reconciles resume",
+                    identity.name
+                );
+            }
+            state.reachable = true;
+            back
+        }
+        Err(why) => {
+            if state.reachable {
+                tracing::warn!(
+                    "cluster {} does not answer, its reconciles wait until it does: {why}",
+                    identity.name
+                );
+            }
+            state.reachable = false;
+            state.last_error = Some((format!("unreachable: {why}"), RealClock.now_millis()));
+            false
+        }
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Exponential backoff from one second, doubling to a ceiling.
+struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_secs(1);
+
+    fn new(max: Duration) -> Self {
+        Self {
+            next: Self::FIRST,
+            max,
+        }
+    }
+
+    fn next(&mut self) -> Duration {
+        let now = self.next;
+        self.next = (self.next * 2).min(self.max);
+        now
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}

@@ -1,0 +1,456 @@
+//! Where member clusters come from, followed at runtime: the cluster the
+//! host runs in (`local`), Secrets in the host's namespace labelled
+//! `reconciler-host.io/cluster` (the label's value names the member; the
+//! kubeconfig under `kubeconfig`, or `value` as Cluster API writes it),
+//! Cluster API's `<cluster>-kubeconfig` Secrets (`--cluster-api`), and one
+//! kubeconfig file per member in `--clusters-dir`.
+//!
+//! Every source reports its whole set of members; the [`Engagements`] keep
+//! the fleet equal to their union: a new member is engaged, one whose
+//! kubeconfig changed (rotated credentials, a new address) is engaged
+//! anew, one no source names any more is disengaged. A kubeconfig that does
+//! not make a client is reported and retried when its source changes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::mpsc;
+
+use super::Fleet;
+use super::member::{Identity, Probe};
+use super::selection::{CLUSTER_LABEL, FILE_LABEL};
+use crate::cluster::kubernetes::KubernetesBackend;
+
+/// The label that makes a Secret a member's kubeconfig.
+pub const SECRET_LABEL: &str = CLUSTER_LABEL;
+/// The label Cluster API puts on the Secrets it maintains.
+pub const CAPI_CLUSTER_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// The name of the member the host runs in.
+pub const LOCAL: &str = "local";
+
+/// Which source a member came from; the first in this order keeps a name
+/// two sources give.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SourceKind {
+    Local,
+    Secrets,
+    ClusterApi,
+    Files,
+}
+
+/// One member as its source describes it.
+#[derive(Clone, Debug)]
+pub struct Described {
+    pub identity: Identity,
+    /// The kubeconfig, or `None` for the local member (the host's client).
+    pub kubeconfig: Option<String>,
+}
+
+/// What the sources follow.
+#[derive(Clone, Debug)]
+pub struct SourceOptions {
+    pub local: bool,
+    /// The host's namespace: where kubeconfig Secrets are read.
+    pub namespace: String,
+    pub secrets: bool,
+    pub cluster_api: bool,
+    pub clusters_dir: Option<PathBuf>,
+    /// The request deadline of members' clients (as `run`'s own client).
+    pub request_timeout: Option<Duration>,
+    /// How long a disengaged member's reconciles in flight may finish.
+    pub drain: Duration,
+}
+
+/// Starts following every source of `options` into `fleet`; the handle
+/// stops them when dropped.
+pub fn follow(
+    fleet: Arc<Fleet<KubernetesBackend>>,
+    local: kube::Client,
+    options: SourceOptions,
+) -> tokio::task::JoinHandle<()> {
+    let (tx, mut reports) = mpsc::unbounded_channel::<(SourceKind, BTreeMap<String, Described>)>();
+    let mut tasks = tokio::task::JoinSet::new();
+    if options.local {
+        let mut members = BTreeMap::new();
+        members.insert(
+            LOCAL.to_string(),
+            Described {
+                identity: Identity {
+                    name: LOCAL.into(),
+                    labels: BTreeMap::from([(CLUSTER_LABEL.to_string(), LOCAL.to_string())]),
+                    source: "local".into(),
+                    server: "the cluster the host runs in".into(),
+                },
+                kubeconfig: None,
+            },
+        );
+        let _ = tx.send((SourceKind::Local, members));
+    }
+    if options.secrets {
+        let api: Api<Secret> = Api::namespaced(local.clone(), &options.namespace);
+        tasks.spawn(follow_secrets(api, SourceKind::Secrets, tx.clone()));
+    }
+    if options.cluster_api {
+        let api: Api<Secret> = Api::namespaced(local.clone(), &options.namespace);
+        tasks.spawn(follow_secrets(api, SourceKind::ClusterApi, tx.clone()));
+    }
+    if let Some(dir) = options.clusters_dir.clone() {
+        tasks.spawn(follow_dir(dir, tx.clone()));
+    }
+    drop(tx);
+    tokio::spawn(async move {
+        let _tasks = tasks;
+        let mut engagements = Engagements::default();
+        while let Some((kind, members)) = reports.recv().await {
+            engagements.report(kind, members);
+            engagements.apply(&fleet, &local, &options).await;
+        }
+    })
+}
+
+/// The members each source names, and what the fleet was given for each.
+#[derive(Default)]
+struct Engagements {
+    by_source: BTreeMap<SourceKind, BTreeMap<String, Described>>,
+    /// Engaged (or refused) members: the source and kubeconfig they were
+    /// engaged from, so only a change engages again.
+    engaged: BTreeMap<String, (SourceKind, Option<String>, Identity)>,
+    /// Names two sources gave, already warned about.
+    warned: BTreeMap<String, SourceKind>,
+}
+
+impl Engagements {
+    fn report(&mut self, kind: SourceKind, members: BTreeMap<String, Described>) {
+        self.by_source.insert(kind, members);
+    }
+
+    async fn apply(
+        &mut self,
+        fleet: &Fleet<KubernetesBackend>,
+        local: &kube::Client,
+        options: &SourceOptions,
+    ) {
+        let mut union: BTreeMap<String, (SourceKind, Described)> = BTreeMap::new();
+        for (kind, members) in &self.by_source {
+            for (name, described) in members {
+                match union.get(name) {
+                    Some((first, _)) => {
+                        if self.warned.insert(name.clone(), *kind) != Some(*kind) {
+                            tracing::warn!(
+                                "cluster {name} is given by {:?} and by {kind:?}: the first keeps it; rename one",
+                                first
+                            );
+                        }
+                    }
+                    None => {
+                        union.insert(name.clone(), (*kind, described.clone()));
+                    }
+                }
+            }
+        }
+        let gone: Vec<String> = self
+            .engaged
+            .keys()
+            .filter(|name| !union.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.engaged.remove(&name);
+            fleet.disengage(&name, options.drain).await;
+        }
+        for (name, (kind, described)) in union {
+            let unchanged = self
+                .engaged
+                .get(&name)
+                .is_some_and(|(k, config, identity)| {
+                    *k == kind && *config == described.kubeconfig && *identity == described.identity
+                });
+            if unchanged {
+                continue;
+            }
+            self.engaged.insert(
+                name.clone(),
+                (
+                    kind,
+                    described.kubeconfig.clone(),
+                    described.identity.clone(),
+                ),
+            );
+            let client = match &described.kubeconfig {
+                None => Ok((local.clone(), described.identity.server.clone())),
+                Some(text) => client_for(text, options.request_timeout).await,
+            };
+            match client {
+                Ok((client, server)) => {
+                    let identity = Identity {
+                        server,
+                        ..described.identity
+                    };
+                    let backend = Arc::new(KubernetesBackend::new(client.clone()));
+                    fleet.engage(identity, backend, Some(probe_of(client)), options.drain);
+                }
+                Err(why) => {
+                    // A member already serving keeps its previous client:
+                    // a broken rotation must not stop a working cluster.
+                    let serving = fleet.identities().contains_key(&name);
+                    tracing::warn!(
+                        cluster = %name,
+                        source = %described.identity.source,
+                        "cannot engage cluster {name} from {}: {why}{}",
+                        described.identity.source,
+                        if serving { "; it keeps serving with its previous kubeconfig" } else { "" }
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A client for a kubeconfig, and the server it names.
+pub async fn client_for(
+    kubeconfig: &str,
+    request_timeout: Option<Duration>,
+) -> Result<(kube::Client, String), String> {
+    let parsed = kube::config::Kubeconfig::from_yaml(kubeconfig)
+        .map_err(|e| format!("not a kubeconfig: {e}"))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(parsed, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| format!("the kubeconfig does not configure a client: {e}"))?;
+    let server = config.cluster_url.to_string();
+    let client = crate::api_client::client_from_config(config, request_timeout)
+        .map_err(|e| format!("{e:#}"))?;
+    Ok((client, server))
+}
+
+/// Asks the API server its version: what a member's health probe does.
+fn probe_of(client: kube::Client) -> Probe {
+    Arc::new(move || {
+        let client = client.clone();
+        Box::pin(async move {
+            match client.apiserver_version().await {
+                // Any answer, an error status included, is a server that answers.
+                Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
+                Err(e) => Err(crate::plugin_resources::api_error_text(&e)),
+            }
+        })
+    })
+}
+
+/// Follows the kubeconfig Secrets of one kind of source.
+async fn follow_secrets(
+    api: Api<Secret>,
+    kind: SourceKind,
+    tx: mpsc::UnboundedSender<(SourceKind, BTreeMap<String, Described>)>,
+) {
+    let label = match kind {
+        SourceKind::ClusterApi => CAPI_CLUSTER_LABEL,
+        _ => SECRET_LABEL,
+    };
+    let config = watcher::Config::default().labels(label);
+    let stream = watcher::watcher(api, config).default_backoff();
+    tokio::pin!(stream);
+    let mut members: BTreeMap<String, Described> = BTreeMap::new();
+    let mut relist: Option<BTreeMap<String, Described>> = None;
+    let mut warned = false;
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(event) => {
+                warned = false;
+                event
+            }
+            Err(e) => {
+                if !warned {
+                    tracing::warn!(
+                        "cannot watch cluster kubeconfig Secrets ({label}): {e}; retrying"
+                    );
+                    warned = true;
+                }
+                continue;
+            }
+        };
+        match event {
+            watcher::Event::Init => relist = Some(BTreeMap::new()),
+            watcher::Event::InitApply(secret) => {
+                if let (Some(relist), Some(described)) =
+                    (&mut relist, described_secret(&secret, kind))
+                {
+                    relist.insert(described.identity.name.clone(), described);
+                }
+            }
+            watcher::Event::InitDone => {
+                members = relist.take().unwrap_or_default();
+                let _ = tx.send((kind, members.clone()));
+            }
+            watcher::Event::Apply(secret) => {
+                // A Secret that stopped describing a member (its data gone)
+                // is removed under the name it had.
+                let secret_name = secret.metadata.name.clone().unwrap_or_default();
+                members.retain(|_, d| d.identity.source != secret_source(&secret_name));
+                if let Some(described) = described_secret(&secret, kind) {
+                    members.insert(described.identity.name.clone(), described);
+                }
+                let _ = tx.send((kind, members.clone()));
+            }
+            watcher::Event::Delete(secret) => {
+                let secret_name = secret.metadata.name.clone().unwrap_or_default();
+                members.retain(|_, d| d.identity.source != secret_source(&secret_name));
+                let _ = tx.send((kind, members.clone()));
+            }
+        }
+    }
+}
+
+fn secret_source(name: &str) -> String {
+    format!("secret {name}")
+}
+
+/// The member a Secret describes, if it holds a kubeconfig under a valid
+/// member name; otherwise a warning naming the Secret says what is wrong.
+fn described_secret(secret: &Secret, kind: SourceKind) -> Option<Described> {
+    let secret_name = secret.metadata.name.clone().unwrap_or_default();
+    let labels: BTreeMap<String, String> = secret.metadata.labels.clone().unwrap_or_default();
+    let name = match kind {
+        SourceKind::ClusterApi => {
+            let cluster = labels.get(CAPI_CLUSTER_LABEL)?;
+            // Cluster API labels several Secrets of a cluster; the
+            // kubeconfig is `<cluster>-kubeconfig`.
+            if secret_name != format!("{cluster}-kubeconfig") {
+                return None;
+            }
+            cluster.clone()
+        }
+        _ => labels.get(SECRET_LABEL)?.clone(),
+    };
+    if let Err(why) = valid_member_name(&name) {
+        tracing::warn!("Secret {secret_name} names cluster {name:?}, which is not usable: {why}");
+        return None;
+    }
+    let data = secret.data.as_ref();
+    let bytes = data
+        .and_then(|d| d.get("kubeconfig").or_else(|| d.get("value")))
+        .map(|b| b.0.clone());
+    let Some(bytes) = bytes else {
+        tracing::warn!(
+            "Secret {secret_name} names cluster {name} but holds no kubeconfig (key `kubeconfig`, or `value`)"
+        );
+        return None;
+    };
+    let Ok(kubeconfig) = String::from_utf8(bytes) else {
+        tracing::warn!("Secret {secret_name}: its kubeconfig is not UTF-8 text");
+        return None;
+    };
+    let mut member_labels = labels;
+    member_labels.insert(CLUSTER_LABEL.into(), name.clone());
+    Some(Described {
+        identity: Identity {
+            name,
+            labels: member_labels,
+            source: secret_source(&secret_name),
+            server: String::new(),
+        },
+        kubeconfig: Some(kubeconfig),
+    })
+}
+
+/// Follows `dir`: one kubeconfig file per member, named by the file's
+/// name up to its first dot.
+async fn follow_dir(
+    dir: PathBuf,
+    tx: mpsc::UnboundedSender<(SourceKind, BTreeMap<String, Described>)>,
+) {
+    let (changes_tx, mut changes) = mpsc::unbounded_channel();
+    let _watch = crate::dir_watch::watch_dir(&dir, changes_tx);
+    loop {
+        let _ = tx.send((SourceKind::Files, read_dir_members(&dir)));
+        if changes.recv().await.is_none() {
+            return;
+        }
+        while changes.try_recv().is_ok() {}
+    }
+}
+
+/// The members the files of `dir` describe; unreadable files are named in
+/// a warning and left out.
+pub fn read_dir_members(dir: &Path) -> BTreeMap<String, Described> {
+    let mut members = BTreeMap::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            tracing::warn!("cannot read --clusters-dir {}: {e}", dir.display());
+            return members;
+        }
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect();
+    files.sort();
+    for file in files {
+        let file_name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let name = file_name.split('.').next().unwrap_or_default().to_string();
+        if let Err(why) = valid_member_name(&name) {
+            tracing::warn!(
+                "{}: cluster name {name:?} is not usable: {why}",
+                file.display()
+            );
+            continue;
+        }
+        let kubeconfig = match std::fs::read_to_string(&file) {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::warn!("cannot read {}: {e}", file.display());
+                continue;
+            }
+        };
+        let labels = BTreeMap::from([
+            (CLUSTER_LABEL.to_string(), name.clone()),
+            (FILE_LABEL.to_string(), file_name.clone()),
+        ]);
+        members.insert(
+            name.clone(),
+            Described {
+                identity: Identity {
+                    name,
+                    labels,
+                    source: format!("file {}", file.display()),
+                    server: String::new(),
+                },
+                kubeconfig: Some(kubeconfig),
+            },
+        );
+    }
+    members
+}
+
+/// A member's name is a label value (selectors name it): 1 to 63
+/// characters, alphanumerics, `-`, `_` and `.`, starting and ending
+/// alphanumeric.
+pub fn valid_member_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err("a cluster name is 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit".into())
+    }
+}

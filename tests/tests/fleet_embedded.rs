@@ -1,0 +1,133 @@
+//! The fleet on embedded members: each member reconciles its own objects
+//! with its own engine, `--plugin-clusters` keeps a plugin to the members
+//! its selector admits, a plugin added or removed reaches every member, and
+//! a disengaged member stops. No API server is involved: what a real
+//! cluster adds (sources, unreachable members) is in
+//! multi_cluster_real_cluster.rs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reconciler_host::cluster::embedded::EmbeddedCluster;
+use reconciler_host::cluster::{ClusterBackend, ObjectKey, RealClock};
+use reconciler_host::fleet::{Fleet, Identity, PluginClusters, Settings};
+use reconciler_host::hot_reload::PluginHost;
+use reconciler_sdk::KindRef;
+use reconciler_tests::{example_plugin, sandbox};
+use serde_json::json;
+
+fn member(name: &str, env: &str) -> Identity {
+    Identity {
+        name: name.into(),
+        labels: BTreeMap::from([
+            ("reconciler-host.io/cluster".to_string(), name.to_string()),
+            ("env".to_string(), env.to_string()),
+        ]),
+        source: "test".into(),
+        server: format!("embedded {name}"),
+    }
+}
+
+fn cluster_with_podset(name: &str, size: i64) -> Arc<EmbeddedCluster> {
+    let cluster = Arc::new(EmbeddedCluster::new(Arc::new(RealClock)));
+    cluster
+        .apply_as_user(
+            json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+            "metadata": {"name": name, "namespace": "default"}, "spec": {"size": size}}),
+        )
+        .unwrap();
+    cluster
+}
+
+fn deployment(name: &str) -> ObjectKey {
+    ObjectKey::new(
+        KindRef::new("apps", "v1", "Deployment"),
+        Some("default"),
+        name,
+    )
+}
+
+async fn replicas(cluster: &EmbeddedCluster, name: &str) -> Option<i64> {
+    cluster
+        .get(&deployment(name))
+        .await
+        .unwrap()
+        .and_then(|d| d["spec"]["replicas"].as_i64())
+}
+
+/// Waits up to 20 s for `cluster`'s Deployment `name` to have `want`
+/// replicas (`None`: to be absent still after 3 s, long enough for a
+/// reconcile that was going to happen).
+async fn eventually(cluster: &EmbeddedCluster, name: &str, want: Option<i64>) {
+    let tries = if want.is_some() { 200 } else { 30 };
+    for _ in 0..tries {
+        if want.is_some() && replicas(cluster, name).await == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(replicas(cluster, name).await, want, "Deployment {name}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_member_reconciles_its_own_objects_where_its_selector_admits_the_plugin() {
+    let selection = PluginClusters::parse(&["podset:env=prod".into()]).unwrap();
+    let fleet = Fleet::new(selection, Settings::default());
+    let east = cluster_with_podset("east-set", 2);
+    let west = cluster_with_podset("west-set", 3);
+    let north = cluster_with_podset("north-set", 1);
+    fleet.engage(member("east", "prod"), east.clone(), None, Duration::ZERO);
+    fleet.engage(member("west", "dev"), west.clone(), None, Duration::ZERO);
+    fleet.engage(member("north", "prod"), north.clone(), None, Duration::ZERO);
+
+    let podset = Arc::new(sandbox().load(&example_plugin("podset")).unwrap());
+    fleet.add_plugin(podset).await.unwrap();
+
+    eventually(&east, "east-set", Some(2)).await;
+    eventually(&north, "north-set", Some(1)).await;
+    // west is env=dev: podset does not run there.
+    eventually(&west, "west-set", None).await;
+    // Nothing crossed clusters.
+    assert_eq!(replicas(&east, "north-set").await, None);
+    assert_eq!(replicas(&north, "east-set").await, None);
+
+    let statuses = fleet.statuses();
+    let east_status = statuses.iter().find(|s| s.name == "east").unwrap();
+    assert_eq!(east_status.plugins_running, ["podset"]);
+    assert!(
+        east_status.ready && east_status.objects_cached > 0,
+        "{east_status:?}"
+    );
+    let west_status = statuses.iter().find(|s| s.name == "west").unwrap();
+    assert!(west_status.plugins_running.is_empty(), "{west_status:?}");
+
+    // A disengaged member is served no more: a new PodSet there gets nothing.
+    assert!(fleet.disengage("north", Duration::from_secs(5)).await);
+    assert!(fleet.engine("north").is_none());
+    north
+        .apply_as_user(
+            json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+            "metadata": {"name": "late", "namespace": "default"}, "spec": {"size": 1}}),
+        )
+        .unwrap();
+    // Meanwhile east still serves, and a plugin removed stops everywhere.
+    east.apply_as_user(
+        json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": "east-set", "namespace": "default"}, "spec": {"size": 4}}),
+    )
+    .unwrap();
+    eventually(&east, "east-set", Some(4)).await;
+    eventually(&north, "late", None).await;
+
+    assert!(fleet.remove_plugin("podset").is_some());
+    for _ in 0..100 {
+        if fleet.engine("east").unwrap().plugins().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(fleet.engine("east").unwrap().plugins().is_empty());
+    fleet.stop_all(Duration::from_secs(5)).await;
+    assert!(fleet.statuses().is_empty());
+}

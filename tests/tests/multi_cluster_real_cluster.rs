@@ -1,0 +1,356 @@
+//! One host, several real clusters: `reconciler-host run --no-local-cluster`
+//! on a hub (cluster A) that names its members by kubeconfig Secrets:
+//! `alpha` (A itself) and `beta` (a second control plane, B). Checked by
+//! what a user sees: each member's PodSets get their Deployments in that
+//! member, and nowhere else.
+//!
+//! - PodSets in both members converge;
+//! - B's API server killed: A keeps converging new work and the host stays
+//!   up; B back: its new PodSets converge;
+//! - beta's Secret rotated to a new client certificate: the member is
+//!   engaged anew, without a restart, and converges;
+//! - a member whose credentials lack RBAC (`gamma`, user `nobody` on B) is
+//!   reported naming what it was refused;
+//! - beta's Secret deleted: the member is disengaged and B's new PodSets
+//!   get nothing.
+//!
+//! Both control planes are the test's own (`../shared/kube`, two state
+//! directories); skipped, saying so, without it.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use reconciler_tests::real_cluster::{OwnControlPlane, Probe, RealCluster, Suite};
+use reconciler_tests::{example_plugin, root};
+use serde_json::{Value, json};
+
+const SUITE: Suite = Suite {
+    name: "multi_cluster_real_cluster",
+    host_binary: env!("CARGO_BIN_EXE_reconciler-host-under-test"),
+};
+
+const CONVERGE: Duration = Duration::from_secs(90);
+const MANAGER: &str = "multi-cluster-test";
+
+fn podset_resource() -> ApiResource {
+    ApiResource {
+        group: "example.com".into(),
+        version: "v1alpha1".into(),
+        api_version: "example.com/v1alpha1".into(),
+        kind: "PodSet".into(),
+        plural: "podsets".into(),
+    }
+}
+
+fn deployment_resource() -> ApiResource {
+    ApiResource {
+        group: "apps".into(),
+        version: "v1".into(),
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        plural: "deployments".into(),
+    }
+}
+
+async fn client_of(kubeconfig: &str) -> Result<kube::Client> {
+    let parsed = kube::config::Kubeconfig::from_yaml(kubeconfig)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(parsed, &kube::config::KubeConfigOptions::default())
+            .await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// The podset CRD, applied and established on a member that is not the
+/// test's own cluster.
+async fn install_podset_crd(client: &kube::Client) -> Result<()> {
+    let text = std::fs::read_to_string(root().join("crds/podset.yaml"))?;
+    let crd: Value = serde_yaml_ng::from_str(&text)?;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        "podsets.example.com",
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .context("applying the podset CRD on B")?;
+    for _ in 0..120 {
+        let found = api.get("podsets.example.com").await?;
+        let established = found
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    bail!("the podset CRD was not established on B within 30 s")
+}
+
+async fn apply(
+    client: &kube::Client,
+    resource: &ApiResource,
+    ns: &str,
+    object: Value,
+) -> Result<()> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, resource);
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    api.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .with_context(|| format!("applying {} {ns}/{name}", resource.kind))?;
+    Ok(())
+}
+
+async fn create_podset(client: &kube::Client, ns: &str, name: &str, size: i64) -> Result<()> {
+    let object = json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": name, "namespace": ns,
+            "labels": {"reconciler-tests/namespace": ns}},
+        "spec": {"size": size}});
+    apply(client, &podset_resource(), ns, object).await
+}
+
+async fn replicas_of(client: &kube::Client, ns: &str, name: &str) -> Result<Option<i64>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &deployment_resource());
+    Ok(api
+        .get_opt(name)
+        .await?
+        .and_then(|d| d.data["spec"]["replicas"].as_i64()))
+}
+
+async fn wait_for_deployment(
+    cluster: &RealCluster,
+    member: &kube::Client,
+    which: &str,
+    name: &str,
+    size: i64,
+) -> Result<()> {
+    let ns = cluster.namespace.clone();
+    cluster
+        .wait_for(
+            &format!("Deployment {ns}/{name} with {size} replicas in {which}"),
+            CONVERGE,
+            async || {
+                Ok(match replicas_of(member, &ns, name).await? {
+                    Some(n) if n == size => Probe::Ready(()),
+                    other => Probe::Pending(format!("replicas {other:?}")),
+                })
+            },
+        )
+        .await
+}
+
+/// A kubeconfig for `plane` authenticating as `user` in `group` with a
+/// client certificate minted now from its CA (what rotating credentials,
+/// or giving a member less privilege, looks like).
+fn minted_kubeconfig(plane: &OwnControlPlane, user: &str, group: &str) -> Result<String> {
+    use base64::Engine as _;
+    let pki = plane.state_dir().join("pki");
+    let work = tempfile::tempdir()?;
+    let key = work.path().join("client.key");
+    let csr = work.path().join("client.csr");
+    let crt = work.path().join("client.crt");
+    let run = |args: &[&str]| -> Result<()> {
+        let out = Command::new("openssl")
+            .args(args)
+            .output()
+            .context("running openssl")?;
+        ensure!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    };
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    run(&["genrsa", "-out", &path(&key), "2048"])?;
+    run(&[
+        "req",
+        "-new",
+        "-key",
+        &path(&key),
+        "-subj",
+        &format!("/O={group}/CN={user}"),
+        "-out",
+        &path(&csr),
+    ])?;
+    // Version 3, with the usage a client certificate states: rustls
+    // refuses a bare version 1 certificate.
+    let extensions = work.path().join("client.ext");
+    std::fs::write(
+        &extensions,
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
+    )?;
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &path(&csr),
+        "-CA",
+        &path(&pki.join("ca.crt")),
+        "-CAkey",
+        &path(&pki.join("ca.key")),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        &path(&extensions),
+        "-out",
+        &path(&crt),
+    ])?;
+    let text = std::fs::read_to_string(plane.kubeconfig())?;
+    let mut config: Value = serde_yaml_ng::from_str(&text)?;
+    let b64 = |p: &Path| -> Result<String> {
+        Ok(base64::engine::general_purpose::STANDARD.encode(std::fs::read(p)?))
+    };
+    for user_entry in config["users"]
+        .as_array_mut()
+        .context("users in the kubeconfig")?
+    {
+        user_entry["user"] = json!({
+            "client-certificate-data": b64(&crt)?,
+            "client-key-data": b64(&key)?,
+        });
+    }
+    Ok(serde_yaml_ng::to_string(&config)?)
+}
+
+async fn member_secret(cluster: &RealCluster, name: &str, kubeconfig: &str) -> Result<()> {
+    use base64::Engine as _;
+    let ns = &cluster.namespace;
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": format!("member-{name}"), "namespace": ns,
+            "labels": {"reconciler-host.io/cluster": name}},
+        "data": {"kubeconfig": base64::engine::general_purpose::STANDARD.encode(kubeconfig)}});
+    let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(cluster.client.clone(), ns);
+    api.patch(
+        &format!("member-{name}"),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&secret),
+    )
+    .await
+    .with_context(|| format!("applying the kubeconfig Secret of member {name}"))?;
+    Ok(())
+}
+
+#[test]
+fn one_host_serves_two_clusters_and_survives_losing_one() {
+    SUITE.run_on_own_control_plane(
+        "one_host_serves_two_clusters_and_survives_losing_one",
+        &[],
+        async |cluster| {
+            let ns = cluster.namespace.clone();
+            let a_kubeconfig = std::fs::read_to_string(cluster.own_control_plane()?.kubeconfig())?;
+            cluster.step("starting member B's control plane");
+            let b = OwnControlPlane::up(&[])?;
+            let b_kubeconfig = std::fs::read_to_string(b.kubeconfig())?;
+            let a_client = cluster.client.clone();
+            let b_client = client_of(&b_kubeconfig).await?;
+            cluster
+                .install_crds(&root().join("crds/podset.yaml"))
+                .await?;
+            install_podset_crd(&b_client).await?;
+            let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(b_client.clone());
+            namespaces
+                .patch(
+                    &ns,
+                    &PatchParams::apply(MANAGER),
+                    &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": ns}})),
+                )
+                .await?;
+            member_secret(cluster, "alpha", &a_kubeconfig).await?;
+            member_secret(cluster, "beta", &b_kubeconfig).await?;
+
+            let hub = cluster.own_control_plane()?.kubeconfig().to_path_buf();
+            cluster.start_host_with_kubeconfig_and_args(
+                &[example_plugin("podset")],
+                &hub,
+                &[
+                    "--no-local-cluster",
+                    "--no-plugin-resources",
+                    "--plugin-secrets-namespace",
+                    &ns,
+                ],
+            )?;
+            cluster.step("a PodSet in each member converges in that member");
+            create_podset(&a_client, &ns, "one", 1).await?;
+            create_podset(&b_client, &ns, "two", 2).await?;
+            wait_for_deployment(cluster, &a_client, "A", "one", 1).await?;
+            wait_for_deployment(cluster, &b_client, "B", "two", 2).await?;
+            ensure!(
+                replicas_of(&b_client, &ns, "one").await?.is_none()
+                    && replicas_of(&a_client, &ns, "two").await?.is_none(),
+                "a PodSet's Deployment appeared in the other cluster"
+            );
+
+            cluster.step("B's API server killed: A keeps converging");
+            b.kill("kube-apiserver")?;
+            cluster
+                .wait_for_log(&["cluster beta does not answer"], Duration::from_secs(60))
+                .await?;
+            create_podset(&a_client, &ns, "three", 1).await?;
+            wait_for_deployment(cluster, &a_client, "A", "three", 1).await?;
+            cluster.host()?.ensure_running()?;
+
+            cluster.step("B back: its new PodSets converge");
+            b.up_again()?;
+            cluster
+                .wait_for_log(&["cluster beta answers again"], Duration::from_secs(60))
+                .await?;
+            create_podset(&b_client, &ns, "four", 1).await?;
+            wait_for_deployment(cluster, &b_client, "B", "four", 1).await?;
+
+            cluster.step("beta's Secret rotated to a new client certificate");
+            let rotated = minted_kubeconfig(&b, "rotated-admin", "system:masters")?;
+            member_secret(cluster, "beta", &rotated).await?;
+            cluster
+                .wait_for_log(&["re-engaged cluster beta"], Duration::from_secs(30))
+                .await?;
+            create_podset(&b_client, &ns, "five", 2).await?;
+            wait_for_deployment(cluster, &b_client, "B", "five", 2).await?;
+
+            cluster.step("a member whose credentials lack RBAC is reported naming the refusal");
+            let nobody = minted_kubeconfig(&b, "nobody", "nobodies")?;
+            member_secret(cluster, "gamma", &nobody).await?;
+            let line = cluster
+                .wait_for_log(&["gamma", "podset", "forbidden"], Duration::from_secs(60))
+                .await?;
+            ensure!(
+                line.contains("nobody"),
+                "the refusal does not name the user: {line}"
+            );
+
+            cluster.step("beta's Secret deleted: the member is disengaged");
+            let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+                Api::namespaced(cluster.client.clone(), &ns);
+            secrets.delete("member-beta", &Default::default()).await?;
+            cluster
+                .wait_for_log(&["disengaged cluster beta"], Duration::from_secs(30))
+                .await?;
+            create_podset(&b_client, &ns, "six", 1).await?;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            ensure!(
+                replicas_of(&b_client, &ns, "six").await?.is_none(),
+                "a disengaged member still got a Deployment"
+            );
+            create_podset(&a_client, &ns, "seven", 1).await?;
+            wait_for_deployment(cluster, &a_client, "A", "seven", 1).await?;
+            drop(b);
+            Ok(())
+        },
+    );
+}
