@@ -94,7 +94,13 @@ impl HostStatus {
 
     fn metrics_text(&self) -> String {
         let (queues, cache) = self.sampler.get().map(|s| s()).unwrap_or_default();
-        self.metrics.encode(&queues, &cache)
+        let clusters = self
+            .clusters
+            .get()
+            .map(|source| source())
+            .unwrap_or_default();
+        self.metrics
+            .encode_with_clusters(&queues, &cache, &clusters)
     }
 }
 

@@ -55,6 +55,19 @@ struct FileLabels {
     file: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    cluster: String,
+}
+
+/// A reconcile's result in one member cluster.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterResultLabels {
+    cluster: String,
+    controller: String,
+    result: &'static str,
+}
+
 /// controller-runtime's reconcile time buckets, in seconds.
 const RECONCILE_BUCKETS: [f64; 20] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0,
@@ -78,6 +91,11 @@ pub struct Metrics {
     traps: Family<ControllerLabels, Counter>,
     timeouts: Family<ControllerLabels, Counter>,
     cache_objects: Family<KindLabels, Gauge>,
+    cluster_reconciles: Family<ClusterResultLabels, Counter>,
+    cluster_engaged: Family<ClusterLabels, Gauge>,
+    cluster_ready: Family<ClusterLabels, Gauge>,
+    cluster_last_error: Family<ClusterLabels, Gauge>,
+    cluster_objects: Family<ClusterLabels, Gauge>,
     /// Encoding reads every family; one scrape at a time keeps gauges that
     /// are refreshed just before it consistent.
     scrape: Mutex<()>,
@@ -161,8 +179,43 @@ impl Metrics {
             "Objects in the shared cache, per kind",
             cache_objects.clone(),
         );
+        let cluster_reconciles = Family::default();
+        registry.register(
+            "reconciler_host_cluster_reconciles",
+            "Reconciles per member cluster, plugin and result (the controller_runtime_ families sum over clusters)",
+            cluster_reconciles.clone(),
+        );
+        let cluster_engaged = Family::default();
+        registry.register(
+            "reconciler_host_cluster_engaged",
+            "1 for each engaged member cluster",
+            cluster_engaged.clone(),
+        );
+        let cluster_ready = Family::default();
+        registry.register(
+            "reconciler_host_cluster_ready",
+            "1 when a member cluster answers and every plugin meant for it serves",
+            cluster_ready.clone(),
+        );
+        let cluster_last_error = Family::default();
+        registry.register(
+            "reconciler_host_cluster_last_error_timestamp_seconds",
+            "When a member cluster last failed (unreachable, or a plugin that could not start there)",
+            cluster_last_error.clone(),
+        );
+        let cluster_objects = Family::default();
+        registry.register(
+            "reconciler_host_cluster_cache_objects",
+            "Objects cached for a member cluster",
+            cluster_objects.clone(),
+        );
         Self {
             registry,
+            cluster_reconciles,
+            cluster_engaged,
+            cluster_ready,
+            cluster_last_error,
+            cluster_objects,
             reconcile_total,
             reconcile_errors,
             reconcile_time,
@@ -178,33 +231,41 @@ impl Metrics {
         }
     }
 
+    /// Counts one finished reconcile in member `cluster` that took `took`.
+    pub fn reconciled_in(&self, cluster: &str, record: &ReconcileRecord, took: Duration) {
+        if let Some(result) = result_of(record) {
+            self.cluster_reconciles
+                .get_or_create(&ClusterResultLabels {
+                    cluster: cluster.to_string(),
+                    controller: record.plugin.clone(),
+                    result,
+                })
+                .inc();
+        }
+        self.reconciled(record, took);
+    }
+
     /// Counts one finished reconcile that took `took`.
     pub fn reconciled(&self, record: &ReconcileRecord, took: Duration) {
         let controller = ControllerLabels {
             controller: record.plugin.clone(),
         };
-        let result = match &record.outcome {
-            Outcome::Applied {
-                requeue_after: Some(_),
-                ..
-            } => "requeue_after",
-            Outcome::Applied { .. } | Outcome::Gone => "success",
-            Outcome::Failed { reason, .. } => {
-                self.reconcile_errors.get_or_create(&controller).inc();
-                match reason.as_str() {
-                    "Trap" | "MemoryLimit" => {
-                        self.traps.get_or_create(&controller).inc();
-                    }
-                    "Timeout" => {
-                        self.timeouts.get_or_create(&controller).inc();
-                    }
-                    _ => {}
-                }
-                "error"
-            }
+        let Some(result) = result_of(record) else {
             // Never started: not a reconcile.
-            Outcome::Unloaded => return,
+            return;
         };
+        if let Outcome::Failed { reason, .. } = &record.outcome {
+            self.reconcile_errors.get_or_create(&controller).inc();
+            match reason.as_str() {
+                "Trap" | "MemoryLimit" => {
+                    self.traps.get_or_create(&controller).inc();
+                }
+                "Timeout" => {
+                    self.timeouts.get_or_create(&controller).inc();
+                }
+                _ => {}
+            }
+        }
         self.reconcile_total
             .get_or_create(&ResultLabels {
                 controller: controller.controller.clone(),
@@ -244,7 +305,47 @@ impl Metrics {
     /// The Prometheus text exposition, after setting the gauges from the
     /// state of the moment.
     pub fn encode(&self, queues: &[QueueStats], cache: &[(KindRef, usize)]) -> String {
+        self.encode_with_clusters(queues, cache, &[])
+    }
+
+    /// [`Self::encode`], with the member clusters' gauges.
+    pub fn encode_with_clusters(
+        &self,
+        queues: &[QueueStats],
+        cache: &[(KindRef, usize)],
+        clusters: &[crate::fleet::MemberStatus],
+    ) -> String {
         let _one_at_a_time = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
+        // Disengaged members must not linger either.
+        for family in [
+            &self.cluster_engaged,
+            &self.cluster_ready,
+            &self.cluster_last_error,
+            &self.cluster_objects,
+        ] {
+            family.clear();
+        }
+        for member in clusters {
+            let labels = ClusterLabels {
+                cluster: member.name.clone(),
+            };
+            self.cluster_engaged.get_or_create(&labels).set(1);
+            self.cluster_ready
+                .get_or_create(&labels)
+                .set(i64::from(member.ready));
+            if let Some(at) = member
+                .last_error_at
+                .as_deref()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            {
+                self.cluster_last_error
+                    .get_or_create(&labels)
+                    .set(at.timestamp());
+            }
+            self.cluster_objects
+                .get_or_create(&labels)
+                .set(i64::try_from(member.objects_cached).unwrap_or(i64::MAX));
+        }
         // Unloaded plugins and emptied kinds must not linger.
         self.active_workers.clear();
         self.max_concurrent.clear();
@@ -284,6 +385,20 @@ impl Metrics {
     }
 }
 
+/// controller-runtime's `result` label of a finished reconcile; `None` for
+/// one that never started.
+fn result_of(record: &ReconcileRecord) -> Option<&'static str> {
+    match &record.outcome {
+        Outcome::Applied {
+            requeue_after: Some(_),
+            ..
+        } => Some("requeue_after"),
+        Outcome::Applied { .. } | Outcome::Gone => Some("success"),
+        Outcome::Failed { .. } => Some("error"),
+        Outcome::Unloaded => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -311,6 +426,57 @@ mod tests {
             failures: 1,
             retry_in: Duration::from_secs(1),
         }
+    }
+
+    #[test]
+    fn member_clusters_have_their_own_gauges_and_reconcile_counts() {
+        let metrics = Metrics::new();
+        let applied = Outcome::Applied {
+            changes: vec![],
+            requeue_after: None,
+        };
+        metrics.reconciled_in("east", &record("podset", applied), Duration::from_millis(3));
+        metrics.reconciled_in(
+            "west",
+            &record("podset", failed("Trap")),
+            Duration::from_millis(3),
+        );
+        let member = |name: &str, ready: bool, error_at: Option<&str>| crate::fleet::MemberStatus {
+            name: name.into(),
+            source: "test".into(),
+            server: "https://127.0.0.1".into(),
+            labels: Default::default(),
+            engaged_since: "2026-01-01T00:00:00Z".into(),
+            ready,
+            last_error: error_at.map(|_| "unreachable".into()),
+            last_error_at: error_at.map(Into::into),
+            objects_cached: 12,
+            plugins_running: vec![],
+            plugins_waiting: Default::default(),
+        };
+        let clusters = [
+            member("east", true, None),
+            member("west", false, Some("2026-01-01T00:01:00Z")),
+        ];
+        let text = metrics.encode_with_clusters(&[], &[], &clusters);
+        for line in [
+            "reconciler_host_cluster_reconciles_total{cluster=\"east\",controller=\"podset\",result=\"success\"} 1",
+            "reconciler_host_cluster_reconciles_total{cluster=\"west\",controller=\"podset\",result=\"error\"} 1",
+            "reconciler_host_cluster_engaged{cluster=\"west\"} 1",
+            "reconciler_host_cluster_ready{cluster=\"east\"} 1",
+            "reconciler_host_cluster_ready{cluster=\"west\"} 0",
+            "reconciler_host_cluster_last_error_timestamp_seconds{cluster=\"west\"} 1767225660",
+            "reconciler_host_cluster_cache_objects{cluster=\"east\"} 12",
+            "controller_runtime_reconcile_total{controller=\"podset\",result=\"success\"} 1",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        // A member disengaged since the last scrape is gone from the gauges.
+        let text = metrics.encode_with_clusters(&[], &[], &clusters[..1]);
+        assert!(
+            !text.contains("reconciler_host_cluster_engaged{cluster=\"west\"}"),
+            "{text}"
+        );
     }
 
     #[test]

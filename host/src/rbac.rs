@@ -422,8 +422,15 @@ pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) ->
         placement.namespace(&scope.service_account_namespace, "", "configmaps", &["get"]);
     }
     if scope.cluster_secrets {
-        // Member clusters' kubeconfigs, followed in the host's namespace.
+        // Member clusters' kubeconfigs, followed in the host's namespace,
+        // and the Events that say what became of each.
         placement.namespace(&scope.service_account_namespace, "", "secrets", READ);
+        placement.namespace(
+            &scope.service_account_namespace,
+            "events.k8s.io",
+            "events",
+            &["create", "patch"],
+        );
     }
     placement.cluster("authentication.k8s.io", "tokenreviews", &["create"]);
     placement.cluster("authorization.k8s.io", "subjectaccessreviews", &["create"]);

@@ -225,8 +225,8 @@ pub async fn run(
         coalesce: config.coalesce,
         instances: sandbox.reconcile_instances(),
         max_backoff: config.retry_every.max(Duration::from_secs(1)),
-        on_finished: Some(Arc::new(move |_cluster, record, took| {
-            metrics_status.metrics.reconciled(record, took)
+        on_finished: Some(Arc::new(move |cluster, record, took| {
+            metrics_status.metrics.reconciled_in(cluster, record, took)
         })),
         gate: leadership.as_ref().map(|l| {
             let gate = l.gate();

@@ -322,6 +322,30 @@ fn one_host_serves_two_clusters_and_survives_losing_one() {
                 .await?;
             create_podset(&b_client, &ns, "five", 2).await?;
             wait_for_deployment(cluster, &b_client, "B", "five", 2).await?;
+            // The source Secret says what became of it.
+            cluster
+                .wait_for(
+                    "Events Engaged and Reengaged on Secret member-beta",
+                    Duration::from_secs(30),
+                    async || {
+                        let reasons: Vec<String> = cluster
+                            .events_about("Secret", "member-beta")
+                            .await?
+                            .into_iter()
+                            .map(|e| e.reason)
+                            .collect();
+                        Ok(
+                            if reasons.iter().any(|r| r == "Engaged")
+                                && reasons.iter().any(|r| r == "Reengaged")
+                            {
+                                Probe::Ready(())
+                            } else {
+                                Probe::Pending(format!("reasons {reasons:?}"))
+                            },
+                        )
+                    },
+                )
+                .await?;
 
             cluster.step("a member whose credentials lack RBAC is reported naming the refusal");
             let nobody = minted_kubeconfig(&b, "nobody", "nobodies")?;

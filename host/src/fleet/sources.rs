@@ -17,8 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
 
@@ -50,6 +52,57 @@ pub struct Described {
     pub identity: Identity,
     /// The kubeconfig, or `None` for the local member (the host's client).
     pub kubeconfig: Option<String>,
+    /// The Secret it came from, which engagements are announced on.
+    pub secret: Option<ObjectReference>,
+}
+
+/// Events on the source Secrets, so `kubectl describe secret` says what the
+/// host made of each: engaged, engaged anew, disengaged, refused and why.
+struct Announcer {
+    recorder: Recorder,
+}
+
+impl Announcer {
+    fn new(client: kube::Client) -> Self {
+        let reporter = Reporter {
+            controller: "reconciler-host".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+        }
+    }
+
+    /// Publishes beside the engagements: an Event never holds them up, and
+    /// one that cannot be written is a debug line.
+    fn announce(
+        &self,
+        secret: Option<&ObjectReference>,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let Some(secret) = secret.cloned() else {
+            return;
+        };
+        let recorder = self.recorder.clone();
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &secret).await {
+                tracing::debug!("cannot record an Event on Secret {:?}: {e}", secret.name);
+            }
+        });
+    }
 }
 
 /// What the sources follow.
@@ -88,6 +141,7 @@ pub fn follow(
                     server: "the cluster the host runs in".into(),
                 },
                 kubeconfig: None,
+                secret: None,
             },
         );
         let _ = tx.send((SourceKind::Local, members));
@@ -107,12 +161,24 @@ pub fn follow(
     tokio::spawn(async move {
         let _tasks = tasks;
         let mut engagements = Engagements::default();
+        let announcer = Announcer::new(local.clone());
         while let Some((kind, members)) = reports.recv().await {
             engagements.report(kind, members);
-            engagements.apply(&fleet, &local, &options).await;
+            engagements
+                .apply(&fleet, &local, &options, &announcer)
+                .await;
         }
     })
 }
+
+/// What a member was engaged from: its source, kubeconfig, identity and
+/// Secret.
+type EngagedFrom = (
+    SourceKind,
+    Option<String>,
+    Identity,
+    Option<ObjectReference>,
+);
 
 /// The members each source names, and what the fleet was given for each.
 #[derive(Default)]
@@ -120,7 +186,7 @@ struct Engagements {
     by_source: BTreeMap<SourceKind, BTreeMap<String, Described>>,
     /// Engaged (or refused) members: the source and kubeconfig they were
     /// engaged from, so only a change engages again.
-    engaged: BTreeMap<String, (SourceKind, Option<String>, Identity)>,
+    engaged: BTreeMap<String, EngagedFrom>,
     /// Names two sources gave, already warned about.
     warned: BTreeMap<String, SourceKind>,
 }
@@ -135,6 +201,7 @@ impl Engagements {
         fleet: &Fleet<KubernetesBackend>,
         local: &kube::Client,
         options: &SourceOptions,
+        announcer: &Announcer,
     ) {
         let mut union: BTreeMap<String, (SourceKind, Described)> = BTreeMap::new();
         for (kind, members) in &self.by_source {
@@ -161,14 +228,23 @@ impl Engagements {
             .cloned()
             .collect();
         for name in gone {
-            self.engaged.remove(&name);
+            let secret = self
+                .engaged
+                .remove(&name)
+                .and_then(|(_, _, _, secret)| secret);
             fleet.disengage(&name, options.drain).await;
+            announcer.announce(
+                secret.as_ref(),
+                false,
+                "Disengaged",
+                format!("cluster {name} is no longer served: its source no longer names it"),
+            );
         }
         for (name, (kind, described)) in union {
             let unchanged = self
                 .engaged
                 .get(&name)
-                .is_some_and(|(k, config, identity)| {
+                .is_some_and(|(k, config, identity, _)| {
                     *k == kind && *config == described.kubeconfig && *identity == described.identity
                 });
             if unchanged {
@@ -180,6 +256,7 @@ impl Engagements {
                     kind,
                     described.kubeconfig.clone(),
                     described.identity.clone(),
+                    described.secret.clone(),
                 ),
             );
             let client = match &described.kubeconfig {
@@ -188,17 +265,35 @@ impl Engagements {
             };
             match client {
                 Ok((client, server)) => {
+                    let again = fleet.identities().contains_key(&name);
                     let identity = Identity {
-                        server,
+                        server: server.clone(),
                         ..described.identity
                     };
                     let backend = Arc::new(KubernetesBackend::new(client.clone()));
                     fleet.engage(identity, backend, Some(probe_of(client)), options.drain);
+                    let (reason, what) = if again {
+                        ("Reengaged", "engaged anew, its kubeconfig changed")
+                    } else {
+                        ("Engaged", "engaged")
+                    };
+                    announcer.announce(
+                        described.secret.as_ref(),
+                        false,
+                        reason,
+                        format!("cluster {name} {what}: {server}"),
+                    );
                 }
                 Err(why) => {
                     // A member already serving keeps its previous client:
                     // a broken rotation must not stop a working cluster.
                     let serving = fleet.identities().contains_key(&name);
+                    announcer.announce(
+                        described.secret.as_ref(),
+                        true,
+                        "EngageFailed",
+                        format!("cannot engage cluster {name}: {why}"),
+                    );
                     tracing::warn!(
                         cluster = %name,
                         source = %described.identity.source,
@@ -356,6 +451,14 @@ fn described_secret(secret: &Secret, kind: SourceKind) -> Option<Described> {
             server: String::new(),
         },
         kubeconfig: Some(kubeconfig),
+        secret: Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Secret".into()),
+            name: secret.metadata.name.clone(),
+            namespace: secret.metadata.namespace.clone(),
+            uid: secret.metadata.uid.clone(),
+            ..ObjectReference::default()
+        }),
     })
 }
 
@@ -431,6 +534,7 @@ pub fn read_dir_members(dir: &Path) -> BTreeMap<String, Described> {
                     server: String::new(),
                 },
                 kubeconfig: Some(kubeconfig),
+                secret: None,
             },
         );
     }
