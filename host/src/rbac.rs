@@ -267,6 +267,10 @@ pub struct RbacScope {
     /// namespace (`run` does unless `--no-cluster-secrets`, and with
     /// `--cluster-api`).
     pub cluster_secrets: bool,
+    /// For a member cluster (`rbac --member`): only what the plugins need
+    /// there. The Lease, admission, Plugin resources, member Secrets and
+    /// the metrics' token reviews all live on the hub.
+    pub member: bool,
 }
 
 impl RbacScope {
@@ -284,6 +288,20 @@ impl RbacScope {
             webhook_configurations: BTreeSet::new(),
             plugin_resources: true,
             cluster_secrets: true,
+            member: false,
+        }
+    }
+
+    /// What a member cluster must grant the host's credentials there.
+    pub fn member(self) -> Self {
+        Self {
+            member: true,
+            install_crds: false,
+            admission_secret_namespace: None,
+            webhook_configurations: BTreeSet::new(),
+            plugin_resources: false,
+            cluster_secrets: false,
+            ..self
         }
     }
 }
@@ -377,17 +395,19 @@ pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) ->
     }
     // The Lease by name; its `create` cannot name it (see the module
     // documentation), so a Role keeps that to the Lease's namespace.
-    let leases = placement
-        .namespaced
-        .entry(scope.lease_namespace.clone())
-        .or_default();
-    leases.grant(
-        "coordination.k8s.io",
-        "leases",
-        std::slice::from_ref(&scope.lease_name),
-        &["get", "patch", "update"],
-    );
-    leases.grant("coordination.k8s.io", "leases", &[], &["create"]);
+    if !scope.member {
+        let leases = placement
+            .namespaced
+            .entry(scope.lease_namespace.clone())
+            .or_default();
+        leases.grant(
+            "coordination.k8s.io",
+            "leases",
+            std::slice::from_ref(&scope.lease_name),
+            &["get", "patch", "update"],
+        );
+        leases.grant("coordination.k8s.io", "leases", &[], &["create"]);
+    }
     if let Some(namespace) = &scope.admission_secret_namespace {
         let names: Vec<String> = scope.webhook_configurations.iter().cloned().collect();
         for resource in [
@@ -432,8 +452,10 @@ pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) ->
             &["create", "patch"],
         );
     }
-    placement.cluster("authentication.k8s.io", "tokenreviews", &["create"]);
-    placement.cluster("authorization.k8s.io", "subjectaccessreviews", &["create"]);
+    if !scope.member {
+        placement.cluster("authentication.k8s.io", "tokenreviews", &["create"]);
+        placement.cluster("authorization.k8s.io", "subjectaccessreviews", &["create"]);
+    }
     if scope.install_crds {
         placement.cluster(
             "apiextensions.k8s.io",
@@ -862,6 +884,34 @@ mod tests {
             !without.contains("webhookconfigurations") && !without.contains("secrets"),
             "{without}"
         );
+    }
+
+    #[test]
+    fn a_member_cluster_grants_the_plugins_kinds_and_nothing_of_the_hubs() {
+        let hub = RbacScope::cluster_wide("reconciler-host");
+        let member = hub.clone().member();
+        let yaml = rbac(&[website()], &website_crd("Namespaced"), &member);
+        for absent in [
+            "leases",
+            "tokenreviews",
+            "subjectaccessreviews",
+            "secrets",
+            "plugins",
+        ] {
+            let quoted = format!("[\"{absent}\"]");
+            assert!(!yaml.contains(&quoted), "{absent} in\n{yaml}");
+        }
+        let hub_yaml = rbac(&[website()], &website_crd("Namespaced"), &hub);
+        let docs = documents(&yaml);
+        let hub_docs = documents(&hub_yaml);
+        let cluster = rules_of(&docs[&("ClusterRole".to_string(), String::new())]);
+        let hub_cluster = rules_of(&hub_docs[&("ClusterRole".to_string(), String::new())]);
+        // The plugin's kinds and Events are granted as on the hub.
+        for rule in &hub_cluster {
+            if rule.0 == "example.com" || rule.1 == "deployments" || rule.1 == "events" {
+                assert!(cluster.contains(rule), "{rule:?} missing in\n{yaml}");
+            }
+        }
     }
 
     #[test]

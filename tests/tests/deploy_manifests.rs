@@ -231,6 +231,10 @@ async fn generated_rbac_grants_the_lease_and_webhook_configurations_by_name_on_a
                 "validatingwebhookconfigurations",
                 "",
             ),
+            // Member clusters' kubeconfig Secrets, and Events on them, in
+            // the host's own namespace.
+            ("watch", "", "secrets", host.as_str()),
+            ("create", "events.k8s.io", "events", host.as_str()),
         ] {
             real_cluster::expect_can(&client, account, request, true).await?;
         }
@@ -242,6 +246,7 @@ async fn generated_rbac_grants_the_lease_and_webhook_configurations_by_name_on_a
                 "kube-system",
             ),
             ("create", "coordination.k8s.io", "leases", "kube-system"),
+            ("list", "", "secrets", "kube-system"),
             (
                 "update",
                 "coordination.k8s.io",
@@ -621,9 +626,10 @@ async fn generated_roles_grant_the_service_account_its_namespaces_only_on_a_real
             service_account_namespace: served.clone(),
             lease_namespace: served.clone(),
             admission_secret_namespace: None,
-            // What Plugin resources add is tested in rbac.rs; here the
-            // namespaces' Roles alone.
+            // What Plugin resources and member clusters' Secrets add is
+            // tested in rbac.rs; here the namespaces' Roles alone.
             plugin_resources: false,
+            cluster_secrets: false,
             ..RbacScope::cluster_wide("reconciler-host-e2e")
         };
         let yaml = rbac(&metadata, &plurals, &scope);

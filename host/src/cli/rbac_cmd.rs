@@ -66,6 +66,11 @@ pub struct RbacArgs {
     /// <PREFIX>-<plugin> for the plugins that serve admission.
     #[arg(long, default_value = DEFAULT_WEBHOOK_PREFIX, value_name = "PREFIX")]
     pub admission_webhook_prefix: String,
+    /// What a member cluster (run --clusters-dir, kubeconfig Secrets, --cluster-api) must grant
+    /// the user of its kubeconfig: the plugins' kinds and Events, nothing of the hub's (the
+    /// Lease, admission, Plugin resources, member Secrets, token reviews).
+    #[arg(long)]
+    pub member: bool,
 }
 
 pub fn run(sandbox: &SandboxArgs, args: RbacArgs) -> anyhow::Result<ExitCode> {
@@ -101,7 +106,8 @@ fn scope_of(args: RbacArgs, admission: &[&str]) -> RbacScope {
             .clone()
             .unwrap_or_else(|| args.service_account_namespace.clone())
     });
-    RbacScope {
+    let member = args.member;
+    let scope = RbacScope {
         admission_secret_namespace,
         webhook_configurations,
         lease_name: args.leader_election_id,
@@ -115,7 +121,9 @@ fn scope_of(args: RbacArgs, admission: &[&str]) -> RbacScope {
         install_crds: args.install_crds,
         plugin_resources: !args.no_plugin_resources,
         cluster_secrets: !args.no_cluster_secrets,
-    }
+        member: false,
+    };
+    if member { scope.member() } else { scope }
 }
 
 #[cfg(test)]
