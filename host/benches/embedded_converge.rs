@@ -41,7 +41,7 @@ use reconciler_sdk::KindRef;
 use serde_json::{Value, json};
 
 mod measured_child;
-use measured_child::{Measured, print_measured, proc_status, proc_status_kb, run_child};
+use measured_child::{Measured, cpu_time, print_measured, proc_status, proc_status_kb, run_child};
 
 /// Where the PodSets go, round robin.
 const NAMESPACES: [&str; 8] = [
@@ -359,33 +359,4 @@ async fn check_converged(cluster: &EmbeddedCluster, n: usize) -> anyhow::Result<
 
 fn duration_us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-/// The process's CPU time so far, all threads.
-struct CpuTime {
-    user: Duration,
-    system: Duration,
-}
-
-impl CpuTime {
-    fn since(&self, earlier: &CpuTime) -> CpuTime {
-        CpuTime {
-            user: self.user.saturating_sub(earlier.user),
-            system: self.system.saturating_sub(earlier.system),
-        }
-    }
-}
-
-fn cpu_time() -> anyhow::Result<CpuTime> {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    ensure!(rc == 0, "getrusage: {}", std::io::Error::last_os_error());
-    let of = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-    };
-    Ok(CpuTime {
-        user: of(usage.ru_utime),
-        system: of(usage.ru_stime),
-    })
 }

@@ -58,7 +58,18 @@ fn push(
     file: &std::path::Path,
     key: Option<&str>,
 ) -> Result<String> {
-    let reference = registry.reference("plugins/podset:stable");
+    push_as(cx, registry, file, key, "stable")
+}
+
+/// [`push`] under another tag of the same repository.
+fn push_as(
+    cx: &RealCluster,
+    registry: &Registry,
+    file: &std::path::Path,
+    key: Option<&str>,
+    tag: &str,
+) -> Result<String> {
+    let reference = registry.reference(&format!("plugins/podset:{tag}"));
     let file = file.display().to_string();
     let mut args = vec![
         "push",
@@ -273,12 +284,15 @@ fn a_plugin_serves_follows_its_tag_keeps_the_last_good_version_and_stops_when_de
         .await?;
         cx.step("a missing signature: v2 kept serving, SignatureMissing");
 
-        // A tampered blob: signed, but the registry's bytes changed.
-        let tampered = push(
+        // A tampered blob: signed, but the registry's bytes changed. Pushed
+        // under another tag and tampered there, then tagged `stable`: the
+        // host never sees it before the change.
+        let tampered = push_as(
             cx,
             &registry,
             &example_plugin("rollout_restarter"),
             Some(&key),
+            "staging",
         )?;
         let layer = registry_layer(&registry, "plugins/podset", &tampered).await?;
         let blob = registry.blob_file(&layer);
@@ -286,6 +300,7 @@ fn a_plugin_serves_follows_its_tag_keeps_the_last_good_version_and_stops_when_de
         let middle = bytes.len() / 2;
         bytes[middle] ^= 0xff;
         std::fs::write(&blob, bytes)?;
+        retag(&registry, "plugins/podset", "staging", "stable").await?;
         wait_for_status(
             cx,
             &name,
@@ -418,6 +433,28 @@ fn a_private_registry_is_reached_with_a_pull_secret() {
         cx.delete(&plugins_kind(), &name).await?;
         Ok(())
     });
+}
+
+/// Points `repo:to` at the manifest `repo:from` names, byte for byte.
+async fn retag(registry: &Registry, repo: &str, from: &str, to: &str) -> Result<()> {
+    let client = oci_client::Client::new(oci_client::client::ClientConfig {
+        protocol: oci_client::client::ClientProtocol::Http,
+        ..Default::default()
+    });
+    let source: oci_client::Reference = format!("{}/{repo}:{from}", registry.host).parse()?;
+    let target: oci_client::Reference = format!("{}/{repo}:{to}", registry.host).parse()?;
+    let media_type = oci_client::manifest::OCI_IMAGE_MEDIA_TYPE;
+    let (bytes, _) = client
+        .pull_manifest_raw(
+            &source,
+            &oci_client::secrets::RegistryAuth::Anonymous,
+            &[media_type],
+        )
+        .await?;
+    client
+        .push_manifest_raw(&target, bytes, http::HeaderValue::from_static(media_type))
+        .await?;
+    Ok(())
 }
 
 /// The layer digest of `repo@digest`, read from the registry.

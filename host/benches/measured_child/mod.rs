@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{Context, ensure};
 
@@ -66,4 +67,36 @@ pub fn proc_status_kb(status: &HashMap<String, u64>, key: &str) -> anyhow::Resul
         .get(key)
         .copied()
         .with_context(|| format!("{key} in /proc/self/status"))
+}
+
+/// The process's CPU time so far, all threads.
+#[allow(dead_code)] // cache_memory does not measure CPU time
+pub struct CpuTime {
+    pub user: Duration,
+    pub system: Duration,
+}
+
+#[allow(dead_code)]
+impl CpuTime {
+    pub fn since(&self, earlier: &CpuTime) -> CpuTime {
+        CpuTime {
+            user: self.user.saturating_sub(earlier.user),
+            system: self.system.saturating_sub(earlier.system),
+        }
+    }
+}
+
+#[allow(dead_code)]
+pub fn cpu_time() -> anyhow::Result<CpuTime> {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    ensure!(rc == 0, "getrusage: {}", std::io::Error::last_os_error());
+    let of = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    Ok(CpuTime {
+        user: of(usage.ru_utime),
+        system: of(usage.ru_stime),
+    })
 }
