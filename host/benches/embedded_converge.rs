@@ -32,16 +32,18 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use reconciler_host::cluster::embedded::EmbeddedCluster;
 use reconciler_host::cluster::{ClusterBackend, ObjectKey, RealClock};
-use reconciler_host::dev::seed_crds;
-use reconciler_host::dispatch::{Dispatcher, Wake};
+use reconciler_host::engine::dispatch::{Dispatcher, Wake};
 use reconciler_host::engine::{Engine, Outcome};
-use reconciler_host::main_task::block_on_worker;
 use reconciler_host::plugin::{Sandbox, SandboxConfig};
+use reconciler_host::process::dev::seed_crds;
+use reconciler_host::process::main_task::block_on_worker;
 use reconciler_sdk::KindRef;
 use serde_json::{Value, json};
 
 mod measured_child;
-use measured_child::{Measured, cpu_time, print_measured, proc_status, proc_status_kb, run_child};
+use measured_child::{
+    Measured, cpu_time, print_measured, proc_status, proc_status_kb, run_child, spread,
+};
 
 /// Where the PodSets go, round robin.
 const NAMESPACES: [&str; 8] = [
@@ -178,38 +180,6 @@ fn print_report(rows: &[(usize, Vec<Measured>)]) {
     }
     println!();
     println!("median of the runs, [min-max] when they differ; MiB = 1024 KiB");
-}
-
-/// The median and range of one figure over the runs.
-struct Spread {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-impl Spread {
-    fn show(&self, decimals: usize) -> String {
-        let median = format!("{:.*}", decimals, self.median);
-        let (min, max) = (
-            format!("{:.*}", decimals, self.min),
-            format!("{:.*}", decimals, self.max),
-        );
-        if min == max {
-            median
-        } else {
-            format!("{median} [{min}-{max}]")
-        }
-    }
-}
-
-fn spread(measured: &[Measured], figure: impl Fn(&Measured) -> f64) -> Spread {
-    let mut values: Vec<f64> = measured.iter().map(figure).collect();
-    values.sort_by(f64::total_cmp);
-    Spread {
-        median: values[values.len() / 2],
-        min: values[0],
-        max: values[values.len() - 1],
-    }
 }
 
 // ---------------------------------------------------------------------------

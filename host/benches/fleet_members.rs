@@ -30,16 +30,18 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use reconciler_host::cluster::embedded::EmbeddedCluster;
 use reconciler_host::cluster::{ClusterBackend, ObjectKey, RealClock};
-use reconciler_host::dev::seed_crds;
 use reconciler_host::fleet::{Fleet, Identity, PluginClusters, Settings};
-use reconciler_host::hot_reload::PluginHost;
-use reconciler_host::main_task::block_on_worker;
+use reconciler_host::plugin::hot_reload::PluginHost;
 use reconciler_host::plugin::{Sandbox, SandboxConfig};
+use reconciler_host::process::dev::seed_crds;
+use reconciler_host::process::main_task::block_on_worker;
 use reconciler_sdk::KindRef;
 use serde_json::json;
 
 mod measured_child;
-use measured_child::{Measured, cpu_time, print_measured, proc_status, proc_status_kb, run_child};
+use measured_child::{
+    Measured, cpu_time, print_measured, proc_status, proc_status_kb, run_child, spread,
+};
 
 const IDLE_WINDOW: Duration = Duration::from_secs(5);
 
@@ -61,10 +63,10 @@ fn env_number(name: &str, default: usize) -> anyhow::Result<usize> {
 fn parent() -> anyhow::Result<()> {
     let members = env_number("BENCH_MEMBERS", 100)?;
     let podsets = env_number("BENCH_PODSETS", 1000)?;
-    let spread = env_number("BENCH_SPREAD", 10)?;
+    let members_spread = env_number("BENCH_SPREAD", 10)?;
     let runs = env_number("BENCH_RUNS", 3)?;
     ensure!(
-        runs > 0 && members >= 10 && spread > 1,
+        runs > 0 && members >= 10 && members_spread > 1,
         "BENCH_RUNS >= 1, BENCH_MEMBERS >= 10, BENCH_SPREAD >= 2"
     );
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -95,7 +97,7 @@ fn parent() -> anyhow::Result<()> {
         args.extend(common.iter().cloned());
         member_runs.push(run_child("members", &args)?);
         // Alternated, so drift in the machine hits both alike.
-        for k in [1, spread] {
+        for k in [1, members_spread] {
             eprintln!("run {run} of {runs}: {podsets} PodSets over {k} member(s)");
             let mut args = vec!["converge".to_string(), podsets.to_string(), k.to_string()];
             args.extend(common.iter().cloned());
@@ -109,14 +111,14 @@ fn parent() -> anyhow::Result<()> {
     println!();
     println!("| {members} idle members, podset on each | median [min-max] of {runs} |");
     println!("|---|---:|");
-    let per_member = spread_of(&member_runs, |m| {
+    let per_member = spread(&member_runs, |m| {
         (m["rss_engaged_kb"] as f64 - m["rss_base_kb"] as f64) / m["members"] as f64
     });
     println!(
         "| memory per member (RSS growth / members) | {} KiB |",
         per_member.show(0)
     );
-    let idle = spread_of(&member_runs, |m| {
+    let idle = spread(&member_runs, |m| {
         (m["idle_cpu_us"] as f64 - m["base_cpu_us"] as f64)
             / m["members"] as f64
             / IDLE_WINDOW.as_secs_f64()
@@ -126,7 +128,7 @@ fn parent() -> anyhow::Result<()> {
         "| idle CPU per member (over the host with none) | {} ms/s |",
         idle.show(3)
     );
-    let engage = spread_of(&member_runs, |m| m["engage_median_us"] as f64 / 1000.0);
+    let engage = spread(&member_runs, |m| m["engage_median_us"] as f64 / 1000.0);
     println!(
         "| time to engage one member (engage to podset serving) | {} ms |",
         engage.show(1)
@@ -134,9 +136,9 @@ fn parent() -> anyhow::Result<()> {
     println!();
     println!("| {podsets} PodSets | time to converge | ratio to one member |");
     println!("|---|---:|---:|");
-    let one = spread_of(&converge_runs[&1], |m| m["converge_us"] as f64 / 1e6);
+    let one = spread(&converge_runs[&1], |m| m["converge_us"] as f64 / 1e6);
     for (k, runs) in &converge_runs {
-        let wall = spread_of(runs, |m| m["converge_us"] as f64 / 1e6);
+        let wall = spread(runs, |m| m["converge_us"] as f64 / 1e6);
         println!(
             "| over {k} member(s) | {} s | {:.2} |",
             wall.show(3),
@@ -149,34 +151,6 @@ fn parent() -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     Ok(())
-}
-
-struct Spread {
-    median: f64,
-    min: f64,
-    max: f64,
-}
-
-impl Spread {
-    fn show(&self, decimals: usize) -> String {
-        let [median, min, max] =
-            [self.median, self.min, self.max].map(|v| format!("{v:.decimals$}"));
-        if min == max {
-            median
-        } else {
-            format!("{median} [{min}-{max}]")
-        }
-    }
-}
-
-fn spread_of(measured: &[Measured], figure: impl Fn(&Measured) -> f64) -> Spread {
-    let mut values: Vec<f64> = measured.iter().map(figure).collect();
-    values.sort_by(f64::total_cmp);
-    Spread {
-        median: values[values.len() / 2],
-        min: values[0],
-        max: values[values.len() - 1],
-    }
 }
 
 fn child(args: &[String]) -> anyhow::Result<()> {

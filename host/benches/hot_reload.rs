@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use reconciler_host::cluster::embedded::EmbeddedCluster;
 use reconciler_host::cluster::{ClusterBackend, ObjectKey, RealClock};
-use reconciler_host::dir_watch::{DEBOUNCE, watch_dir};
 use reconciler_host::engine::Engine;
-use reconciler_host::hot_reload::PluginDirectory;
+use reconciler_host::plugin::hot_reload::PluginDirectory;
 use reconciler_host::plugin::{Sandbox, SandboxConfig};
+use reconciler_host::process::dir_watch::{DEBOUNCE, watch_dir};
 use reconciler_sdk::KindRef;
 use serde_json::json;
 

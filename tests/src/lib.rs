@@ -96,7 +96,7 @@ pub mod world {
     use reconciler_host::cluster::embedded::{EmbeddedCluster, RecordedEvent};
     use reconciler_host::cluster::{ClusterBackend, ObjectKey, VirtualClock};
     use reconciler_host::engine::{Engine, ReconcileRecord};
-    use reconciler_host::simulate::{SimulationConfig, run};
+    use reconciler_host::process::simulate::{SimulationConfig, run};
     use reconciler_sdk::KindRef;
     use serde_json::Value;
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use reconciler_host::cluster::VirtualClock;
 use reconciler_host::cluster::embedded::EmbeddedCluster;
-use reconciler_host::dev::ManifestDir;
-use reconciler_host::simulate::{SimulationConfig, simulate};
+use reconciler_host::process::dev::ManifestDir;
+use reconciler_host::process::simulate::{SimulationConfig, simulate};
 use reconciler_tests::{example_plugin, load};
 use serde_json::{Value, json};
 

@@ -14,7 +14,7 @@ use reconciler_host::cluster::embedded::EmbeddedCluster;
 use reconciler_host::cluster::embedded::builtins::{BuiltinConfig, LabelSelector};
 use reconciler_host::cluster::{Clock, ObjectKey, VirtualClock};
 use reconciler_host::engine::Engine;
-use reconciler_host::simulate::{SimulationConfig, run_with_builtins};
+use reconciler_host::process::simulate::{SimulationConfig, run_with_builtins};
 use reconciler_sdk::KindRef;
 use reconciler_tests::{example_plugin, load, root};
 use serde_json::{Value, json};
@@ -33,7 +33,7 @@ impl Simulation {
         let cluster = Arc::new(
             EmbeddedCluster::new(Arc::new(clock.clone())).with_builtin_controllers(builtins),
         );
-        for crd in reconciler_host::manifests::read_crds(&root().join("crds")).unwrap() {
+        for crd in reconciler_host::process::manifests::read_crds(&root().join("crds")).unwrap() {
             cluster.apply_as_user(crd).unwrap();
         }
         let plugins = plugins

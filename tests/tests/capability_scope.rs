@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use reconciler_host::cluster::embedded::EmbeddedCluster;
 use reconciler_host::cluster::{ClusterBackend, KindScope, ObjectKey, VirtualClock};
-use reconciler_host::dev::{DevConfig, run as run_dev};
 use reconciler_host::engine::{Change, Engine, EngineError, Outcome};
-use reconciler_host::simulate::{SimulationConfig, simulate};
+use reconciler_host::process::dev::{DevConfig, run as run_dev};
+use reconciler_host::process::simulate::{SimulationConfig, simulate};
 use reconciler_sdk::KindRef;
 use reconciler_tests::world::{World, key};
 use reconciler_tests::{example_plugin, load, root, sandbox, test_plugin};
@@ -192,8 +192,10 @@ async fn dev_reports_the_refused_plugin_by_file_and_runs_the_others() {
 /// ClusterHostile CRD.
 async fn cluster_primary_world() -> World {
     let mut world = empty_world();
-    let crd = reconciler_host::manifests::read_crds(&root().join("tests/crds/clusterhostile.yaml"))
-        .expect("the ClusterHostile CRD");
+    let crd = reconciler_host::process::manifests::read_crds(
+        &root().join("tests/crds/clusterhostile.yaml"),
+    )
+    .expect("the ClusterHostile CRD");
     for crd in crd {
         world.apply(crd);
     }

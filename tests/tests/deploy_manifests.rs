@@ -1,7 +1,7 @@
 //! The manifests in deploy/ that are derived from code stay in step with it.
 
 use reconciler_host::admission::webhook_configs::{DEFAULT_WEBHOOK_PREFIX, configuration_name};
-use reconciler_host::rbac::{Plurals, RbacScope, rbac};
+use reconciler_host::process::rbac::{Plurals, RbacScope, rbac};
 use reconciler_tests::{example_plugin, load, root};
 
 const EXAMPLES: [&str; 5] = [
@@ -600,7 +600,7 @@ mod real_cluster {
 async fn generated_roles_grant_the_service_account_its_namespaces_only_on_a_real_cluster() {
     use std::collections::BTreeSet;
 
-    use reconciler_host::rbac::{RbacScope, rbac};
+    use reconciler_host::process::rbac::{RbacScope, rbac};
 
     let Some(client) = real_cluster_client(
         "generated_roles_grant_the_service_account_its_namespaces_only_on_a_real_cluster",

@@ -251,7 +251,7 @@ async fn an_invalid_response_applies_nothing_and_is_an_event() {
 async fn a_plugin_that_never_settles_is_reported_by_name_and_object() {
     use std::sync::Arc;
 
-    use reconciler_host::simulate::{SimulationConfig, simulate};
+    use reconciler_host::process::simulate::{SimulationConfig, simulate};
 
     let plugins = vec![Arc::new(reconciler_tests::load(&test_plugin("hostile")))];
     let objects = vec![hostile("flappy", "flap"), hostile("calm", "ok")];

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use reconciler_host::cluster::RealClock;
 use reconciler_host::cluster::embedded::EmbeddedCluster;
-use reconciler_host::dispatch::{Dispatcher, Wake};
+use reconciler_host::engine::dispatch::{Dispatcher, Wake};
 use reconciler_host::engine::{Engine, Outcome};
 use reconciler_tests::{example_plugin, load};
 use serde_json::{Value, json};

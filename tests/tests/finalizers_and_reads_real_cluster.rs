@@ -33,7 +33,7 @@ use kube::api::{
 use reconciler_host::cluster::kubernetes::KubernetesBackend;
 use reconciler_host::cluster::{ObjectKey, RealClock};
 use reconciler_host::engine::{Engine, Outcome, ReconcileRecord, ServeScope};
-use reconciler_host::hot_reload::{PluginDirectory, ReloadEvent};
+use reconciler_host::plugin::hot_reload::{PluginDirectory, ReloadEvent};
 use reconciler_sdk::KindRef;
 use reconciler_tests::{root, sandbox, test_plugin};
 use serde_json::{Value, json};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use reconciler_host::cluster::embedded::EmbeddedCluster;
 use reconciler_host::cluster::{ClusterBackend, ObjectKey, RealClock};
 use reconciler_host::fleet::{Fleet, Identity, PluginClusters, Settings};
-use reconciler_host::hot_reload::PluginHost;
+use reconciler_host::plugin::hot_reload::PluginHost;
 use reconciler_sdk::KindRef;
 use reconciler_tests::{example_plugin, sandbox};
 use serde_json::json;

@@ -15,7 +15,7 @@ use reconciler_host::cluster::{
     Propagation, VirtualClock, WatchScope, WatchStream,
 };
 use reconciler_host::engine::{Engine, Outcome, ReconcileRecord};
-use reconciler_host::hot_reload::{PluginDirectory, ReloadEvent};
+use reconciler_host::plugin::hot_reload::{PluginDirectory, ReloadEvent};
 use reconciler_host::plugin::{CallError, HostLimits, LoadFailure, Sandbox, SandboxConfig};
 use reconciler_sdk::KindRef;
 use reconciler_tests::world::{World, key};

@@ -11,8 +11,8 @@ use reconciler_host::cluster::{
     BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchScope, WatchStream,
 };
 use reconciler_host::engine::{Engine, PrimarySelectors, ReconcileRecord, ServeScope};
-use reconciler_host::hot_reload::{PluginDirectory, ReloadEvent};
-use reconciler_host::simulate::{SimulationConfig, run};
+use reconciler_host::plugin::hot_reload::{PluginDirectory, ReloadEvent};
+use reconciler_host::process::simulate::{SimulationConfig, run};
 use reconciler_tests::world::key;
 use reconciler_tests::{sandbox, test_plugin};
 use serde_json::{Value, json};
@@ -374,8 +374,8 @@ async fn two_plugins_racing_for_one_primary_kind() {
 async fn the_directory_watcher_reports_a_rename_into_place() {
     let dir = tempfile::tempdir().unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let _watch =
-        reconciler_host::dir_watch::watch_dir(dir.path(), tx).expect("watching works here");
+    let _watch = reconciler_host::process::dir_watch::watch_dir(dir.path(), tx)
+        .expect("watching works here");
     let tmp = dir.path().join(".podset.wasm.tmp");
     std::fs::write(&tmp, b"bytes").unwrap();
     std::fs::rename(&tmp, dir.path().join("podset.wasm")).unwrap();

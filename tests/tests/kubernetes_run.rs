@@ -12,8 +12,8 @@ use std::time::Duration;
 use http::{Method, Request, Response};
 use kube::client::Body;
 use reconciler_host::engine::ServeScope;
-use reconciler_host::metrics_server::{MetricsAccess, MetricsServing};
-use reconciler_host::run::{RunConfig, run};
+use reconciler_host::process::metrics_server::{MetricsAccess, MetricsServing};
+use reconciler_host::process::run::{RunConfig, run};
 use reconciler_tests::{example_plugin, sandbox};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -266,7 +266,7 @@ async fn podset_reconcile_against_a_mocked_api() {
     let metrics = free_port();
     let config = RunConfig {
         plugins_dir: plugins.path().to_path_buf(),
-        pulled: reconciler_host::run::PulledConfig::none(),
+        pulled: reconciler_host::process::run::PulledConfig::none(),
         scope: ServeScope::default(),
         install_crds: None,
         shutdown_timeout: Duration::from_secs(10),

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use reconciler_host::admission::serving_cert::ServingCert;
-use reconciler_host::http_server::{HostStatus, serve};
-use reconciler_host::metrics_server::{MetricsAccess, MetricsServing, serve_metrics};
+use reconciler_host::process::http_server::{HostStatus, serve};
+use reconciler_host::process::metrics_server::{MetricsAccess, MetricsServing, serve_metrics};
 use reconciler_sdk::KindRef;
 use reconciler_tests::https_client;
 use reconciler_tests::real_cluster::{RealCluster, Suite};

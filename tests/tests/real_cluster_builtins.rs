@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use reconciler_host::cluster::embedded::builtins::BuiltinConfig;
-use reconciler_host::simulate::{SimulationConfig, simulate};
+use reconciler_host::process::simulate::{SimulationConfig, simulate};
 use reconciler_sdk::KindRef;
 use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
 use reconciler_tests::{example_plugin, load, root};
@@ -167,7 +167,7 @@ async fn embedded(advance: Duration) -> Vec<Value> {
         .iter()
         .map(|p| Arc::new(load(&example_plugin(p))))
         .collect();
-    let mut objects = reconciler_host::manifests::read_crds(&root().join("crds")).unwrap();
+    let mut objects = reconciler_host::process::manifests::read_crds(&root().join("crds")).unwrap();
     objects.extend([podset(), kubernetes_cluster()]);
     let config = SimulationConfig {
         advance,

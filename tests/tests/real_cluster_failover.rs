@@ -38,7 +38,7 @@ const SUITE: Suite = Suite {
 };
 
 /// The host's leader-election timing (controller-runtime's, see the
-/// Replicas section of docs/cluster.md and host/src/leader_election.rs): a standby
+/// Replicas section of docs/cluster.md and host/src/process/leader_election.rs): a standby
 /// takes over once the holder has not renewed for the lease duration, and
 /// it looks every retry period.
 const LEASE_DURATION: Duration = Duration::from_secs(15);

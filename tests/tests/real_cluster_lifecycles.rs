@@ -147,7 +147,7 @@ const RESIZE_GAP: Duration = Duration::from_secs(5);
 const REQUEUE_SLACK: Duration = Duration::from_secs(4);
 /// Reconciles that change nothing are logged at debug level by `run`; the
 /// requeue is one of them.
-const EVERY_RECONCILE_LOGGED: &str = "info,reconciler_host::run=debug";
+const EVERY_RECONCILE_LOGGED: &str = "info,reconciler_host::process::run=debug";
 
 /// Waits until `status.nodes` of Memcached `name` lists exactly the Pods
 /// carrying its labels, `count` of them (the ReplicaSet controller creates

@@ -100,3 +100,38 @@ pub fn cpu_time() -> anyhow::Result<CpuTime> {
         system: of(usage.ru_stime),
     })
 }
+
+/// The median and range of one figure over the runs.
+#[allow(dead_code)] // cache_memory reports single runs
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+#[allow(dead_code)]
+impl Spread {
+    pub fn show(&self, decimals: usize) -> String {
+        let median = format!("{:.*}", decimals, self.median);
+        let (min, max) = (
+            format!("{:.*}", decimals, self.min),
+            format!("{:.*}", decimals, self.max),
+        );
+        if min == max {
+            median
+        } else {
+            format!("{median} [{min}-{max}]")
+        }
+    }
+}
+
+#[allow(dead_code)]
+pub fn spread(measured: &[Measured], figure: impl Fn(&Measured) -> f64) -> Spread {
+    let mut values: Vec<f64> = measured.iter().map(figure).collect();
+    values.sort_by(f64::total_cmp);
+    Spread {
+        median: values[values.len() / 2],
+        min: values[0],
+        max: values[values.len() - 1],
+    }
+}

@@ -2,7 +2,7 @@
 //! them.
 //!
 //! This is a view, not a loader: the plugins directory
-//! ([`crate::hot_reload::PluginDirectory`]) decides which version of each
+//! ([`crate::plugin::hot_reload::PluginDirectory`]) decides which version of each
 //! plugin serves, for the engine and for admission alike, and publishes
 //! its decision here after every change. A version that fails to load
 //! leaves the last good one answering; a removed plugin's path answers that

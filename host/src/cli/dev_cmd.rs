@@ -8,7 +8,7 @@ use super::SandboxArgs;
 use super::builtins_args::BuiltinArgs;
 use super::record_args::RecordArgs;
 use super::registry_args::PluginRefArgs;
-use crate::dev::{DevConfig, run};
+use crate::process::dev::{DevConfig, run};
 
 #[derive(Debug, Args)]
 pub struct DevArgs {
@@ -63,7 +63,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
     };
     let has_plugin_objects = args.objects.exists()
         && !crate::plugin_resources::from_objects::plugin_objects(
-            &crate::manifests::read_all(&args.objects)?
+            &crate::process::manifests::read_all(&args.objects)?
                 .into_iter()
                 .map(|(_, o)| o)
                 .collect::<Vec<_>>(),
@@ -107,7 +107,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
         builtins: args.builtins.config(),
     };
     let _keep_alive = (empty_plugins_dir, pulled, keep);
-    let refused = crate::main_task::block_on_worker(&runtime, async move {
+    let refused = crate::process::main_task::block_on_worker(&runtime, async move {
         run(sandbox, config, &mut std::io::stdout()).await
     })?;
     Ok(if refused == 0 {

@@ -7,9 +7,9 @@ use clap::Args;
 
 use super::SandboxArgs;
 use crate::admission::webhook_configs::{DEFAULT_WEBHOOK_PREFIX, configuration_name};
-use crate::leader_election::DEFAULT_LEASE_NAME;
 use crate::plugin::directory::load_dir;
-use crate::rbac::{Plurals, RbacScope, rbac};
+use crate::process::leader_election::DEFAULT_LEASE_NAME;
+use crate::process::rbac::{Plurals, RbacScope, rbac};
 
 #[derive(Debug, Args)]
 pub struct RbacArgs {

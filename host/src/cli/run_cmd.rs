@@ -14,13 +14,15 @@ use super::registry_args::PluginRefArgs;
 use crate::admission::server::ServerLimits;
 use crate::admission::service::{AdmissionConfig, CertSource};
 use crate::admission::webhook_configs::WebhookEndpoint;
-use crate::api_client::{DEFAULT_REQUEST_TIMEOUT, connect};
 use crate::engine::{PrimarySelectors, ServeScope};
-use crate::leader_election::{DEFAULT_LEASE_NAME, LeaderElectionConfig, default_namespace};
+use crate::process::api_client::{DEFAULT_REQUEST_TIMEOUT, connect};
+use crate::process::leader_election::{
+    DEFAULT_LEASE_NAME, LeaderElectionConfig, default_namespace,
+};
+use crate::process::run::PulledConfig;
+use crate::process::run::{RunConfig, run, shutdown_signal};
+use crate::process::tls_serving::ConnectionLimits;
 use crate::registry::signatures::TrustRootFiles;
-use crate::run::PulledConfig;
-use crate::run::{RunConfig, run, shutdown_signal};
-use crate::tls_serving::ConnectionLimits;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -386,7 +388,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         clusters,
     };
     let runtime = tokio::runtime::Runtime::new()?;
-    crate::main_task::block_on_worker(&runtime, async move {
+    crate::process::main_task::block_on_worker(&runtime, async move {
         // Listening before anything else: a SIGTERM during the start stops
         // the host cleanly instead of killing it.
         let shutdown = shutdown_signal();

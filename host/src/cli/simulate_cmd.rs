@@ -11,7 +11,7 @@ use super::record_args::RecordArgs;
 use super::registry_args::PluginRefArgs;
 use crate::golden::duration_text::parse_duration;
 use crate::plugin::RandomKey;
-use crate::simulate::{SimulationConfig, simulate};
+use crate::process::simulate::{SimulationConfig, simulate};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -57,7 +57,7 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
         args.references
             .fetch_all(&[], sandbox.compile_cache().map(|c| c.dir()), &mut keep)?;
     // Plugin objects among the objects: pulled as references are.
-    let seeded: Vec<_> = crate::manifests::read_all(&args.objects)?
+    let seeded: Vec<_> = crate::process::manifests::read_all(&args.objects)?
         .into_iter()
         .map(|(_, o)| o)
         .collect();
@@ -90,7 +90,7 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
         anyhow::bail!("no plugin loaded from {}", args.plugins_dir.display());
     }
     let mut objects = match &args.crds {
-        Some(dir) => crate::manifests::read_crds(dir)?,
+        Some(dir) => crate::process::manifests::read_crds(dir)?,
         None => Vec::new(),
     };
     objects.extend(seeded);

@@ -25,6 +25,7 @@
 
 pub mod call_placement;
 pub mod call_slots;
+pub mod dispatch;
 pub mod event_mapping;
 pub mod event_recorder;
 pub mod finalizer_handover;

@@ -21,11 +21,11 @@ use tracing::Instrument;
 use crate::cluster::ClusterBackend;
 use crate::cluster::clock::rfc3339;
 use crate::cluster::{Clock, RealClock};
-use crate::dispatch::{Dispatcher, OnFinished, Wake};
+use crate::engine::dispatch::{Dispatcher, OnFinished, Wake};
 use crate::engine::{Engine, ReconcileRecord, ServeScope};
 use crate::golden::recorder::CaseRecorder;
 use crate::plugin::LoadedPlugin;
-use crate::run::log_record;
+use crate::process::run::log_record;
 
 /// Asks a member's API server whether it answers: `Err` says why not.
 pub type Probe =

@@ -20,8 +20,8 @@ use std::time::Duration;
 use crate::cluster::ClusterBackend;
 use crate::engine::finalizer_handover::FinalizerHold;
 use crate::engine::{EngineError, Replaced};
-use crate::hot_reload::{PluginHost, Standby};
 use crate::plugin::LoadedPlugin;
+use crate::plugin::hot_reload::{PluginHost, Standby};
 
 pub use self::member::{Identity, Member, MemberStatus, Probe, Settings};
 pub use self::selection::PluginClusters;

@@ -319,7 +319,7 @@ pub async fn client_for(
             .await
             .map_err(|e| format!("the kubeconfig does not configure a client: {e}"))?;
     let server = config.cluster_url.to_string();
-    let client = crate::api_client::client_from_config(config, request_timeout)
+    let client = crate::process::api_client::client_from_config(config, request_timeout)
         .map_err(|e| format!("{e:#}"))?;
     Ok((client, server))
 }
@@ -469,7 +469,7 @@ async fn follow_dir(
     tx: mpsc::UnboundedSender<(SourceKind, BTreeMap<String, Described>)>,
 ) {
     let (changes_tx, mut changes) = mpsc::unbounded_channel();
-    let _watch = crate::dir_watch::watch_dir(&dir, changes_tx);
+    let _watch = crate::process::dir_watch::watch_dir(&dir, changes_tx);
     loop {
         let _ = tx.send((SourceKind::Files, read_dir_members(&dir)));
         if changes.recv().await.is_none() {

@@ -3,6 +3,7 @@
 
 pub mod admission_call;
 pub mod admission_rules;
+pub mod background_reload;
 mod bindings;
 mod bounded_waits;
 mod call_clock;
@@ -14,6 +15,7 @@ pub mod contract_version;
 pub mod directory;
 pub mod errors;
 mod guest_output;
+pub mod hot_reload;
 pub mod limits;
 mod loaded;
 pub mod memory_budget;

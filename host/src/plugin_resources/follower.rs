@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use super::Shared;
 use super::conditions::{self, PluginResourceStatus, State};
 use super::spec::ValidSpec;
-use crate::hot_reload::PluginStatus;
+use crate::plugin::hot_reload::PluginStatus;
 use crate::registry::fetch::{FetchError, fetch_digest, resolve};
 use crate::registry::{Credentials, Digest, RegistryClient, TrustPolicy};
 

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, watch};
 
 use self::follower::{Access, Desired, Follower};
 use self::spec::{PluginSpec, ValidSpec};
-use crate::hot_reload::PluginStatus;
+use crate::plugin::hot_reload::PluginStatus;
 use crate::registry::served_files::ServedFiles;
 use crate::registry::signatures::{KeylessIdentity, TrustRootFiles, TrustedKey};
 use crate::registry::{

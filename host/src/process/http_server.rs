@@ -20,8 +20,8 @@ use axum::routing::get;
 use reconciler_contract::KindRef;
 
 use crate::engine::QueueStats;
-use crate::hot_reload::PluginStatus;
-use crate::metrics::Metrics;
+use crate::plugin::hot_reload::PluginStatus;
+use crate::process::metrics::Metrics;
 
 /// What the gauges are set from at each scrape: the engine's queues and
 /// cache, once there is an engine.

@@ -24,18 +24,18 @@ use anyhow::Context;
 use tokio::sync::mpsc;
 
 use crate::admission::plugin_set::AdmissionPlugins;
-use crate::background_reload::BackgroundReload;
 use crate::cluster::kubernetes::KubernetesBackend;
-use crate::crd_install::install_crds;
-use crate::dir_watch::watch_dir;
 use crate::engine::{Outcome, ReconcileRecord, ServeScope};
 use crate::fleet::{ClustersConfig, Fleet};
 use crate::golden::recorder::{CaseRecorder, RecordOptions};
-use crate::hot_reload::{PluginDirectory, ReloadEvent, Standby};
-use crate::http_server::{HostStatus, serve};
-use crate::leader_election::{LeaderElectionConfig, Leadership, LeadershipLost, acquire};
-use crate::metrics_server::{MetricsServing, serve_metrics};
 use crate::plugin::Sandbox;
+use crate::plugin::background_reload::BackgroundReload;
+use crate::plugin::hot_reload::{PluginDirectory, ReloadEvent, Standby};
+use crate::process::crd_install::install_crds;
+use crate::process::dir_watch::watch_dir;
+use crate::process::http_server::{HostStatus, serve};
+use crate::process::leader_election::{LeaderElectionConfig, Leadership, LeadershipLost, acquire};
+use crate::process::metrics_server::{MetricsServing, serve_metrics};
 
 /// Options of one `run`.
 pub struct RunConfig {
@@ -483,9 +483,9 @@ mod tests {
 
     use super::{RunConfig, run};
     use crate::engine::ServeScope;
-    use crate::leader_election::LeaderElectionConfig;
-    use crate::leader_election::testing::{LeaseServer, NAME, NAMESPACE, held_by};
     use crate::plugin::{Sandbox, SandboxConfig};
+    use crate::process::leader_election::LeaderElectionConfig;
+    use crate::process::leader_election::testing::{LeaseServer, NAME, NAMESPACE, held_by};
 
     const ME: &str = "pod-a_00000000000a";
 

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use tokio::sync::oneshot;
 
-use crate::hot_reload::{PluginDirectory, PluginHost, PluginStatus, ReloadEvent};
+use crate::plugin::hot_reload::{PluginDirectory, PluginHost, PluginStatus, ReloadEvent};
 
 /// What one sync changed, and the directory as it stands after it.
 #[derive(Debug)]

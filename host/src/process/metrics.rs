@@ -18,7 +18,7 @@ use prometheus_client::registry::Registry;
 use reconciler_contract::KindRef;
 
 use crate::engine::{Outcome, QueueStats, ReconcileRecord};
-use crate::hot_reload::ReloadEvent;
+use crate::plugin::hot_reload::ReloadEvent;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabels {

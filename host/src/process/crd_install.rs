@@ -15,7 +15,7 @@ use reconciler_contract::KindRef;
 use serde_json::Value;
 
 use crate::cluster::{ClusterBackend, ObjectKey};
-use crate::manifests::read_all;
+use crate::process::manifests::read_all;
 
 /// The field manager of installed CRDs.
 pub const FIELD_MANAGER: &str = "reconciler-host";

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::cluster::{Clock, ClusterBackend, RealClock};
 use crate::engine::{Engine, ReconcileRecord};
-use crate::heap_trim::{TrimPacer, release_freed_memory};
+use crate::process::heap_trim::{TrimPacer, release_freed_memory};
 
 /// How often counts of repeated Events that are behind are written (each
 /// series at most once per its own refresh interval).
@@ -125,7 +125,7 @@ impl<B: ClusterBackend> Dispatcher<B> {
     }
 
     /// Counts a collected record; after a run of reconciles, hands the
-    /// memory they freed back to the kernel (see [`crate::heap_trim`]),
+    /// memory they freed back to the kernel (see [`crate::process::heap_trim`]),
     /// off the dispatcher's thread.
     fn collected(&mut self) {
         self.outstanding -= 1;

@@ -16,18 +16,18 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::admission::{GateOutcome, admit_object};
-use crate::background_reload::BackgroundReload;
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::cluster::embedded::builtins::{BuiltinConfig, group_changes};
 use crate::cluster::embedded::kind_scopes::is_crd;
 use crate::cluster::{ObjectKey, RealClock};
-use crate::dir_watch::watch_dir;
-use crate::dispatch::{Dispatcher, Wake};
 use crate::engine::Engine;
+use crate::engine::dispatch::{Dispatcher, Wake};
 use crate::golden::recorder::{CaseRecorder, RecordOptions};
-use crate::hot_reload::PluginDirectory;
-use crate::manifests::{manifest_files, read_crds, read_objects};
 use crate::plugin::Sandbox;
+use crate::plugin::background_reload::BackgroundReload;
+use crate::plugin::hot_reload::PluginDirectory;
+use crate::process::dir_watch::watch_dir;
+use crate::process::manifests::{manifest_files, read_crds, read_objects};
 use reconciler_contract::Operation;
 
 /// The objects of a manifest directory as last read, per file, so a rescan
@@ -338,7 +338,7 @@ async fn sync_object_plugins(
     object_plugins: &mut crate::plugin_resources::from_objects::ObjectPlugins,
     objects_dir: &std::path::Path,
 ) -> (Vec<String>, bool) {
-    let objects: Vec<serde_json::Value> = crate::manifests::read_all(objects_dir)
+    let objects: Vec<serde_json::Value> = crate::process::manifests::read_all(objects_dir)
         .map(|all| all.into_iter().map(|(_, o)| o).collect())
         .unwrap_or_default();
     object_plugins.sync(&objects).await

@@ -48,8 +48,8 @@ use reconciler_contract::{KindRef, PluginMetadata};
 use serde_json::Value;
 
 use crate::cluster::KindScope;
-use crate::leader_election::DEFAULT_LEASE_NAME;
-use crate::manifests::read_all;
+use crate::process::leader_election::DEFAULT_LEASE_NAME;
+use crate::process::manifests::read_all;
 
 /// Built-in kinds the API server serves in namespaces, by group and kind.
 const NAMESPACED_BUILTINS: &[(&str, &str)] = &[

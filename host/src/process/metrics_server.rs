@@ -14,8 +14,8 @@ use anyhow::Context;
 use axum::middleware;
 
 use crate::admission::serving_cert::ServingCert;
-use crate::http_server::{HostStatus, reports, serve_plain};
-use crate::metrics_auth::{ApiServerAuth, require_token};
+use crate::process::http_server::{HostStatus, reports, serve_plain};
+use crate::process::metrics_auth::{ApiServerAuth, require_token};
 
 /// Where and how the reports are served.
 #[derive(Clone)]
@@ -73,11 +73,11 @@ pub async fn serve_metrics(
                 ApiServerAuth::new(client),
                 require_token,
             ));
-            crate::tls_serving::spawn(
+            crate::process::tls_serving::spawn(
                 listener,
                 cert.server_config()?,
                 router,
-                crate::tls_serving::ConnectionLimits::default(),
+                crate::process::tls_serving::ConnectionLimits::default(),
                 "metrics",
             );
             tracing::info!(
