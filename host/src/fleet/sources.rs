@@ -558,3 +558,122 @@ pub fn valid_member_name(name: &str) -> Result<(), String> {
         Err("a cluster name is 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit".into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn secret(name: &str, labels: &[(&str, &str)], data: &[(&str, &str)]) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("hub".into()),
+                uid: Some(format!("uid-{name}")),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        }
+    }
+
+    #[test]
+    fn a_labelled_secret_names_its_member_and_carries_its_labels() {
+        let s = secret(
+            "member-east",
+            &[(SECRET_LABEL, "east"), ("env", "prod")],
+            &[("kubeconfig", "apiVersion: v1")],
+        );
+        let d = described_secret(&s, SourceKind::Secrets).unwrap();
+        assert_eq!(d.identity.name, "east");
+        assert_eq!(d.identity.labels["env"], "prod");
+        assert_eq!(d.identity.labels[CLUSTER_LABEL], "east");
+        assert_eq!(d.identity.source, "secret member-east");
+        assert_eq!(d.kubeconfig.as_deref(), Some("apiVersion: v1"));
+        assert_eq!(d.secret.unwrap().uid.as_deref(), Some("uid-member-east"));
+        // Cluster API's key works too.
+        let s = secret("m", &[(SECRET_LABEL, "west")], &[("value", "kc")]);
+        assert_eq!(
+            described_secret(&s, SourceKind::Secrets)
+                .unwrap()
+                .kubeconfig
+                .as_deref(),
+            Some("kc")
+        );
+    }
+
+    #[test]
+    fn secrets_without_a_usable_name_or_kubeconfig_describe_no_member() {
+        let no_data = secret("m", &[(SECRET_LABEL, "east")], &[]);
+        assert!(described_secret(&no_data, SourceKind::Secrets).is_none());
+        let bad_name = secret("m", &[(SECRET_LABEL, "-east")], &[("kubeconfig", "x")]);
+        assert!(described_secret(&bad_name, SourceKind::Secrets).is_none());
+        // Cluster API labels several Secrets of a cluster: only
+        // `<cluster>-kubeconfig` is its kubeconfig.
+        let ca = secret(
+            "prod-ca",
+            &[(CAPI_CLUSTER_LABEL, "prod")],
+            &[("value", "x")],
+        );
+        assert!(described_secret(&ca, SourceKind::ClusterApi).is_none());
+        let kubeconfig = secret(
+            "prod-kubeconfig",
+            &[(CAPI_CLUSTER_LABEL, "prod")],
+            &[("value", "x")],
+        );
+        let d = described_secret(&kubeconfig, SourceKind::ClusterApi).unwrap();
+        assert_eq!(d.identity.name, "prod");
+    }
+
+    #[test]
+    fn a_clusters_directory_names_members_by_file_and_skips_what_it_cannot_use() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("east.kubeconfig"), "east-config").unwrap();
+        std::fs::write(dir.path().join("west.prod.yaml"), "west-config").unwrap();
+        std::fs::write(dir.path().join(".hidden.yaml"), "x").unwrap();
+        std::fs::write(dir.path().join("-bad.yaml"), "x").unwrap();
+        let members = read_dir_members(dir.path());
+        assert_eq!(
+            members.keys().collect::<Vec<_>>(),
+            ["east", "west"],
+            "{members:?}"
+        );
+        let west = &members["west"];
+        assert_eq!(west.kubeconfig.as_deref(), Some("west-config"));
+        assert_eq!(
+            west.identity.labels,
+            BTreeMap::from([
+                (CLUSTER_LABEL.to_string(), "west".to_string()),
+                (FILE_LABEL.to_string(), "west.prod.yaml".to_string()),
+            ])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_kubeconfig_that_configures_no_client_is_refused_saying_why() {
+        let Err(err) = client_for("not: [a kubeconfig", None).await else {
+            panic!("a client from a broken kubeconfig");
+        };
+        assert!(err.contains("not a kubeconfig"), "{err}");
+        let empty = "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n";
+        let Err(err) = client_for(empty, None).await else {
+            panic!("a client from an empty kubeconfig");
+        };
+        assert!(err.contains("does not configure a client"), "{err}");
+    }
+}
