@@ -282,7 +282,7 @@ fn one_host_serves_two_clusters_and_survives_losing_one() {
                 &[
                     "--no-local-cluster",
                     "--no-plugin-resources",
-                    "--plugin-secrets-namespace",
+                    "--cluster-secrets-namespace",
                     &ns,
                 ],
             )?;

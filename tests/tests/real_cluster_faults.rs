@@ -606,14 +606,17 @@ async fn least_privilege(cx: &mut RealCluster, form: RbacForm) -> Result<()> {
     let token = cx.service_account_token(HOST_ACCOUNT).await?;
     let host_kubeconfig = cx.workdir().join("service-account-kubeconfig");
     kubeconfig::with_token(cx.kubeconfig(), &token, &host_kubeconfig)?;
-    let host_args: &[&str] = match form {
-        RbacForm::ClusterRole => &[],
-        RbacForm::NamespacedRoles => &["--no-plugin-resources"],
-    };
+    // The host runs as the service account of cx.namespace, outside a
+    // pod: it is told that namespace, as a pod's POD_NAMESPACE would.
+    let namespace = cx.namespace.clone();
+    let mut host_args = vec!["--cluster-secrets-namespace", namespace.as_str()];
+    if form == RbacForm::NamespacedRoles {
+        host_args.push("--no-plugin-resources");
+    }
     cx.start_host_with_kubeconfig_and_args(
         &[example_plugin("podset")],
         &host_kubeconfig,
-        host_args,
+        &host_args,
     )?;
 
     let mut expected = Expected::default();

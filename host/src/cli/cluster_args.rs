@@ -28,6 +28,11 @@ pub struct ClusterArgs {
     /// namespace (their `kubeconfig` key, or `value`), which otherwise name member clusters.
     #[arg(long)]
     pub no_cluster_secrets: bool,
+    /// Where member clusters' kubeconfig Secrets (labelled, and Cluster API's) are read, and
+    /// their Events written [default: the host's namespace: POD_NAMESPACE, or the pod's service
+    /// account's; `default` outside a pod].
+    #[arg(long, value_name = "NS")]
+    pub cluster_secrets_namespace: Option<String>,
     /// Run PLUGIN only on the members whose labels match SELECTOR, e.g. `podset:env=prod` or
     /// `podset:reconciler-host.io/cluster in (east,west)`. Members carry their Secret's labels
     /// (files: reconciler-host.io/cluster-file=<file name>) and reconciler-host.io/cluster=<name>.
@@ -52,6 +57,10 @@ impl ClusterArgs {
             secrets: !self.no_cluster_secrets,
             cluster_api: self.cluster_api,
             clusters_dir: self.clusters_dir.clone(),
+            secrets_namespace: self
+                .cluster_secrets_namespace
+                .clone()
+                .unwrap_or_else(crate::process::leader_election::default_namespace),
             selection,
             request_timeout,
         })

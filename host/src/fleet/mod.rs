@@ -37,6 +37,8 @@ pub struct ClustersConfig {
     pub cluster_api: bool,
     /// One kubeconfig file per member.
     pub clusters_dir: Option<std::path::PathBuf>,
+    /// Where the Secret sources are read (the host's namespace).
+    pub secrets_namespace: String,
     pub selection: PluginClusters,
     /// The request deadline of members' clients.
     pub request_timeout: Option<Duration>,
@@ -50,6 +52,7 @@ impl ClustersConfig {
             secrets: false,
             cluster_api: false,
             clusters_dir: None,
+            secrets_namespace: "default".into(),
             selection: PluginClusters::default(),
             request_timeout: None,
         }

@@ -256,7 +256,7 @@ pub async fn run(
         client,
         crate::fleet::sources::SourceOptions {
             local: config.clusters.local,
-            namespace: config.pulled.namespace.clone(),
+            namespace: config.clusters.secrets_namespace.clone(),
             secrets: config.clusters.secrets,
             cluster_api: config.clusters.cluster_api,
             clusters_dir: config.clusters.clusters_dir.clone(),
