@@ -228,6 +228,29 @@ fn minted_kubeconfig(plane: &OwnControlPlane, user: &str, group: &str) -> Result
     Ok(serde_yaml_ng::to_string(&config)?)
 }
 
+/// Waits until the Events about Secret `secret` include every reason.
+async fn wait_for_reasons(cluster: &RealCluster, secret: &str, wanted: &[&str]) -> Result<()> {
+    cluster
+        .wait_for(
+            &format!("Events {wanted:?} on Secret {secret}"),
+            Duration::from_secs(30),
+            async || {
+                let reasons: Vec<String> = cluster
+                    .events_about("Secret", secret)
+                    .await?
+                    .into_iter()
+                    .map(|e| e.reason)
+                    .collect();
+                Ok(if wanted.iter().all(|w| reasons.iter().any(|r| r == w)) {
+                    Probe::Ready(())
+                } else {
+                    Probe::Pending(format!("reasons {reasons:?}"))
+                })
+            },
+        )
+        .await
+}
+
 async fn member_secret(cluster: &RealCluster, name: &str, kubeconfig: &str) -> Result<()> {
     use base64::Engine as _;
     let ns = &cluster.namespace;
@@ -313,6 +336,7 @@ fn one_host_serves_two_clusters_and_survives_losing_one() {
                 .await?;
             create_podset(&b_client, &ns, "four", 1).await?;
             wait_for_deployment(cluster, &b_client, "B", "four", 1).await?;
+            wait_for_reasons(cluster, "member-beta", &["Unreachable", "Reachable"]).await?;
 
             cluster.step("beta's Secret rotated to a new client certificate");
             let rotated = minted_kubeconfig(&b, "rotated-admin", "system:masters")?;
@@ -323,29 +347,7 @@ fn one_host_serves_two_clusters_and_survives_losing_one() {
             create_podset(&b_client, &ns, "five", 2).await?;
             wait_for_deployment(cluster, &b_client, "B", "five", 2).await?;
             // The source Secret says what became of it.
-            cluster
-                .wait_for(
-                    "Events Engaged and Reengaged on Secret member-beta",
-                    Duration::from_secs(30),
-                    async || {
-                        let reasons: Vec<String> = cluster
-                            .events_about("Secret", "member-beta")
-                            .await?
-                            .into_iter()
-                            .map(|e| e.reason)
-                            .collect();
-                        Ok(
-                            if reasons.iter().any(|r| r == "Engaged")
-                                && reasons.iter().any(|r| r == "Reengaged")
-                            {
-                                Probe::Ready(())
-                            } else {
-                                Probe::Pending(format!("reasons {reasons:?}"))
-                            },
-                        )
-                    },
-                )
-                .await?;
+            wait_for_reasons(cluster, "member-beta", &["Engaged", "Reengaged"]).await?;
 
             cluster.step("a member whose credentials lack RBAC is reported naming the refusal");
             let nobody = minted_kubeconfig(&b, "nobody", "nobodies")?;

@@ -58,6 +58,7 @@ pub struct Described {
 
 /// Events on the source Secrets, so `kubectl describe secret` says what the
 /// host made of each: engaged, engaged anew, disengaged, refused and why.
+#[derive(Clone)]
 struct Announcer {
     recorder: Recorder,
 }
@@ -271,7 +272,9 @@ impl Engagements {
                         ..described.identity
                     };
                     let backend = Arc::new(KubernetesBackend::new(client.clone()));
-                    fleet.engage(identity, backend, Some(probe_of(client)), options.drain);
+                    let probe =
+                        probe_of(client, announcer.clone(), described.secret.clone(), &name);
+                    fleet.engage(identity, backend, Some(probe), options.drain);
                     let (reason, what) = if again {
                         ("Reengaged", "engaged anew, its kubeconfig changed")
                     } else {
@@ -325,15 +328,49 @@ pub async fn client_for(
 }
 
 /// Asks the API server its version: what a member's health probe does.
-fn probe_of(client: kube::Client) -> Probe {
+/// A member whose probe fails or answers again after failing says so on
+/// its source Secret (Unreachable, Reachable), once per change.
+fn probe_of(
+    client: kube::Client,
+    announcer: Announcer,
+    secret: Option<ObjectReference>,
+    name: &str,
+) -> Probe {
+    let reachable = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let name = name.to_string();
     Arc::new(move || {
-        let client = client.clone();
+        let (client, announcer, secret, reachable, name) = (
+            client.clone(),
+            announcer.clone(),
+            secret.clone(),
+            reachable.clone(),
+            name.clone(),
+        );
         Box::pin(async move {
-            match client.apiserver_version().await {
+            let result = match client.apiserver_version().await {
                 // Any answer, an error status included, is a server that answers.
                 Ok(_) | Err(kube::Error::Api(_)) => Ok(()),
                 Err(e) => Err(crate::plugin_resources::api_error_text(&e)),
+            };
+            let now = result.is_ok();
+            if reachable.swap(now, std::sync::atomic::Ordering::SeqCst) != now {
+                let (warning, reason, note) = match &result {
+                    Ok(()) => (
+                        false,
+                        "Reachable",
+                        format!("cluster {name} answers again: its reconciles resume"),
+                    ),
+                    Err(why) => (
+                        true,
+                        "Unreachable",
+                        format!(
+                            "cluster {name} does not answer; its reconciles wait until it does: {why}"
+                        ),
+                    ),
+                };
+                announcer.announce(secret.as_ref(), warning, reason, note);
             }
+            result
         })
     })
 }
