@@ -18,7 +18,7 @@ use cel_interpreter::{Context, ExecutionError, Program, Value as CelValue};
 use serde_json::Value;
 
 use super::prune_default::join;
-use super::schema::{AdditionalProperties, RuleSpec, Schema};
+use super::schema::{RuleSpec, Schema};
 use super::validate::FieldError;
 use crate::engine::panic_guard::panic_message;
 
@@ -72,14 +72,7 @@ fn walk(
     match value {
         Value::Object(fields) => {
             for (name, field) in fields {
-                let child = match schema.properties.get(name) {
-                    Some(child) => Some(child),
-                    None => match &schema.additional_properties {
-                        Some(AdditionalProperties::Schema(values)) => Some(values.as_ref()),
-                        _ => None,
-                    },
-                };
-                if let Some(child) = child {
+                if let Some(child) = schema.field(name) {
                     let before = old.and_then(|o| o.get(name));
                     walk(context, child, field, before, &join(path, name), errors);
                 }

@@ -116,8 +116,7 @@ pub fn admit(
     object: &mut Value,
     old: Option<&Value>,
 ) -> Result<Vec<String>, String> {
-    let pruned = prune_default::prune(schema, object);
-    prune_default::apply_defaults(schema, object);
+    let pruned = prune_and_default(schema, object);
     let errors = validate::validate(schema, object);
     let errors = with_rules(schema, errors, || cel_rules::check(schema, object, old));
     refusal(errors).map(|()| pruned)
@@ -132,8 +131,7 @@ pub fn admit_status(
     object: &mut Value,
     old: Option<&Value>,
 ) -> Result<Vec<String>, String> {
-    let pruned = prune_default::prune(schema, object);
-    prune_default::apply_defaults(schema, object);
+    let pruned = prune_and_default(schema, object);
     let (Some(status_schema), Some(status)) =
         (schema.properties.get("status"), object.get("status"))
     else {
@@ -145,6 +143,15 @@ pub fn admit_status(
         cel_rules::check(status_schema, status, old_status)
     });
     refusal(errors).map(|()| pruned)
+}
+
+/// The API server's first steps on a written object, whatever part of it
+/// is then validated: undeclared fields pruned, then defaults filled in.
+/// Returns the paths pruned.
+fn prune_and_default(schema: &Schema, object: &mut Value) -> Vec<String> {
+    let pruned = prune_default::prune(schema, object);
+    prune_default::apply_defaults(schema, object);
+    pruned
 }
 
 /// Adds what the CEL rules say to the schema's errors, unless one of those

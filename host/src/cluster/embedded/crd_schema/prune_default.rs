@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use super::schema::{AdditionalProperties, Schema};
+use super::schema::Schema;
 
 /// Drops every field of `object` its schema does not declare or preserve,
 /// and returns their paths. The root keeps apiVersion, kind and metadata.
@@ -51,14 +51,7 @@ fn prune_fields(
         keep
     });
     for (name, field) in fields.iter_mut() {
-        let child = match schema.properties.get(name) {
-            Some(child) => Some(child),
-            None => match &schema.additional_properties {
-                Some(AdditionalProperties::Schema(values)) => Some(values.as_ref()),
-                _ => None,
-            },
-        };
-        if let Some(child) = child {
+        if let Some(child) = schema.field(name) {
             prune_value(child, field, &join(path, name), pruned);
         }
     }
@@ -84,15 +77,8 @@ pub fn apply_defaults(schema: &Schema, value: &mut Value) {
                 }
             }
             for (name, field) in fields.iter_mut() {
-                match schema.properties.get(name) {
-                    Some(child) => apply_defaults(child, field),
-                    None => {
-                        if let Some(AdditionalProperties::Schema(values)) =
-                            &schema.additional_properties
-                        {
-                            apply_defaults(values, field);
-                        }
-                    }
+                if let Some(child) = schema.field(name) {
+                    apply_defaults(child, field);
                 }
             }
         }

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use serde_json::{Map, Value};
 
 use super::prune_default::join;
-use super::schema::{AdditionalProperties, Schema};
+use super::schema::Schema;
 
 /// One refused field: `spec.size: Required value`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -184,13 +184,8 @@ fn object_checks(
     }
     for (name, field) in fields {
         let at = join(path, name);
-        match schema.properties.get(name) {
-            Some(child) => value_checks(child, field, &at, errors),
-            None => {
-                if let Some(AdditionalProperties::Schema(values)) = &schema.additional_properties {
-                    value_checks(values, field, &at, errors);
-                }
-            }
+        if let Some(child) = schema.field(name) {
+            value_checks(child, field, &at, errors);
         }
     }
 }
