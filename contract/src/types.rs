@@ -13,7 +13,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The contract version the host and its guests speak: the WIT package version.
-pub const CONTRACT_VERSION: &str = "0.2.1";
+pub const CONTRACT_VERSION: &str = "0.2.2";
 /// The WIT package name, without version.
 pub const CONTRACT_PACKAGE: &str = "reconciler:plugin";
 
@@ -275,6 +275,63 @@ pub enum Projection {
     /// metadata-only, so a plugin listing Pods for their names does not pay
     /// for their specs and statuses.
     MetadataOnly,
+}
+
+/// The label that names a cluster among its source's labels: the one every
+/// cluster carries, `local` included.
+pub const CLUSTER_NAME_LABEL: &str = "reconciler-host.io/cluster";
+/// The name of the cluster the host runs in (and of the one cluster of
+/// `simulate`, `test` and a single-cluster `dev`).
+pub const LOCAL_CLUSTER: &str = "local";
+
+/// The cluster a reconcile runs in (WIT `cluster.cluster-info`, 0.2.2): its
+/// name and the labels its source carries, which always include
+/// [`CLUSTER_NAME_LABEL`] with the name.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterInfo {
+    pub name: String,
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+impl ClusterInfo {
+    /// A cluster named `name` whose only label is its name.
+    pub fn named(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            labels: std::collections::BTreeMap::from([(
+                CLUSTER_NAME_LABEL.to_string(),
+                name.to_string(),
+            )]),
+        }
+    }
+
+    /// The cluster the host runs in.
+    pub fn local() -> Self {
+        Self::named(LOCAL_CLUSTER)
+    }
+
+    /// `name` with `labels`, the name label added (a source's own
+    /// `reconciler-host.io/cluster` label is the name already).
+    pub fn with_labels(name: &str, labels: std::collections::BTreeMap<String, String>) -> Self {
+        let mut info = Self::named(name);
+        info.labels.extend(labels);
+        info.labels
+            .insert(CLUSTER_NAME_LABEL.to_string(), name.to_string());
+        info
+    }
+
+    /// One label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+}
+
+impl Default for ClusterInfo {
+    fn default() -> Self {
+        Self::local()
+    }
 }
 
 /// Everything the host observed for one primary object (JSON text).

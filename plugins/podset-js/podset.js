@@ -9,6 +9,7 @@
 import {
   EventType,
   KindRef,
+  LOCAL_CLUSTER,
   MapRule,
   PluginMetadata,
   ReconcileError,
@@ -55,7 +56,8 @@ export function reconcile(podset, ctx) {
       response.event(EventType.NORMAL, 'Scaled', `Deployment ${name} from ${replicas} to ${size} replicas`);
     }
   }
-  return response.status({ podNames });
+  const { name: cluster } = ctx.cluster();
+  return response.status(cluster === LOCAL_CLUSTER ? { podNames } : { podNames, cluster });
 }
 
 function deployment(name, namespace, size, labels) {

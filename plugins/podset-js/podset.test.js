@@ -62,3 +62,11 @@ test('a negative size is an error and deleting asks for nothing', () => {
   assert.deepEqual(outcome.applied, []);
   assert.equal(outcome.status, null);
 });
+
+test('in a member cluster status names it, and in local it does not', () => {
+  const member = new Harness(podset).inCluster('east', { region: 'us-east' });
+  assert.equal(member.cluster.label('region'), 'us-east');
+  assert.equal(member.cluster.label('reconciler-host.io/cluster'), 'east');
+  assert.deepEqual(member.reconcile(podSet('web', 1)).status, { podNames: [], cluster: 'east' });
+  assert.deepEqual(new Harness(podset).reconcile(podSet('web', 1)).status, { podNames: [] });
+});

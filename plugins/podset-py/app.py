@@ -7,7 +7,7 @@ cache (metadata only, in the PodSet's namespace, mapped back by the
 ``podset`` label), so a pod appearing or vanishing updates the status.
 """
 
-from reconciler_sdk import EventType, KindRef, MapRule, PluginMetadata, ReconcileError, Response, objects, plugin
+from reconciler_sdk import LOCAL_CLUSTER, EventType, KindRef, MapRule, PluginMetadata, ReconcileError, Response, objects, plugin
 
 PODSET = KindRef("example.com", "v1alpha1", "PodSet")
 DEPLOYMENT = KindRef("apps", "v1", "Deployment")
@@ -46,7 +46,10 @@ def reconcile(podset: dict, ctx) -> Response:
         replicas = (observed[0].get("spec") or {}).get("replicas", 1)
         if replicas != size:
             response.event(EventType.NORMAL, "Scaled", f"Deployment {name} from {replicas} to {size} replicas")
-    return response.status({"podNames": pod_names})
+    status = {"podNames": pod_names}
+    if ctx.cluster().name != LOCAL_CLUSTER:
+        status["cluster"] = ctx.cluster().name
+    return response.status(status)
 
 
 def deployment(name: str, namespace: str | None, size: int, labels: dict) -> dict:

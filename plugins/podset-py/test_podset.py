@@ -53,3 +53,11 @@ def test_a_negative_size_is_an_error_and_deleting_asks_for_nothing():
         Harness(Reconciler).reconcile(podset("web", -1))
     outcome = Harness(Reconciler).reconcile(podset("web", 3, deletionTimestamp="2024-01-01T00:00:00Z"))
     assert outcome.applied == [] and outcome.status is None
+
+
+def test_in_a_member_cluster_status_names_it_and_in_local_it_does_not():
+    member = Harness(Reconciler).in_cluster("east", {"region": "us-east"})
+    assert member.cluster.label("region") == "us-east"
+    assert member.cluster.label("reconciler-host.io/cluster") == "east"
+    assert member.reconcile(podset("web", 1)).status == {"podNames": [], "cluster": "east"}
+    assert Harness(Reconciler).reconcile(podset("web", 1)).status == {"podNames": []}

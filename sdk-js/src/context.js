@@ -31,6 +31,17 @@ export class Context {
     return Number(this.#host.nowMillis());
   }
 
+  /**
+   * The cluster this object lives in: `local` for the host's own (and in
+   * `simulate`, `test` and the harness unless told otherwise), or the member
+   * cluster's name with its source's labels. Everything else the reconcile
+   * sees and does stays within it; ask only to decide differently per
+   * cluster (`ctx.cluster().label('tier')`).
+   */
+  cluster() {
+    return this.#host.cluster();
+  }
+
   /** Owned children the host observed for this primary, of `kind` (all when omitted). */
   children(kind) {
     this.#children ??= this.#childrenJson.map((text) => parse(text, 'a child object'));

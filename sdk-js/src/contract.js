@@ -1,11 +1,30 @@
-// The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.1`) in
+// The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.2`) in
 // JavaScript: plain classes that mirror the WIT records. The guest glue
 // converts them into the component's values; the native harness uses them
 // directly, so a plugin tested with `node --test` declares and is checked
 // exactly as inside the host.
 
 export const CONTRACT_PACKAGE = 'reconciler:plugin';
-export const CONTRACT_VERSION = '0.2.1';
+export const CONTRACT_VERSION = '0.2.2';
+export const CLUSTER_NAME_LABEL = 'reconciler-host.io/cluster';
+export const LOCAL_CLUSTER = 'local';
+
+/**
+ * The cluster a reconcile runs in (WIT `cluster.cluster-info`, 0.2.2): `local`
+ * for the host's own, or a member cluster's name, with the labels of its
+ * source (a plain object), which always hold `CLUSTER_NAME_LABEL` with the name.
+ */
+export class ClusterInfo {
+  constructor(name, labels = {}) {
+    this.name = name;
+    this.labels = Object.freeze({ ...labels, [CLUSTER_NAME_LABEL]: name });
+    Object.freeze(this);
+  }
+
+  label(key) {
+    return Object.hasOwn(this.labels, key) ? this.labels[key] : undefined;
+  }
+}
 
 /** A Kubernetes group-version-kind; the core group is `""`. */
 export class KindRef {

@@ -3,11 +3,12 @@
 // Only a componentize-js build can load this module (the `reconciler:plugin`
 // imports exist only there); bin/build-plugin.js imports it into the entry.
 
-import * as cache from 'reconciler:plugin/cache@0.2.1';
-import { now } from 'reconciler:plugin/clock@0.2.1';
-import { log } from 'reconciler:plugin/log@0.2.1';
+import * as cache from 'reconciler:plugin/cache@0.2.2';
+import { now } from 'reconciler:plugin/clock@0.2.2';
+import { current as currentCluster } from 'reconciler:plugin/cluster@0.2.2';
+import { log } from 'reconciler:plugin/log@0.2.2';
 
-import { EventType } from './contract.js';
+import { ClusterInfo, EventType } from './contract.js';
 import { ReconcileError } from './errors.js';
 import { dispatch } from './plugin.js';
 
@@ -18,6 +19,10 @@ const witHost = {
   get: (kind, namespace, name) => cache.get(witKind(kind), namespace, name),
   list: (kind, namespace, selector) => cache.list(witKind(kind), namespace, selector),
   nowMillis: () => now(),
+  cluster: () => {
+    const { name, labels } = currentCluster();
+    return new ClusterInfo(name, Object.fromEntries(labels));
+  },
   log: (level, message, fields) => log(level, message, fields),
 };
 

@@ -16,7 +16,16 @@
 
 export * as objects from './objects.js';
 export { Context } from './context.js';
-export { CONTRACT_VERSION, EventType, KindRef, LogLevel, MapRule, PluginMetadata } from './contract.js';
+export {
+  CONTRACT_VERSION,
+  ClusterInfo,
+  EventType,
+  KindRef,
+  LOCAL_CLUSTER,
+  LogLevel,
+  MapRule,
+  PluginMetadata,
+} from './contract.js';
 export { HostError, ReconcileError } from './errors.js';
 export { plugin } from './plugin.js';
 export { Response } from './response.js';

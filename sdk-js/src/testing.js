@@ -12,7 +12,7 @@
 //   const outcome = new Harness(podset).withObjects(pod).reconcile(podSet);
 //   assert.equal(outcome.appliedOf(DEPLOYMENT)[0].spec.replicas, 3);
 
-import { KindRef, cmp } from './contract.js';
+import { ClusterInfo, KindRef, LOCAL_CLUSTER, cmp } from './contract.js';
 import { labels, name, namespace } from './objects.js';
 import { dispatch } from './plugin.js';
 import { parseSelector } from './selector.js';
@@ -54,6 +54,7 @@ export class Harness {
     this.metadata = plugin.metadata;
     this.reconcileFn = plugin.reconcile;
     this.nowMillis = now === undefined ? DEFAULT_NOW_MILLIS : now.getTime();
+    this.cluster = new ClusterInfo(LOCAL_CLUSTER);
     this.logs = [];
   }
 
@@ -78,6 +79,12 @@ export class Harness {
 
   at(date) {
     this.nowMillis = date.getTime();
+    return this;
+  }
+
+  /** Reconciles as if in the member cluster `clusterName` with `labels` (plus the name label, as the host gives it); `local` until called. */
+  inCluster(clusterName, labels = {}) {
+    this.cluster = new ClusterInfo(clusterName, labels);
     return this;
   }
 
@@ -125,6 +132,7 @@ export class Harness {
           .map((e) => project(kind, e.object));
       },
       nowMillis: () => this.nowMillis,
+      cluster: () => this.cluster,
       log: (level, message, fields) => this.logs.push({ level, message, fields }),
     };
   }

@@ -22,6 +22,8 @@ from . import objects
 from .context import Context
 from .contract import (
     CONTRACT_VERSION,
+    LOCAL_CLUSTER,
+    ClusterInfo,
     EventType,
     Hints,
     KindRef,
@@ -36,6 +38,8 @@ from .response import Response
 
 __all__ = [
     "CONTRACT_VERSION",
+    "LOCAL_CLUSTER",
+    "ClusterInfo",
     "Context",
     "EventType",
     "Hints",

@@ -6,7 +6,7 @@ import datetime
 import json
 from typing import Protocol
 
-from .contract import KindRef, LogLevel
+from .contract import ClusterInfo, KindRef, LogLevel
 from .errors import HostError, ReconcileError
 
 
@@ -17,6 +17,7 @@ class HostApi(Protocol):
     def get(self, kind: KindRef, namespace: str | None, name: str) -> str | None: ...
     def list(self, kind: KindRef, namespace: str | None, selector: str) -> list[str]: ...
     def now_millis(self) -> int: ...
+    def cluster(self) -> ClusterInfo: ...
     def log(self, level: LogLevel, message: str, fields: list[tuple[str, str]]) -> None: ...
 
 
@@ -39,6 +40,14 @@ class Context:
 
     def now_millis(self) -> int:
         return self._host.now_millis()
+
+    def cluster(self) -> ClusterInfo:
+        """The cluster this object lives in: ``local`` for the host's own (and
+        in ``simulate``, ``test`` and the harness unless told otherwise), or
+        the member cluster's name with its source's labels. Everything else
+        the reconcile sees and does stays within it; ask only to decide
+        differently per cluster (``ctx.cluster().label("tier")``)."""
+        return self._host.cluster()
 
     def children(self, kind: KindRef | None = None) -> list[dict]:
         """Owned children the host observed for this primary, of ``kind``

@@ -1,4 +1,4 @@
-"""The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.1`) in Python.
+"""The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.2`) in Python.
 
 Plain dataclasses that mirror the WIT records. The guest glue converts them
 into the generated bindings; the native harness uses them directly, so a
@@ -12,7 +12,28 @@ import enum
 from dataclasses import dataclass, field
 
 CONTRACT_PACKAGE = "reconciler:plugin"
-CONTRACT_VERSION = "0.2.1"
+CONTRACT_VERSION = "0.2.2"
+CLUSTER_NAME_LABEL = "reconciler-host.io/cluster"
+LOCAL_CLUSTER = "local"
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """The cluster a reconcile runs in (WIT ``cluster.cluster-info``, 0.2.2):
+    ``local`` for the host's own, or a member cluster's name, with the
+    labels of its source. The labels always hold ``CLUSTER_NAME_LABEL``
+    with the name."""
+
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def of(name: str, labels: dict[str, str] | None = None) -> "ClusterInfo":
+        """``name`` with ``labels`` and the name label, as the host gives it."""
+        return ClusterInfo(name, {**(labels or {}), CLUSTER_NAME_LABEL: name})
+
+    def label(self, key: str) -> str | None:
+        return self.labels.get(key)
 
 
 @dataclass(frozen=True, order=True)

@@ -9,9 +9,9 @@ import traceback
 
 from componentize_py_types import Err
 from wit_world.exports import reconciler as wit
-from wit_world.imports import cache, clock, log, types
+from wit_world.imports import cache, clock, cluster, log, types
 
-from .contract import EventType, KindRef, LogLevel, MapRule, PluginMetadata
+from .contract import ClusterInfo, EventType, KindRef, LogLevel, MapRule, PluginMetadata
 from .errors import ReconcileError
 
 _LEVELS = {
@@ -36,6 +36,10 @@ class WitHost:
 
     def now_millis(self):
         return clock.now()
+
+    def cluster(self):
+        info = cluster.current()
+        return ClusterInfo(info.name, dict(info.labels))
 
     def log(self, level, message, fields):
         log.log(_LEVELS[level], message, fields)

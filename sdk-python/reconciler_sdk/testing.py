@@ -21,7 +21,7 @@ import datetime
 import json
 from dataclasses import dataclass, field
 
-from .contract import KindRef, LogLevel, PluginMetadata, Projection
+from .contract import LOCAL_CLUSTER, ClusterInfo, KindRef, LogLevel, PluginMetadata, Projection
 from .errors import ReconcileError
 from .objects import labels, name, namespace
 from .plugin import ReconcileRequest, dispatch
@@ -72,6 +72,7 @@ class Harness:
         self._reconcile = reconciler.RECONCILE
         self._objects: dict[tuple[KindRef, str | None, str], dict] = {}
         self.now_millis = DEFAULT_NOW_MILLIS if now is None else round(now.timestamp() * 1000)
+        self.cluster = ClusterInfo.of(LOCAL_CLUSTER)
         self.logs: list[LogEntry] = []
 
     def with_objects(self, *objects: dict) -> "Harness":
@@ -92,6 +93,13 @@ class Harness:
 
     def at(self, now: datetime.datetime) -> "Harness":
         self.now_millis = round(now.timestamp() * 1000)
+        return self
+
+    def in_cluster(self, cluster_name: str, labels: dict[str, str] | None = None) -> "Harness":
+        """Reconciles as if in the member cluster ``cluster_name`` with
+        ``labels`` (plus the name label, as the host gives it); ``local``
+        until called."""
+        self.cluster = ClusterInfo.of(cluster_name, labels)
         return self
 
     def advance(self, by: datetime.timedelta) -> None:
@@ -160,6 +168,9 @@ class _HarnessHost:
 
     def now_millis(self):
         return self._harness.now_millis
+
+    def cluster(self):
+        return self._harness.cluster
 
     def log(self, level, message, fields):
         self._harness.logs.append(LogEntry(level, message, list(fields)))

@@ -241,6 +241,7 @@ fn admission_is_served_while_reconciles_hold_every_instance() {
                     object: format!("default/loop-{i}"),
                     reader: Arc::new(cache),
                     now_millis: 0,
+                    cluster: Default::default(),
                 })
             });
         }

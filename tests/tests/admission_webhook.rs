@@ -311,6 +311,7 @@ async fn admission_calls_given_up_on_keep_their_instance_until_they_end() {
                     object: "default/calm".into(),
                     reader: Arc::new(cache),
                     now_millis: 0,
+                    cluster: Default::default(),
                 });
                 if let Err(e) = answer {
                     failures.push(e.to_string());

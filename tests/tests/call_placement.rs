@@ -26,6 +26,7 @@ fn input_over(plugin: &LoadedPlugin, primary: Value, cache: MemoryCache) -> Reco
         object: format!("default/{name}"),
         reader: Arc::new(cache),
         now_millis: 0,
+        cluster: Default::default(),
     }
 }
 

@@ -1,29 +1,40 @@
 //! Plugins built for an older contract keep loading: the `contract-0-2-0`
-//! test plugin is compiled against the frozen 0.2.0 WIT
-//! (tests/plugins/contract-0-2-0/wit), and this host speaks 0.2.1.
+//! and `contract-0-2-1` test plugins are compiled against the frozen WIT of
+//! their version (tests/plugins/contract-*/wit), and this host speaks 0.2.2,
+//! which added the `cluster` import.
 
 use std::sync::Arc;
 
-use reconciler_host::plugin::ReconcileInput;
+use reconciler_host::plugin::{LoadedPlugin, ReconcileInput};
+use reconciler_sdk::contract::ClusterInfo;
 use reconciler_sdk::memory_cache::MemoryCache;
+use reconciler_sdk::{AdmissionRequest, Operation, UserInfo};
 use reconciler_tests::{example_plugin, load, test_plugin};
 use serde_json::json;
 
-#[test]
-fn a_plugin_built_for_0_2_0_loads_and_reconciles_unchanged() {
-    let path = test_plugin("contract-0-2-0");
-    // The test means something only if the component really names 0.2.0.
+/// Loads the test plugin built for `version`, after checking that the
+/// component really names that version and imports no `cluster` (or the
+/// test would mean nothing).
+fn legacy(version: &str) -> LoadedPlugin {
+    let path = test_plugin(&format!("contract-{}", version.replace('.', "-")));
     let bytes = std::fs::read(&path).unwrap();
-    let names_0_2_0 = bytes
-        .windows(b"reconciler:plugin/reconciler@0.2.0".len())
-        .any(|w| w == b"reconciler:plugin/reconciler@0.2.0");
+    let names = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
     assert!(
-        names_0_2_0,
-        "{} exports no reconciler@0.2.0",
+        names(&format!("reconciler:plugin/reconciler@{version}")),
+        "{} exports no reconciler@{version}",
         path.display()
     );
+    assert!(
+        !names("reconciler:plugin/cluster"),
+        "{} imports the cluster, which {version} did not have",
+        path.display()
+    );
+    load(&path)
+}
 
-    let plugin = load(&path);
+#[test]
+fn a_plugin_built_for_0_2_0_loads_and_reconciles_unchanged() {
+    let plugin = legacy("0.2.0");
     assert_eq!(plugin.name(), "legacy");
     assert!(
         plugin.admission().is_none(),
@@ -40,6 +51,7 @@ fn a_plugin_built_for_0_2_0_loads_and_reconciles_unchanged() {
             object: "default/old".into(),
             reader: Arc::new(cache),
             now_millis: 0,
+            cluster: Default::default(),
         })
         .expect("the 0.2.0 plugin reconciles");
     assert_eq!(response.status.unwrap()["contract"], "0.2.0");
@@ -50,4 +62,76 @@ fn a_plugin_built_for_0_2_0_loads_and_reconciles_unchanged() {
 fn an_sdk_plugin_that_does_not_opt_in_serves_no_admission() {
     let plugin = load(&example_plugin("podset"));
     assert!(plugin.admission().is_none());
+}
+
+#[test]
+fn a_plugin_built_for_0_2_1_loads_reconciles_and_serves_its_admission() {
+    let plugin = legacy("0.2.1");
+    assert_eq!(plugin.name(), "legacy-admission");
+    assert!(plugin.admission().is_some(), "its admission is found");
+    let object = |name: &str| {
+        json!({"apiVersion": "legacy.example.com/v1", "kind": "LegacyAdmission",
+            "metadata": {"name": name, "namespace": "default"}})
+        .to_string()
+    };
+    let request = |name: &str| AdmissionRequest {
+        operation: Operation::Create,
+        object: Some(object(name)),
+        old_object: None,
+        user_info: UserInfo::default(),
+        dry_run: false,
+    };
+    let denied = plugin.admit(request("forbidden"), "default/forbidden", 0);
+    assert!(!denied.allowed);
+    assert_eq!(
+        denied.message.as_deref(),
+        Some("built for 0.2.1: forbidden")
+    );
+    assert!(plugin.admit(request("fine"), "default/fine", 0).allowed);
+
+    let primary = json!({"apiVersion": "legacy.example.com/v1", "kind": "LegacyAdmission",
+        "metadata": {"name": "old", "namespace": "default", "uid": "u-1"}});
+    let cache = MemoryCache::new();
+    let request = cache.request_for(&primary, &plugin.metadata().owns);
+    let response = plugin
+        .reconcile(ReconcileInput {
+            request,
+            primary_namespace: Some("default".into()),
+            object: "default/old".into(),
+            reader: Arc::new(cache),
+            now_millis: 0,
+            cluster: Arc::new(ClusterInfo::named("east")),
+        })
+        .expect("the 0.2.1 plugin reconciles in a member cluster too");
+    assert_eq!(response.status.unwrap()["contract"], "0.2.1");
+}
+
+#[test]
+fn a_compiled_plugin_is_told_the_cluster_it_reconciles_in() {
+    let plugin = load(&example_plugin("podset"));
+    let primary = json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": "web", "namespace": "default", "uid": "u-1"},
+        "spec": {"size": 1}});
+    let status_in = |cluster: ClusterInfo| {
+        let cache = MemoryCache::new();
+        let request = cache.request_for(&primary, &plugin.metadata().owns);
+        plugin
+            .reconcile(ReconcileInput {
+                request,
+                primary_namespace: Some("default".into()),
+                object: "default/web".into(),
+                reader: Arc::new(cache),
+                now_millis: 0,
+                cluster: Arc::new(cluster),
+            })
+            .expect("podset reconciles")
+            .status
+            .map(serde_json::Value::Object)
+            .unwrap()
+    };
+    assert_eq!(
+        status_in(ClusterInfo::named("east")),
+        json!({"podNames": [], "cluster": "east"})
+    );
+    assert_eq!(status_in(ClusterInfo::local()), json!({"podNames": []}));
 }

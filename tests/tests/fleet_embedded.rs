@@ -88,6 +88,19 @@ async fn each_member_reconciles_its_own_objects_where_its_selector_admits_the_pl
     eventually(&north, "north-set", Some(1)).await;
     // west is env=dev: podset does not run there.
     eventually(&west, "west-set", None).await;
+    // Each plugin call was told its member: podset names it in the status.
+    for (cluster, name, member) in [(&east, "east-set", "east"), (&north, "north-set", "north")] {
+        let podset = cluster
+            .get(&ObjectKey::new(
+                KindRef::new("example.com", "v1alpha1", "PodSet"),
+                Some("default"),
+                name,
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(podset["status"]["cluster"], member, "{podset}");
+    }
     // Nothing crossed clusters.
     assert_eq!(replicas(&east, "north-set").await, None);
     assert_eq!(replicas(&north, "east-set").await, None);

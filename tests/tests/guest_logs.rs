@@ -25,6 +25,7 @@ fn guest_output_and_logs_are_tagged_with_plugin_and_object() {
                 object: "default/chatty".into(),
                 reader: Arc::new(cache),
                 now_millis: 0,
+                cluster: Default::default(),
             })
             .unwrap();
     });

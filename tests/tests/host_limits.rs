@@ -109,6 +109,7 @@ fn applies_and_deletes_past_their_caps_are_refused_naming_them() {
                 object: format!("default/h-{mode}"),
                 reader: Arc::new(cache),
                 now_millis: 0,
+                cluster: Default::default(),
             })
             .unwrap_err();
         assert!(matches!(err, CallError::OverLimit(_)), "{err:?}");

@@ -73,6 +73,7 @@ fn podset_response_carries_ten_kilobytes_of_pods_through_the_boundary() {
         object: "default/big".into(),
         reader: Arc::new(cache),
         now_millis: 0,
+        cluster: Default::default(),
     };
     let response = plugin.reconcile(input).unwrap();
     assert_eq!(response.apply.len(), 1);

@@ -26,6 +26,7 @@ fn call(plugin: &LoadedPlugin, mode: &str, cache: MemoryCache) -> Result<ValidRe
         object: format!("default/h-{mode}"),
         reader: Arc::new(cache),
         now_millis: 0,
+        cluster: Default::default(),
     })
 }
 
@@ -192,6 +193,7 @@ fn calls_filling_their_memory_at_once_stop_at_the_host_budget_and_others_keep_th
             object: "default/web".into(),
             reader: Arc::new(cache),
             now_millis: 0,
+            cluster: Default::default(),
         })
         .expect("podset reconciles beside a plugin filling its memory");
     assert_eq!(response.apply[0].object["spec"]["replicas"], 2);

@@ -15,6 +15,7 @@ pub fn input(request: &ReconcileRequest, cache: &Arc<MemoryCache>) -> ReconcileI
         object: "default/web".into(),
         reader: cache.clone(),
         now_millis: 0,
+        cluster: Default::default(),
     }
 }
 

@@ -97,6 +97,7 @@ or is refused (e.g. a namespaced primary owning or writing a cluster-scoped kind
     #[command(after_help = "A case is a YAML file (unknown keys are refused):\n\n  \
 description: what it shows          # optional\n  \
 now: 2024-01-01T00:00:00Z           # optional: the plugin's clock\n  \
+cluster: {name: east, labels: {}}   # optional: the cluster it is told it is in (default local)\n  \
 primary: {apiVersion, kind, metadata, spec, ...}   # the object reconciled\n  \
 objects: [...]                      # optional: what the cache holds\n  \
 expect:                             # a key left out expects nothing\n    \

@@ -46,7 +46,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use reconciler_contract::memory_cache::{is_deleting, resource_version_of};
-use reconciler_contract::{EventType, KindRef, PluginMetadata};
+use reconciler_contract::{ClusterInfo, EventType, KindRef, PluginMetadata};
 use reconciler_contract::{Projection, ReconcileRequest};
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -207,6 +207,8 @@ pub struct Engine<B: ClusterBackend> {
     recorder: Option<Arc<CaseRecorder>>,
     /// The scope of every kind a plugin owns or writes, learned at load.
     kind_scopes: Mutex<scope_rules::DeclaredScopes>,
+    /// The cluster this engine serves, as its plugins see it.
+    cluster: Arc<ClusterInfo>,
 }
 
 impl<B: ClusterBackend> Engine<B> {
@@ -249,7 +251,19 @@ impl<B: ClusterBackend> Engine<B> {
             scope,
             recorder: None,
             kind_scopes: Mutex::default(),
+            cluster: Arc::new(ClusterInfo::local()),
         }
+    }
+
+    /// Tells the plugins they run in `cluster` (`local` unless given).
+    pub fn with_cluster(mut self, cluster: ClusterInfo) -> Self {
+        self.cluster = Arc::new(cluster);
+        self
+    }
+
+    /// The cluster this engine serves.
+    pub fn cluster(&self) -> &ClusterInfo {
+        &self.cluster
     }
 
     /// Records every reconcile from now on as a golden case.
@@ -1064,6 +1078,7 @@ impl<B: ClusterBackend> Engine<B> {
             object: key.to_string(),
             reader,
             now_millis,
+            cluster: self.cluster.clone(),
         };
         let slot = self
             .calls
@@ -1092,6 +1107,7 @@ impl<B: ClusterBackend> Engine<B> {
                 children: &children,
                 reads,
                 now_millis,
+                cluster: &self.cluster,
                 answer: answer.as_ref(),
             });
         }

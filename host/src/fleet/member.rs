@@ -13,6 +13,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use reconciler_contract::ClusterInfo;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -142,7 +143,11 @@ impl<B: ClusterBackend + 'static> Member<B> {
     ) -> Self {
         let mut engine = Engine::scoped(backend, Arc::new(RealClock), settings.scope.clone())
             .with_instance_pool(settings.instances)
-            .with_coalescing(settings.coalesce);
+            .with_coalescing(settings.coalesce)
+            .with_cluster(ClusterInfo::with_labels(
+                &identity.name,
+                identity.labels.clone(),
+            ));
         if let Some(recorder) = &settings.recorder {
             engine = engine.with_recorder(recorder.clone());
         }

@@ -9,7 +9,7 @@ use reconciler_contract::selector::LabelSelector;
 
 /// Every member carries its name under this label, so a selector can name
 /// clusters one by one (`reconciler-host.io/cluster in (east,west)`).
-pub const CLUSTER_LABEL: &str = "reconciler-host.io/cluster";
+pub const CLUSTER_LABEL: &str = reconciler_contract::CLUSTER_NAME_LABEL;
 
 /// A member from a `--clusters-dir` file carries the file's name here.
 pub const FILE_LABEL: &str = "reconciler-host.io/cluster-file";

@@ -34,7 +34,7 @@ pub const SECRET_LABEL: &str = CLUSTER_LABEL;
 /// The label Cluster API puts on the Secrets it maintains.
 pub const CAPI_CLUSTER_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// The name of the member the host runs in.
-pub const LOCAL: &str = "local";
+pub const LOCAL: &str = reconciler_contract::LOCAL_CLUSTER;
 
 /// Which source a member came from; the first in this order keeps a name
 /// two sources give.

@@ -8,6 +8,7 @@
 //! ```yaml
 //! description: a new PodSet gets a Deployment of its size
 //! now: 2024-01-01T00:00:00Z        # optional; the plugin's clock
+//! cluster: {name: east, labels: {env: prod}}  # optional; `local` if absent
 //! primary: {apiVersion: example.com/v1alpha1, kind: PodSet, ...}
 //! objects: [...]                   # optional
 //! expect:                          # every key is checked; absent means none
@@ -23,7 +24,7 @@
 //! An admission case has `admission` (the request) instead of `primary` and
 //! `objects`, and expects a verdict and a patch: see `admission_case.rs`.
 
-use reconciler_contract::{Event, ObjectRef};
+use reconciler_contract::{ClusterInfo, Event, ObjectRef};
 
 use super::admission_case::AdmissionCase;
 use serde::{Deserialize, Serialize};
@@ -36,6 +37,9 @@ pub struct Case {
     pub description: Option<String>,
     #[serde(default)]
     pub now: Option<String>,
+    /// The cluster the plugin is told it runs in; `local` when absent.
+    #[serde(default)]
+    pub cluster: Option<ClusterInfo>,
     /// The object to reconcile; absent in an admission case.
     #[serde(default)]
     pub primary: Option<Value>,

@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::jiff::Timestamp;
-use reconciler_contract::KindRef;
 use reconciler_contract::Projection;
 use reconciler_contract::memory_cache::{ListBounds, ListJsonError};
+use reconciler_contract::{ClusterInfo, KindRef, LOCAL_CLUSTER};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -77,6 +77,8 @@ pub struct Recording<'a> {
     pub children: &'a [Value],
     pub reads: &'a RecordingReader,
     pub now_millis: i64,
+    /// The cluster the primary lives in.
+    pub cluster: &'a ClusterInfo,
     pub answer: Result<&'a ValidResponse, &'a CallError>,
 }
 
@@ -85,6 +87,7 @@ pub struct Recording<'a> {
 struct CaseFile {
     description: String,
     now: String,
+    cluster: ClusterInfo,
     primary: Value,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     objects: Vec<Value>,
@@ -115,10 +118,11 @@ impl CaseRecorder {
         };
         let mut case = CaseFile {
             description: format!(
-                "recorded by {} at {now}: {} {} reconciling {} {object_name}",
-                self.source, r.plugin, r.version, key.kind.kind
+                "recorded by {} at {now}: {} {} reconciling {} {object_name} in cluster {}",
+                self.source, r.plugin, r.version, key.kind.kind, r.cluster.name
             ),
             now,
+            cluster: r.cluster.clone(),
             primary: r.primary.clone(),
             objects: observed_objects(&key, r.children, r.reads),
             expect: match r.answer {
@@ -135,8 +139,13 @@ impl CaseRecorder {
                 redact_secret(object);
             }
         }
+        // Objects of the same name in two clusters are two cases.
+        let cluster = match r.cluster.name.as_str() {
+            LOCAL_CLUSTER => String::new(),
+            name => format!("{name}-"),
+        };
         let name = format!(
-            "{}-{}",
+            "{cluster}{}-{}",
             key.namespace.as_deref().unwrap_or("cluster"),
             key.name
         );
@@ -290,6 +299,7 @@ mod tests {
                 children,
                 reads: &reads,
                 now_millis: 0,
+                cluster: &ClusterInfo::local(),
                 answer: Err(&failed),
             })
             .expect("the case is written")
@@ -367,6 +377,7 @@ mod tests {
             children: &[],
             reads: &reads,
             now_millis: 0,
+            cluster: &ClusterInfo::local(),
             answer: Err(&failed),
         });
         assert_eq!(skipped, None, "a case larger than the budget is skipped");

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
-use reconciler_contract::DEFAULT_NOW_MILLIS;
 use reconciler_contract::memory_cache::MemoryCache;
+use reconciler_contract::{ClusterInfo, DEFAULT_NOW_MILLIS};
 use serde_json::Value;
 
 use super::admission_case::check_admission;
@@ -84,6 +84,12 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
         Some(Ok(t)) => t.as_millisecond(),
         Some(Err(e)) => return CaseOutcome::Broken(format!("`now` is not an RFC 3339 time: {e}")),
     };
+    if case.cluster.as_ref().is_some_and(|c| c.name.is_empty()) {
+        return CaseOutcome::Broken(
+            "`cluster.name` is empty: name the cluster, or leave `cluster` out for `local`"
+                .to_string(),
+        );
+    }
     let primary = match (case.primary, &case.admission) {
         (Some(primary), None) => primary,
         (None, Some(admission)) => {
@@ -136,6 +142,11 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
         object,
         reader: Arc::new(cache),
         now_millis,
+        // As the host names them: the name is among the labels.
+        cluster: Arc::new(match case.cluster {
+            Some(c) => ClusterInfo::with_labels(&c.name, c.labels),
+            None => ClusterInfo::local(),
+        }),
     };
     let result = plugin.reconcile(input);
 

@@ -12,10 +12,11 @@
 //! Each call runs under the plugin's sandbox limits with the admission
 //! deadline instead of the reconcile one: the API server is waiting.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reconciler_contract::{
-    AdmissionRequest, AdmissionSettings, FailurePolicy, Operation, UserInfo, Verdict,
+    AdmissionRequest, AdmissionSettings, ClusterInfo, FailurePolicy, Operation, UserInfo, Verdict,
 };
 use serde_json::Value;
 
@@ -159,6 +160,7 @@ impl LoadedPlugin {
             limits,
             scope: None,
             now_millis: 0,
+            cluster: Arc::new(ClusterInfo::local()),
             plugin: file,
             object: "-",
             random,
@@ -308,6 +310,7 @@ impl LoadedPlugin {
             limits,
             scope: None,
             now_millis: call.now_millis,
+            cluster: Arc::new(ClusterInfo::local()),
             plugin: self.name(),
             object: call.object,
             random,

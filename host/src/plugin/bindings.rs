@@ -4,7 +4,7 @@
 //! plugins of both worlds: the exports are looked up one interface at a time,
 //! `reconciler` always and `admission` only when the component exports it.
 //! wasmtime matches export names along a semver track, so a plugin built for
-//! 0.2.0 is found under the 0.2.1 names.
+//! 0.2.0 or 0.2.1 is found under the 0.2.2 names.
 
 use wasmtime::component::{Instance, InstancePre};
 use wasmtime::{Engine, Store};

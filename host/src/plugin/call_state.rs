@@ -7,12 +7,12 @@ use std::time::Instant;
 
 use reconciler_contract::Projection;
 use reconciler_contract::memory_cache::{ListBounds, ListJsonError};
-use reconciler_contract::{KindRef, PluginMetadata};
+use reconciler_contract::{ClusterInfo, KindRef, PluginMetadata};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::kind_from_wit;
-use super::bindings::reconciler::plugin::{cache, clock, log, types};
+use super::bindings::reconciler::plugin::{cache, clock, cluster, log, types};
 use super::bounded_waits::waited_past_deadline;
 use super::call_clock::CallClock;
 use super::guest_output::OutputBudget;
@@ -34,6 +34,9 @@ pub(crate) struct CallState {
     pub table: ResourceTable,
     pub limiter: MemoryCap,
     pub scope: Option<ReconcileScope>,
+    /// The cluster of the object reconciled; the host's own outside a
+    /// reconcile.
+    pub cluster: Arc<ClusterInfo>,
     /// The call's time: WASI's clocks, its timers and the `clock` import.
     pub clock: Arc<CallClock>,
     /// When the call's deadline passes, in real time.
@@ -240,6 +243,20 @@ impl clock::Host for CallState {
     }
 }
 
+impl cluster::Host for CallState {
+    fn current(&mut self) -> cluster::ClusterInfo {
+        cluster::ClusterInfo {
+            name: self.cluster.name.clone(),
+            labels: self
+                .cluster
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        }
+    }
+}
+
 impl log::Host for CallState {
     fn log(&mut self, level: log::Level, message: String, fields: Vec<(String, String)>) {
         let (plugin, object) = (self.plugin.as_str(), self.object.as_str());
@@ -314,6 +331,7 @@ mod tests {
                 reader: Arc::new(cache),
                 primary_namespace: primary_namespace.map(str::to_string),
             }),
+            cluster: Arc::new(ClusterInfo::local()),
             clock: super::super::call_clock::CallClock::new(0, std::time::Duration::from_secs(1)),
             deadline: Instant::now() + std::time::Duration::from_secs(1),
             waited_past_deadline: false,

@@ -1,7 +1,7 @@
 //! Which plugins this host can talk to.
 //!
 //! A plugin names the contract it was built for in its export
-//! (`reconciler:plugin/reconciler@0.2.1`). Versions follow semver: before 1.0
+//! (`reconciler:plugin/reconciler@0.2.2`). Versions follow semver: before 1.0
 //! the minor version is the breaking one, after it the major.
 
 use reconciler_contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};

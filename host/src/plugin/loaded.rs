@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use reconciler_contract::{ClusterInfo, MapRule, PluginMetadata};
 use reconciler_contract::{
     Event, EventType, Hints, ObjectRef, ReadKind, ReconcileRequest, ReconcileResponse,
 };
-use reconciler_contract::{MapRule, PluginMetadata};
 use wasmtime::component::ResourceTable;
 use wasmtime::{Store, Trap};
 use wasmtime_wasi::WasiCtxBuilder;
@@ -67,6 +67,8 @@ pub struct ReconcileInput {
     pub object: String,
     pub reader: Arc<dyn ObjectReader>,
     pub now_millis: i64,
+    /// The cluster the primary lives in, which the plugin may ask for.
+    pub cluster: Arc<ClusterInfo>,
 }
 
 /// What a brief reconcile came to.
@@ -163,6 +165,7 @@ impl LoadedPlugin {
             object,
             reader,
             now_millis,
+            cluster,
         } = input;
         let version = ObjectVersion::of_primary(&request.primary);
         let call = Call {
@@ -173,6 +176,7 @@ impl LoadedPlugin {
                 primary_namespace: primary_namespace.clone(),
             }),
             now_millis,
+            cluster: cluster.clone(),
             plugin: self.name(),
             object: &object,
             random: CallRandom::new(
@@ -203,6 +207,7 @@ impl LoadedPlugin {
                 object,
                 reader,
                 now_millis,
+                cluster,
             });
         };
         Attempt::Done(self.checked_response(result, primary_namespace.as_deref()))
@@ -254,6 +259,7 @@ impl LoadedPlugin {
             limits,
             scope: None,
             now_millis: 0,
+            cluster: Arc::new(ClusterInfo::local()),
             plugin: file,
             object: "-",
             random,
@@ -272,6 +278,8 @@ pub(super) struct Call<'a> {
     pub(super) limits: SandboxLimits,
     pub(super) scope: Option<ReconcileScope>,
     pub(super) now_millis: i64,
+    /// What the `cluster` import answers.
+    pub(super) cluster: Arc<ClusterInfo>,
     pub(super) plugin: &'a str,
     pub(super) object: &'a str,
     pub(super) random: CallRandom,
@@ -320,6 +328,7 @@ pub(super) fn new_store(
             budget_hit: false,
         },
         scope: call.scope,
+        cluster: call.cluster,
         clock,
         deadline: Instant::now() + limits.timeout,
         waited_past_deadline: false,

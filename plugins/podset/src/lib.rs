@@ -4,7 +4,9 @@
 //! owned Deployment of that many replicas and reports the names of the pods
 //! that carry its labels in `status.podNames`. Pods are read through the
 //! host's cache (metadata only, mapped back by the `podset` label), so a pod
-//! appearing or vanishing updates the status.
+//! appearing or vanishing updates the status. On a host serving several
+//! clusters, `status.cluster` names the member cluster the PodSet is in, so
+//! statuses gathered from a fleet say where each came from.
 
 use std::collections::BTreeMap;
 
@@ -13,7 +15,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use reconciler_sdk::{
     Context, Error, EventType, KindRef, MapRule, Object, PartialObject, PluginMetadata, Reconciler,
-    Response,
+    Response, contract::LOCAL_CLUSTER,
 };
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +30,9 @@ pub struct PodSetSpec {
 pub struct PodSetStatus {
     /// Names of the pods carrying this PodSet's labels, sorted.
     pub pod_names: Vec<String>,
+    /// The member cluster, when not the host's own (`local`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
 }
 
 pub type PodSet = Object<PodSetSpec, PodSetStatus>;
@@ -116,7 +121,8 @@ impl Reconciler for PodSets {
             }
             Some(_) => {}
         }
-        response.status(&PodSetStatus { pod_names })
+        let cluster = Some(ctx.cluster().name).filter(|name| name != LOCAL_CLUSTER);
+        response.status(&PodSetStatus { pod_names, cluster })
     }
 }
 

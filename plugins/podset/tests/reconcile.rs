@@ -161,3 +161,31 @@ fn a_deleting_podset_asks_for_nothing() {
     assert!(outcome.response.apply.is_empty());
     assert!(outcome.response.status.is_none());
 }
+
+#[test]
+fn in_a_member_cluster_the_status_names_it_and_in_local_it_does_not() {
+    let member = Harness::<PodSets>::new().in_cluster("east", &[("region", "us-east")]);
+    let status: PodSetStatus = member
+        .reconcile(&podset("web", 1))
+        .unwrap()
+        .status()
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.cluster.as_deref(), Some("east"));
+
+    let local = Harness::<PodSets>::new();
+    let status: PodSetStatus = local
+        .reconcile(&podset("web", 1))
+        .unwrap()
+        .status()
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.cluster, None, "the host's own cluster is not named");
+    let written = local
+        .reconcile(&podset("web", 1))
+        .unwrap()
+        .response
+        .status
+        .unwrap();
+    assert!(!written.contains("cluster"), "{written}");
+}

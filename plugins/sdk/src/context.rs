@@ -3,7 +3,7 @@
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use reconciler_contract::{KindRef, LogLevel};
+use reconciler_contract::{ClusterInfo, KindRef, LogLevel};
 
 /// The host's side of the boundary, as the SDK sees it.
 ///
@@ -24,6 +24,7 @@ pub trait HostApi {
         selector: &str,
     ) -> Result<Vec<String>, String>;
     fn now_millis(&self) -> i64;
+    fn cluster(&self) -> ClusterInfo;
     fn log(&self, level: LogLevel, message: &str, fields: &[(String, String)]);
 }
 
@@ -65,6 +66,22 @@ impl<'a> Context<'a> {
     pub fn now(&self) -> k8s_openapi::jiff::Timestamp {
         k8s_openapi::jiff::Timestamp::from_millisecond(self.host.now_millis())
             .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+    }
+
+    /// The cluster this object lives in: `local` for the host's own (and
+    /// in `simulate`, `test` and the harness unless told otherwise), or the
+    /// member cluster's name, with its source's labels. Everything else the
+    /// reconcile sees and does stays within this cluster; ask only to
+    /// decide differently per cluster:
+    ///
+    /// ```ignore
+    /// let replicas = match ctx.cluster().label("tier") {
+    ///     Some("production") => spec.size,
+    ///     _ => 1,
+    /// };
+    /// ```
+    pub fn cluster(&self) -> ClusterInfo {
+        self.host.cluster()
     }
 
     /// Owned children of kind `K` that the host observed for this primary.

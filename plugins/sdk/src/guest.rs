@@ -24,8 +24,8 @@ use reconciler_contract::{
     AdmissionRequest, AdmissionSettings, FailurePolicy, Operation, UserInfo, Verdict,
 };
 use reconciler_contract::{
-    Event, EventType, Hints, KindRef, LogLevel, MapRule, ObjectRef, PluginMetadata, ReadKind,
-    ReconcileRequest, ReconcileResponse,
+    ClusterInfo, Event, EventType, Hints, KindRef, LogLevel, MapRule, ObjectRef, PluginMetadata,
+    ReadKind, ReconcileRequest, ReconcileResponse,
 };
 
 /// Names the [`Reconciler`] a plugin exports; implemented by the macro.
@@ -138,6 +138,14 @@ impl HostApi for WitHost {
 
     fn now_millis(&self) -> i64 {
         reconciler::plugin::clock::now()
+    }
+
+    fn cluster(&self) -> ClusterInfo {
+        let info = reconciler::plugin::cluster::current();
+        ClusterInfo {
+            name: info.name,
+            labels: info.labels.into_iter().collect(),
+        }
     }
 
     fn log(&self, level: LogLevel, message: &str, fields: &[(String, String)]) {

@@ -42,7 +42,7 @@ pub use reconciler_contract::{json_depth, memory_cache, selector};
 
 pub use admission::Admission;
 pub use context::{Context, HostApi};
-pub use contract::{EventType, Hints, KindRef, LogLevel, MapRule, PluginMetadata};
+pub use contract::{ClusterInfo, EventType, Hints, KindRef, LogLevel, MapRule, PluginMetadata};
 pub use error::Error;
 pub use k8s_openapi;
 pub use object::{Object, PartialObject};

@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use crate::{HostApi, Reconciler};
 use reconciler_contract::memory_cache::{MemoryCache, namespace_of};
 use reconciler_contract::{
-    AdmissionRequest, Event, KindRef, LogLevel, ObjectRef, Operation, PluginMetadata,
+    AdmissionRequest, ClusterInfo, Event, KindRef, LogLevel, ObjectRef, Operation, PluginMetadata,
     ReconcileResponse, UserInfo, Verdict,
 };
 
@@ -42,6 +42,7 @@ pub struct Harness<R> {
     metadata: PluginMetadata,
     cache: MemoryCache,
     now_millis: i64,
+    cluster: ClusterInfo,
     logs: RefCell<Vec<LogEntry>>,
     plugin: PhantomData<R>,
 }
@@ -59,6 +60,7 @@ impl<R: Reconciler> Harness<R> {
             metadata: R::metadata(),
             cache: MemoryCache::new(),
             now_millis: DEFAULT_NOW_MILLIS,
+            cluster: ClusterInfo::local(),
             logs: RefCell::new(Vec::new()),
             plugin: PhantomData,
         }
@@ -82,6 +84,18 @@ impl<R: Reconciler> Harness<R> {
     /// Sets the clock.
     pub fn at(mut self, now: Timestamp) -> Self {
         self.now_millis = now.as_millisecond();
+        self
+    }
+
+    /// Reconciles as if in the member cluster `name` with `labels` (the
+    /// host adds the name label, `reconciler-host.io/cluster`, as here);
+    /// `local` with no other label until called.
+    pub fn in_cluster(mut self, name: &str, labels: &[(&str, &str)]) -> Self {
+        let labels = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self.cluster = ClusterInfo::with_labels(name, labels);
         self
     }
 
@@ -189,6 +203,10 @@ impl<R> HostApi for HarnessHost<'_, R> {
 
     fn now_millis(&self) -> i64 {
         self.harness.now_millis
+    }
+
+    fn cluster(&self) -> ClusterInfo {
+        self.harness.cluster.clone()
     }
 
     fn log(&self, level: LogLevel, message: &str, fields: &[(String, String)]) {
