@@ -161,3 +161,57 @@ fn a_case_a_plugin_no_longer_answers_the_same_fails_on_replay() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+#[test]
+fn cases_recorded_in_member_clusters_carry_the_cluster_and_replay_in_it() {
+    let work = tempfile::tempdir().unwrap();
+    let recorded = work.path().join("recorded");
+    let out = host(
+        work.path(),
+        &[
+            "simulate",
+            "--plugins-dir",
+            "plugins",
+            "--objects",
+            "examples/podset.yaml",
+            "--crds",
+            "crds",
+            "--clusters",
+            "2",
+            "--cluster-labels",
+            "member-2:region=eu",
+            "--record",
+            recorded.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The podset cases name their member, and what podset answered there
+    // depends on it: a replay that lost the cluster would fail.
+    let cases: Vec<String> = std::fs::read_dir(recorded.join("podset"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    let in_member_2: Vec<&String> = cases
+        .iter()
+        .filter(|c| c.contains("cluster:\n  name: member-2\n"))
+        .collect();
+    assert!(
+        !in_member_2.is_empty() && cases.iter().any(|c| c.contains("name: member-1\n")),
+        "{cases:?}"
+    );
+    assert!(
+        in_member_2
+            .iter()
+            .all(|c| c.contains("region: eu") && c.contains("cluster: member-2")),
+        "{in_member_2:?}"
+    );
+    let replayed = replay(work.path(), &recorded);
+    assert!(
+        replayed.iter().any(|(p, n)| p == "podset" && *n >= 2),
+        "{replayed:?}"
+    );
+}

@@ -185,3 +185,99 @@ fn an_object_its_crd_refuses_is_refused_naming_the_object_and_field() {
         );
     }
 }
+
+#[test]
+fn several_clusters_print_identical_output_naming_the_cluster_of_every_line() {
+    let clusters = root().join("examples/clusters");
+    let extra = [
+        "--cluster-objects",
+        clusters.to_str().unwrap(),
+        "--cluster-labels",
+        "east:region=us-east",
+    ];
+    // The CRDs are the objects every cluster starts from; each directory
+    // adds its own PodSet.
+    let first = simulate(&root().join("crds"), &extra);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let second = simulate(&root().join("crds"), &extra);
+    assert_eq!(first.stdout, second.stdout, "runs are byte-identical");
+    let text = String::from_utf8(first.stdout).unwrap();
+
+    let (reconciles, rest) = text.split_once("\n# events\n").unwrap();
+    let (events, objects) = rest.split_once("\n# objects\n").unwrap();
+    for line in reconciles.lines().chain(events.lines()) {
+        if line.starts_with('[') {
+            assert!(
+                ["] east: ", "] west: ", "(cluster east)", "(cluster west)"]
+                    .iter()
+                    .any(|c| line.contains(c)),
+                "a line that names no cluster: {line}"
+            );
+        }
+    }
+    assert!(
+        text.contains("[+0s] east: podset PodSet default/web: created Deployment default/web")
+            && text
+                .contains("[+0s] west: podset PodSet default/web: created Deployment default/web"),
+        "{text}"
+    );
+    // Each cluster kept its own objects: the same names, other sizes, and
+    // the plugin was told which cluster it was in.
+    let mut by_cluster: std::collections::BTreeMap<String, Vec<serde_json::Value>> =
+        Default::default();
+    for document in objects.split("--- # cluster ").skip(1) {
+        let (cluster, yaml) = document.split_once('\n').unwrap();
+        let object: serde_json::Value = serde_yaml_ng::from_str(yaml).unwrap();
+        by_cluster
+            .entry(cluster.to_string())
+            .or_default()
+            .push(object);
+    }
+    let find = |cluster: &str, kind: &str| {
+        by_cluster[cluster]
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == "web")
+            .cloned()
+            .unwrap_or_else(|| panic!("no {kind} web in {cluster}"))
+    };
+    assert_eq!(find("east", "Deployment")["spec"]["replicas"], 3);
+    assert_eq!(find("west", "Deployment")["spec"]["replicas"], 1);
+    assert_eq!(find("east", "PodSet")["status"]["cluster"], "east");
+    assert_eq!(find("west", "PodSet")["status"]["cluster"], "west");
+    assert_eq!(
+        find("east", "PodSet")["status"]["podNames"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+#[test]
+fn cluster_options_that_cannot_work_are_refused_with_the_reason() {
+    let objects = root().join("examples/podset.yaml");
+    let out = simulate(&objects, &["--cluster-labels", "east:region=us-east"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("add --clusters N or --cluster-objects DIR"),
+        "{err}"
+    );
+
+    let out = simulate(
+        &objects,
+        &["--clusters", "2", "--cluster-labels", "east:a=b"],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "names cluster east, which is not among the clusters run (member-1, member-2)"
+        ),
+        "{err}"
+    );
+}

@@ -36,7 +36,8 @@ async fn simulate_reports_denied_objects_and_stores_defaulted_ones() {
     let (report, _) = simulate(vec![plugin], objects, &SimulationConfig::default())
         .await
         .unwrap();
-    let staging = stored(&report.objects, "staging").expect("the create was admitted");
+    let objects = report.objects();
+    let staging = stored(&objects, "staging").expect("the create was admitted");
     assert_eq!(staging["spec"]["version"], "1.33", "defaulted");
     assert_eq!(
         staging["spec"]["masters"], 1,

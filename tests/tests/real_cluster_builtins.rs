@@ -180,7 +180,7 @@ async fn embedded(advance: Duration) -> Vec<Value> {
     };
     let (report, _) = simulate(plugins, objects, &config).await.unwrap();
     assert!(report.unsettled.is_none(), "{:?}", report.unsettled);
-    report.objects
+    report.objects()
 }
 
 fn find<'a>(objects: &'a [Value], kind: &str, name_prefix: &str) -> &'a Value {

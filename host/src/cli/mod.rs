@@ -3,6 +3,7 @@
 mod builtins_args;
 mod cluster_args;
 mod dev_cmd;
+mod embedded_clusters_args;
 mod inspect_cmd;
 mod metrics_args;
 mod push_cmd;

@@ -7,11 +7,13 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::SandboxArgs;
 use super::builtins_args::BuiltinArgs;
+use super::embedded_clusters_args::EmbeddedClustersArgs;
 use super::record_args::RecordArgs;
 use super::registry_args::PluginRefArgs;
 use crate::golden::duration_text::parse_duration;
 use crate::plugin::RandomKey;
-use crate::process::simulate::{SimulationConfig, simulate};
+use crate::process::simulate::{SimulatedCluster, SimulationConfig, simulate_clusters};
+use reconciler_contract::ClusterInfo;
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -19,8 +21,13 @@ pub struct SimulateArgs {
     #[arg(long, default_value = "plugins", value_name = "DIR")]
     pub plugins_dir: PathBuf,
     /// Objects to start from: a YAML file (several documents allowed) or a directory of them.
-    #[arg(long, value_name = "FILE|DIR")]
-    pub objects: PathBuf,
+    /// With several clusters, every cluster starts from them.
+    #[arg(
+        long,
+        value_name = "FILE|DIR",
+        required_unless_present = "cluster_objects"
+    )]
+    pub objects: Option<PathBuf>,
     /// CustomResourceDefinitions to apply before the objects, so the embedded cluster knows which
     /// custom kinds are cluster-scoped (a plugin whose namespaced primary owns or writes one is
     /// refused, as on a real cluster). CRDs among --objects count too.
@@ -41,6 +48,8 @@ pub struct SimulateArgs {
     pub builtins: BuiltinArgs,
     #[command(flatten)]
     pub references: PluginRefArgs,
+    #[command(flatten)]
+    pub clusters: EmbeddedClustersArgs,
 }
 
 fn parse_time(text: &str) -> Result<Timestamp, String> {
@@ -52,15 +61,19 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
     // Runs must repeat exactly: the random streams plugins see depend only
     // on the plugin and the object (plugin/call_random.rs).
     let sandbox = sandbox.sandbox_with(RandomKey::fixed())?;
+    let members = args.clusters.members()?;
     let mut keep = None;
     let mut fetched =
         args.references
             .fetch_all(&[], sandbox.compile_cache().map(|c| c.dir()), &mut keep)?;
     // Plugin objects among the objects: pulled as references are.
-    let seeded: Vec<_> = crate::process::manifests::read_all(&args.objects)?
-        .into_iter()
-        .map(|(_, o)| o)
-        .collect();
+    let seeded: Vec<_> = match &args.objects {
+        Some(objects) => crate::process::manifests::read_all(objects)?
+            .into_iter()
+            .map(|(_, o)| o)
+            .collect(),
+        None => Vec::new(),
+    };
     let (more, fetch_failures) = args.references.fetch_objects(
         &seeded,
         sandbox.compile_cache().map(|c| c.dir()),
@@ -93,7 +106,32 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
         Some(dir) => crate::process::manifests::read_crds(dir)?,
         None => Vec::new(),
     };
-    objects.extend(seeded);
+    objects.extend(seeded.iter().cloned());
+    // Each cluster: the shared objects, then its own.
+    let clusters = match members {
+        None => vec![SimulatedCluster {
+            info: ClusterInfo::local(),
+            objects,
+        }],
+        Some(members) => {
+            let mut clusters = Vec::new();
+            for member in members {
+                let mut own = objects.clone();
+                if let Some(dir) = &member.objects_dir {
+                    own.extend(
+                        crate::process::manifests::read_all(dir)?
+                            .into_iter()
+                            .map(|(_, o)| o),
+                    );
+                }
+                clusters.push(SimulatedCluster {
+                    info: member.info,
+                    objects: own,
+                });
+            }
+            clusters
+        }
+    };
     let config = SimulationConfig {
         start_millis: args.start.as_millisecond(),
         advance: args.advance,
@@ -106,7 +144,7 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
         .enable_all()
         .build()?;
     let plugins = plugins.into_iter().map(Arc::new).collect();
-    let (report, _) = runtime.block_on(simulate(plugins, objects, &config))?;
+    let (report, _) = runtime.block_on(simulate_clusters(plugins, clusters, &config))?;
     for refused in &report.refused {
         eprintln!("error: {refused}");
     }

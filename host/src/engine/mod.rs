@@ -887,6 +887,7 @@ impl<B: ClusterBackend> Engine<B> {
         };
         ReconcileRecord {
             at_millis: now,
+            cluster: self.cluster.name.clone(),
             plugin: plugin.to_string(),
             kind,
             object: key,
@@ -903,6 +904,7 @@ impl<B: ClusterBackend> Engine<B> {
         let Some(controller) = self.controller(plugin) else {
             return ReconcileRecord {
                 at_millis: self.clock.now_millis(),
+                cluster: self.cluster.name.clone(),
                 plugin: plugin.to_string(),
                 kind: String::new(),
                 object: key,
@@ -970,6 +972,7 @@ impl<B: ClusterBackend> Engine<B> {
         };
         let record = ReconcileRecord {
             at_millis,
+            cluster: self.cluster.name.clone(),
             plugin: plugin.to_string(),
             kind: metadata.primary.kind.clone(),
             object: key,

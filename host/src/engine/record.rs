@@ -83,6 +83,8 @@ pub enum Outcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReconcileRecord {
     pub at_millis: i64,
+    /// The cluster of the object (`local` for the host's own).
+    pub cluster: String,
     pub plugin: String,
     pub kind: String,
     pub object: PrimaryKey,

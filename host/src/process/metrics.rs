@@ -409,6 +409,7 @@ mod tests {
     fn record(plugin: &str, outcome: Outcome) -> ReconcileRecord {
         ReconcileRecord {
             at_millis: 0,
+            cluster: "local".into(),
             plugin: plugin.into(),
             kind: "PodSet".into(),
             object: PrimaryKey {

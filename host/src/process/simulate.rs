@@ -23,6 +23,7 @@ use crate::engine::{Engine, ReconcileRecord};
 use crate::golden::duration_text::format_duration;
 use crate::golden::recorder::{CaseRecorder, RecordOptions};
 use crate::plugin::LoadedPlugin;
+use reconciler_contract::ClusterInfo;
 
 /// How a simulation is run.
 #[derive(Clone, Debug)]
@@ -60,20 +61,46 @@ impl Default for SimulationConfig {
 /// What a simulation did and where it ended.
 pub struct SimulationReport {
     pub start_millis: i64,
+    /// Every reconcile, in order; each names its cluster.
     pub records: Vec<ReconcileRecord>,
-    pub events: Vec<RecordedEvent>,
-    pub objects: Vec<Value>,
+    /// Each cluster at the end, in the order given.
+    pub clusters: Vec<ClusterEnd>,
     /// Set when a plugin never settled: which plugin, which object.
     pub unsettled: Option<String>,
     /// Plugins the engine refused to serve, each `FILE: why` (a primary kind
     /// or a name another plugin took first, a namespaced primary owning a
     /// cluster-scoped kind); the others ran without them.
     pub refused: Vec<String>,
-    /// What the built-in controllers did, each after how many of `records`.
-    pub builtin_changes: Vec<(usize, BuiltinChange)>,
+    /// What the built-in controllers did, each after how many of `records`,
+    /// in which cluster.
+    pub builtin_changes: Vec<(usize, String, BuiltinChange)>,
     /// What admission said of the seeded objects: denied ones (not stored)
     /// and defaulted ones, a line each.
     pub admission: Vec<String>,
+}
+
+/// One cluster of a simulation as it ended.
+pub struct ClusterEnd {
+    pub name: String,
+    pub events: Vec<RecordedEvent>,
+    pub objects: Vec<Value>,
+}
+
+impl SimulationReport {
+    /// Every cluster's objects at the end, cluster after cluster.
+    pub fn objects(&self) -> Vec<Value> {
+        self.clusters
+            .iter()
+            .flat_map(|c| c.objects.iter().cloned())
+            .collect()
+    }
+}
+
+/// One embedded cluster to simulate: what it is called (and the labels its
+/// plugins are told), and the objects it starts from.
+pub struct SimulatedCluster {
+    pub info: ClusterInfo,
+    pub objects: Vec<Value>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,12 +130,118 @@ pub async fn simulate(
     objects: Vec<Value>,
     config: &SimulationConfig,
 ) -> Result<(SimulationReport, Arc<EmbeddedCluster>), SimulationError> {
+    let local = SimulatedCluster {
+        info: ClusterInfo::local(),
+        objects,
+    };
+    let (report, mut clusters) = simulate_clusters(plugins, vec![local], config).await?;
+    Ok((report, clusters.remove(0)))
+}
+
+/// [`simulate`] over several embedded clusters on one virtual clock, as a
+/// host serving member clusters runs every plugin on each: one cache and
+/// engine per cluster, nothing shared between them but the plugins and the
+/// clock. At one instant the clusters take turns in the order given, so the
+/// run stays a single deterministic sequence. Returns the clusters in that
+/// order.
+pub async fn simulate_clusters(
+    plugins: Vec<Arc<LoadedPlugin>>,
+    clusters: Vec<SimulatedCluster>,
+    config: &SimulationConfig,
+) -> Result<(SimulationReport, Vec<Arc<EmbeddedCluster>>), SimulationError> {
     let clock = VirtualClock::at(config.start_millis);
-    let mut cluster = EmbeddedCluster::new(Arc::new(clock.clone()));
-    if let Some(builtins) = &config.builtins {
-        cluster = cluster.with_builtin_controllers(builtins.clone());
+    let recorder = match &config.record {
+        Some(record) => Some(Arc::new(CaseRecorder::new(record, "simulate").map_err(
+            |source| SimulationError::Record {
+                dir: record.dir.clone(),
+                source,
+            },
+        )?)),
+        None => None,
+    };
+    let several = clusters.len() > 1;
+    let mut members = Vec::new();
+    let mut admission = Vec::new();
+    let mut refused = Vec::new();
+    for SimulatedCluster { info, objects } in clusters {
+        let mut cluster = EmbeddedCluster::new(Arc::new(clock.clone()));
+        if let Some(builtins) = &config.builtins {
+            cluster = cluster.with_builtin_controllers(builtins.clone());
+        }
+        let cluster = Arc::new(cluster);
+        let named = |line: &str| match several {
+            true => format!("{}: {line}", info.name),
+            false => line.to_string(),
+        };
+        for line in seed(&cluster, &plugins, objects, &clock)? {
+            admission.push(named(&line));
+        }
+        let mut engine =
+            Engine::empty(cluster.clone(), Arc::new(clock.clone())).with_cluster(info.clone());
+        if let Some(recorder) = &recorder {
+            engine = engine.with_recorder(recorder.clone());
+        }
+        for plugin in &plugins {
+            if let Err(e) = engine.add_plugin(plugin.clone()).await {
+                refused.push(named(&format!("{}: {e}", plugin.path().display())));
+            }
+        }
+        members.push(Member {
+            name: info.name,
+            engine,
+            cluster,
+        });
     }
-    let cluster = Arc::new(cluster);
+    // What the built-ins did to the seed objects comes first.
+    let mut seeded = Vec::new();
+    for member in &members {
+        for change in member.cluster.take_builtin_changes() {
+            seeded.push((0, member.name.clone(), change));
+        }
+    }
+    let turns: Vec<Turn<'_, EmbeddedCluster>> = members
+        .iter()
+        .map(|m| Turn {
+            name: &m.name,
+            engine: &m.engine,
+            cluster: Some(&m.cluster),
+        })
+        .collect();
+    let mut report = run_turns(&turns, &clock, config).await;
+    seeded.append(&mut report.builtin_changes);
+    let report = SimulationReport {
+        start_millis: config.start_millis,
+        clusters: members
+            .iter()
+            .map(|m| ClusterEnd {
+                name: m.name.clone(),
+                events: m.cluster.events(),
+                objects: m.cluster.objects(),
+            })
+            .collect(),
+        builtin_changes: seeded,
+        refused,
+        admission,
+        ..report
+    };
+    Ok((report, members.into_iter().map(|m| m.cluster).collect()))
+}
+
+/// One simulated cluster while it runs.
+struct Member {
+    name: String,
+    engine: Engine<EmbeddedCluster>,
+    cluster: Arc<EmbeddedCluster>,
+}
+
+/// Admits and stores `objects` in `cluster`, CRDs first; returns what
+/// admission said.
+fn seed(
+    cluster: &EmbeddedCluster,
+    plugins: &[Arc<LoadedPlugin>],
+    objects: Vec<Value>,
+    clock: &VirtualClock,
+) -> Result<Vec<String>, SimulationError> {
     let (crds, others): (Vec<Value>, Vec<Value>) = objects.into_iter().partition(is_crd_object);
     let mut admission = Vec::new();
     for object in crds.into_iter().chain(others) {
@@ -123,7 +256,7 @@ pub async fn simulate(
             Operation::Create
         };
         let outcome = admit_object(
-            &plugins,
+            plugins,
             operation,
             Some(&object),
             stored.as_ref(),
@@ -144,38 +277,7 @@ pub async fn simulate(
                 source,
             })?;
     }
-    let mut engine = Engine::empty(cluster.clone(), Arc::new(clock.clone()));
-    if let Some(record) = &config.record {
-        let recorder =
-            CaseRecorder::new(record, "simulate").map_err(|source| SimulationError::Record {
-                dir: record.dir.clone(),
-                source,
-            })?;
-        engine = engine.with_recorder(Arc::new(recorder));
-    }
-    let mut refused = Vec::new();
-    for plugin in plugins {
-        if let Err(e) = engine.add_plugin(plugin.clone()).await {
-            refused.push(format!("{}: {e}", plugin.path().display()));
-        }
-    }
-    // What the built-ins did to the seed objects comes first.
-    let seeded = cluster.take_builtin_changes();
-    let mut report = run_with_builtins(&engine, &clock, config, Some(&cluster)).await;
-    report.builtin_changes = seeded
-        .into_iter()
-        .map(|c| (0, c))
-        .chain(std::mem::take(&mut report.builtin_changes))
-        .collect();
-    let report = SimulationReport {
-        start_millis: config.start_millis,
-        events: cluster.events(),
-        objects: cluster.objects(),
-        refused,
-        admission,
-        ..report
-    };
-    Ok((report, cluster))
+    Ok(admission)
 }
 
 fn is_crd_object(object: &Value) -> bool {
@@ -201,53 +303,92 @@ pub async fn run_with_builtins<B: ClusterBackend>(
     config: &SimulationConfig,
     cluster: Option<&EmbeddedCluster>,
 ) -> SimulationReport {
+    let name = engine.cluster().name.clone();
+    let turn = Turn {
+        name: &name,
+        engine,
+        cluster,
+    };
+    run_turns(&[turn], clock, config).await
+}
+
+/// One cluster's engine, and its built-in controllers if they play.
+struct Turn<'a, B: ClusterBackend> {
+    name: &'a str,
+    engine: &'a Engine<B>,
+    cluster: Option<&'a EmbeddedCluster>,
+}
+
+/// Runs every engine of `turns` on one clock until all settle: at each
+/// instant the built-ins that are due act first, then the ready reconciles,
+/// cluster by cluster in the order of `turns`; the clock moves only when
+/// no cluster has anything ready.
+async fn run_turns<B: ClusterBackend>(
+    turns: &[Turn<'_, B>],
+    clock: &VirtualClock,
+    config: &SimulationConfig,
+) -> SimulationReport {
     let end = config.start_millis + i64::try_from(config.advance.as_millis()).unwrap_or(i64::MAX);
     let mut records = Vec::new();
     let mut builtin_changes = Vec::new();
-    let mut rounds: HashMap<(String, String, i64), u32> = HashMap::new();
+    let mut rounds: HashMap<(String, String, String, i64), u32> = HashMap::new();
     let mut unsettled = None;
-    loop {
-        if let Some(cluster) = cluster {
-            if cluster
-                .next_builtin_due()
-                .is_some_and(|at| at <= clock.now_millis())
-            {
-                cluster.run_builtins();
+    'run: loop {
+        for turn in turns {
+            if let Some(cluster) = turn.cluster {
+                if cluster
+                    .next_builtin_due()
+                    .is_some_and(|at| at <= clock.now_millis())
+                {
+                    cluster.run_builtins();
+                }
+                builtin_changes.extend(
+                    cluster
+                        .take_builtin_changes()
+                        .into_iter()
+                        .map(|c| (records.len(), turn.name.to_string(), c)),
+                );
             }
-            builtin_changes.extend(
-                cluster
-                    .take_builtin_changes()
-                    .into_iter()
-                    .map(|c| (records.len(), c)),
-            );
         }
-        engine.pump();
-        if let Some((plugin, key)) = engine.next_ready() {
+        for turn in turns {
+            turn.engine.pump();
+            let Some((plugin, key)) = turn.engine.next_ready() else {
+                continue;
+            };
             let now = clock.now_millis();
             let round = rounds
-                .entry((plugin.clone(), key.to_string(), now))
+                .entry((turn.name.to_string(), plugin.clone(), key.to_string(), now))
                 .or_insert(0);
             *round += 1;
-            let record = engine.reconcile(&plugin, key).await;
+            let record = turn.engine.reconcile(&plugin, key).await;
             if *round > config.max_rounds || records.len() >= config.max_reconciles {
+                let cluster = match turns.len() {
+                    1 => String::new(),
+                    _ => format!(" in cluster {}", turn.name),
+                };
                 unsettled = Some(format!(
-                    "plugin {plugin} never settles on {} {}: reconciled {} times at {} without the clock moving (last: {record})",
+                    "plugin {plugin} never settles on {} {}{cluster}: reconciled {} times at {} without the clock moving (last: {record})",
                     record.kind,
                     record.object,
                     round,
                     offset(config.start_millis, now),
                 ));
                 records.push(record);
-                break;
+                break 'run;
             }
             records.push(record);
-            continue;
+            continue 'run;
         }
-        let builtin_due = cluster.and_then(EmbeddedCluster::next_builtin_due);
-        let next = match (engine.next_wakeup(), builtin_due) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let next = turns
+            .iter()
+            .flat_map(|t| {
+                [
+                    t.engine.next_wakeup(),
+                    t.cluster.and_then(EmbeddedCluster::next_builtin_due),
+                ]
+            })
+            .flatten()
+            .min();
         match next {
             Some(at) if at <= end => clock.set(at.max(clock.now_millis())),
             _ => break,
@@ -258,12 +399,13 @@ pub async fn run_with_builtins<B: ClusterBackend>(
         clock.set(end);
     }
     // Repeated Events show every occurrence, not the last count written.
-    engine.flush_events(true).await;
+    for turn in turns {
+        turn.engine.flush_events(true).await;
+    }
     SimulationReport {
         start_millis: config.start_millis,
         records,
-        events: Vec::new(),
-        objects: Vec::new(),
+        clusters: Vec::new(),
         admission: Vec::new(),
         unsettled,
         refused: Vec::new(),
@@ -283,29 +425,48 @@ impl SimulationReport {
     fn render_changes_before<'a>(
         &self,
         index: usize,
-        changes: &mut std::iter::Peekable<impl Iterator<Item = &'a (usize, BuiltinChange)>>,
+        changes: &mut std::iter::Peekable<impl Iterator<Item = &'a (usize, String, BuiltinChange)>>,
         out: &mut String,
     ) {
         let mut batch: Vec<BuiltinChange> = Vec::new();
-        let flush = |batch: &mut Vec<BuiltinChange>, out: &mut String| {
+        let mut batch_cluster = "";
+        let flush = |batch: &mut Vec<BuiltinChange>, cluster: &str, out: &mut String| {
             if let Some(first) = batch.first() {
                 let at = offset(self.start_millis, first.at_millis);
+                let who = match self.several_clusters() {
+                    true => format!("cluster {cluster}"),
+                    false => "cluster".to_string(),
+                };
                 for line in group_changes(batch) {
-                    out.push_str(&format!("[{at}]   (cluster) {line}\n"));
+                    out.push_str(&format!("[{at}]   ({who}) {line}\n"));
                 }
             }
             batch.clear();
         };
-        while let Some((_, change)) = changes.next_if(|(before, _)| *before <= index) {
+        while let Some((_, cluster, change)) = changes.next_if(|(before, _, _)| *before <= index) {
             if batch
                 .first()
-                .is_some_and(|f| f.at_millis != change.at_millis)
+                .is_some_and(|f| f.at_millis != change.at_millis || batch_cluster != cluster)
             {
-                flush(&mut batch, out);
+                flush(&mut batch, batch_cluster, out);
             }
+            batch_cluster = cluster;
             batch.push(change.clone());
         }
-        flush(&mut batch, out);
+        flush(&mut batch, batch_cluster, out);
+    }
+
+    /// Whether lines must name their cluster.
+    fn several_clusters(&self) -> bool {
+        self.clusters.len() > 1
+    }
+
+    /// `east: ` before a line when there are several clusters.
+    fn cluster_prefix(&self, cluster: &str) -> String {
+        match self.several_clusters() {
+            true => format!("{cluster}: "),
+            false => String::new(),
+        }
     }
 
     /// The report as text: reconciles, Events, then the objects as YAML.
@@ -324,8 +485,9 @@ impl SimulationReport {
         for (i, r) in self.records.iter().enumerate() {
             self.render_changes_before(i, &mut changes, &mut out);
             out.push_str(&format!(
-                "[{}] {r}\n",
-                offset(self.start_millis, r.at_millis)
+                "[{}] {}{r}\n",
+                offset(self.start_millis, r.at_millis),
+                self.cluster_prefix(&r.cluster)
             ));
         }
         self.render_changes_before(usize::MAX, &mut changes, &mut out);
@@ -333,7 +495,11 @@ impl SimulationReport {
             out.push_str(&format!("NOT SETTLED: {why}\n"));
         }
         out.push_str("\n# events\n");
-        for e in &self.events {
+        let events = self
+            .clusters
+            .iter()
+            .flat_map(|c| c.events.iter().map(move |e| (c.name.as_str(), e)));
+        for (cluster, e) in events {
             let r = &e.record;
             // A repeated Event is one line with its count, as `kubectl get
             // events` shows it.
@@ -348,8 +514,9 @@ impl SimulationReport {
                 })
                 .unwrap_or_default();
             out.push_str(&format!(
-                "[{}] {} {} {}: {} ({}){repeats}\n",
+                "[{}] {}{} {} {}: {} ({}){repeats}\n",
                 offset(self.start_millis, e.at_millis),
+                self.cluster_prefix(cluster),
                 r.event_type,
                 r.reason,
                 r.regarding,
@@ -358,8 +525,15 @@ impl SimulationReport {
             ));
         }
         out.push_str("\n# objects\n");
-        for object in &self.objects {
-            out.push_str("---\n");
+        let objects = self
+            .clusters
+            .iter()
+            .flat_map(|c| c.objects.iter().map(move |o| (c.name.as_str(), o)));
+        for (cluster, object) in objects {
+            match self.several_clusters() {
+                true => out.push_str(&format!("--- # cluster {cluster}\n")),
+                false => out.push_str("---\n"),
+            }
             out.push_str(
                 &serde_yaml_ng::to_string(object)
                     .unwrap_or_else(|e| format!("# cannot print: {e}\n")),
