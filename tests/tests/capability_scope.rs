@@ -168,6 +168,7 @@ async fn dev_reports_the_refused_plugin_by_file_and_runs_the_others() {
         until_settled: true,
         record: None,
         builtins: None,
+        members: None,
     };
     let mut out = Vec::new();
     let refused = run_dev(sandbox().clone(), config, &mut out).await.unwrap();

@@ -6,6 +6,7 @@ use clap::Args;
 
 use super::SandboxArgs;
 use super::builtins_args::BuiltinArgs;
+use super::embedded_clusters_args::EmbeddedClustersArgs;
 use super::record_args::RecordArgs;
 use super::registry_args::PluginRefArgs;
 use crate::process::dev::{DevConfig, run};
@@ -32,6 +33,8 @@ pub struct DevArgs {
     pub builtins: BuiltinArgs,
     #[command(flatten)]
     pub references: PluginRefArgs,
+    #[command(flatten)]
+    pub clusters: EmbeddedClustersArgs,
 }
 
 /// Where `dev` looks for CRDs when `--crds` is not given: the project's own.
@@ -39,6 +42,7 @@ const DEFAULT_CRDS_DIR: &str = "crds";
 
 pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode> {
     let config = sandbox.config()?;
+    let members = args.clusters.members()?;
     let mut keep = None;
     let fetched = args
         .references
@@ -105,6 +109,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
         until_settled: args.until_settled,
         record: args.record.options(),
         builtins: args.builtins.config(),
+        members,
     };
     let _keep_alive = (empty_plugins_dir, pulled, keep);
     let refused = crate::process::main_task::block_on_worker(&runtime, async move {

@@ -10,6 +10,7 @@ use clap::Args;
 use reconciler_contract::ClusterInfo;
 
 use crate::fleet::sources::valid_member_name;
+pub use crate::process::dev_clusters::MemberSeed;
 
 #[derive(Debug, Args, Default)]
 pub struct EmbeddedClustersArgs {
@@ -28,14 +29,6 @@ pub struct EmbeddedClustersArgs {
     /// ctx.cluster().label(...); reconciler-host.io/cluster=<name> is always among them.
     #[arg(long, value_name = "CLUSTER:K=V,...")]
     pub cluster_labels: Vec<String>,
-}
-
-/// One embedded member cluster to run: who it is, and the directory of
-/// its own objects (with `--cluster-objects`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MemberSeed {
-    pub info: ClusterInfo,
-    pub objects_dir: Option<PathBuf>,
 }
 
 impl EmbeddedClustersArgs {

@@ -161,6 +161,9 @@ pub struct DevConfig {
     pub record: Option<RecordOptions>,
     /// Play the built-in controllers with these settings (`None`: off).
     pub builtins: Option<BuiltinConfig>,
+    /// Several embedded member clusters instead of one (`--clusters`,
+    /// `--cluster-objects`): see `dev_clusters.rs`.
+    pub members: Option<Vec<crate::process::dev_clusters::MemberSeed>>,
 }
 
 /// Runs the dev loop until Ctrl-C (or until settled, if asked). Plugins are
@@ -171,6 +174,9 @@ pub async fn run(
     mut config: DevConfig,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<u64> {
+    if let Some(members) = config.members.take() {
+        return crate::process::dev_clusters::run(sandbox, config, members, out).await;
+    }
     let mut cluster = EmbeddedCluster::new(Arc::new(RealClock));
     if let Some(builtins) = &config.builtins {
         cluster = cluster.with_builtin_controllers(builtins.clone());
@@ -304,7 +310,7 @@ pub async fn run(
 /// What `dev` does not load from below the plugins directory, and how to
 /// serve it: a plugin of its own directory (as the Python and JavaScript
 /// podsets are) is never loaded beside the others without a word.
-fn skipped_subdirectories(plugins_dir: &std::path::Path) -> Vec<String> {
+pub(crate) fn skipped_subdirectories(plugins_dir: &std::path::Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(plugins_dir) else {
         return Vec::new();
     };
@@ -334,7 +340,7 @@ fn skipped_subdirectories(plugins_dir: &std::path::Path) -> Vec<String> {
 
 /// Reads the objects' files again and brings the Plugin objects' served
 /// files in line; unreadable files are the object sync's to report.
-async fn sync_object_plugins(
+pub(crate) async fn sync_object_plugins(
     object_plugins: &mut crate::plugin_resources::from_objects::ObjectPlugins,
     objects_dir: &std::path::Path,
 ) -> (Vec<String>, bool) {
@@ -378,25 +384,45 @@ pub fn seed_crds(dir: &Path, cluster: &EmbeddedCluster) -> Vec<String> {
         .collect()
 }
 
-fn now_millis() -> i64 {
+pub(crate) fn now_millis() -> i64 {
     use crate::cluster::Clock;
     RealClock.now_millis()
 }
 
-fn stamp(line: &str) -> String {
+pub(crate) fn stamp(line: &str) -> String {
     let t = crate::cluster::clock::rfc3339(now_millis());
     format!("{} {line}", &t[11..19])
 }
 
 /// The primary objects of every plugin, with their status, as a table.
 pub fn primaries_table<B: crate::cluster::ClusterBackend>(engine: &Engine<B>) -> String {
-    let mut rows = vec![[
-        "PLUGIN".to_string(),
-        "KIND".into(),
-        "NAMESPACE".into(),
-        "NAME".into(),
-        "STATUS".into(),
-    ]];
+    let header = ["PLUGIN", "KIND", "NAMESPACE", "NAME", "STATUS"].map(String::from);
+    let rows: Vec<Vec<String>> = primary_rows(engine).into_iter().map(Vec::from).collect();
+    render_table(header.into(), rows)
+}
+
+/// [`primaries_table`] of several clusters, each row naming its cluster.
+pub fn clusters_table<B: crate::cluster::ClusterBackend>(
+    engines: &[(String, Arc<Engine<B>>)],
+) -> String {
+    let header = ["CLUSTER", "PLUGIN", "KIND", "NAMESPACE", "NAME", "STATUS"].map(String::from);
+    let rows = engines
+        .iter()
+        .flat_map(|(cluster, engine)| {
+            primary_rows(engine).into_iter().map(move |row| {
+                std::iter::once(cluster.clone())
+                    .chain(row)
+                    .collect::<Vec<String>>()
+            })
+        })
+        .collect();
+    render_table(header.into(), rows)
+}
+
+/// A row per primary object of every plugin: plugin, kind, namespace,
+/// name, status (cut to 100 characters).
+fn primary_rows<B: crate::cluster::ClusterBackend>(engine: &Engine<B>) -> Vec<[String; 5]> {
+    let mut rows = Vec::new();
     for plugin in engine.plugins().iter() {
         let m = plugin.metadata();
         for object in engine.cache().list(&m.primary) {
@@ -426,14 +452,20 @@ pub fn primaries_table<B: crate::cluster::ClusterBackend>(engine: &Engine<B>) ->
             ]);
         }
     }
-    if rows.len() == 1 {
+    rows
+}
+
+/// Columns padded to their widest cell; a line when there are no rows.
+fn render_table(header: Vec<String>, rows: Vec<Vec<String>>) -> String {
+    if rows.is_empty() {
         return "(no primary objects yet)\n".into();
     }
-    let widths: Vec<usize> = (0..5)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+    let all: Vec<Vec<String>> = std::iter::once(header).chain(rows).collect();
+    let widths: Vec<usize> = (0..all[0].len())
+        .map(|c| all.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
-    for row in rows {
+    for row in all {
         let cells: Vec<String> = row
             .iter()
             .zip(&widths)

@@ -8,6 +8,7 @@ pub mod api_client;
 pub mod connection_slots;
 pub mod crd_install;
 pub mod dev;
+pub mod dev_clusters;
 pub mod dir_watch;
 pub mod heap_trim;
 pub mod http_server;
