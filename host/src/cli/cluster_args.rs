@@ -39,11 +39,26 @@ pub struct ClusterArgs {
     /// Plugins not named run on every member. Repeatable.
     #[arg(long, value_name = "PLUGIN:SELECTOR")]
     pub plugin_clusters: Vec<String>,
+    /// Requests a second to each member cluster's API server, on average: every member has a
+    /// client and a limit of its own, so a member with a flood of work is slowed at its own
+    /// limit and spends nothing of another's. 0: no limit. The cluster the host runs in
+    /// (`local`) is not limited.
+    #[arg(long, value_name = "QPS", default_value_t = 50.0)]
+    pub member_qps: f64,
+    /// Requests each member cluster's client may send at once before --member-qps applies.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub member_burst: u32,
 }
 
 impl ClusterArgs {
     pub fn config(&self, request_timeout: Option<Duration>) -> anyhow::Result<ClustersConfig> {
         let selection = PluginClusters::parse(&self.plugin_clusters).map_err(anyhow::Error::msg)?;
+        if !self.member_qps.is_finite() || self.member_qps < 0.0 {
+            anyhow::bail!(
+                "--member-qps {} is not a rate: give requests a second, or 0 for no limit",
+                self.member_qps
+            );
+        }
         if let Some(dir) = &self.clusters_dir
             && !dir.is_dir()
         {
@@ -63,6 +78,10 @@ impl ClusterArgs {
                 .unwrap_or_else(crate::process::leader_election::default_namespace),
             selection,
             request_timeout,
+            member_rate: crate::process::client_rate_limit::RateLimit::new(
+                self.member_qps,
+                self.member_burst,
+            ),
         })
     }
 }

@@ -42,6 +42,9 @@ pub struct ClustersConfig {
     pub selection: PluginClusters,
     /// The request deadline of members' clients.
     pub request_timeout: Option<Duration>,
+    /// Each member's client's request rate (`local` keeps the host's
+    /// client, unlimited); `None`: no limit.
+    pub member_rate: Option<crate::process::client_rate_limit::RateLimit>,
 }
 
 impl ClustersConfig {
@@ -55,6 +58,7 @@ impl ClustersConfig {
             secrets_namespace: "default".into(),
             selection: PluginClusters::default(),
             request_timeout: None,
+            member_rate: None,
         }
     }
 }

@@ -117,6 +117,8 @@ pub struct SourceOptions {
     pub clusters_dir: Option<PathBuf>,
     /// The request deadline of members' clients (as `run`'s own client).
     pub request_timeout: Option<Duration>,
+    /// Each member's client's own request rate.
+    pub member_rate: Option<crate::process::client_rate_limit::RateLimit>,
     /// How long a disengaged member's reconciles in flight may finish.
     pub drain: Duration,
 }
@@ -262,7 +264,7 @@ impl Engagements {
             );
             let client = match &described.kubeconfig {
                 None => Ok((local.clone(), described.identity.server.clone())),
-                Some(text) => client_for(text, options.request_timeout).await,
+                Some(text) => client_for(text, options.request_timeout, options.member_rate).await,
             };
             match client {
                 Ok((client, server)) => {
@@ -314,6 +316,7 @@ impl Engagements {
 pub async fn client_for(
     kubeconfig: &str,
     request_timeout: Option<Duration>,
+    rate: Option<crate::process::client_rate_limit::RateLimit>,
 ) -> Result<(kube::Client, String), String> {
     let parsed = kube::config::Kubeconfig::from_yaml(kubeconfig)
         .map_err(|e| format!("not a kubeconfig: {e}"))?;
@@ -322,8 +325,9 @@ pub async fn client_for(
             .await
             .map_err(|e| format!("the kubeconfig does not configure a client: {e}"))?;
     let server = config.cluster_url.to_string();
-    let client = crate::process::api_client::client_from_config(config, request_timeout)
-        .map_err(|e| format!("{e:#}"))?;
+    let client =
+        crate::process::api_client::limited_client_from_config(config, request_timeout, rate)
+            .map_err(|e| format!("{e:#}"))?;
     Ok((client, server))
 }
 
@@ -703,12 +707,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_kubeconfig_that_configures_no_client_is_refused_saying_why() {
-        let Err(err) = client_for("not: [a kubeconfig", None).await else {
+        let Err(err) = client_for("not: [a kubeconfig", None, None).await else {
             panic!("a client from a broken kubeconfig");
         };
         assert!(err.contains("not a kubeconfig"), "{err}");
         let empty = "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n";
-        let Err(err) = client_for(empty, None).await else {
+        let Err(err) = client_for(empty, None, None).await else {
             panic!("a client from an empty kubeconfig");
         };
         assert!(err.contains("does not configure a client"), "{err}");

@@ -17,6 +17,8 @@ use anyhow::Context as _;
 use kube::client::ClientBuilder;
 use tower::timeout::TimeoutLayer;
 
+use super::client_rate_limit::{RateLimit, RateLimitLayer};
+
 /// The default of `run --request-timeout-secs`. The API server ends a
 /// request it cannot serve after 60 s itself (its `--request-timeout`), so a
 /// client waiting any longer is only waiting on a dead connection.
@@ -57,11 +59,23 @@ pub fn client_from_config(
     config: kube::Config,
     request_timeout: Option<Duration>,
 ) -> anyhow::Result<kube::Client> {
+    limited_client_from_config(config, request_timeout, None)
+}
+
+/// [`client_from_config`], sending at most `rate` requests (a bucket of
+/// this client's own; `None`: no limit).
+pub fn limited_client_from_config(
+    config: kube::Config,
+    request_timeout: Option<Duration>,
+    rate: Option<RateLimit>,
+) -> anyhow::Result<kube::Client> {
     let builder = ClientBuilder::try_from(config).context("cannot build a Kubernetes client")?;
-    Ok(match request_timeout {
-        Some(timeout) => builder.with_layer(&TimeoutLayer::new(timeout)).build(),
-        None => builder.build(),
-    })
+    Ok(builder
+        .with_layer(&tower::util::option_layer(
+            request_timeout.map(TimeoutLayer::new),
+        ))
+        .with_layer(&tower::util::option_layer(rate.map(RateLimitLayer)))
+        .build())
 }
 
 /// Whether a server's major.minor is 1.28 or newer. Minor versions may

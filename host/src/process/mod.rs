@@ -5,6 +5,7 @@
 //! and the process's memory and threads.
 
 pub mod api_client;
+pub mod client_rate_limit;
 pub mod connection_slots;
 pub mod crd_install;
 pub mod dev;

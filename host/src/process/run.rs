@@ -261,6 +261,7 @@ pub async fn run(
             cluster_api: config.clusters.cluster_api,
             clusters_dir: config.clusters.clusters_dir.clone(),
             request_timeout: config.clusters.request_timeout,
+            member_rate: config.clusters.member_rate,
             drain: config.shutdown_timeout,
         },
     );
