@@ -14,7 +14,9 @@
 //!   process's CPU time over 5 s of idling with M members, against 5 s
 //!   before any was engaged, is their idle CPU. The first ten members are
 //!   engaged one at a time, each timed from `engage` until its podset
-//!   serves (first lists done): the time to engage.
+//!   serves (first lists done): the time to engage. Then every member is
+//!   disengaged, engaged again and disengaged again: the RSS growth over
+//!   that cycle, divided by M, is what a member that went leaves behind.
 //! - `converge N K`: N PodSets spread over K members, all engaged at once;
 //!   the wall time until every PodSet has its Deployment. The same N in one
 //!   member is the baseline the K-member figure is a ratio to.
@@ -117,6 +119,13 @@ fn parent() -> anyhow::Result<()> {
     println!(
         "| memory per member (RSS growth / members) | {} KiB |",
         per_member.show(0)
+    );
+    let kept = spread(&member_runs, |m| {
+        (m["rss_cycled_kb"] as f64 - m["rss_disengaged_kb"] as f64) / m["members"] as f64
+    });
+    println!(
+        "| memory left per member by an engage and disengage of every member (RSS growth / members) | {} KiB |",
+        kept.show(1)
     );
     let idle = spread(&member_runs, |m| {
         (m["idle_cpu_us"] as f64 - m["base_cpu_us"] as f64)
@@ -290,16 +299,63 @@ async fn members(m: usize, podset: &Path, cache: &Path, crds: &Path) -> anyhow::
     let before = cpu_time()?;
     tokio::time::sleep(IDLE_WINDOW).await;
     let idle_cpu = cpu_time()?.since(&before);
+    // Every member disengaged, then engaged and disengaged once more: what
+    // a cycle leaves behind is what the host keeps of a member that went.
+    // (The first disengage cannot say: the members' API servers, in this
+    // process, keep what podset wrote, and the allocator keeps freed
+    // pages for the next members.)
+    disengage_all(&fleet, &clusters).await?;
+    let rss_disengaged = proc_status_kb(&proc_status()?, "VmRSS")?;
+    for (i, cluster) in clusters.iter().enumerate() {
+        fleet.engage(member(i), cluster.clone(), None, Duration::ZERO);
+    }
+    for (i, cluster) in clusters.iter().enumerate() {
+        let name = member(i).name;
+        while !fleet.engine(&name).is_some_and(|e| !e.plugins().is_empty()) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        converged(cluster, &[i]).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    disengage_all(&fleet, &clusters).await?;
+    let rss_cycled = proc_status_kb(&proc_status()?, "VmRSS")?;
     engage_times.sort();
     let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
     print_measured(&[
         ("members", m as u64),
         ("rss_base_kb", rss_base),
         ("rss_engaged_kb", rss_engaged),
+        ("rss_disengaged_kb", rss_disengaged),
+        ("rss_cycled_kb", rss_cycled),
         ("base_cpu_us", us(base_cpu.user + base_cpu.system)),
         ("idle_cpu_us", us(idle_cpu.user + idle_cpu.system)),
         ("engage_median_us", us(engage_times[engage_times.len() / 2])),
     ]);
+    Ok(())
+}
+
+/// Disengages every member; the member API servers (in this process) end
+/// the watches whose client went, as a real one does when the connection
+/// closes, and freed memory goes back to the kernel.
+async fn disengage_all(
+    fleet: &Fleet<EmbeddedCluster>,
+    clusters: &[Arc<EmbeddedCluster>],
+) -> anyhow::Result<()> {
+    for i in 0..clusters.len() {
+        ensure!(
+            fleet
+                .disengage(&member(i).name, Duration::from_secs(5))
+                .await,
+            "member {i} was not engaged"
+        );
+    }
+    let forgotten: usize = clusters.iter().map(|c| c.forget_closed_watches()).sum();
+    ensure!(
+        forgotten >= clusters.len(),
+        "the disengaged members left no watch to end"
+    );
+    reconciler_host::process::heap_trim::release_freed_memory();
+    tokio::time::sleep(Duration::from_secs(1)).await;
     Ok(())
 }
 

@@ -124,6 +124,9 @@ impl<B: ClusterBackend + 'static> Fleet<B> {
                     .map(|(_, n)| n)
                     .sum();
                 member.stop(drain).await;
+                // A member's cache is its largest allocation: give it back
+                // to the kernel now, not at the next burst of reconciles.
+                crate::process::heap_trim::release_freed_memory();
                 tracing::info!(
                     "disengaged cluster {name}: its watches stopped and its {cached} objects cached freed"
                 );

@@ -312,6 +312,16 @@ impl EmbeddedCluster {
             .collect()
     }
 
+    /// Forgets the watches whose receiver is gone, as an API server ends a
+    /// watch whose connection closed; returns how many. (A change of a
+    /// watched kind forgets them too, on the way.)
+    pub fn forget_closed_watches(&self) -> usize {
+        let mut inner = self.lock();
+        let before = inner.subscribers.len();
+        inner.subscribers.retain(|s| !s.events.is_closed());
+        before - inner.subscribers.len()
+    }
+
     /// The Events recorded so far, oldest first.
     pub fn events(&self) -> Vec<RecordedEvent> {
         self.event_log().to_vec()
@@ -405,6 +415,8 @@ impl ClusterBackend for EmbeddedCluster {
                 .map(|(_, json)| ListedObject::from_json(json.clone()))
                 .collect()
         };
+        // A client that watches again has usually dropped its last watch.
+        inner.subscribers.retain(|s| !s.events.is_closed());
         inner.subscribers.push(Subscriber {
             kind: kind.clone(),
             scope: scope.clone(),
