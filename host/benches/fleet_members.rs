@@ -311,7 +311,7 @@ async fn members(m: usize, podset: &Path, cache: &Path, crds: &Path) -> anyhow::
     }
     for (i, cluster) in clusters.iter().enumerate() {
         let name = member(i).name;
-        while !fleet.engine(&name).is_some_and(|e| !e.plugins().is_empty()) {
+        while fleet.engine(&name).is_none_or(|e| e.plugins().is_empty()) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         converged(cluster, &[i]).await?;
