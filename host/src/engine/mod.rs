@@ -1317,12 +1317,18 @@ fn uid_of(object: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The reason of a reconcile that failed because the cluster did not
+/// answer (a timeout, a refused connection, a 5xx or 429): worth asking
+/// whether the cluster is still there.
+pub const CLUSTER_UNAVAILABLE: &str = "ClusterUnavailable";
+
 fn backend_failure(step: &str, e: BackendError) -> (String, String) {
     let reason = match e {
         BackendError::Conflict { .. } => "Conflict",
         BackendError::Forbidden { .. } => "Forbidden",
         BackendError::Invalid { .. } => "ApplyRejected",
         BackendError::NamespaceTerminating { .. } => "NamespaceTerminating",
+        BackendError::Transient(_) => CLUSTER_UNAVAILABLE,
         _ => "ApplyFailed",
     };
     (reason.to_string(), format!("{step}: {e}"))

@@ -91,6 +91,13 @@ pub struct ReconcileRecord {
     pub outcome: Outcome,
 }
 
+impl ReconcileRecord {
+    /// Whether it failed because the cluster did not answer.
+    pub fn cluster_unavailable(&self) -> bool {
+        matches!(&self.outcome, Outcome::Failed { reason, .. } if reason == super::CLUSTER_UNAVAILABLE)
+    }
+}
+
 impl fmt::Display for ReconcileRecord {
     /// `podset PodSet default/web: created Deployment default/web; status updated`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

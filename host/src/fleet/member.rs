@@ -28,6 +28,9 @@ use crate::golden::recorder::CaseRecorder;
 use crate::plugin::LoadedPlugin;
 use crate::process::run::log_record;
 
+/// The shortest time between two probes that failed requests ask for.
+const MIN_PROBE_GAP: Duration = Duration::from_secs(1);
+
 /// Asks a member's API server whether it answers: `Err` says why not.
 pub type Probe =
     Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
@@ -285,6 +288,7 @@ async fn serve<B: ClusterBackend + 'static>(
     let mut dirty = true;
     let mut probe_timer = tokio::time::interval(settings.probe_every);
     probe_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_probe = tokio::time::Instant::now();
     loop {
         if dirty {
             dirty = false;
@@ -309,11 +313,18 @@ async fn serve<B: ClusterBackend + 'static>(
             woke = dispatcher.wake(), if reachable => {
                 if let Wake::Finished(record) = woke {
                     log_record(&record);
+                    // A request the cluster did not answer: ask now whether
+                    // it is still there, rather than at the next probe (at
+                    // most once a second, however many fail).
+                    if record.cluster_unavailable() && last_probe.elapsed() >= MIN_PROBE_GAP {
+                        probe_timer.reset_immediately();
+                    }
                 }
             }
             Some(()) = nudged.recv() => dirty = true,
             () = sleep_until(retry_at) => dirty = true,
             _ = probe_timer.tick(), if probe.is_some() => {
+                last_probe = tokio::time::Instant::now();
                 let probe = probe.as_ref().expect("checked by the guard");
                 let result = tokio::time::timeout(settings.probe_every, probe()).await
                     .unwrap_or_else(|_| Err("the API server did not answer in time".into()));
