@@ -25,7 +25,7 @@ use crate::engine::dispatch::{Dispatcher, Wake};
 use crate::golden::recorder::{CaseRecorder, RecordOptions};
 use crate::plugin::Sandbox;
 use crate::plugin::background_reload::BackgroundReload;
-use crate::plugin::hot_reload::PluginDirectory;
+use crate::plugin::hot_reload::{PluginDirectory, PluginHost};
 use crate::process::dir_watch::watch_dir;
 use crate::process::manifests::{manifest_files, read_crds, read_objects};
 use reconciler_contract::Operation;
@@ -198,37 +198,13 @@ pub async fn run(
         engine = engine.with_recorder(Arc::new(recorder));
     }
     let engine = Arc::new(engine);
-    let mut plugins = PluginDirectory::new(&config.plugins_dir, sandbox);
-    if let Some(pulled) = &config.pulled_dir {
-        plugins = plugins.also_serving(pulled);
-    }
-    if let Some(object_plugins) = &mut config.object_plugins {
-        plugins = plugins.also_serving(object_plugins.dir());
-        for line in sync_object_plugins(object_plugins, &config.objects_dir)
-            .await
-            .0
-        {
-            writeln!(out, "{}", stamp(&line))?;
-        }
-    }
-    for event in plugins.sync(&engine).await {
-        writeln!(out, "{}", stamp(&event.to_string()))?;
-    }
-    for line in skipped_subdirectories(&config.plugins_dir) {
-        writeln!(out, "{}", stamp(&line))?;
-    }
+    let plugins = serve_plugins(sandbox, &mut config, engine.as_ref(), out).await?;
     // Objects after plugins: the plugins that serve admission admit them.
     let mut manifests = ManifestDir::default();
     for line in manifests.sync_admitted(&config.objects_dir, &cluster, &engine.plugins()) {
         writeln!(out, "{}", stamp(&line))?;
     }
-    if engine.plugins().is_empty() {
-        writeln!(
-            out,
-            "no plugin serving yet: build some with scripts/build-plugins, or drop a .wasm into {}",
-            config.plugins_dir.display()
-        )?;
-    }
+    say_if_none_serve(&engine.plugins(), &config.plugins_dir, out)?;
 
     // File changes arrive from the watcher threads; keep the watchers alive.
     let (fs_tx, mut fs_rx) = mpsc::unbounded_channel();
@@ -305,6 +281,54 @@ pub async fn run(
         writeln!(out, "{}", stamp(&record.to_string()))?;
     }
     Ok(failures + config.object_plugins.as_ref().map_or(0, |p| p.failures()))
+}
+
+/// Loads the plugins directory (with the pulled plugins and the Plugin
+/// objects' files beside it) into `host`: a line per plugin loaded or
+/// refused, and per plugin below the directory that is not loaded. The
+/// directory is returned to be followed.
+pub(crate) async fn serve_plugins<H: PluginHost>(
+    sandbox: Arc<Sandbox>,
+    config: &mut DevConfig,
+    host: &H,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<PluginDirectory> {
+    let mut plugins = PluginDirectory::new(&config.plugins_dir, sandbox);
+    if let Some(pulled) = &config.pulled_dir {
+        plugins = plugins.also_serving(pulled);
+    }
+    if let Some(object_plugins) = &mut config.object_plugins {
+        plugins = plugins.also_serving(object_plugins.dir());
+        for line in sync_object_plugins(object_plugins, &config.objects_dir)
+            .await
+            .0
+        {
+            writeln!(out, "{}", stamp(&line))?;
+        }
+    }
+    for event in plugins.sync(host).await {
+        writeln!(out, "{}", stamp(&event.to_string()))?;
+    }
+    for line in skipped_subdirectories(&config.plugins_dir) {
+        writeln!(out, "{}", stamp(&line))?;
+    }
+    Ok(plugins)
+}
+
+/// Says how to get a plugin when none serves.
+pub(crate) fn say_if_none_serve(
+    serving: &[Arc<crate::plugin::LoadedPlugin>],
+    plugins_dir: &Path,
+    out: &mut (dyn Write + Send),
+) -> std::io::Result<()> {
+    if serving.is_empty() {
+        writeln!(
+            out,
+            "no plugin serving yet: build some with scripts/build-plugins, or drop a .wasm into {}",
+            plugins_dir.display()
+        )?;
+    }
+    Ok(())
 }
 
 /// What `dev` does not load from below the plugins directory, and how to

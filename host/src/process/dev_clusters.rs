@@ -26,9 +26,8 @@ use crate::fleet::selection::PluginClusters;
 use crate::golden::recorder::CaseRecorder;
 use crate::plugin::Sandbox;
 use crate::plugin::background_reload::BackgroundReload;
-use crate::plugin::hot_reload::PluginDirectory;
 use crate::process::dev::{
-    DevConfig, ManifestDir, clusters_table, seed_crds, skipped_subdirectories, stamp,
+    DevConfig, ManifestDir, clusters_table, say_if_none_serve, seed_crds, serve_plugins, stamp,
     sync_object_plugins,
 };
 use crate::process::dir_watch::watch_dir;
@@ -86,25 +85,7 @@ pub async fn run(
         settings,
     ));
 
-    let mut plugins = PluginDirectory::new(&config.plugins_dir, sandbox);
-    if let Some(pulled) = &config.pulled_dir {
-        plugins = plugins.also_serving(pulled);
-    }
-    if let Some(object_plugins) = &mut config.object_plugins {
-        plugins = plugins.also_serving(object_plugins.dir());
-        for line in sync_object_plugins(object_plugins, &config.objects_dir)
-            .await
-            .0
-        {
-            writeln!(out, "{}", stamp(&line))?;
-        }
-    }
-    for event in plugins.sync(fleet.as_ref()).await {
-        writeln!(out, "{}", stamp(&event.to_string()))?;
-    }
-    for line in skipped_subdirectories(&config.plugins_dir) {
-        writeln!(out, "{}", stamp(&line))?;
-    }
+    let plugins = serve_plugins(sandbox, &mut config, fleet.as_ref(), out).await?;
 
     let mut running = Vec::new();
     for seed in members {
@@ -146,13 +127,7 @@ pub async fn run(
             writeln!(out, "{}", stamp(&line))?;
         }
     }
-    if fleet.plugins().is_empty() {
-        writeln!(
-            out,
-            "no plugin serving yet: build some with scripts/build-plugins, or drop a .wasm into {}",
-            config.plugins_dir.display()
-        )?;
-    }
+    say_if_none_serve(&fleet.plugins(), &config.plugins_dir, out)?;
 
     // File changes arrive from the watcher threads; keep the watchers alive.
     let (fs_tx, mut fs_rx) = mpsc::unbounded_channel();
