@@ -2,6 +2,7 @@
 //! one sandbox per test process, and the harness of the real-cluster tests.
 
 pub mod https_client;
+pub mod intercepted;
 pub mod log_capture;
 pub mod oci_registry;
 pub mod response_fuzz;

@@ -7,16 +7,15 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use reconciler_host::cluster::embedded::EmbeddedCluster;
-use reconciler_host::cluster::{
-    BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, ObjectKey,
-    Propagation, RealClock, WatchScope, WatchStream,
-};
+use reconciler_host::cluster::{BackendError, ClusterBackend, ObjectKey, RealClock};
 use reconciler_host::fleet::{Fleet, Identity, PluginClusters, Probe, Settings};
 use reconciler_host::plugin::hot_reload::PluginHost;
 use reconciler_sdk::KindRef;
+use reconciler_tests::intercepted::{Call, Intercepted};
 use reconciler_tests::{example_plugin, sandbox};
 use serde_json::json;
 
@@ -148,102 +147,27 @@ async fn each_member_reconciles_its_own_objects_where_its_selector_admits_the_pl
     assert!(fleet.statuses().is_empty());
 }
 
-/// The embedded cluster, except that while `down` its writes fail as a
-/// request to an API server that stopped answering does.
-struct Flaky {
-    cluster: EmbeddedCluster,
-    down: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Flaky {
-    fn check(&self) -> Result<(), BackendError> {
-        match self.down.load(std::sync::atomic::Ordering::SeqCst) {
-            true => Err(BackendError::Transient("connection refused".into())),
-            false => Ok(()),
-        }
-    }
-}
-
-impl ClusterBackend for Flaky {
-    async fn kind_scope(&self, kind: &KindRef) -> Result<KindScope, BackendError> {
-        self.cluster.kind_scope(kind).await
-    }
-    async fn watch(&self, kind: &KindRef, scope: &WatchScope) -> Result<WatchStream, BackendError> {
-        self.cluster.watch(kind, scope).await
-    }
-    async fn get(&self, key: &ObjectKey) -> Result<Option<serde_json::Value>, BackendError> {
-        self.check()?;
-        self.cluster.get(key).await
-    }
-    async fn apply(
-        &self,
-        object: serde_json::Value,
-        manager: &str,
-        force: bool,
-    ) -> Result<serde_json::Value, BackendError> {
-        self.check()?;
-        self.cluster.apply(object, manager, force).await
-    }
-    async fn apply_status(
-        &self,
-        key: &ObjectKey,
-        status: serde_json::Value,
-        manager: &str,
-        resource_version: Option<&str>,
-    ) -> Result<serde_json::Value, BackendError> {
-        self.check()?;
-        self.cluster
-            .apply_status(key, status, manager, resource_version)
-            .await
-    }
-    async fn delete(
-        &self,
-        key: &ObjectKey,
-        propagation: Propagation,
-        uid: Option<&str>,
-    ) -> Result<(), BackendError> {
-        self.check()?;
-        self.cluster.delete(key, propagation, uid).await
-    }
-    async fn add_finalizer(
-        &self,
-        key: &ObjectKey,
-        finalizer: &str,
-    ) -> Result<serde_json::Value, BackendError> {
-        self.check()?;
-        self.cluster.add_finalizer(key, finalizer).await
-    }
-    async fn remove_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
-        self.check()?;
-        self.cluster.remove_finalizer(key, finalizer).await
-    }
-    async fn record_event(&self, event: EventRecord) -> Result<EventRef, BackendError> {
-        self.check()?;
-        self.cluster.record_event(event).await
-    }
-    async fn update_event_series(
-        &self,
-        event: &EventRef,
-        series: EventSeries,
-    ) -> Result<(), BackendError> {
-        self.check()?;
-        self.cluster.update_event_series(event, series).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_the_cluster_does_not_answer_has_it_probed_at_once() {
     let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flaky = Arc::new(Flaky {
-        cluster: EmbeddedCluster::new(Arc::new(RealClock)),
-        down: down.clone(),
-    });
+    // While `down`, requests fail as those to an API server that stopped
+    // answering do; the watches already open stay.
+    let flaky = {
+        let down = down.clone();
+        Arc::new(Intercepted::new(
+            EmbeddedCluster::new(Arc::new(RealClock)),
+            move |call: Call<'_>| match call.is_request() && down.load(Ordering::SeqCst) {
+                true => Err(BackendError::Transient("connection refused".into())),
+                false => Ok(()),
+            },
+        ))
+    };
     let probes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let probe: Probe = {
         let (down, probes) = (down.clone(), probes.clone());
         Arc::new(move || {
-            probes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let answer = match down.load(std::sync::atomic::Ordering::SeqCst) {
+            probes.fetch_add(1, Ordering::SeqCst);
+            let answer = match down.load(Ordering::SeqCst) {
                 true => Err("connection refused".to_string()),
                 false => Ok(()),
             };
@@ -267,9 +191,9 @@ async fn a_request_the_cluster_does_not_answer_has_it_probed_at_once() {
     let podset = Arc::new(sandbox().load(&example_plugin("podset")).unwrap());
     fleet.add_plugin(podset).await.unwrap();
     assert!(fleet.wait_aligned("east", Duration::from_secs(20)).await);
-    let first = probes.load(std::sync::atomic::Ordering::SeqCst);
+    let first = probes.load(Ordering::SeqCst);
 
-    down.store(true, std::sync::atomic::Ordering::SeqCst);
+    down.store(true, Ordering::SeqCst);
     flaky
         .cluster
         .apply_as_user(
@@ -298,6 +222,6 @@ async fn a_request_the_cluster_does_not_answer_has_it_probed_at_once() {
             .is_some_and(|e| e.contains("unreachable: connection refused")),
         "{status:?}"
     );
-    assert!(probes.load(std::sync::atomic::Ordering::SeqCst) > first);
+    assert!(probes.load(Ordering::SeqCst) > first);
     fleet.stop_all(Duration::from_secs(5)).await;
 }

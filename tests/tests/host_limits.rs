@@ -10,14 +10,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use reconciler_host::cluster::embedded::EmbeddedCluster;
-use reconciler_host::cluster::{
-    BackendError, Clock, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, ObjectKey,
-    Propagation, VirtualClock, WatchScope, WatchStream,
-};
+use reconciler_host::cluster::{Clock, ClusterBackend, VirtualClock};
 use reconciler_host::engine::{Engine, Outcome, ReconcileRecord};
 use reconciler_host::plugin::hot_reload::{PluginDirectory, ReloadEvent};
 use reconciler_host::plugin::{CallError, HostLimits, LoadFailure, Sandbox, SandboxConfig};
-use reconciler_sdk::KindRef;
+use reconciler_tests::intercepted::{Call, Hook, Intercepted};
 use reconciler_tests::world::{World, key};
 use reconciler_tests::{example_plugin, load, sandbox, test_limits, test_plugin};
 use serde_json::{Value, json};
@@ -250,76 +247,24 @@ async fn a_status_nested_too_deep_is_refused_and_the_others_served() {
     );
 }
 
-/// The embedded cluster, except that an apply of a ConfigMap named
-/// `boom` panics: a bug of the host, reached by data a plugin returned.
-struct Panicking {
-    cluster: EmbeddedCluster,
-}
-
-impl ClusterBackend for Panicking {
-    async fn kind_scope(&self, kind: &KindRef) -> Result<KindScope, BackendError> {
-        self.cluster.kind_scope(kind).await
-    }
-    async fn watch(&self, kind: &KindRef, scope: &WatchScope) -> Result<WatchStream, BackendError> {
-        self.cluster.watch(kind, scope).await
-    }
-    async fn get(&self, key: &ObjectKey) -> Result<Option<Value>, BackendError> {
-        self.cluster.get(key).await
-    }
-    async fn apply(
-        &self,
-        object: Value,
-        manager: &str,
-        force: bool,
-    ) -> Result<Value, BackendError> {
-        if object.pointer("/metadata/name") == Some(&json!("boom")) {
-            panic!("a bug in apply");
-        }
-        self.cluster.apply(object, manager, force).await
-    }
-    async fn apply_status(
-        &self,
-        key: &ObjectKey,
-        status: Value,
-        manager: &str,
-        resource_version: Option<&str>,
-    ) -> Result<Value, BackendError> {
-        self.cluster
-            .apply_status(key, status, manager, resource_version)
-            .await
-    }
-    async fn delete(
-        &self,
-        key: &ObjectKey,
-        propagation: Propagation,
-        uid: Option<&str>,
-    ) -> Result<(), BackendError> {
-        self.cluster.delete(key, propagation, uid).await
-    }
-    async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<Value, BackendError> {
-        self.cluster.add_finalizer(key, finalizer).await
-    }
-    async fn remove_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
-        self.cluster.remove_finalizer(key, finalizer).await
-    }
-    async fn record_event(&self, event: EventRecord) -> Result<EventRef, BackendError> {
-        self.cluster.record_event(event).await
-    }
-    async fn update_event_series(
-        &self,
-        event: &EventRef,
-        series: EventSeries,
-    ) -> Result<(), BackendError> {
-        self.cluster.update_event_series(event, series).await
-    }
+/// The embedded cluster, except that an apply of an object named `boom`
+/// panics: a bug of the host, reached by data a plugin returned.
+fn panicking(clock: &VirtualClock) -> Intercepted<Hook> {
+    Intercepted::new(
+        EmbeddedCluster::new(Arc::new(clock.clone())),
+        Box::new(|call| match call {
+            Call::Apply(object) if object.pointer("/metadata/name") == Some(&json!("boom")) => {
+                panic!("a bug in apply")
+            }
+            _ => Ok(()),
+        }),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_reconcile_fails_leaves_nothing_in_flight_and_is_retried() {
     let clock = VirtualClock::at(0);
-    let backend = Arc::new(Panicking {
-        cluster: EmbeddedCluster::new(Arc::new(clock.clone())),
-    });
+    let backend = Arc::new(panicking(&clock));
     backend
         .cluster
         .apply_as_user(hostile("boom", "ok"))

@@ -3,16 +3,16 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use reconciler_host::cluster::VirtualClock;
 use reconciler_host::cluster::embedded::EmbeddedCluster;
-use reconciler_host::cluster::{
-    BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchScope, WatchStream,
-};
+use reconciler_host::cluster::{BackendError, ClusterBackend};
 use reconciler_host::engine::{Engine, PrimarySelectors, ReconcileRecord, ServeScope};
 use reconciler_host::plugin::hot_reload::{PluginDirectory, ReloadEvent};
 use reconciler_host::process::simulate::{SimulationConfig, run};
+use reconciler_tests::intercepted::{Call, Hook, Intercepted};
 use reconciler_tests::world::key;
 use reconciler_tests::{sandbox, test_plugin};
 use serde_json::{Value, json};
@@ -386,82 +386,21 @@ async fn the_directory_watcher_reports_a_rename_into_place() {
     );
 }
 
-/// The embedded cluster, except that it does not serve one kind until told
-/// to: a CRD installed after the host started.
-struct Gated {
-    cluster: EmbeddedCluster,
-    kind: reconciler_sdk::KindRef,
-    open: std::sync::atomic::AtomicBool,
-}
-
-impl ClusterBackend for Gated {
-    async fn kind_scope(
-        &self,
-        kind: &reconciler_sdk::KindRef,
-    ) -> Result<reconciler_host::cluster::KindScope, BackendError> {
-        self.cluster.kind_scope(kind).await
-    }
-    async fn watch(
-        &self,
-        kind: &reconciler_sdk::KindRef,
-        scope: &WatchScope,
-    ) -> Result<WatchStream, BackendError> {
-        if *kind == self.kind && !self.open.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(BackendError::UnknownKind {
-                kind: format!("{} {}", kind.api_version(), kind.kind),
-            });
-        }
-        self.cluster.watch(kind, scope).await
-    }
-    async fn get(&self, key: &ObjectKey) -> Result<Option<Value>, BackendError> {
-        self.cluster.get(key).await
-    }
-    async fn apply(
-        &self,
-        object: Value,
-        manager: &str,
-        force: bool,
-    ) -> Result<Value, BackendError> {
-        self.cluster.apply(object, manager, force).await
-    }
-    async fn apply_status(
-        &self,
-        key: &ObjectKey,
-        status: Value,
-        manager: &str,
-        resource_version: Option<&str>,
-    ) -> Result<Value, BackendError> {
-        self.cluster
-            .apply_status(key, status, manager, resource_version)
-            .await
-    }
-    async fn delete(
-        &self,
-        key: &ObjectKey,
-        propagation: Propagation,
-        uid: Option<&str>,
-    ) -> Result<(), BackendError> {
-        self.cluster.delete(key, propagation, uid).await
-    }
-    async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<Value, BackendError> {
-        self.cluster.add_finalizer(key, finalizer).await
-    }
-    async fn remove_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
-        self.cluster.remove_finalizer(key, finalizer).await
-    }
-    async fn record_event(
-        &self,
-        event: EventRecord,
-    ) -> Result<reconciler_host::cluster::EventRef, BackendError> {
-        self.cluster.record_event(event).await
-    }
-    async fn update_event_series(
-        &self,
-        event: &reconciler_host::cluster::EventRef,
-        series: reconciler_host::cluster::EventSeries,
-    ) -> Result<(), BackendError> {
-        self.cluster.update_event_series(event, series).await
-    }
+/// The embedded cluster, except that it does not serve PodSets until
+/// `open`: a CRD installed after the host started.
+fn gated(clock: &VirtualClock, open: Arc<AtomicBool>) -> Intercepted<Hook> {
+    let podsets = reconciler_sdk::KindRef::new("example.com", "v1alpha1", "PodSet");
+    Intercepted::new(
+        EmbeddedCluster::new(Arc::new(clock.clone())),
+        Box::new(move |call| match call {
+            Call::Watch(kind) if *kind == podsets && !open.load(Ordering::SeqCst) => {
+                Err(BackendError::UnknownKind {
+                    kind: format!("{} {}", kind.api_version(), kind.kind),
+                })
+            }
+            _ => Ok(()),
+        }),
+    )
 }
 
 #[tokio::test]
@@ -474,14 +413,11 @@ async fn a_plugin_whose_kind_is_not_served_waits_while_the_others_run() {
     )
     .unwrap();
     let clock = VirtualClock::at(reconciler_sdk::testing::DEFAULT_NOW_MILLIS);
-    let backend = Arc::new(Gated {
-        cluster: EmbeddedCluster::new(Arc::new(clock.clone())),
-        kind: reconciler_sdk::KindRef::new("example.com", "v1alpha1", "PodSet"),
-        open: false.into(),
-    });
+    let open = Arc::new(AtomicBool::new(false));
+    let backend = Arc::new(gated(&clock, open.clone()));
     let engine = Engine::empty(backend.clone(), Arc::new(clock.clone()));
     let mut plugins = PluginDirectory::new(dir.path(), sandbox().clone());
-    let settle = async |engine: &Engine<Gated>| {
+    let settle = async |engine: &Engine<Intercepted<Hook>>| {
         let config = SimulationConfig {
             start_millis: reconciler_host::cluster::Clock::now_millis(&clock),
             ..SimulationConfig::default()
@@ -530,9 +466,7 @@ async fn a_plugin_whose_kind_is_not_served_waits_while_the_others_run() {
     );
 
     // The CRD arrives: the next retry starts the plugin, which reconciles.
-    backend
-        .open
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    open.store(true, Ordering::SeqCst);
     let events = plugins.retry_waiting(&engine).await;
     assert_eq!(
         loaded(&events),
