@@ -256,15 +256,7 @@ pub async fn run(
             () = cluster.builtin_changes_ready(), if config.builtins.is_some() && dispatcher.outstanding() == 0 => {}
             Some(()) = fs_rx.recv() => {
                 while fs_rx.try_recv().is_ok() {}
-                if let Some(object_plugins) = &mut config.object_plugins {
-                    let (lines, changed) = sync_object_plugins(object_plugins, &config.objects_dir).await;
-                    for line in lines {
-                        writeln!(out, "{}", stamp(&line))?;
-                    }
-                    if changed {
-                        let _ = rescan.send(());
-                    }
-                }
+                follow_object_plugins(&mut config, &rescan, out).await?;
                 for line in manifests.sync_admitted(&config.objects_dir, &cluster, &engine.plugins()) {
                     writeln!(out, "{}", stamp(&line))?;
                 }
@@ -313,6 +305,25 @@ pub(crate) async fn serve_plugins<H: PluginHost>(
         writeln!(out, "{}", stamp(&line))?;
     }
     Ok(plugins)
+}
+
+/// After the objects' files changed: brings the Plugin objects' served
+/// files in line, and has the plugins directory rescanned if one changed.
+pub(crate) async fn follow_object_plugins(
+    config: &mut DevConfig,
+    rescan: &mpsc::UnboundedSender<()>,
+    out: &mut (dyn Write + Send),
+) -> std::io::Result<()> {
+    if let Some(object_plugins) = &mut config.object_plugins {
+        let (lines, changed) = sync_object_plugins(object_plugins, &config.objects_dir).await;
+        for line in lines {
+            writeln!(out, "{}", stamp(&line))?;
+        }
+        if changed {
+            let _ = rescan.send(());
+        }
+    }
+    Ok(())
 }
 
 /// Says how to get a plugin when none serves.

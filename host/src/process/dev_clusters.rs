@@ -27,8 +27,8 @@ use crate::golden::recorder::CaseRecorder;
 use crate::plugin::Sandbox;
 use crate::plugin::background_reload::BackgroundReload;
 use crate::process::dev::{
-    DevConfig, ManifestDir, clusters_table, say_if_none_serve, seed_crds, serve_plugins, stamp,
-    sync_object_plugins,
+    DevConfig, ManifestDir, clusters_table, follow_object_plugins, say_if_none_serve, seed_crds,
+    serve_plugins, stamp,
 };
 use crate::process::dir_watch::watch_dir;
 
@@ -167,15 +167,7 @@ pub async fn run(
             }
             Some(()) = fs_rx.recv() => {
                 while fs_rx.try_recv().is_ok() {}
-                if let Some(object_plugins) = &mut config.object_plugins {
-                    let (lines, changed) = sync_object_plugins(object_plugins, &config.objects_dir).await;
-                    for line in lines {
-                        writeln!(out, "{}", stamp(&line))?;
-                    }
-                    if changed {
-                        let _ = rescan.send(());
-                    }
-                }
+                follow_object_plugins(&mut config, &rescan, out).await?;
                 for member in &mut running {
                     for line in member.sync(&config.objects_dir, &fleet.plugins()) {
                         writeln!(out, "{}", stamp(&line))?;
