@@ -16,3 +16,4 @@ pub mod plugin;
 pub mod plugin_resources;
 pub mod process;
 pub mod registry;
+pub mod sharding;

@@ -1,0 +1,304 @@
+//! Which replica owns which key: weighted rendezvous (highest random
+//! weight) hashing.
+//!
+//! Why rendezvous and not a ring of virtual nodes: every replica computes
+//! the owner of a key from the key and the member list alone, with no
+//! shared state to agree on; a member that joins takes from each other
+//! member about `1/N` of its keys and a member that leaves hands only its
+//! own keys to the others, which is the least any assignment can move.
+//! With N replicas and K keys an owner lookup costs N hashes, nothing for
+//! the few replicas a host runs.
+//!
+//! The hash is SHA-256, not Rust's `DefaultHasher`: replicas of two
+//! versions run side by side during a rolling upgrade, and they must agree
+//! on every owner. `assignment_is_stable_across_builds` pins it.
+
+use sha2::{Digest, Sha256};
+
+/// What is assigned to one replica: a primary object of one cluster, or
+/// a whole (small) member cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ShardKey {
+    Object {
+        cluster: String,
+        namespace: Option<String>,
+        name: String,
+    },
+    Cluster(String),
+}
+
+impl ShardKey {
+    /// A primary object of `cluster`.
+    pub fn object(cluster: &str, namespace: Option<&str>, name: &str) -> Self {
+        Self::Object {
+            cluster: cluster.to_string(),
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+        }
+    }
+
+    /// The bytes hashed: unambiguous (each part is length-prefixed), so no
+    /// two keys share them.
+    fn encode(&self, out: &mut Vec<u8>) {
+        let mut part = |bytes: &[u8]| {
+            out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+            out.extend_from_slice(bytes);
+        };
+        match self {
+            ShardKey::Object {
+                cluster,
+                namespace,
+                name,
+            } => {
+                part(b"object");
+                part(cluster.as_bytes());
+                part(namespace.as_deref().unwrap_or("").as_bytes());
+                part(&[u8::from(namespace.is_some())]);
+                part(name.as_bytes());
+            }
+            ShardKey::Cluster(cluster) => {
+                part(b"cluster");
+                part(cluster.as_bytes());
+            }
+        }
+    }
+}
+
+/// A live replica: its identity (its Lease's holder) and how large a
+/// share it takes relative to the others (1 each by default).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replica {
+    pub id: String,
+    pub weight: u32,
+}
+
+impl Replica {
+    pub fn new(id: &str) -> Self {
+        Self {
+            id: id.to_string(),
+            weight: 1,
+        }
+    }
+}
+
+/// The live replicas, in a canonical order (by id): two replicas that see
+/// the same members assign every key alike, whatever order they listed
+/// them in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ring {
+    replicas: Vec<Replica>,
+}
+
+impl Ring {
+    /// The ring of `replicas`; a replica of weight 0, or listed twice
+    /// (the first counts), takes no share.
+    pub fn new(replicas: impl IntoIterator<Item = Replica>) -> Self {
+        let mut replicas: Vec<Replica> = replicas.into_iter().filter(|r| r.weight > 0).collect();
+        replicas.sort_by(|a, b| a.id.cmp(&b.id));
+        replicas.dedup_by(|later, first| later.id == first.id);
+        Self { replicas }
+    }
+
+    pub fn replicas(&self) -> &[Replica] {
+        &self.replicas
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.replicas.is_empty()
+    }
+
+    /// The replica that owns `key`, or none on an empty ring.
+    pub fn owner(&self, key: &ShardKey) -> Option<&str> {
+        let mut encoded = Vec::with_capacity(64);
+        key.encode(&mut encoded);
+        self.replicas
+            .iter()
+            .map(|r| (score(r, &encoded), r.id.as_str()))
+            // Ties (vanishingly rare) go to the smaller id, on every replica.
+            .max_by(|(a, a_id), (b, b_id)| a.total_cmp(b).then_with(|| b_id.cmp(a_id)))
+            .map(|(_, id)| id)
+    }
+
+    /// Whether `replica` owns `key`.
+    pub fn owns(&self, replica: &str, key: &ShardKey) -> bool {
+        self.owner(key) == Some(replica)
+    }
+}
+
+/// Weighted rendezvous score of `replica` for an encoded key: `-w / ln(u)`
+/// with `u` uniform in (0, 1) from the hash, so a replica of twice the
+/// weight wins twice as many keys.
+fn score(replica: &Replica, key: &[u8]) -> f64 {
+    let mut hasher = Sha256::new();
+    hasher.update((replica.id.len() as u64).to_be_bytes());
+    hasher.update(replica.id.as_bytes());
+    hasher.update(key);
+    let digest = hasher.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    // 53 bits, then centred in its bucket: never 0, never 1.
+    let u = ((u64::from_be_bytes(first) >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    -f64::from(replica.weight) / u.ln()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn keys(n: usize) -> Vec<ShardKey> {
+        (0..n)
+            .map(|i| {
+                ShardKey::object(
+                    "local",
+                    Some(&format!("ns-{}", i % 7)),
+                    &format!("podset-{i}"),
+                )
+            })
+            .collect()
+    }
+
+    fn ring(ids: &[&str]) -> Ring {
+        Ring::new(ids.iter().map(|id| Replica::new(id)))
+    }
+
+    fn shares(ring: &Ring, keys: &[ShardKey]) -> BTreeMap<String, usize> {
+        let mut shares = BTreeMap::new();
+        for key in keys {
+            *shares
+                .entry(ring.owner(key).unwrap().to_string())
+                .or_default() += 1;
+        }
+        shares
+    }
+
+    #[test]
+    fn every_key_has_one_owner_whatever_order_the_replicas_are_listed_in() {
+        let (a, b) = (
+            ring(&["r-1", "r-2", "r-3"]),
+            ring(&["r-3", "r-1", "r-2", "r-1"]),
+        );
+        assert_eq!(a, b);
+        for key in keys(500) {
+            let owner = a.owner(&key).unwrap();
+            assert_eq!(b.owner(&key), Some(owner));
+            assert_eq!(
+                ["r-1", "r-2", "r-3"]
+                    .iter()
+                    .filter(|r| a.owns(r, &key))
+                    .count(),
+                1
+            );
+        }
+        assert_eq!(Ring::default().owner(&keys(1)[0]), None);
+    }
+
+    #[test]
+    fn three_replicas_take_about_a_third_each() {
+        let keys = keys(3000);
+        for (replica, n) in shares(&ring(&["r-1", "r-2", "r-3"]), &keys) {
+            assert!((850..=1150).contains(&n), "{replica} owns {n} of 3000");
+        }
+    }
+
+    #[test]
+    fn a_replica_joining_takes_about_its_share_and_nothing_else_moves() {
+        let keys = keys(3000);
+        let (before, after) = (
+            ring(&["r-1", "r-2", "r-3"]),
+            ring(&["r-1", "r-2", "r-3", "r-4"]),
+        );
+        let mut moved = 0;
+        for key in &keys {
+            let (was, is) = (before.owner(key).unwrap(), after.owner(key).unwrap());
+            if was != is {
+                assert_eq!(
+                    is, "r-4",
+                    "{key:?} moved from {was} to {is}, not to the new replica"
+                );
+                moved += 1;
+            }
+        }
+        assert!(
+            (600..=900).contains(&moved),
+            "{moved} of 3000 moved, about 750 expected"
+        );
+    }
+
+    #[test]
+    fn a_replica_leaving_hands_over_only_its_own_keys() {
+        let keys = keys(3000);
+        let (before, after) = (ring(&["r-1", "r-2", "r-3"]), ring(&["r-1", "r-3"]));
+        for key in &keys {
+            let (was, is) = (before.owner(key).unwrap(), after.owner(key).unwrap());
+            if was != "r-2" {
+                assert_eq!(was, is, "{key:?} moved though its owner stayed");
+            }
+        }
+    }
+
+    #[test]
+    fn weight_two_takes_about_twice_the_share_and_weight_zero_none() {
+        let keys = keys(3000);
+        let weighted = Ring::new([
+            Replica {
+                id: "big".into(),
+                weight: 2,
+            },
+            Replica::new("small"),
+            Replica {
+                id: "off".into(),
+                weight: 0,
+            },
+        ]);
+        let shares = shares(&weighted, &keys);
+        assert!((1850..=2150).contains(&shares["big"]), "{shares:?}");
+        assert!(!shares.contains_key("off"), "{shares:?}");
+    }
+
+    #[test]
+    fn objects_and_clusters_of_the_same_name_are_different_keys() {
+        let ring = ring(&["r-1", "r-2", "r-3", "r-4", "r-5", "r-6", "r-7", "r-8"]);
+        let differ = (0..50).any(|i| {
+            let name = format!("x-{i}");
+            ring.owner(&ShardKey::Cluster(name.clone()))
+                != ring.owner(&ShardKey::object(&name, None, ""))
+        });
+        assert!(differ, "the kind of key is part of its hash");
+        // A cluster-scoped object is not the namespaced one of an empty namespace.
+        let differ = (0..50).any(|i| {
+            let name = format!("x-{i}");
+            ring.owner(&ShardKey::object("local", None, &name))
+                != ring.owner(&ShardKey::object("local", Some(""), &name))
+        });
+        assert!(differ);
+    }
+
+    #[test]
+    fn assignment_is_stable_across_builds() {
+        // Replicas of two versions must agree during a rolling upgrade: the
+        // owners of these keys are part of the contract between versions.
+        let ring = ring(&["replica-a", "replica-b", "replica-c"]);
+        let owners: Vec<&str> = ["web", "api", "db", "cache", "queue", "auth"]
+            .iter()
+            .map(|name| {
+                ring.owner(&ShardKey::object("local", Some("default"), name))
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(owners, PINNED_OWNERS);
+    }
+
+    /// Computed independently of this code (Python's hashlib and the
+    /// encoding above); a change here changes the assignment between
+    /// versions.
+    const PINNED_OWNERS: [&str; 6] = [
+        "replica-c",
+        "replica-b",
+        "replica-b",
+        "replica-a",
+        "replica-c",
+        "replica-b",
+    ];
+}
