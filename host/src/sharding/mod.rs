@@ -7,3 +7,4 @@
 //! joining or leaving moves only its share of the keys.
 
 pub mod assignment;
+pub mod membership;

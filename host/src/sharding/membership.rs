@@ -1,0 +1,354 @@
+//! Who is in the ring: each replica holds a coordination.k8s.io Lease of
+//! its own, labelled with the ring's name, and renews it every retry
+//! period; the live replicas are those whose Lease was renewed within its
+//! duration.
+//!
+//! Why a Lease per replica and not a replica count: scaling the Deployment
+//! is all it takes, and a replica that dies without a word (SIGKILL, a node
+//! gone) leaves the ring when its Lease expires, as a leader's does.
+//!
+//! A replica counts itself in only while its own renewals succeed: once the
+//! renew deadline has passed since its last successful renewal it drops
+//! itself from its view, before the others may drop it from theirs (the
+//! lease duration after that renewal). The clocks of the replicas must
+//! agree to within the gap between the two, as for leader election.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::assignment::{Replica, Ring};
+
+/// The label naming the ring a replica's Lease belongs to.
+pub const RING_LABEL: &str = "reconciler-host.io/shard-ring";
+/// Who writes the Leases.
+const FIELD_MANAGER: &str = "reconciler-host-sharding";
+
+/// Which ring, who we are, and the timing of the Leases (leader
+/// election's defaults: 15 s, 10 s, 2 s).
+#[derive(Clone, Debug)]
+pub struct MembershipConfig {
+    pub namespace: String,
+    /// The ring's name: every replica of one host deployment shares it.
+    pub ring: String,
+    /// Unique among the replicas (see `leader_election::unique_identity`).
+    pub identity: String,
+    /// Whole seconds.
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl MembershipConfig {
+    pub fn new(namespace: &str, ring: &str, identity: &str) -> Self {
+        Self {
+            namespace: namespace.to_string(),
+            ring: ring.to_string(),
+            identity: identity.to_string(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    /// This replica's Lease: the ring's name and the identity, as a valid
+    /// object name.
+    pub fn lease_name(&self) -> String {
+        let name: String = format!("{}-{}", self.ring, self.identity)
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| match c {
+                'a'..='z' | '0'..='9' | '-' | '.' => c,
+                _ => '-',
+            })
+            .take(253)
+            .collect();
+        name.trim_matches(|c| c == '-' || c == '.').to_string()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    #[error("cannot write this replica's Lease {lease}: {source}")]
+    Join { lease: String, source: kube::Error },
+    #[error("the Lease timing is invalid: {0}")]
+    Settings(String),
+}
+
+/// This replica's place in the ring, renewed in the background.
+pub struct Membership {
+    config: MembershipConfig,
+    api: Api<Lease>,
+    view: watch::Receiver<Ring>,
+    last_renewed: Arc<Mutex<Instant>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Membership {
+    /// Writes this replica's Lease, then keeps renewing it and reading the
+    /// ring's. Fails when the first write fails (no RBAC, no namespace).
+    pub async fn join(
+        client: kube::Client,
+        config: MembershipConfig,
+    ) -> Result<Self, MembershipError> {
+        if config.lease_duration.subsec_nanos() != 0
+            || config.retry_period.is_zero()
+            || config.retry_period >= config.renew_deadline
+            || config.renew_deadline >= config.lease_duration
+        {
+            return Err(MembershipError::Settings(format!(
+                "expected a whole-second lease duration > renew deadline > retry period > 0, got {:?}, {:?}, {:?}",
+                config.lease_duration, config.renew_deadline, config.retry_period
+            )));
+        }
+        let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+        renew(&api, &config)
+            .await
+            .map_err(|source| MembershipError::Join {
+                lease: format!("{}/{}", config.namespace, config.lease_name()),
+                source,
+            })?;
+        let last_renewed = Arc::new(Mutex::new(Instant::now()));
+        let first = read_ring(&api, &config, true)
+            .await
+            .unwrap_or_else(|_| Ring::new([Replica::new(&config.identity)]));
+        let (publish, view) = watch::channel(first);
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(keep(
+            api.clone(),
+            config.clone(),
+            last_renewed.clone(),
+            publish,
+            stopped,
+        ));
+        Ok(Self {
+            config,
+            api,
+            view,
+            last_renewed,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// The live replicas as this replica last saw them.
+    pub fn ring(&self) -> Ring {
+        self.view.borrow().clone()
+    }
+
+    /// Told of every change of the ring.
+    pub fn changes(&self) -> watch::Receiver<Ring> {
+        self.view.clone()
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.config.identity
+    }
+
+    /// Whether this replica's own renewals are recent enough that it may
+    /// still act as a member.
+    pub fn is_live(&self) -> bool {
+        is_live(&self.last_renewed, self.config.renew_deadline)
+    }
+
+    /// Leaves the ring at once: stops renewing and deletes the Lease, so
+    /// the others take over within a retry period instead of a lease
+    /// duration.
+    pub async fn leave(mut self) -> Result<(), kube::Error> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await.ok();
+        match self
+            .api
+            .delete(&self.config.lease_name(), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Drop for Membership {
+    /// Dropped without `leave`: renewals stop and the Lease expires.
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn is_live(last_renewed: &Mutex<Instant>, renew_deadline: Duration) -> bool {
+    last_renewed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .elapsed()
+        < renew_deadline
+}
+
+/// Renews and reads every retry period until stopped.
+async fn keep(
+    api: Api<Lease>,
+    config: MembershipConfig,
+    last_renewed: Arc<Mutex<Instant>>,
+    publish: watch::Sender<Ring>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let mut tick = tokio::time::interval(config.retry_period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = &mut stopped => return,
+        }
+        match renew(&api, &config).await {
+            Ok(()) => *last_renewed.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now(),
+            Err(e) => tracing::warn!(
+                "cannot renew this replica's Lease {}/{}: {e}",
+                config.namespace,
+                config.lease_name()
+            ),
+        }
+        let me = is_live(&last_renewed, config.renew_deadline);
+        match read_ring(&api, &config, me).await {
+            Ok(ring) => {
+                publish.send_if_modified(|seen| {
+                    if *seen == ring {
+                        return false;
+                    }
+                    let ids = |r: &Ring| -> Vec<String> {
+                        r.replicas().iter().map(|m| m.id.clone()).collect()
+                    };
+                    tracing::info!(
+                        "shard ring {}: {} replica(s) live: {}",
+                        config.ring,
+                        ring.replicas().len(),
+                        ids(&ring).join(", ")
+                    );
+                    *seen = ring;
+                    true
+                });
+            }
+            Err(e) => tracing::warn!("cannot read the shard ring {}'s Leases: {e}", config.ring),
+        }
+    }
+}
+
+/// Writes this replica's Lease, renewed now.
+async fn renew(api: &Api<Lease>, config: &MembershipConfig) -> Result<(), kube::Error> {
+    let lease = json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": config.lease_name(),
+            "labels": {RING_LABEL: config.ring},
+        },
+        "spec": {
+            "holderIdentity": config.identity,
+            "leaseDurationSeconds": config.lease_duration.as_secs(),
+            "renewTime": MicroTime(Timestamp::now()),
+        },
+    });
+    api.patch(
+        &config.lease_name(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&lease),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// The ring's live replicas from their Leases; this replica counts only
+/// if `me` (its renewals are recent).
+async fn read_ring(
+    api: &Api<Lease>,
+    config: &MembershipConfig,
+    me: bool,
+) -> Result<Ring, kube::Error> {
+    let leases = api
+        .list(&ListParams::default().labels(&format!("{RING_LABEL}={}", config.ring)))
+        .await?;
+    Ok(live_ring(&leases.items, config, me, Timestamp::now()))
+}
+
+/// The replicas whose Lease was renewed within its duration at `now`.
+fn live_ring(leases: &[Lease], config: &MembershipConfig, me: bool, now: Timestamp) -> Ring {
+    let mut live = BTreeMap::new();
+    for lease in leases {
+        let Some(spec) = &lease.spec else { continue };
+        let (Some(holder), Some(renewed), Some(seconds)) = (
+            spec.holder_identity.as_deref(),
+            spec.renew_time.as_ref(),
+            spec.lease_duration_seconds,
+        ) else {
+            continue;
+        };
+        let expires = renewed.0 + SignedDuration::from_secs(i64::from(seconds));
+        if holder == config.identity {
+            continue;
+        }
+        if expires > now {
+            live.insert(holder.to_string(), Replica::new(holder));
+        }
+    }
+    if me {
+        live.insert(config.identity.clone(), Replica::new(&config.identity));
+    }
+    Ring::new(live.into_values())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+
+    use super::*;
+
+    fn lease(holder: &str, renewed: Timestamp, seconds: i32) -> Lease {
+        Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                renew_time: Some(MicroTime(renewed)),
+                lease_duration_seconds: Some(seconds),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_ring_is_the_replicas_whose_lease_is_unexpired() {
+        let config = MembershipConfig::new("ns", "hosts", "me");
+        let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let ago = |s: i64| now - SignedDuration::from_secs(s);
+        let leases = [
+            lease("fresh", ago(3), 15),
+            lease("stale", ago(16), 15),
+            lease("me", ago(30), 15),
+        ];
+        let ids =
+            |ring: &Ring| -> Vec<String> { ring.replicas().iter().map(|r| r.id.clone()).collect() };
+        // Our own Lease as read does not count: our renewals do.
+        assert_eq!(
+            ids(&live_ring(&leases, &config, true, now)),
+            ["fresh", "me"]
+        );
+        assert_eq!(ids(&live_ring(&leases, &config, false, now)), ["fresh"]);
+    }
+
+    #[test]
+    fn lease_names_are_valid_object_names() {
+        let config = MembershipConfig::new("ns", "Reconciler-Host", "web-7d4b_00a1b2c3d4e5");
+        assert_eq!(config.lease_name(), "reconciler-host-web-7d4b-00a1b2c3d4e5");
+    }
+}
