@@ -7,4 +7,5 @@
 //! joining or leaving moves only its share of the keys.
 
 pub mod assignment;
+pub mod handover;
 pub mod membership;

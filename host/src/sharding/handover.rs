@@ -1,0 +1,245 @@
+//! When a replica may reconcile a key: never while another replica may
+//! still write it.
+//!
+//! The ring a replica sees changes when a replica joins, leaves or expires.
+//! A key whose owner stays the same keeps being reconciled throughout. A
+//! key that moves is reconciled by its new owner only once every live
+//! replica has *settled* on the new ring: it stopped dispatching the keys
+//! it no longer owns there and its reconciles of them in flight have
+//! finished (or were abandoned, writing nothing more). A replica says so
+//! by writing the ring's version on its Lease; a replica that died says
+//! nothing, and stops counting once its Lease expires.
+//!
+//! So at every moment a key has at most one writer: its old owner writes
+//! only until it settles, its new owner only after that.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use super::assignment::{Ring, ShardKey};
+
+/// A ring's version: a digest of its members and their weights, the same
+/// on every replica that sees the same members.
+pub fn ring_version(ring: &Ring) -> String {
+    let mut hasher = Sha256::new();
+    for replica in ring.replicas() {
+        hasher.update((replica.id.len() as u64).to_be_bytes());
+        hasher.update(replica.id.as_bytes());
+        hasher.update(replica.weight.to_be_bytes());
+    }
+    hasher
+        .finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// What one replica knows of the handover: the ring it sees now, the last
+/// ring every replica had settled on, and which ring each live replica
+/// says it settled on.
+#[derive(Clone, Debug)]
+pub struct Handover {
+    me: String,
+    current: Ring,
+    /// The last ring every live replica had settled on: whose owners were
+    /// the only writers when it was.
+    agreed: Ring,
+    /// By replica: the version of the ring it last settled on.
+    settled: BTreeMap<String, String>,
+}
+
+impl Handover {
+    /// A replica that starts alone with `ring`: nothing to hand over yet,
+    /// but nothing is agreed either until the others say so.
+    pub fn new(me: &str, ring: Ring) -> Self {
+        Self {
+            me: me.to_string(),
+            current: ring,
+            agreed: Ring::default(),
+            settled: BTreeMap::new(),
+        }
+    }
+
+    /// The ring seen now, and each live replica's settled version (as read
+    /// from their Leases). Once every replica of `ring` settled on it, it
+    /// becomes the agreed ring.
+    pub fn observe(&mut self, ring: Ring, settled: BTreeMap<String, String>) {
+        self.current = ring;
+        self.settled = settled;
+        if self.all_settled() {
+            self.agreed = self.current.clone();
+        }
+    }
+
+    /// Whether every live replica has settled on the ring seen now.
+    pub fn all_settled(&self) -> bool {
+        let version = ring_version(&self.current);
+        !self.current.is_empty()
+            && self
+                .current
+                .replicas()
+                .iter()
+                .all(|r| self.settled.get(&r.id) == Some(&version))
+    }
+
+    /// The version this replica should say it settled on once its
+    /// reconciles of the keys it gave up have finished.
+    pub fn version_to_settle(&self) -> String {
+        ring_version(&self.current)
+    }
+
+    /// Whether this replica may dispatch `key` now: it owns it in the ring
+    /// seen now, and either owned it in the agreed ring too (the key did
+    /// not move) or every replica has settled on the ring seen now (its
+    /// old owner stopped).
+    pub fn may_reconcile(&self, key: &ShardKey) -> bool {
+        self.current.owns(&self.me, key) && (self.agreed.owns(&self.me, key) || self.all_settled())
+    }
+
+    /// Whether a reconcile of `key` this replica has in flight must be
+    /// stopped before it settles: it no longer owns the key.
+    pub fn gave_up(&self, key: &ShardKey) -> bool {
+        !self.current.owns(&self.me, key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::assignment::Replica;
+    use super::*;
+
+    fn ring(ids: &[&str]) -> Ring {
+        Ring::new(ids.iter().map(|id| Replica::new(id)))
+    }
+
+    fn keys() -> Vec<ShardKey> {
+        (0..600)
+            .map(|i| ShardKey::object("local", Some("default"), &format!("podset-{i}")))
+            .collect()
+    }
+
+    fn settled(ids: &[&str], on: &Ring) -> BTreeMap<String, String> {
+        ids.iter()
+            .map(|id| (id.to_string(), ring_version(on)))
+            .collect()
+    }
+
+    /// The writers of `key` among `replicas`, each deciding by its own view.
+    fn writers<'a>(replicas: &'a [Handover], key: &ShardKey) -> Vec<&'a str> {
+        replicas
+            .iter()
+            .filter(|h| h.may_reconcile(key))
+            .map(|h| h.me.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn versions_are_the_same_for_the_same_members_and_differ_otherwise() {
+        assert_eq!(
+            ring_version(&ring(&["a", "b"])),
+            ring_version(&ring(&["b", "a"]))
+        );
+        assert_ne!(
+            ring_version(&ring(&["a", "b"])),
+            ring_version(&ring(&["a", "b", "c"]))
+        );
+        assert_ne!(
+            ring_version(&ring(&["ab"])),
+            ring_version(&ring(&["a", "b"]))
+        );
+    }
+
+    #[test]
+    fn nothing_is_reconciled_before_the_first_ring_is_agreed() {
+        let two = ring(&["a", "b"]);
+        let mut a = Handover::new("a", two.clone());
+        assert!(keys().iter().all(|k| !a.may_reconcile(k)));
+        a.observe(two.clone(), settled(&["a", "b"], &two));
+        assert!(keys().iter().any(|k| a.may_reconcile(k)));
+    }
+
+    #[test]
+    fn a_joining_replica_takes_its_keys_only_once_the_others_have_settled() {
+        let (two, three) = (ring(&["a", "b"]), ring(&["a", "b", "c"]));
+        let mut replicas: Vec<Handover> = ["a", "b"]
+            .iter()
+            .map(|me| {
+                let mut h = Handover::new(me, two.clone());
+                h.observe(two.clone(), settled(&["a", "b"], &two));
+                h
+            })
+            .collect();
+        let mut c = Handover::new("c", three.clone());
+        c.observe(three.clone(), settled(&["a", "b"], &two));
+        replicas.push(c);
+        // a and b see c; c has settled at once (it gave nothing up), a and
+        // b not yet: the keys moving to c stay with their old owners.
+        let mut acks = settled(&["a", "b"], &two);
+        acks.insert("c".into(), ring_version(&three));
+        for h in &mut replicas {
+            h.observe(three.clone(), acks.clone());
+        }
+        let moving: Vec<ShardKey> = keys()
+            .into_iter()
+            .filter(|k| three.owner(k) == Some("c"))
+            .collect();
+        assert!(!moving.is_empty());
+        for key in &moving {
+            assert!(
+                writers(&replicas, key).is_empty(),
+                "{key:?}: nobody while the old owner may be writing"
+            );
+        }
+        // Keys that stay keep their writer throughout.
+        for key in keys().iter().filter(|k| three.owner(k) != Some("c")) {
+            assert_eq!(writers(&replicas, key), [two.owner(key).unwrap()]);
+        }
+        // a and b settle: c takes its keys, and each key has one writer.
+        let acks = settled(&["a", "b", "c"], &three);
+        for h in &mut replicas {
+            h.observe(three.clone(), acks.clone());
+        }
+        for key in keys() {
+            assert_eq!(writers(&replicas, &key), [three.owner(&key).unwrap()]);
+        }
+    }
+
+    #[test]
+    fn a_replica_that_died_stops_counting_when_its_lease_expires() {
+        let (three, two) = (ring(&["a", "b", "c"]), ring(&["a", "b"]));
+        let mut a = Handover::new("a", three.clone());
+        a.observe(three.clone(), settled(&["a", "b", "c"], &three));
+        // c's Lease expired: it is no longer in the ring, so a and b
+        // settling is enough for its keys to move.
+        a.observe(two.clone(), settled(&["a"], &two));
+        let from_c: Vec<ShardKey> = keys()
+            .into_iter()
+            .filter(|k| three.owner(k) == Some("c") && two.owner(k) == Some("a"))
+            .collect();
+        assert!(!from_c.is_empty());
+        assert!(
+            from_c.iter().all(|k| !a.may_reconcile(k)),
+            "b has not settled"
+        );
+        a.observe(two.clone(), settled(&["a", "b"], &two));
+        assert!(from_c.iter().all(|k| a.may_reconcile(k)));
+        assert!(from_c.iter().all(|k| !a.gave_up(k)));
+    }
+
+    #[test]
+    fn a_replica_gives_up_at_once_what_it_no_longer_owns() {
+        let (two, three) = (ring(&["a", "b"]), ring(&["a", "b", "c"]));
+        let mut a = Handover::new("a", two.clone());
+        a.observe(two.clone(), settled(&["a", "b"], &two));
+        a.observe(three.clone(), settled(&["a", "b"], &two));
+        for key in keys()
+            .iter()
+            .filter(|k| two.owner(k) == Some("a") && three.owner(k) == Some("c"))
+        {
+            assert!(!a.may_reconcile(key) && a.gave_up(key));
+        }
+        assert_eq!(a.version_to_settle(), ring_version(&three));
+    }
+}
