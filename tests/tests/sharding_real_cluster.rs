@@ -1,5 +1,6 @@
 //! Sharding on a real API server: the ring of replicas from their Leases.
-//! Three replicas join and each sees all three; one stops renewing (as a
+//! Three replicas join and each sees all three, then each says it settled
+//! on that ring and each sees all settled; one stops renewing (as a
 //! replica killed with SIGKILL does) and the others drop it once its Lease
 //! expires; one leaves gracefully and is gone from the others' view within
 //! a retry period or two.
@@ -10,6 +11,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
+use reconciler_host::sharding::handover::{Handover, ring_version};
 use reconciler_host::sharding::membership::{Membership, MembershipConfig};
 use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
 
@@ -65,6 +67,29 @@ fn replicas_join_the_ring_and_leave_it_by_expiry_or_by_saying_so() {
             for member in [&a, &b, &c] {
                 wait_for_view(cx, member, &all).await?;
                 anyhow::ensure!(member.is_live(), "{} is not live", member.identity());
+            }
+
+            cx.step("each settles on the ring of three; each sees all settled");
+            let version = ring_version(&a.ring());
+            for member in [&a, &b, &c] {
+                member.settle(&version);
+            }
+            for member in [&a, &b, &c] {
+                cx.wait_for(
+                    &format!("{} to see every replica settled", member.identity()),
+                    Duration::from_secs(30),
+                    async || {
+                        let view = member.view();
+                        let mut handover = Handover::new(member.identity(), view.ring.clone());
+                        handover.observe(view.ring, view.settled.clone());
+                        Ok(if handover.all_settled() {
+                            Probe::Ready(())
+                        } else {
+                            Probe::Pending(format!("settled {:?}", view.settled))
+                        })
+                    },
+                )
+                .await?;
             }
 
             cx.step("replica-c stops renewing, as a killed replica does");

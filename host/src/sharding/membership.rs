@@ -31,8 +31,19 @@ use super::assignment::{Replica, Ring};
 
 /// The label naming the ring a replica's Lease belongs to.
 pub const RING_LABEL: &str = "reconciler-host.io/shard-ring";
+/// The annotation on a replica's Lease naming the ring version it has
+/// settled on (see `handover.rs`).
+pub const SETTLED_ANNOTATION: &str = "reconciler-host.io/settled-ring";
 /// Who writes the Leases.
 const FIELD_MANAGER: &str = "reconciler-host-sharding";
+
+/// The ring as one replica sees it: the live replicas, and the ring
+/// version each says it settled on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RingView {
+    pub ring: Ring,
+    pub settled: BTreeMap<String, String>,
+}
 
 /// Which ring, who we are, and the timing of the Leases (leader
 /// election's defaults: 15 s, 10 s, 2 s).
@@ -89,8 +100,11 @@ pub enum MembershipError {
 pub struct Membership {
     config: MembershipConfig,
     api: Api<Lease>,
-    view: watch::Receiver<Ring>,
+    view: watch::Receiver<RingView>,
     last_renewed: Arc<Mutex<Instant>>,
+    /// The version this replica says it settled on, written with every
+    /// renewal.
+    settled: Arc<Mutex<Option<String>>>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -113,22 +127,27 @@ impl Membership {
             )));
         }
         let api: Api<Lease> = Api::namespaced(client, &config.namespace);
-        renew(&api, &config)
+        let settled = Arc::new(Mutex::new(None));
+        renew(&api, &config, None)
             .await
             .map_err(|source| MembershipError::Join {
                 lease: format!("{}/{}", config.namespace, config.lease_name()),
                 source,
             })?;
         let last_renewed = Arc::new(Mutex::new(Instant::now()));
-        let first = read_ring(&api, &config, true)
+        let first = read_ring(&api, &config, true, None)
             .await
-            .unwrap_or_else(|_| Ring::new([Replica::new(&config.identity)]));
+            .unwrap_or_else(|_| RingView {
+                ring: Ring::new([Replica::new(&config.identity)]),
+                settled: BTreeMap::new(),
+            });
         let (publish, view) = watch::channel(first);
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(keep(
             api.clone(),
             config.clone(),
             last_renewed.clone(),
+            settled.clone(),
             publish,
             stopped,
         ));
@@ -137,6 +156,7 @@ impl Membership {
             api,
             view,
             last_renewed,
+            settled,
             stop: Some(stop),
             task,
         })
@@ -144,12 +164,23 @@ impl Membership {
 
     /// The live replicas as this replica last saw them.
     pub fn ring(&self) -> Ring {
+        self.view.borrow().ring.clone()
+    }
+
+    /// The ring and what each replica settled on, as last seen.
+    pub fn view(&self) -> RingView {
         self.view.borrow().clone()
     }
 
-    /// Told of every change of the ring.
-    pub fn changes(&self) -> watch::Receiver<Ring> {
+    /// Told of every change of the view.
+    pub fn changes(&self) -> watch::Receiver<RingView> {
         self.view.clone()
+    }
+
+    /// Says, from the next renewal on, that this replica settled on ring
+    /// `version`: it reconciles none of the keys it gave up there.
+    pub fn settle(&self, version: &str) {
+        *self.settled.lock().unwrap_or_else(|e| e.into_inner()) = Some(version.to_string());
     }
 
     pub fn identity(&self) -> &str {
@@ -202,7 +233,8 @@ async fn keep(
     api: Api<Lease>,
     config: MembershipConfig,
     last_renewed: Arc<Mutex<Instant>>,
-    publish: watch::Sender<Ring>,
+    settled: Arc<Mutex<Option<String>>>,
+    publish: watch::Sender<RingView>,
     mut stopped: oneshot::Receiver<()>,
 ) {
     let mut tick = tokio::time::interval(config.retry_period);
@@ -212,7 +244,8 @@ async fn keep(
             _ = tick.tick() => {}
             _ = &mut stopped => return,
         }
-        match renew(&api, &config).await {
+        let mine = settled.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match renew(&api, &config, mine.as_deref()).await {
             Ok(()) => *last_renewed.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now(),
             Err(e) => tracing::warn!(
                 "cannot renew this replica's Lease {}/{}: {e}",
@@ -221,22 +254,23 @@ async fn keep(
             ),
         }
         let me = is_live(&last_renewed, config.renew_deadline);
-        match read_ring(&api, &config, me).await {
-            Ok(ring) => {
+        match read_ring(&api, &config, me, mine.as_deref()).await {
+            Ok(view) => {
                 publish.send_if_modified(|seen| {
-                    if *seen == ring {
+                    if *seen == view {
                         return false;
                     }
-                    let ids = |r: &Ring| -> Vec<String> {
-                        r.replicas().iter().map(|m| m.id.clone()).collect()
-                    };
-                    tracing::info!(
-                        "shard ring {}: {} replica(s) live: {}",
-                        config.ring,
-                        ring.replicas().len(),
-                        ids(&ring).join(", ")
-                    );
-                    *seen = ring;
+                    if seen.ring != view.ring {
+                        let ids: Vec<&str> =
+                            view.ring.replicas().iter().map(|m| m.id.as_str()).collect();
+                        tracing::info!(
+                            "shard ring {}: {} replica(s) live: {}",
+                            config.ring,
+                            ids.len(),
+                            ids.join(", ")
+                        );
+                    }
+                    *seen = view;
                     true
                 });
             }
@@ -245,15 +279,24 @@ async fn keep(
     }
 }
 
-/// Writes this replica's Lease, renewed now.
-async fn renew(api: &Api<Lease>, config: &MembershipConfig) -> Result<(), kube::Error> {
+/// Writes this replica's Lease, renewed now, with the ring version it
+/// settled on.
+async fn renew(
+    api: &Api<Lease>,
+    config: &MembershipConfig,
+    settled: Option<&str>,
+) -> Result<(), kube::Error> {
+    let mut metadata = json!({
+        "name": config.lease_name(),
+        "labels": {RING_LABEL: config.ring},
+    });
+    if let Some(version) = settled {
+        metadata["annotations"] = json!({SETTLED_ANNOTATION: version});
+    }
     let lease = json!({
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
-        "metadata": {
-            "name": config.lease_name(),
-            "labels": {RING_LABEL: config.ring},
-        },
+        "metadata": metadata,
         "spec": {
             "holderIdentity": config.identity,
             "leaseDurationSeconds": config.lease_duration.as_secs(),
@@ -270,21 +313,29 @@ async fn renew(api: &Api<Lease>, config: &MembershipConfig) -> Result<(), kube::
 }
 
 /// The ring's live replicas from their Leases; this replica counts only
-/// if `me` (its renewals are recent).
+/// if `me` (its renewals are recent), as having settled on `mine`.
 async fn read_ring(
     api: &Api<Lease>,
     config: &MembershipConfig,
     me: bool,
-) -> Result<Ring, kube::Error> {
+    mine: Option<&str>,
+) -> Result<RingView, kube::Error> {
     let leases = api
         .list(&ListParams::default().labels(&format!("{RING_LABEL}={}", config.ring)))
         .await?;
-    Ok(live_ring(&leases.items, config, me, Timestamp::now()))
+    let mut view = live_ring(&leases.items, config, me, Timestamp::now());
+    if let Some(version) = mine.filter(|_| me) {
+        view.settled
+            .insert(config.identity.clone(), version.to_string());
+    }
+    Ok(view)
 }
 
-/// The replicas whose Lease was renewed within its duration at `now`.
-fn live_ring(leases: &[Lease], config: &MembershipConfig, me: bool, now: Timestamp) -> Ring {
+/// The replicas whose Lease was renewed within its duration at `now`, and
+/// the ring version each says it settled on.
+fn live_ring(leases: &[Lease], config: &MembershipConfig, me: bool, now: Timestamp) -> RingView {
     let mut live = BTreeMap::new();
+    let mut settled = BTreeMap::new();
     for lease in leases {
         let Some(spec) = &lease.spec else { continue };
         let (Some(holder), Some(renewed), Some(seconds)) = (
@@ -295,17 +346,26 @@ fn live_ring(leases: &[Lease], config: &MembershipConfig, me: bool, now: Timesta
             continue;
         };
         let expires = renewed.0 + SignedDuration::from_secs(i64::from(seconds));
-        if holder == config.identity {
+        if holder == config.identity || expires <= now {
             continue;
         }
-        if expires > now {
-            live.insert(holder.to_string(), Replica::new(holder));
+        live.insert(holder.to_string(), Replica::new(holder));
+        let version = lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SETTLED_ANNOTATION));
+        if let Some(version) = version {
+            settled.insert(holder.to_string(), version.clone());
         }
     }
     if me {
         live.insert(config.identity.clone(), Replica::new(&config.identity));
     }
-    Ring::new(live.into_values())
+    RingView {
+        ring: Ring::new(live.into_values()),
+        settled,
+    }
 }
 
 #[cfg(test)]
@@ -336,14 +396,12 @@ mod tests {
             lease("stale", ago(16), 15),
             lease("me", ago(30), 15),
         ];
-        let ids =
-            |ring: &Ring| -> Vec<String> { ring.replicas().iter().map(|r| r.id.clone()).collect() };
+        let ids = |view: RingView| -> Vec<String> {
+            view.ring.replicas().iter().map(|r| r.id.clone()).collect()
+        };
         // Our own Lease as read does not count: our renewals do.
-        assert_eq!(
-            ids(&live_ring(&leases, &config, true, now)),
-            ["fresh", "me"]
-        );
-        assert_eq!(ids(&live_ring(&leases, &config, false, now)), ["fresh"]);
+        assert_eq!(ids(live_ring(&leases, &config, true, now)), ["fresh", "me"]);
+        assert_eq!(ids(live_ring(&leases, &config, false, now)), ["fresh"]);
     }
 
     #[test]
