@@ -79,7 +79,19 @@ fn a_long_panic_says_it_panicked_with_the_first_line_of_its_message() {
 
 #[test]
 fn listing_more_than_the_memory_limit_is_refused_naming_the_limit() {
-    let plugin = hostile();
+    use reconciler_host::plugin::{HostLimits, Sandbox, SandboxConfig};
+    // Building 64 MiB of JSON takes a while on a loaded machine: a deadline
+    // that cannot cut it short, since the limit, not the time, is tested.
+    let sandbox = Sandbox::new(SandboxConfig {
+        limits: HostLimits {
+            timeout_ms: 10_000,
+            ..HostLimits::default()
+        },
+        compile_cache: Some(reconciler_tests::test_compile_cache_dir()),
+        ..SandboxConfig::default()
+    })
+    .unwrap();
+    let plugin = sandbox.load(&test_plugin("hostile")).unwrap();
     // 70 Pods of 1 MiB each: more than the 64 MiB a call may hold.
     let err = call(&plugin, "list-large", pods_with_blobs(70, 1 << 20)).unwrap_err();
     let CallError::Plugin(message) = &err else {
