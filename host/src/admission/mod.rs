@@ -12,4 +12,4 @@ pub mod service;
 pub mod serving_cert;
 pub mod webhook_configs;
 
-pub use object_gate::{GateOutcome, admit_object};
+pub use object_gate::{GateOutcome, admit_object, admit_write};

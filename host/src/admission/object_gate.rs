@@ -68,6 +68,21 @@ impl GateOutcome {
     }
 }
 
+/// A write of `object` past admission: an update of `stored` when the
+/// cluster holds it, else a create.
+pub fn admit_write(
+    plugins: &[Arc<LoadedPlugin>],
+    object: &Value,
+    stored: Option<&Value>,
+    now_millis: i64,
+) -> GateOutcome {
+    let operation = match stored {
+        Some(_) => Operation::Update,
+        None => Operation::Create,
+    };
+    admit_object(plugins, operation, Some(object), stored, now_millis)
+}
+
 /// Runs `operation` on `object` (create, update) or `old` (delete) past the
 /// plugin serving admission for its kind.
 pub fn admit_object(

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::admission::{GateOutcome, admit_object};
+use crate::admission::{GateOutcome, admit_object, admit_write};
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::cluster::embedded::builtins::{BuiltinConfig, group_changes};
 use crate::cluster::embedded::kind_scopes::is_crd;
@@ -91,18 +91,7 @@ impl ManifestDir {
                 "created"
             };
             let stored = cluster.get_as_user(key);
-            let operation = if stored.is_some() {
-                Operation::Update
-            } else {
-                Operation::Create
-            };
-            let outcome = admit_object(
-                plugins,
-                operation,
-                Some(object),
-                stored.as_ref(),
-                now_millis(),
-            );
+            let outcome = admit_write(plugins, object, stored.as_ref(), now_millis());
             if let Some(line) = outcome.report(&key.to_string()) {
                 lines.push(line);
             }
@@ -177,14 +166,7 @@ pub async fn run(
     if let Some(members) = config.members.take() {
         return crate::process::dev_clusters::run(sandbox, config, members, out).await;
     }
-    let mut cluster = EmbeddedCluster::new(Arc::new(RealClock));
-    if let Some(builtins) = &config.builtins {
-        cluster = cluster.with_builtin_controllers(builtins.clone());
-    }
-    let cluster = Arc::new(cluster);
-    // Pods start and Jobs end on the real clock; the task ends with the
-    // runtime.
-    tokio::spawn(cluster.clone().drive_builtins());
+    let cluster = start_embedded(&config);
     if let Some(dir) = &config.crds_dir {
         for line in seed_crds(dir, &cluster) {
             writeln!(out, "{}", stamp(&line))?;
@@ -273,6 +255,19 @@ pub async fn run(
         writeln!(out, "{}", stamp(&record.to_string()))?;
     }
     Ok(failures + config.object_plugins.as_ref().map_or(0, |p| p.failures()))
+}
+
+/// An embedded cluster on the real clock, with the built-in controllers
+/// `config` asks for driven in the background (Pods start and Jobs end on
+/// the real clock; the task ends with the runtime).
+pub(crate) fn start_embedded(config: &DevConfig) -> Arc<EmbeddedCluster> {
+    let mut cluster = EmbeddedCluster::new(Arc::new(RealClock));
+    if let Some(builtins) = &config.builtins {
+        cluster = cluster.with_builtin_controllers(builtins.clone());
+    }
+    let cluster = Arc::new(cluster);
+    tokio::spawn(cluster.clone().drive_builtins());
+    cluster
 }
 
 /// Loads the plugins directory (with the pulled plugins and the Plugin

@@ -28,7 +28,7 @@ use crate::plugin::Sandbox;
 use crate::plugin::background_reload::BackgroundReload;
 use crate::process::dev::{
     DevConfig, ManifestDir, clusters_table, follow_object_plugins, say_if_none_serve, seed_crds,
-    serve_plugins, stamp,
+    serve_plugins, stamp, start_embedded,
 };
 use crate::process::dir_watch::watch_dir;
 
@@ -90,12 +90,7 @@ pub async fn run(
     let mut running = Vec::new();
     for seed in members {
         let name = seed.info.name.clone();
-        let mut cluster = EmbeddedCluster::new(Arc::new(RealClock));
-        if let Some(builtins) = &config.builtins {
-            cluster = cluster.with_builtin_controllers(builtins.clone());
-        }
-        let cluster = Arc::new(cluster);
-        tokio::spawn(cluster.clone().drive_builtins());
+        let cluster = start_embedded(&config);
         if let Some(dir) = &config.crds_dir {
             for line in seed_crds(dir, &cluster) {
                 writeln!(out, "{}", stamp(&format!("{name}: {line}")))?;

@@ -12,10 +12,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reconciler_contract::Operation;
 use serde_json::Value;
 
-use crate::admission::{GateOutcome, admit_object};
+use crate::admission::{GateOutcome, admit_write};
 use crate::cluster::embedded::builtins::{BuiltinChange, BuiltinConfig, group_changes};
 use crate::cluster::embedded::{EmbeddedCluster, RecordedEvent};
 use crate::cluster::{Clock, ClusterBackend, VirtualClock};
@@ -250,18 +249,7 @@ fn seed(
         // As on a cluster, the plugin serving admission for the kind admits
         // the object first: denied, it is reported and not stored.
         let stored = key.as_ref().and_then(|k| cluster.get_as_user(k));
-        let operation = if stored.is_some() {
-            Operation::Update
-        } else {
-            Operation::Create
-        };
-        let outcome = admit_object(
-            plugins,
-            operation,
-            Some(&object),
-            stored.as_ref(),
-            clock.now_millis(),
-        );
+        let outcome = admit_write(plugins, &object, stored.as_ref(), clock.now_millis());
         if let Some(line) = outcome.report(&name) {
             admission.push(line);
         }
