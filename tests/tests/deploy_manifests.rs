@@ -27,6 +27,8 @@ fn the_cluster_role_in_deploy_is_what_rbac_generates_for_the_example_plugins() {
             DEFAULT_WEBHOOK_PREFIX,
             "kubernetescluster",
         )]),
+        // deploy/ runs three replicas with --sharding.
+        sharding: true,
         ..RbacScope::cluster_wide("reconciler-host")
     };
     let generated = rbac(&metadata, &plurals, &scope);
@@ -34,7 +36,7 @@ fn the_cluster_role_in_deploy_is_what_rbac_generates_for_the_example_plugins() {
     let checked_in = std::fs::read_to_string(&path).unwrap();
     assert!(
         generated == checked_in,
-        "{} is stale; regenerate it with\n  cargo run -p reconciler-host -- rbac --plugins-dir plugins --crds crds > deploy/cluster-role.yaml\n--- generated:\n{generated}",
+        "{} is stale; regenerate it with\n  cargo run -p reconciler-host -- rbac --plugins-dir plugins --crds crds --sharding > deploy/cluster-role.yaml\n--- generated:\n{generated}",
         path.display()
     );
 }
@@ -110,7 +112,15 @@ fn the_deployment_runs_the_host_with_flags_it_has() {
         std::iter::once("reconciler-host").chain(args.iter().copied()),
     );
     assert!(parsed.is_ok(), "{args:?}: {}", parsed.unwrap_err());
-    assert!(args.contains(&"--leader-election"), "{args:?}");
+    // Every replica reconciles a share; voluntary disruptions take one at a time.
+    assert!(args.contains(&"--sharding"), "{args:?}");
+    assert!(deployment["spec"]["replicas"].as_i64().unwrap() >= 3);
+    let budget = manifest("pod-disruption-budget.yaml");
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    assert_eq!(
+        budget["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
     // Admission on every replica, reached through the Service's webhooks port.
     assert!(
         args.contains(&"--admission-listen=0.0.0.0:8443"),

@@ -282,6 +282,7 @@ async fn podset_reconcile_against_a_mocked_api() {
         coalesce: std::time::Duration::ZERO,
         admission: None,
         clusters: reconciler_host::fleet::ClustersConfig::local_only(),
+        sharding: None,
     };
     let host = tokio::spawn(run(Arc::clone(sandbox()), client, config, async move {
         let _ = stop_rx.await;

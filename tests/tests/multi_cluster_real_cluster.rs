@@ -22,7 +22,6 @@
 //! directory each); skipped, saying so, without it.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
@@ -156,81 +155,6 @@ async fn wait_for_deployment(
             },
         )
         .await
-}
-
-/// A kubeconfig for `plane` authenticating as `user` in `group` with a
-/// client certificate minted now from its CA (what rotating credentials,
-/// or giving a member less privilege, looks like).
-fn minted_kubeconfig(plane: &OwnControlPlane, user: &str, group: &str) -> Result<String> {
-    use base64::Engine as _;
-    let pki = plane.state_dir().join("pki");
-    let work = tempfile::tempdir()?;
-    let key = work.path().join("client.key");
-    let csr = work.path().join("client.csr");
-    let crt = work.path().join("client.crt");
-    let run = |args: &[&str]| -> Result<()> {
-        let out = Command::new("openssl")
-            .args(args)
-            .output()
-            .context("running openssl")?;
-        ensure!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(())
-    };
-    let path = |p: &Path| p.to_string_lossy().into_owned();
-    run(&["genrsa", "-out", &path(&key), "2048"])?;
-    run(&[
-        "req",
-        "-new",
-        "-key",
-        &path(&key),
-        "-subj",
-        &format!("/O={group}/CN={user}"),
-        "-out",
-        &path(&csr),
-    ])?;
-    // Version 3, with the usage a client certificate states: rustls
-    // refuses a bare version 1 certificate.
-    let extensions = work.path().join("client.ext");
-    std::fs::write(
-        &extensions,
-        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
-    )?;
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        &path(&csr),
-        "-CA",
-        &path(&pki.join("ca.crt")),
-        "-CAkey",
-        &path(&pki.join("ca.key")),
-        "-CAcreateserial",
-        "-days",
-        "1",
-        "-extfile",
-        &path(&extensions),
-        "-out",
-        &path(&crt),
-    ])?;
-    let text = std::fs::read_to_string(plane.kubeconfig())?;
-    let mut config: Value = serde_yaml_ng::from_str(&text)?;
-    let b64 = |p: &Path| -> Result<String> {
-        Ok(base64::engine::general_purpose::STANDARD.encode(std::fs::read(p)?))
-    };
-    for user_entry in config["users"]
-        .as_array_mut()
-        .context("users in the kubeconfig")?
-    {
-        user_entry["user"] = json!({
-            "client-certificate-data": b64(&crt)?,
-            "client-key-data": b64(&key)?,
-        });
-    }
-    Ok(serde_yaml_ng::to_string(&config)?)
 }
 
 /// Waits until the Events about Secret `secret` include every reason.
@@ -392,7 +316,7 @@ fn a_hub_serves_two_members_and_survives_losing_one() {
             wait_for_reasons(cluster, "member-beta", &["Unreachable", "Reachable"]).await?;
 
             cluster.step("beta's Secret rotated to a new client certificate");
-            let rotated = minted_kubeconfig(&b, "rotated-admin", "system:masters")?;
+            let rotated = reconciler_tests::real_cluster::kubeconfig::minted(&b, "rotated-admin", "system:masters")?;
             member_secret(cluster, "beta", &rotated).await?;
             cluster
                 .wait_for_log(&["re-engaged cluster beta"], Duration::from_secs(30))
@@ -407,7 +331,7 @@ fn a_hub_serves_two_members_and_survives_losing_one() {
             );
 
             cluster.step("a member whose credentials lack RBAC is reported naming the refusal");
-            let nobody = minted_kubeconfig(&b, "nobody", "nobodies")?;
+            let nobody = reconciler_tests::real_cluster::kubeconfig::minted(&b, "nobody", "nobodies")?;
             member_secret(cluster, "gamma", &nobody).await?;
             let line = cluster
                 .wait_for_log(&["gamma", "podset", "forbidden"], Duration::from_secs(60))

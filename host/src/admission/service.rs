@@ -20,6 +20,7 @@ use super::serving_cert::ServingCert;
 use super::webhook_configs::{WebhookEndpoint, WebhookSetup, sync};
 use crate::cluster::RealClock;
 use crate::plugin::Sandbox;
+use crate::process::duties::DutyHolder;
 
 /// Where the serving certificate comes from.
 #[derive(Clone, Debug)]
@@ -95,6 +96,7 @@ pub async fn start(
     client: kube::Client,
     plugins: Arc<AdmissionPlugins>,
     config: AdmissionConfig,
+    mut duties: DutyHolder,
 ) -> anyhow::Result<SocketAddr> {
     let (cert, secret) = match &config.cert {
         CertSource::Files { cert, key, ca } => {
@@ -137,7 +139,7 @@ pub async fn start(
     }
     let mut changes = plugins.subscribe();
     changes.mark_unchanged();
-    if manage {
+    if manage && duties.holds() {
         apply(&client, &plugins, &setup).await;
     }
     // The certificate is renewed at each resync even when the
@@ -157,8 +159,11 @@ pub async fn start(
                         renew(secret, &live, &mut setup).await;
                     }
                 }
+                // Gained (or lost) the once-only duties.
+                () = duties.changed() => {}
             }
-            if manage {
+            // Every replica serves; one applies the configurations.
+            if manage && duties.holds() {
                 apply(&client, &plugins, &setup).await;
             }
         }

@@ -121,7 +121,7 @@ finalizer; create/patch on events.k8s.io Events; get/create/update/patch on the 
 With --namespace (as given to `run`), namespaced kinds, Events and the Lease are granted by a Role and a \
 RoleBinding to the host's service account in each namespace; the ClusterRole keeps cluster-scoped kinds, \
 kinds of unknown scope and, with --install-crds, CRD installation.\n\n\
-Examples:\n  reconciler-host rbac --plugins-dir plugins --crds crds > deploy/cluster-role.yaml\n  \
+Examples:\n  reconciler-host rbac --plugins-dir plugins --crds crds --sharding > deploy/cluster-role.yaml\n  \
 reconciler-host rbac --crds crds -n team-a -n team-b | kubectl apply -f -"
     )]
     Rbac(rbac_cmd::RbacArgs),

@@ -43,6 +43,10 @@ pub struct RbacArgs {
     /// and renew.
     #[arg(long, default_value = DEFAULT_LEASE_NAME, value_name = "NAME")]
     pub leader_election_id: String,
+    /// Also grant what `run --sharding` needs: get, list, patch, update and delete on every Lease
+    /// in the Lease's namespace (each replica's Lease is named after its pod).
+    #[arg(long)]
+    pub sharding: bool,
     /// Also grant what `run --install-crds` needs (get, create and patch
     /// CustomResourceDefinitions).
     #[arg(long)]
@@ -111,6 +115,7 @@ fn scope_of(args: RbacArgs, admission: &[&str]) -> RbacScope {
         admission_secret_namespace,
         webhook_configurations,
         lease_name: args.leader_election_id,
+        sharding: args.sharding,
         name: args.name,
         namespaces: args.namespace.into_iter().collect::<BTreeSet<_>>(),
         lease_namespace: args

@@ -20,9 +20,11 @@ use crate::process::leader_election::{
     DEFAULT_LEASE_NAME, LeaderElectionConfig, default_namespace,
 };
 use crate::process::run::PulledConfig;
-use crate::process::run::{RunConfig, run, shutdown_signal};
+use crate::process::run::{RunConfig, ShardingConfig, run, shutdown_signal};
 use crate::process::tls_serving::ConnectionLimits;
 use crate::registry::signatures::TrustRootFiles;
+use crate::sharding::coordinator::ShardBy;
+use crate::sharding::membership::MembershipConfig;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -74,6 +76,8 @@ pub struct RunArgs {
     #[arg(long, default_value = DEFAULT_LEASE_NAME, value_name = "NAME", requires = "leader_election")]
     pub leader_election_id: String,
     #[command(flatten)]
+    pub sharding: ShardingArgs,
+    #[command(flatten)]
     pub record: RecordArgs,
     /// How long a change of an owned or read object (a Pod of a PodSet) waits before its primary
     /// is reconciled, so a burst of them (a ReplicaSet creating its Pods) is one reconcile and
@@ -104,6 +108,54 @@ pub struct RunArgs {
     /// write Plugins from naming any Secret the host can read [default: the host's namespace].
     #[arg(long, value_name = "NS")]
     pub plugin_secrets_namespace: Option<String>,
+}
+
+/// Every replica reconciling a share of the objects.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Sharding")]
+pub struct ShardingArgs {
+    /// Share the reconciles among every replica instead of one leading: each replica holds a
+    /// Lease of its own (named from --sharding-id and the pod), the live ones form a ring, and
+    /// each primary object is reconciled by exactly one of them, chosen by a stable hash. No
+    /// replica count to configure: scale the Deployment. An object moves only once its old owner
+    /// has stopped reconciling it (or its Lease expired), so no object ever has two writers.
+    #[arg(long, conflicts_with = "leader_election")]
+    pub sharding: bool,
+    /// Namespace of the replicas' Leases [default: $POD_NAMESPACE, else the service account's
+    /// namespace, else "default"].
+    #[arg(long, value_name = "NAMESPACE", requires = "sharding")]
+    pub sharding_namespace: Option<String>,
+    /// Name of the ring: replicas that share it share the work. Hosts that serve different
+    /// plugins or namespaces need different ones.
+    #[arg(long, default_value = DEFAULT_LEASE_NAME, value_name = "NAME", requires = "sharding")]
+    pub sharding_id: String,
+    /// What is handed to one replica: each primary `object`, or each member `cluster` whole
+    /// (many small clusters: every object of a cluster on one replica, one set of watches
+    /// reconciling).
+    #[arg(long, value_enum, default_value = "object", requires = "sharding")]
+    pub shard_by: ShardBy,
+}
+
+impl ShardingArgs {
+    fn config(&self) -> Option<ShardingConfig> {
+        if !self.sharding {
+            return None;
+        }
+        let namespace = self
+            .sharding_namespace
+            .clone()
+            .unwrap_or_else(default_namespace);
+        let identity = crate::process::leader_election::unique_identity();
+        Some(ShardingConfig {
+            membership: MembershipConfig::new(&namespace, &self.sharding_id, &identity),
+            by: self.shard_by,
+            // The same identity as in the ring: the duties' holder is one of its members.
+            duties: LeaderElectionConfig {
+                identity,
+                ..LeaderElectionConfig::new(namespace, format!("{}-duties", self.sharding_id))
+            },
+        })
+    }
 }
 
 /// Admission webhooks for plugins that declare admission.
@@ -381,6 +433,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
             )
         }),
         record: args.record.options(),
+        sharding: args.sharding.config(),
         admission: args.admission.config()?.map(|admission| AdmissionConfig {
             namespaces: namespaces.iter().cloned().collect(),
             ..admission

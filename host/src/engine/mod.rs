@@ -209,7 +209,13 @@ pub struct Engine<B: ClusterBackend> {
     kind_scopes: Mutex<scope_rules::DeclaredScopes>,
     /// The cluster this engine serves, as its plugins see it.
     cluster: Arc<ClusterInfo>,
+    /// Which primaries this replica may reconcile now (`run --sharding`);
+    /// `None`: all of them.
+    owns: Option<KeyFilter>,
 }
+
+/// Says whether this replica may reconcile a primary now.
+pub type KeyFilter = Arc<dyn Fn(&PrimaryKey) -> bool + Send + Sync>;
 
 impl<B: ClusterBackend> Engine<B> {
     /// An engine serving `plugins`: every kind they declare is watched (once
@@ -252,7 +258,17 @@ impl<B: ClusterBackend> Engine<B> {
             recorder: None,
             kind_scopes: Mutex::default(),
             cluster: Arc::new(ClusterInfo::local()),
+            owns: None,
         }
+    }
+
+    /// Reconciles only the primaries `owns` says yes to when they come up:
+    /// the others are dropped from the queue (their watch events and cache
+    /// still come in, so a key handed to this replica later is reconciled
+    /// from a filled cache; see [`Self::queue_where`]).
+    pub fn with_ownership(mut self, owns: KeyFilter) -> Self {
+        self.owns = Some(owns);
+        self
     }
 
     /// Tells the plugins they run in `cluster` (`local` unless given).
@@ -789,8 +805,70 @@ impl<B: ClusterBackend> Engine<B> {
             }
         }
         let (_, controller, name) = best?;
-        let key = controller.state().queue.pop_ready(now)?;
-        Some((name, key))
+        let mut state = controller.state();
+        loop {
+            // Marked in flight before the owner is asked: whoever changes
+            // ownership and then looks at what is in flight sees this key
+            // either in flight or refused.
+            let key = state.queue.pop_ready(now)?;
+            match &self.owns {
+                Some(owns) if !owns(&key) => {
+                    state.queue.done(&key, None);
+                    state.queue.forget(&key);
+                }
+                _ => return Some((name, key)),
+            }
+        }
+    }
+
+    /// Queues now every cached primary, of every plugin, that `pick` says
+    /// yes to; returns how many (distinct per plugin).
+    pub fn queue_where(&self, pick: impl Fn(&PrimaryKey) -> bool) -> usize {
+        let now = self.clock.now_millis();
+        let mut queued = 0;
+        for (name, controller) in self.controllers() {
+            let primary = controller.plugin().metadata().primary.clone();
+            let names = self
+                .cache
+                .names(&primary, self.scope.selectors.for_plugin(&name));
+            let mut state = controller.state();
+            for (namespace, name) in names {
+                let key = PrimaryKey { namespace, name };
+                if pick(&key) {
+                    state.queue.add(key, now);
+                    queued += 1;
+                }
+            }
+        }
+        queued
+    }
+
+    /// How many cached primaries, over every plugin, `pick` says yes to.
+    pub fn count_where(&self, pick: impl Fn(&PrimaryKey) -> bool) -> usize {
+        self.controllers()
+            .iter()
+            .map(|(name, controller)| {
+                let primary = controller.plugin().metadata().primary.clone();
+                self.cache
+                    .names(&primary, self.scope.selectors.for_plugin(name))
+                    .into_iter()
+                    .filter(|(namespace, name)| {
+                        pick(&PrimaryKey {
+                            namespace: namespace.clone(),
+                            name: name.clone(),
+                        })
+                    })
+                    .count()
+            })
+            .sum()
+    }
+
+    /// The primaries being reconciled now, over every plugin.
+    pub fn in_flight_keys(&self) -> Vec<PrimaryKey> {
+        self.controllers()
+            .iter()
+            .flat_map(|(_, c)| c.state().queue.in_flight_keys())
+            .collect()
     }
 
     /// When the next delayed reconcile becomes ready, if any is waiting.

@@ -192,6 +192,10 @@ impl WorkQueue {
         self.in_flight.len()
     }
 
+    pub fn in_flight_keys(&self) -> Vec<PrimaryKey> {
+        self.in_flight.iter().cloned().collect()
+    }
+
     /// Distinct keys waiting, not counting those in flight.
     pub fn depth(&self) -> usize {
         let scheduled_in_flight = self

@@ -23,7 +23,7 @@ use crate::cluster::ClusterBackend;
 use crate::cluster::clock::rfc3339;
 use crate::cluster::{Clock, RealClock};
 use crate::engine::dispatch::{Dispatcher, OnFinished, Wake};
-use crate::engine::{Engine, ReconcileRecord, ServeScope};
+use crate::engine::{Engine, KeyFilter, ReconcileRecord, ServeScope};
 use crate::golden::recorder::CaseRecorder;
 use crate::plugin::LoadedPlugin;
 use crate::process::run::log_record;
@@ -71,7 +71,13 @@ pub struct Settings {
     pub gate: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
     /// Writes every reconcile as a golden case.
     pub recorder: Option<Arc<CaseRecorder>>,
+    /// Which of a member's primaries this replica may reconcile, given the
+    /// member's name (`run --sharding`); `None`: all.
+    pub ownership: Option<MemberOwnership>,
 }
+
+/// Gives, for a member's name, which of its primaries this replica owns.
+pub type MemberOwnership = Arc<dyn Fn(&str) -> KeyFilter + Send + Sync>;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -85,6 +91,7 @@ impl Default for Settings {
             on_finished: None,
             gate: None,
             recorder: None,
+            ownership: None,
         }
     }
 }
@@ -153,6 +160,9 @@ impl<B: ClusterBackend + 'static> Member<B> {
             ));
         if let Some(recorder) = &settings.recorder {
             engine = engine.with_recorder(recorder.clone());
+        }
+        if let Some(ownership) = &settings.ownership {
+            engine = engine.with_ownership(ownership(&identity.name));
         }
         let engine = Arc::new(engine);
         let state = Arc::new(Mutex::new(State {

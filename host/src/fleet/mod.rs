@@ -155,6 +155,14 @@ impl<B: ClusterBackend + 'static> Fleet<B> {
         self.lock().values().map(Member::status).collect()
     }
 
+    /// Every member's engine, by member name.
+    pub fn engines(&self) -> Vec<(String, Arc<crate::engine::Engine<B>>)> {
+        self.lock()
+            .iter()
+            .map(|(name, m)| (name.clone(), m.engine().clone()))
+            .collect()
+    }
+
     /// The engine serving member `name`, for tests and samplers.
     pub fn engine(&self, name: &str) -> Option<Arc<crate::engine::Engine<B>>> {
         self.lock().get(name).map(|m| m.engine().clone())

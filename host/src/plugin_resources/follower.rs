@@ -461,6 +461,12 @@ impl Follower {
             &now(),
         );
         let was_false = ready_now.as_ref().is_some_and(|c| c.status == "False");
+        // With several replicas sharding, one writes Plugins' status and
+        // Events; the others keep theirs in memory, unwritten, so whichever
+        // takes the duties over writes it at its next pass.
+        if !self.shared.writes_status.holds() {
+            return;
+        }
         if changed
             || (was_false
                 && ready.ok == Some(false)

@@ -65,6 +65,9 @@ pub struct Shared {
     pub trust_root: Option<TrustRootFiles>,
     pub recorder: Recorder,
     pub load_timeout: Duration,
+    /// Whether this replica writes Plugins' status and Events now (one of
+    /// several sharding replicas does).
+    pub writes_status: crate::process::duties::DutyHolder,
 }
 
 impl Shared {

@@ -40,7 +40,11 @@ pub struct HostStatus {
     sampler: OnceLock<Sampler>,
     /// Where `/clusters` reads the member clusters from; set once.
     clusters: OnceLock<ClustersSource>,
+    /// Where `/shards` reads the shard ring from (`run --sharding`); set once.
+    shards: OnceLock<ShardsSource>,
 }
+
+type ShardsSource = Box<dyn Fn() -> crate::sharding::coordinator::ShardsStatus + Send + Sync>;
 
 /// The member clusters as `/clusters` shows them.
 type ClustersSource = Box<dyn Fn() -> Vec<crate::fleet::MemberStatus> + Send + Sync>;
@@ -92,6 +96,14 @@ impl HostStatus {
         let _ = self.clusters.set(Box::new(source));
     }
 
+    /// Where `/shards` reads the shard ring from; set once.
+    pub fn set_shards(
+        &self,
+        source: impl Fn() -> crate::sharding::coordinator::ShardsStatus + Send + Sync + 'static,
+    ) {
+        let _ = self.shards.set(Box::new(source));
+    }
+
     fn metrics_text(&self) -> String {
         let (queues, cache) = self.sampler.get().map(|s| s()).unwrap_or_default();
         let clusters = self
@@ -118,6 +130,7 @@ pub fn reports(status: Arc<HostStatus>) -> Router {
     Router::new()
         .route("/plugins", get(plugins))
         .route("/clusters", get(clusters))
+        .route("/shards", get(shards))
         .route("/metrics", get(metrics))
         .with_state(status)
 }
@@ -153,6 +166,19 @@ async fn clusters(State(status): State<Arc<HostStatus>>) -> Json<Vec<crate::flee
             .map(|source| source())
             .unwrap_or_default(),
     )
+}
+
+/// The shard ring as this replica sees it: members and what each settled
+/// on, this replica's share, keys arriving and leaving, moves so far.
+async fn shards(State(status): State<Arc<HostStatus>>) -> Response {
+    match status.shards.get() {
+        Some(source) => Json(source()).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            "not sharded: this host runs without --sharding\n",
+        )
+            .into_response(),
+    }
 }
 
 async fn metrics(State(status): State<Arc<HostStatus>>) -> Response {

@@ -68,6 +68,19 @@ struct ClusterResultLabels {
     result: &'static str,
 }
 
+/// Keys of this replica by state: owned (reconciled here), arriving
+/// (waiting for their old owner), leaving (given up, still reconciling).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardKeyLabels {
+    state: &'static str,
+}
+
+/// Keys that moved to this replica (`in`) or away from it (`out`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardMoveLabels {
+    direction: &'static str,
+}
+
 /// controller-runtime's reconcile time buckets, in seconds.
 const RECONCILE_BUCKETS: [f64; 20] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0,
@@ -96,6 +109,10 @@ pub struct Metrics {
     cluster_ready: Family<ClusterLabels, Gauge>,
     cluster_last_error: Family<ClusterLabels, Gauge>,
     cluster_objects: Family<ClusterLabels, Gauge>,
+    shard_replicas: Gauge,
+    shard_keys: Family<ShardKeyLabels, Gauge>,
+    shard_moves: Family<ShardMoveLabels, Counter>,
+    shard_rebalances: Counter,
     /// Encoding reads every family; one scrape at a time keeps gauges that
     /// are refreshed just before it consistent.
     scrape: Mutex<()>,
@@ -209,8 +226,36 @@ impl Metrics {
             "Objects cached for a member cluster",
             cluster_objects.clone(),
         );
+        let shard_replicas = Gauge::default();
+        registry.register(
+            "reconciler_host_shard_replicas",
+            "Live replicas in the shard ring, as this replica sees it (run --sharding)",
+            shard_replicas.clone(),
+        );
+        let shard_keys = Family::default();
+        registry.register(
+            "reconciler_host_shard_keys",
+            "Primaries of this replica: owned (reconciled here), arriving (waiting for their old owner to settle), leaving (given up, still reconciling)",
+            shard_keys.clone(),
+        );
+        let shard_moves = Family::default();
+        registry.register(
+            "reconciler_host_shard_keys_moved",
+            "Primaries that moved to this replica (in) or away from it (out) on rebalances",
+            shard_moves.clone(),
+        );
+        let shard_rebalances = Counter::default();
+        registry.register(
+            "reconciler_host_shard_rebalances",
+            "Changes of the shard ring this replica saw",
+            shard_rebalances.clone(),
+        );
         Self {
             registry,
+            shard_replicas,
+            shard_keys,
+            shard_moves,
+            shard_rebalances,
             cluster_reconciles,
             cluster_engaged,
             cluster_ready,
@@ -229,6 +274,36 @@ impl Metrics {
             cache_objects,
             scrape: Mutex::new(()),
         }
+    }
+
+    /// Takes in the shard ring's state after a rebalance or a settle.
+    pub fn shards(&self, status: &crate::sharding::coordinator::ShardsStatus) {
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.shard_replicas.set(gauge(status.members.len()));
+        for (state, n) in [
+            ("owned", status.keys_owned),
+            ("arriving", status.keys_arriving),
+            ("leaving", status.keys_leaving),
+        ] {
+            self.shard_keys
+                .get_or_create(&ShardKeyLabels { state })
+                .set(gauge(n));
+        }
+        // The status counts from start; the counters catch up to it.
+        for (direction, total) in [
+            ("in", status.moved_in_total),
+            ("out", status.moved_out_total),
+        ] {
+            let counter = self
+                .shard_moves
+                .get_or_create(&ShardMoveLabels { direction });
+            counter.inc_by(total.saturating_sub(counter.get()));
+        }
+        self.shard_rebalances.inc_by(
+            status
+                .rebalances_total
+                .saturating_sub(self.shard_rebalances.get()),
+        );
     }
 
     /// Counts one finished reconcile in member `cluster` that took `took`.

@@ -11,6 +11,7 @@ pub mod crd_install;
 pub mod dev;
 pub mod dev_clusters;
 pub mod dir_watch;
+pub mod duties;
 pub mod heap_trim;
 pub mod http_server;
 pub mod leader_election;

@@ -252,6 +252,10 @@ pub struct RbacScope {
     /// Where the leader-election Lease lives, and its name.
     pub lease_namespace: String,
     pub lease_name: String,
+    /// Whether replicas shard the work (`run --sharding`): each holds a
+    /// Lease named after its pod and reads the others', so the Role in the
+    /// Lease's namespace grants Leases by namespace, not by name.
+    pub sharding: bool,
     /// Whether the host installs CRDs (`run --install-crds`).
     pub install_crds: bool,
     /// When a plugin serves admission: the namespace of the Secret the
@@ -283,6 +287,7 @@ impl RbacScope {
             service_account_namespace: "reconciler-host".into(),
             lease_namespace: "reconciler-host".into(),
             lease_name: DEFAULT_LEASE_NAME.into(),
+            sharding: false,
             install_crds: false,
             admission_secret_namespace: None,
             webhook_configurations: BTreeSet::new(),
@@ -407,6 +412,16 @@ pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) ->
             &["get", "patch", "update"],
         );
         leases.grant("coordination.k8s.io", "leases", &[], &["create"]);
+        if scope.sharding {
+            // A replica's Lease is named after its pod, unknown here; it
+            // lists the ring's and deletes its own on leaving.
+            leases.grant(
+                "coordination.k8s.io",
+                "leases",
+                &[],
+                &["delete", "get", "list", "patch", "update"],
+            );
+        }
     }
     if let Some(namespace) = &scope.admission_secret_namespace {
         let names: Vec<String> = scope.webhook_configurations.iter().cloned().collect();
@@ -993,6 +1008,31 @@ mod tests {
                 "{yaml}"
             );
         }
+    }
+
+    #[test]
+    fn sharding_grants_the_leases_of_the_namespace_and_nothing_beyond() {
+        let scope = RbacScope {
+            lease_namespace: "ops".into(),
+            sharding: true,
+            ..RbacScope::cluster_wide("r")
+        };
+        let yaml = rbac(&[website()], &website_crd("Namespaced"), &scope);
+        let docs = documents(&yaml);
+        let role = rules_of(&docs[&("Role".to_string(), "ops".to_string())]);
+        assert!(
+            role.contains(&t(
+                "coordination.k8s.io",
+                "leases",
+                "create,delete,get,list,patch,update"
+            )),
+            "{yaml}"
+        );
+        let cluster = rules_of(&docs[&("ClusterRole".to_string(), String::new())]);
+        assert!(
+            !cluster.iter().any(|(_, r, _)| r.starts_with("leases")),
+            "{yaml}"
+        );
     }
 
     #[test]

@@ -13,6 +13,14 @@
 //! anything; the leader stops dispatching and exits with an error the
 //! moment it loses the Lease (so a restart makes it a standby), and gives
 //! the Lease up after draining on SIGTERM so a standby takes over at once.
+//!
+//! With sharding (`--sharding`), every replica reconciles a share: each
+//! joins the ring with a Lease of its own, its engines dispatch only the
+//! keys it owns (`sharding/`), and once-only duties (CRDs, webhook
+//! configurations, Plugin status) go to one replica by a Lease of their
+//! own (`duties.rs`). A replica whose renewals lapse exits, as a leader
+//! that lost its Lease does; one stopped by SIGTERM drains, then leaves the
+//! ring so the others take its keys at once.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -33,9 +41,11 @@ use crate::plugin::background_reload::BackgroundReload;
 use crate::plugin::hot_reload::{PluginDirectory, ReloadEvent, Standby};
 use crate::process::crd_install::install_crds;
 use crate::process::dir_watch::watch_dir;
+use crate::process::duties::DutyHolder;
 use crate::process::http_server::{HostStatus, serve};
 use crate::process::leader_election::{LeaderElectionConfig, Leadership, LeadershipLost, acquire};
 use crate::process::metrics_server::{MetricsServing, serve_metrics};
+use crate::sharding::coordinator::{Coordinator, OnShards, ShardBy};
 
 /// Options of one `run`.
 pub struct RunConfig {
@@ -66,6 +76,17 @@ pub struct RunConfig {
     pub admission: Option<crate::admission::service::AdmissionConfig>,
     /// The member clusters the plugins run on.
     pub clusters: ClustersConfig,
+    /// Share the reconciles with the other replicas; `None`: this process
+    /// reconciles everything it serves (alone, or as the leader).
+    pub sharding: Option<ShardingConfig>,
+}
+
+/// How `run --sharding` shares the work.
+pub struct ShardingConfig {
+    pub membership: crate::sharding::membership::MembershipConfig,
+    pub by: ShardBy,
+    /// The Lease of the once-only duties.
+    pub duties: LeaderElectionConfig,
 }
 
 /// Where `run` pulls plugins from, and how.
@@ -110,6 +131,8 @@ impl PulledConfig {
 enum Stop {
     Signal(&'static str),
     Lost(LeadershipLost),
+    /// This replica's ring renewals lapsed.
+    OutOfRing,
 }
 
 /// How long readiness waits for the local member's plugins to start.
@@ -149,6 +172,38 @@ pub async fn run(
     // Every replica serves admission, leader or not: before the election,
     // the directory serves into a standby (no engine yet), followed as it
     // changes, and is handed to the engine once this replica leads.
+    // CRDs, webhook configurations and Plugin status: one replica does
+    // them when several shard the work, the one process otherwise.
+    let backend = Arc::new(KubernetesBackend::new(client.clone()));
+    let (duties, _duties_task) = match &config.sharding {
+        None => (DutyHolder::always(), None),
+        Some(sharding) => {
+            let (backend, dir) = (backend.clone(), config.install_crds.clone());
+            let (holder, task) = crate::process::duties::contend(
+                client.clone(),
+                sharding.duties.clone(),
+                move || {
+                    let (backend, dir) = (backend.clone(), dir.clone());
+                    async move {
+                        if let Some(dir) = dir {
+                            match install_crds(&*backend, &dir, CRD_WAIT).await {
+                                Ok(names) => tracing::info!(
+                                    "installed {} CRD(s) from {}",
+                                    names.len(),
+                                    dir.display()
+                                ),
+                                Err(e) => tracing::warn!(
+                                    "cannot install the CRDs of {}: {e:#} (plugins whose kinds are missing wait and are retried)",
+                                    dir.display()
+                                ),
+                            }
+                        }
+                    }
+                },
+            );
+            (holder, Some(AbortOnDrop(task)))
+        }
+    };
     let standby = match config.admission.take() {
         None => Err((plugins, plugins_rx)),
         Some(admission) => {
@@ -160,6 +215,7 @@ pub async fn run(
                 client.clone(),
                 admission_plugins.clone(),
                 admission,
+                duties.clone(),
             )
             .await
             .context("admission")?;
@@ -194,9 +250,23 @@ pub async fn run(
         rescan,
         client.clone(),
         &sandbox,
+        duties.clone(),
     );
-    let backend = Arc::new(KubernetesBackend::new(client.clone()));
-    if let Some(dir) = &config.install_crds {
+    // Sharding: the ring is joined before any engine exists, so nothing
+    // is dispatched that another replica may own.
+    let coordinator = match config.sharding.take() {
+        None => None,
+        Some(sharding) => Some(
+            Coordinator::join(client.clone(), sharding.membership, sharding.by)
+                .await
+                .context("joining the shard ring")?,
+        ),
+    };
+    if let Some(dir) = config
+        .install_crds
+        .as_ref()
+        .filter(|_| coordinator.is_none())
+    {
         status.not_ready("installing CRDs");
         match install_crds(&*backend, dir, CRD_WAIT).await {
             Ok(names) => {
@@ -228,10 +298,18 @@ pub async fn run(
         on_finished: Some(Arc::new(move |cluster, record, took| {
             metrics_status.metrics.reconciled_in(cluster, record, took)
         })),
-        gate: leadership.as_ref().map(|l| {
-            let gate = l.gate();
-            Arc::new(move || gate.holds()) as Arc<dyn Fn() -> bool + Send + Sync>
-        }),
+        gate: match (&leadership, &coordinator) {
+            (Some(l), _) => {
+                let gate = l.gate();
+                Some(Arc::new(move || gate.holds()) as Arc<dyn Fn() -> bool + Send + Sync>)
+            }
+            (None, Some(c)) => {
+                let c = c.clone();
+                Some(Arc::new(move || c.is_live()) as Arc<dyn Fn() -> bool + Send + Sync>)
+            }
+            (None, None) => None,
+        },
+        ownership: coordinator.as_ref().map(|c| c.ownership()),
         recorder,
         ..crate::fleet::Settings::default()
     };
@@ -240,6 +318,13 @@ pub async fn run(
     status.set_sampler(move || sampler_fleet.queue_and_cache());
     let clusters_fleet = fleet.clone();
     status.set_clusters(move || clusters_fleet.statuses());
+    let _follow_ring = coordinator.as_ref().map(|c| {
+        let shards = c.clone();
+        status.set_shards(move || shards.status());
+        let metrics_status = status.clone();
+        let hook: OnShards = Arc::new(move |s| metrics_status.metrics.shards(s));
+        AbortOnDrop(tokio::spawn(c.clone().follow(fleet.clone(), Some(hook))))
+    });
     let (mut plugins, plugins_rx) = match standby {
         Err(unstarted) => unstarted,
         Ok(reloads) => reloads
@@ -312,6 +397,7 @@ pub async fn run(
             }
             signal = &mut shutdown => break Stop::Signal(signal),
             lost = leadership_lost(&mut leadership) => break Stop::Lost(lost),
+            () = out_of_ring(coordinator.as_deref()) => break Stop::OutOfRing,
         }
     };
     status.not_ready("stopping");
@@ -322,6 +408,13 @@ pub async fn run(
             let in_flight = fleet.in_flight();
             fleet.stop_all(Duration::ZERO).await;
             return Err(lost_leadership(lost, in_flight));
+        }
+        Stop::OutOfRing => {
+            let in_flight = fleet.in_flight();
+            fleet.stop_all(Duration::ZERO).await;
+            anyhow::bail!(
+                "this replica's Lease in the shard ring was not renewed within the renew deadline: stopped reconciling ({in_flight} in flight abandoned) before another replica may take its keys; exiting to restart and join again"
+            );
         }
     };
     tracing::info!(
@@ -339,6 +432,10 @@ pub async fn run(
     if drained {
         tracing::info!("stopped cleanly");
     }
+    // Nothing reconciles here any more: the others may take the keys now.
+    if let Some(coordinator) = &coordinator {
+        coordinator.leave().await;
+    }
     release(leadership).await;
     Ok(())
 }
@@ -352,6 +449,7 @@ fn start_pulled(
     rescan: mpsc::UnboundedSender<()>,
     client: kube::Client,
     sandbox: &Arc<Sandbox>,
+    writes_status: DutyHolder,
 ) -> Option<AbortOnDrop> {
     let pulled = &config.pulled;
     if pulled.references.is_empty() && !pulled.watch_resources {
@@ -373,6 +471,7 @@ fn start_pulled(
             trust_root: pulled.trust_root.clone(),
             recorder,
             load_timeout,
+            writes_status,
         },
     ));
     let references = pulled.references.clone();
@@ -389,6 +488,14 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// Resolves when this replica's ring renewals lapsed; never without sharding.
+async fn out_of_ring(coordinator: Option<&Coordinator>) {
+    match coordinator {
+        Some(coordinator) => coordinator.lost().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -529,6 +636,7 @@ mod tests {
             coalesce: Duration::ZERO,
             admission: None,
             clusters: crate::fleet::ClustersConfig::local_only(),
+            sharding: None,
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let host = tokio::spawn(run(Arc::new(sandbox), client, config, async move {

@@ -36,16 +36,22 @@ pub fn ring_version(ring: &Ring) -> String {
         .collect()
 }
 
-/// What one replica knows of the handover: the ring it sees now, the last
-/// ring every replica had settled on, and which ring each live replica
-/// says it settled on.
+/// How many rings seen since the last agreement are remembered; past
+/// that, nothing is taken to have stayed (the safe side: every key waits
+/// for the next agreement).
+const MAX_RINGS_SINCE_AGREED: usize = 32;
+
+/// What one replica knows of the handover: the ring it sees now, the rings
+/// seen since every replica last settled on one, and which ring each live
+/// replica says it settled on.
 #[derive(Clone, Debug)]
 pub struct Handover {
     me: String,
     current: Ring,
-    /// The last ring every live replica had settled on: whose owners were
-    /// the only writers when it was.
-    agreed: Ring,
+    /// The last ring every live replica had settled on (first), then every
+    /// ring seen since. A key this replica owned in all of them never had
+    /// another writer since; empty: nothing agreed yet.
+    since_agreed: Vec<Ring>,
     /// By replica: the version of the ring it last settled on.
     settled: BTreeMap<String, String>,
 }
@@ -57,7 +63,7 @@ impl Handover {
         Self {
             me: me.to_string(),
             current: ring,
-            agreed: Ring::default(),
+            since_agreed: Vec::new(),
             settled: BTreeMap::new(),
         }
     }
@@ -69,8 +75,26 @@ impl Handover {
         self.current = ring;
         self.settled = settled;
         if self.all_settled() {
-            self.agreed = self.current.clone();
+            self.since_agreed = vec![self.current.clone()];
+        } else if !self.since_agreed.is_empty() && self.since_agreed.last() != Some(&self.current) {
+            // A ring this replica may have settled on: a key it gave up
+            // there may have a new writer, even if a later ring gives it
+            // back.
+            self.since_agreed.push(self.current.clone());
+            if self.since_agreed.len() > MAX_RINGS_SINCE_AGREED {
+                self.since_agreed.clear();
+            }
         }
+    }
+
+    /// The ring seen now.
+    pub fn ring(&self) -> &Ring {
+        &self.current
+    }
+
+    /// Each live replica's settled version, as last read.
+    pub fn settled(&self) -> &BTreeMap<String, String> {
+        &self.settled
     }
 
     /// Whether every live replica has settled on the ring seen now.
@@ -91,11 +115,14 @@ impl Handover {
     }
 
     /// Whether this replica may dispatch `key` now: it owns it in the ring
-    /// seen now, and either owned it in the agreed ring too (the key did
-    /// not move) or every replica has settled on the ring seen now (its
-    /// old owner stopped).
+    /// seen now, and either owned it in every ring since the last agreed
+    /// one (the key never moved) or every replica has settled on the ring
+    /// seen now (its old owner stopped).
     pub fn may_reconcile(&self, key: &ShardKey) -> bool {
-        self.current.owns(&self.me, key) && (self.agreed.owns(&self.me, key) || self.all_settled())
+        self.current.owns(&self.me, key)
+            && (self.all_settled()
+                || (!self.since_agreed.is_empty()
+                    && self.since_agreed.iter().all(|r| r.owns(&self.me, key))))
     }
 
     /// Whether a reconcile of `key` this replica has in flight must be
@@ -226,6 +253,28 @@ mod tests {
         a.observe(two.clone(), settled(&["a", "b"], &two));
         assert!(from_c.iter().all(|k| a.may_reconcile(k)));
         assert!(from_c.iter().all(|k| !a.gave_up(k)));
+    }
+
+    #[test]
+    fn a_key_given_up_and_given_back_waits_for_its_interim_owner() {
+        let (two, alone) = (ring(&["a", "b"]), ring(&["b"]));
+        let key = keys()
+            .into_iter()
+            .find(|k| two.owner(k) == Some("a"))
+            .unwrap();
+        let mut a = Handover::new("a", two.clone());
+        a.observe(two.clone(), settled(&["a", "b"], &two));
+        assert!(a.may_reconcile(&key));
+        // a's renewals lapsed: it sees itself out, stops and settles
+        // there, so b may take the key (a does not see b settle).
+        a.observe(alone.clone(), BTreeMap::new());
+        assert!(!a.may_reconcile(&key));
+        // a is back before it saw b settle on the ring that gives the key
+        // back: b may still be writing it.
+        a.observe(two.clone(), settled(&["a", "b"], &alone));
+        assert!(!a.may_reconcile(&key), "b may still be writing it");
+        a.observe(two.clone(), settled(&["a", "b"], &two));
+        assert!(a.may_reconcile(&key));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -105,6 +105,8 @@ pub struct Membership {
     /// The version this replica says it settled on, written with every
     /// renewal.
     settled: Arc<Mutex<Option<String>>>,
+    /// Asks for a renewal now rather than at the next retry period.
+    renew_now: Arc<Notify>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -143,11 +145,13 @@ impl Membership {
             });
         let (publish, view) = watch::channel(first);
         let (stop, stopped) = oneshot::channel();
+        let renew_now = Arc::new(Notify::new());
         let task = tokio::spawn(keep(
             api.clone(),
             config.clone(),
             last_renewed.clone(),
             settled.clone(),
+            renew_now.clone(),
             publish,
             stopped,
         ));
@@ -157,6 +161,7 @@ impl Membership {
             view,
             last_renewed,
             settled,
+            renew_now,
             stop: Some(stop),
             task,
         })
@@ -181,6 +186,8 @@ impl Membership {
     /// `version`: it reconciles none of the keys it gave up there.
     pub fn settle(&self, version: &str) {
         *self.settled.lock().unwrap_or_else(|e| e.into_inner()) = Some(version.to_string());
+        // The others wait for it to take their new keys: write it now.
+        self.renew_now.notify_one();
     }
 
     pub fn identity(&self) -> &str {
@@ -234,6 +241,7 @@ async fn keep(
     config: MembershipConfig,
     last_renewed: Arc<Mutex<Instant>>,
     settled: Arc<Mutex<Option<String>>>,
+    renew_now: Arc<Notify>,
     publish: watch::Sender<RingView>,
     mut stopped: oneshot::Receiver<()>,
 ) {
@@ -242,6 +250,7 @@ async fn keep(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
+            () = renew_now.notified() => {}
             _ = &mut stopped => return,
         }
         let mine = settled.lock().unwrap_or_else(|e| e.into_inner()).clone();

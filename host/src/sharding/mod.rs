@@ -7,5 +7,6 @@
 //! joining or leaving moves only its share of the keys.
 
 pub mod assignment;
+pub mod coordinator;
 pub mod handover;
 pub mod membership;

@@ -81,6 +81,81 @@ pub fn with_token(source: Option<&Path>, token: &str, path: &Path) -> Result<()>
     write(path, &cluster, json!({"token": token}))
 }
 
+/// A kubeconfig for `plane` authenticating as `user` in `group` with a
+/// client certificate minted now from its CA (what rotating credentials,
+/// or giving a member less privilege, looks like).
+pub fn minted(plane: &super::OwnControlPlane, user: &str, group: &str) -> Result<String> {
+    use base64::Engine as _;
+    let pki = plane.state_dir().join("pki");
+    let work = tempfile::tempdir()?;
+    let key = work.path().join("client.key");
+    let csr = work.path().join("client.csr");
+    let crt = work.path().join("client.crt");
+    let run = |args: &[&str]| -> Result<()> {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .context("running openssl")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    };
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    run(&["genrsa", "-out", &path(&key), "2048"])?;
+    run(&[
+        "req",
+        "-new",
+        "-key",
+        &path(&key),
+        "-subj",
+        &format!("/O={group}/CN={user}"),
+        "-out",
+        &path(&csr),
+    ])?;
+    // Version 3, with the usage a client certificate states: rustls
+    // refuses a bare version 1 certificate.
+    let extensions = work.path().join("client.ext");
+    std::fs::write(
+        &extensions,
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n",
+    )?;
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &path(&csr),
+        "-CA",
+        &path(&pki.join("ca.crt")),
+        "-CAkey",
+        &path(&pki.join("ca.key")),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        &path(&extensions),
+        "-out",
+        &path(&crt),
+    ])?;
+    let text = std::fs::read_to_string(plane.kubeconfig())?;
+    let mut config: Value = serde_yaml_ng::from_str(&text)?;
+    let b64 = |p: &Path| -> Result<String> {
+        Ok(base64::engine::general_purpose::STANDARD.encode(std::fs::read(p)?))
+    };
+    for user_entry in config["users"]
+        .as_array_mut()
+        .context("users in the kubeconfig")?
+    {
+        user_entry["user"] = json!({
+            "client-certificate-data": b64(&crt)?,
+            "client-key-data": b64(&key)?,
+        });
+    }
+    Ok(serde_yaml_ng::to_string(&config)?)
+}
+
 #[cfg(test)]
 mod tests {
     use kube::config::Kubeconfig;

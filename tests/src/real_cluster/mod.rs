@@ -28,6 +28,7 @@ pub mod events;
 pub mod host_process;
 pub mod kubeconfig;
 pub mod objects;
+pub mod podset_convergence;
 pub mod poll;
 mod replicas;
 pub mod severable_link;

@@ -1,0 +1,84 @@
+//! Work that must run once however many replicas serve (`run --sharding`):
+//! installing CRDs and keeping the webhook configurations in step. One
+//! replica at a time holds the duties, by leader election on a Lease of
+//! their own; every replica keeps reconciling its share and serving
+//! admission whoever holds them.
+//!
+//! Why not every replica: two replicas that load different plugin sets for
+//! a moment (one hot-reloaded first) would each apply its own webhook
+//! configurations and remove the other's, back and forth.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::process::leader_election::{LeaderElectionConfig, acquire};
+
+/// Whether this replica holds the duties now; always yes without sharding.
+#[derive(Clone)]
+pub struct DutyHolder(watch::Receiver<bool>);
+
+impl DutyHolder {
+    /// A single replica, or one leader: it does every duty.
+    pub fn always() -> Self {
+        let (tx, rx) = watch::channel(true);
+        // The receiver keeps the last value once the sender is gone.
+        drop(tx);
+        Self(rx)
+    }
+
+    pub fn holds(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Resolves when this replica gains or loses the duties; pending for
+    /// ever once that can no longer happen.
+    pub async fn changed(&mut self) {
+        if self.0.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Contends for the duties Lease in the background, for as long as the
+/// returned task lives; `on_acquired` runs each time this replica gains
+/// them (CRD installs, which are idempotent).
+pub fn contend<F, Fut>(
+    client: kube::Client,
+    election: LeaderElectionConfig,
+    on_acquired: F,
+) -> (DutyHolder, tokio::task::JoinHandle<()>)
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let (tx, rx) = watch::channel(false);
+    let on_acquired = Arc::new(on_acquired);
+    let task = tokio::spawn(async move {
+        loop {
+            let mut leadership = match acquire(client.clone(), election.clone()).await {
+                Ok(leadership) => leadership,
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot contend for the duties Lease {}: {e} (CRDs and webhook configurations are left to the other replicas; trying again in 30s)",
+                        election.lease()
+                    );
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    continue;
+                }
+            };
+            tracing::info!(
+                "this replica holds the once-only duties (Lease {}): CRD installs, webhook configurations, Plugin status",
+                election.lease()
+            );
+            let _ = tx.send(true);
+            on_acquired().await;
+            let lost = leadership.lost().await;
+            let _ = tx.send(false);
+            tracing::warn!("gave up the once-only duties: {lost}; contending again");
+        }
+    });
+    (DutyHolder(rx), task)
+}

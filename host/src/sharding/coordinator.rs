@@ -1,0 +1,317 @@
+//! One replica's part in the ring: keeps the engines of every member
+//! cluster dispatching only the keys this replica may reconcile, and tells
+//! the others when it has let go of the keys it gave up.
+//!
+//! The engines ask [`Coordinator::ownership`] at every dispatch, so a key
+//! that moved away is never started here again. When the ring changes,
+//! the keys this replica may now reconcile and could not before are queued
+//! (they were dropped while another replica owned them), and once no
+//! reconcile of a key given up is still in flight, the ring's version is
+//! written on this replica's Lease (`handover.rs` says why that is what
+//! keeps one writer per key).
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::assignment::ShardKey;
+use super::handover::Handover;
+use super::membership::{Membership, MembershipConfig, MembershipError};
+use crate::cluster::ClusterBackend;
+use crate::engine::KeyFilter;
+use crate::engine::work_queue::PrimaryKey;
+use crate::fleet::Fleet;
+use crate::fleet::member::MemberOwnership;
+
+/// How often in-flight reconciles of given-up keys are looked at while a
+/// settle waits for them, and the ring re-read between its changes.
+const SETTLE_POLL: Duration = Duration::from_millis(100);
+
+/// What a key is: one primary object, or a whole member cluster (every
+/// primary of a small cluster on one replica, as Argo CD shards).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ShardBy {
+    Object,
+    Cluster,
+}
+
+impl ShardBy {
+    pub fn key(self, cluster: &str, key: &PrimaryKey) -> ShardKey {
+        match self {
+            ShardBy::Object => ShardKey::object(cluster, key.namespace.as_deref(), &key.name),
+            ShardBy::Cluster => ShardKey::Cluster(cluster.to_string()),
+        }
+    }
+}
+
+/// A replica of the ring, as `/shards` shows it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardMember {
+    pub identity: String,
+    /// The ring version it last said it settled on.
+    pub settled: Option<String>,
+}
+
+/// `/shards`: the ring as this replica sees it, its share, and the moves
+/// still waiting on a settle.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardsStatus {
+    pub ring: String,
+    pub identity: String,
+    /// Whether this replica's own renewals are current (it counts itself in).
+    pub live: bool,
+    pub shard_by: Option<ShardBy>,
+    pub version: String,
+    /// Every live replica has settled on `version`.
+    pub settled: bool,
+    pub members: Vec<ShardMember>,
+    /// Primaries (over every member cluster) this replica reconciles now.
+    pub keys_owned: usize,
+    /// Primaries it owns in the ring but waits for their old owner to let
+    /// go of.
+    pub keys_arriving: usize,
+    /// Its reconciles still running of keys it gave up.
+    pub keys_leaving: usize,
+    /// Keys that became this replica's, and that stopped being, since start.
+    pub moved_in_total: u64,
+    pub moved_out_total: u64,
+    pub rebalances_total: u64,
+}
+
+/// Told after every rebalance and every settle (metrics).
+pub type OnShards = Arc<dyn Fn(&ShardsStatus) + Send + Sync>;
+
+/// See the module documentation.
+pub struct Coordinator {
+    membership: Mutex<Option<Membership>>,
+    config: MembershipConfig,
+    by: ShardBy,
+    handover: Arc<RwLock<Handover>>,
+    status: Mutex<ShardsStatus>,
+}
+
+impl Coordinator {
+    /// Writes this replica's Lease and starts renewing it. Nothing is
+    /// reconciled until every live replica has settled on a ring.
+    pub async fn join(
+        client: kube::Client,
+        config: MembershipConfig,
+        by: ShardBy,
+    ) -> Result<Arc<Self>, MembershipError> {
+        let membership = Membership::join(client, config.clone()).await?;
+        let handover = Handover::new(&config.identity, membership.ring());
+        let status = ShardsStatus {
+            ring: config.ring.clone(),
+            identity: config.identity.clone(),
+            shard_by: Some(by),
+            ..ShardsStatus::default()
+        };
+        tracing::info!(
+            "joined shard ring {} as {} (Lease {}/{}); reconciling once every live replica has settled",
+            config.ring,
+            config.identity,
+            config.namespace,
+            config.lease_name()
+        );
+        Ok(Arc::new(Self {
+            membership: Mutex::new(Some(membership)),
+            config,
+            by,
+            handover: Arc::new(RwLock::new(handover)),
+            status: Mutex::new(status),
+        }))
+    }
+
+    /// What the fleet's engines ask before every dispatch.
+    pub fn ownership(&self) -> MemberOwnership {
+        let (handover, by) = (self.handover.clone(), self.by);
+        Arc::new(move |cluster: &str| {
+            let (handover, cluster) = (handover.clone(), cluster.to_string());
+            Arc::new(move |key: &PrimaryKey| read(&handover).may_reconcile(&by.key(&cluster, key)))
+                as KeyFilter
+        })
+    }
+
+    /// Whether this replica's renewals are current: it may start
+    /// reconciles only while they are.
+    pub fn is_live(&self) -> bool {
+        self.lock_membership()
+            .as_ref()
+            .is_some_and(Membership::is_live)
+    }
+
+    pub fn status(&self) -> ShardsStatus {
+        let mut status = self
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        status.live = self.is_live();
+        status
+    }
+
+    /// Resolves once this replica's renewals have lapsed past the renew
+    /// deadline: the others may take its keys a little later, so it must
+    /// stop before then.
+    pub async fn lost(&self) {
+        loop {
+            if !self.is_live() {
+                return;
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
+        }
+    }
+
+    /// Leaves the ring (deletes this replica's Lease) so the others take
+    /// its keys at once rather than when the Lease expires. Call it only
+    /// once nothing reconciles here any more.
+    pub async fn leave(&self) {
+        let membership = self.lock_membership().take();
+        if let Some(membership) = membership {
+            let lease = self.config.lease_name();
+            match membership.leave().await {
+                Ok(()) => tracing::info!(
+                    "left shard ring {}: Lease {}/{lease} deleted, the others take its keys now",
+                    self.config.ring,
+                    self.config.namespace
+                ),
+                Err(e) => tracing::warn!(
+                    "cannot delete Lease {}/{lease} on leaving the shard ring (the others take its keys once it expires): {e}",
+                    self.config.namespace
+                ),
+            }
+        }
+    }
+
+    /// Follows the ring for as long as this replica serves `fleet`: on
+    /// every change, queues the keys that arrived and settles once the keys
+    /// that left are no longer reconciled here. `on_change` is told after
+    /// each.
+    pub async fn follow<B: ClusterBackend + 'static>(
+        self: Arc<Self>,
+        fleet: Arc<Fleet<B>>,
+        on_change: Option<OnShards>,
+    ) {
+        let Some(mut changes) = self.lock_membership().as_ref().map(Membership::changes) else {
+            return;
+        };
+        let mut settled_on: Option<String> = None;
+        loop {
+            let view = changes.borrow_and_update().clone();
+            let before = read(&self.handover).clone();
+            let mut after = before.clone();
+            after.observe(view.ring, view.settled);
+            let ring_changed = before.version_to_settle() != after.version_to_settle();
+            *self.handover.write().unwrap_or_else(|e| e.into_inner()) = after.clone();
+
+            // Keys that this replica could not reconcile before and may now:
+            // they were dropped from its queues, so queue them.
+            let mut arrived = 0;
+            let mut left = 0;
+            let mut owned = 0;
+            let mut waiting = 0;
+            let mut leaving = 0;
+            for (cluster, engine) in fleet.engines() {
+                let key = |k: &PrimaryKey| self.by.key(&cluster, k);
+                arrived += engine.queue_where(|k| {
+                    let k = key(k);
+                    after.may_reconcile(&k) && !before.may_reconcile(&k)
+                });
+                if ring_changed {
+                    left += engine.count_where(|k| {
+                        let k = key(k);
+                        before.ring().owns(&self.config.identity, &k)
+                            && !after.ring().owns(&self.config.identity, &k)
+                    });
+                }
+                owned += engine.count_where(|k| after.may_reconcile(&key(k)));
+                waiting += engine.count_where(|k| {
+                    let k = key(k);
+                    after.ring().owns(&self.config.identity, &k) && !after.may_reconcile(&k)
+                });
+                leaving += engine
+                    .in_flight_keys()
+                    .iter()
+                    .filter(|k| after.gave_up(&key(k)))
+                    .count();
+            }
+            let version = after.version_to_settle();
+            // Settle once nothing given up is still running here.
+            if leaving == 0 && settled_on.as_deref() != Some(version.as_str()) {
+                if let Some(membership) = self.lock_membership().as_ref() {
+                    membership.settle(&version);
+                }
+                settled_on = Some(version.clone());
+            }
+            if ring_changed {
+                tracing::info!(
+                    ring = %self.config.ring,
+                    version = %version,
+                    "rebalanced shard ring {} over {} replica(s): {} key(s) owned here now, {} arriving (waiting for their old owner to settle), {} given up ({} still reconciling)",
+                    self.config.ring,
+                    after.ring().replicas().len(),
+                    owned,
+                    waiting,
+                    left,
+                    leaving
+                );
+            }
+            if after.all_settled() && !before.all_settled() {
+                tracing::info!(
+                    ring = %self.config.ring,
+                    version = %version,
+                    "every one of the {} replica(s) of shard ring {} settled on version {version}: {owned} key(s) owned here, {arrived} of them arrived now",
+                    after.ring().replicas().len(),
+                    self.config.ring
+                );
+            }
+            let status = {
+                let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+                status.version = version;
+                status.settled = after.all_settled();
+                status.members = after
+                    .ring()
+                    .replicas()
+                    .iter()
+                    .map(|r| ShardMember {
+                        identity: r.id.clone(),
+                        settled: after.settled().get(&r.id).cloned(),
+                    })
+                    .collect();
+                status.keys_owned = owned;
+                status.keys_arriving = waiting;
+                status.keys_leaving = leaving;
+                status.moved_in_total += arrived as u64;
+                status.moved_out_total += left as u64;
+                status.rebalances_total += u64::from(ring_changed);
+                status.live = self.is_live();
+                status.clone()
+            };
+            if let Some(hook) = &on_change {
+                hook(&status);
+            }
+            // A settle that waits on reconciles in flight looks again soon;
+            // otherwise the next change of the ring wakes this.
+            if leaving > 0 {
+                tokio::time::sleep(SETTLE_POLL).await;
+            } else if tokio::time::timeout(Duration::from_secs(5), changes.changed())
+                .await
+                .is_ok_and(|r| r.is_err())
+            {
+                return;
+            }
+        }
+    }
+
+    fn lock_membership(&self) -> std::sync::MutexGuard<'_, Option<Membership>> {
+        self.membership.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn read(handover: &RwLock<Handover>) -> std::sync::RwLockReadGuard<'_, Handover> {
+    handover.read().unwrap_or_else(|e| e.into_inner())
+}

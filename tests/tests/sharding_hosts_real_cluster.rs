@@ -1,0 +1,481 @@
+//! `run --sharding` on a real API server, end to end: replicas of the host,
+//! each with credentials of its own, share the PodSets of one namespace.
+//!
+//! 1. Three replicas converge 300 PodSets, each reconciling a share.
+//! 2. The ring goes 3 -> 2 (SIGTERM) -> 4 (two new replicas) while PodSets
+//!    are being created throughout; none is lost or doubled.
+//! 3. One replica is killed with SIGKILL in the middle of a burst: the
+//!    others take its keys once its Lease expires, and the burst converges.
+//! 4. The API server's audit log (one user per replica) shows that no
+//!    object was written by two replicas in overlapping windows: within
+//!    each stretch between two of the test's changes of the ring, the
+//!    writes of one object by different replicas never interleave.
+//!
+//! It needs an audit log, so it starts a control plane of its own
+//! (`../shared/kube`); skipped (passing, with a SKIPPED line) unless
+//! `RECONCILER_E2E=1` and that script are there.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, ensure};
+use futures::StreamExt as _;
+use kube::api::{DynamicObject, ListParams, PostParams};
+use reconciler_sdk::KindRef;
+use reconciler_sdk::k8s_openapi::jiff::Timestamp;
+use reconciler_tests::real_cluster::kubeconfig::minted;
+use reconciler_tests::real_cluster::podset_convergence::problem;
+use reconciler_tests::real_cluster::{HostProcess, Probe, RealCluster, Suite, TEST_MANAGER};
+use reconciler_tests::{example_plugin, root};
+use serde_json::{Value, json};
+
+const SUITE: Suite = Suite {
+    name: "sharding_hosts_real_cluster",
+    host_binary: env!("CARGO_BIN_EXE_reconciler-host-under-test"),
+};
+
+/// The ring's name, as `--sharding-id`.
+const RING: &str = "podsets";
+/// The host's Lease timing (run --sharding uses leader election's): a
+/// replica killed without a word leaves the ring when its Lease expires.
+const LEASE_DURATION: Duration = Duration::from_secs(15);
+const RETRY_PERIOD: Duration = Duration::from_secs(2);
+/// Reading the Leases, settling, and the test's own polling, on a loaded
+/// CI machine.
+const MARGIN: Duration = Duration::from_secs(10);
+/// Host start (compiles are cached across tests), first lists, and
+/// hundreds of reconciles and pods: the margin is for a loaded machine.
+const CONVERGE_TIMEOUT: Duration = Duration::from_secs(240);
+const CREATES_IN_FLIGHT: usize = 8;
+
+fn podsets() -> KindRef {
+    KindRef::new("example.com", "v1alpha1", "PodSet")
+}
+
+fn deployments() -> KindRef {
+    KindRef::new("apps", "v1", "Deployment")
+}
+
+fn podset_crd() -> PathBuf {
+    root().join("crds/podset.yaml")
+}
+
+fn name_of(i: usize) -> String {
+    format!("ps-{i:03}")
+}
+
+/// The audit policy: every write of the replicas (users `replica-*`) to
+/// Deployments and PodSets, at Metadata level; nothing else.
+fn audit_flags(dir: &Path, replicas: &[&str]) -> Result<String> {
+    let policy = dir.join("policy.yaml");
+    let users = replicas.join(", ");
+    std::fs::write(
+        &policy,
+        format!(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
+             - level: Metadata\n  users: [{users}]\n  verbs: [create, update, patch, delete]\n  resources:\n  \
+             - group: apps\n    resources: [deployments]\n  \
+             - group: example.com\n    resources: [podsets, podsets/status]\n\
+             - level: None\n"
+        ),
+    )?;
+    Ok(format!(
+        "--audit-policy-file={} --audit-log-path={}",
+        policy.display(),
+        dir.join("audit.log").display()
+    ))
+}
+
+/// One write of one object by one replica, from the audit log.
+#[derive(Debug)]
+struct Write {
+    at: Timestamp,
+    user: String,
+    object: String,
+}
+
+fn audited_writes(dir: &Path) -> Result<Vec<Write>> {
+    let text = std::fs::read_to_string(dir.join("audit.log")).context("reading the audit log")?;
+    let mut writes = Vec::new();
+    for line in text.lines() {
+        let entry: Value = serde_json::from_str(line)?;
+        let reference = &entry["objectRef"];
+        let Some(name) = reference["name"].as_str() else {
+            continue;
+        };
+        writes.push(Write {
+            at: entry["requestReceivedTimestamp"]
+                .as_str()
+                .context("an audit entry without requestReceivedTimestamp")?
+                .parse()?,
+            user: entry["user"]["username"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            // The PodSet and its status are one object to its writer.
+            object: format!(
+                "{}/{}/{}",
+                reference["resource"].as_str().unwrap_or_default(),
+                reference["namespace"].as_str().unwrap_or_default(),
+                name
+            ),
+        });
+    }
+    Ok(writes)
+}
+
+/// Objects whose writes by two replicas interleave within one stretch
+/// between `boundaries`; and how many objects were written by more than
+/// one replica in all (so the check is seen not to be vacuous).
+fn overlapping_writers(writes: &[Write], boundaries: &[Timestamp]) -> (Vec<String>, usize) {
+    // object -> stretch -> replica -> (first, last)
+    type Windows = BTreeMap<usize, BTreeMap<String, (Timestamp, Timestamp)>>;
+    let mut objects: BTreeMap<&str, Windows> = BTreeMap::new();
+    let mut writers: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
+    for write in writes {
+        let stretch = boundaries.iter().filter(|b| **b <= write.at).count();
+        let window = objects
+            .entry(&write.object)
+            .or_default()
+            .entry(stretch)
+            .or_default()
+            .entry(write.user.clone())
+            .or_insert((write.at, write.at));
+        window.0 = window.0.min(write.at);
+        window.1 = window.1.max(write.at);
+        writers
+            .entry(&write.object)
+            .or_default()
+            .insert(&write.user);
+    }
+    let mut overlaps = Vec::new();
+    for (object, stretches) in &objects {
+        for (stretch, by_user) in stretches {
+            let mut windows: Vec<(&String, &(Timestamp, Timestamp))> = by_user.iter().collect();
+            windows.sort_by_key(|(_, (first, _))| *first);
+            for pair in windows.windows(2) {
+                let ((a, (_, a_last)), (b, (b_first, _))) = (pair[0], pair[1]);
+                if b_first <= a_last {
+                    overlaps.push(format!(
+                        "{object} in stretch {stretch}: {a} wrote until {a_last}, {b} from {b_first}"
+                    ));
+                }
+            }
+        }
+    }
+    let shared = writers.values().filter(|users| users.len() > 1).count();
+    (overlaps, shared)
+}
+
+/// Starts replica `name` with credentials of its own (user `name`).
+fn start(cx: &RealCluster, name: &str) -> Result<HostProcess> {
+    let kubeconfig = cx.workdir().join(format!("{name}.kubeconfig"));
+    std::fs::write(
+        &kubeconfig,
+        minted(cx.own_control_plane()?, name, "system:masters")?,
+    )?;
+    let ns = cx.namespace.clone();
+    cx.start_replica_with_env(
+        name,
+        &[example_plugin("podset")],
+        &[
+            "--sharding",
+            "--sharding-namespace",
+            &ns,
+            "--sharding-id",
+            RING,
+        ],
+        &[("KUBECONFIG", kubeconfig.to_str().context("a UTF-8 path")?)],
+    )
+}
+
+fn settled_line(n: usize) -> String {
+    format!("every one of the {n} replica(s) of shard ring {RING} settled")
+}
+
+/// How many times `replica` has said every one of `n` replicas settled.
+fn settles(replica: &HostProcess, n: usize) -> usize {
+    replica.log_lines_with(&[&settled_line(n)]).len()
+}
+
+/// Waits until each of `replicas` says every one of `n` replicas settled
+/// once more than it had said so before (`before`, by replica).
+async fn settled_over(
+    cx: &RealCluster,
+    replicas: &[&HostProcess],
+    before: &[usize],
+    n: usize,
+) -> Result<()> {
+    for (replica, before) in replicas.iter().zip(before) {
+        cx.wait_for(
+            &format!(
+                "replica (pid {}) to see {n} replicas settled",
+                replica.pid()
+            ),
+            CONVERGE_TIMEOUT,
+            async || {
+                replica.ensure_running()?;
+                let seen = settles(replica, n);
+                Ok(if seen > *before {
+                    Probe::Ready(())
+                } else {
+                    Probe::Pending(format!("{seen} such lines, {before} before"))
+                })
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Creates PodSets `range` (size 1), a few at a time.
+async fn create(cx: &RealCluster, range: std::ops::Range<usize>) -> Result<()> {
+    let api = cx.api(&podsets()).await?;
+    let post = PostParams {
+        field_manager: Some(TEST_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    let results: Vec<Result<()>> = futures::stream::iter(range)
+        .map(|i| {
+            let (api, post) = (&api, &post);
+            async move {
+                let name = name_of(i);
+                let body: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+                    "metadata": {"name": name}, "spec": {"size": 1}}))?;
+                api.create(post, &body)
+                    .await
+                    .with_context(|| format!("creating PodSet {name}"))?;
+                Ok(())
+            }
+        })
+        .buffer_unordered(CREATES_IN_FLIGHT)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+async fn converged(cx: &RealCluster, expected: usize) -> Result<()> {
+    cx.wait_for(
+        &format!("each of the {expected} PodSets to have its one Deployment and its pods listed"),
+        CONVERGE_TIMEOUT,
+        async || {
+            Ok(match problem(cx, expected).await? {
+                Some(problem) => Probe::Pending(problem),
+                None => Probe::Ready(()),
+            })
+        },
+    )
+    .await
+}
+
+/// Deployments each replica created (wrote first), from the audit log.
+fn created_by(writes: &[Write]) -> BTreeMap<String, usize> {
+    let mut first_writer: BTreeMap<&str, &str> = BTreeMap::new();
+    for write in writes
+        .iter()
+        .filter(|w| w.object.starts_with("deployments/"))
+    {
+        first_writer.entry(&write.object).or_insert(&write.user);
+    }
+    let mut created = BTreeMap::new();
+    for user in first_writer.values() {
+        *created.entry(user.to_string()).or_default() += 1;
+    }
+    created
+}
+
+#[test]
+fn replicas_share_the_podsets_and_no_object_ever_has_two_writers() {
+    let audit = tempfile::tempdir().expect("a temporary directory");
+    let users = [
+        "replica-a",
+        "replica-b",
+        "replica-c",
+        "replica-d",
+        "replica-e",
+    ];
+    let flags = audit_flags(audit.path(), &users).expect("the audit policy");
+    SUITE.run_on_own_control_plane(
+        "replicas_share_the_podsets_and_no_object_ever_has_two_writers",
+        &[("APISERVER_EXTRA", flags.as_str())],
+        async |cx| {
+            let mut replicas: Vec<HostProcess> = Vec::new();
+            let outcome = sharded(cx, audit.path(), &mut replicas).await;
+            if outcome.is_err() {
+                for replica in &replicas {
+                    eprintln!("{}", replica.log_tail());
+                }
+            }
+            outcome
+        },
+    );
+}
+
+async fn sharded(
+    cx: &mut RealCluster,
+    audit: &Path,
+    replicas: &mut Vec<HostProcess>,
+) -> Result<()> {
+    cx.install_crds(&podset_crd()).await?;
+    let mut boundaries = Vec::new();
+
+    cx.step("1. three replicas, 300 PodSets");
+    for name in ["replica-a", "replica-b", "replica-c"] {
+        replicas.push(start(cx, name)?);
+    }
+    settled_over(cx, &replicas.iter().collect::<Vec<_>>(), &[0, 0, 0], 3).await?;
+    let started = Instant::now();
+    create(cx, 0..300).await?;
+    converged(cx, 300).await?;
+    cx.step(format!(
+        "three replicas converged 300 PodSets in {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+    let shares = created_by(&audited_writes(audit)?);
+    cx.step(format!("Deployments created per replica: {shares:?}"));
+    for name in ["replica-a", "replica-b", "replica-c"] {
+        let share = shares.get(name).copied().unwrap_or(0);
+        // A third each by the hash: 100 +- 8 (one standard deviation).
+        ensure!(
+            (50..=150).contains(&share),
+            "{name} created {share} of the 300 Deployments, expected about a third: {shares:?}"
+        );
+    }
+
+    cx.step("2. 3 -> 2: replica-c stops (SIGTERM) while PodSets 300..350 are created");
+    boundaries.push(Timestamp::now());
+    let before = [settles(&replicas[0], 2), settles(&replicas[1], 2)];
+    let stopping = replicas[2].stop();
+    let (stopped, created) = tokio::join!(stopping, create(cx, 300..350));
+    stopped?;
+    created?;
+    settled_over(cx, &[&replicas[0], &replicas[1]], &before, 2).await?;
+    converged(cx, 350).await?;
+    cx.step("two replicas converged 350 PodSets");
+
+    cx.step("3. 2 -> 4: replica-d and replica-e join while PodSets 350..400 are created");
+    boundaries.push(Timestamp::now());
+    let before = [settles(&replicas[0], 4), settles(&replicas[1], 4), 0, 0];
+    replicas.push(start(cx, "replica-d")?);
+    replicas.push(start(cx, "replica-e")?);
+    create(cx, 350..400).await?;
+    settled_over(
+        cx,
+        &[&replicas[0], &replicas[1], &replicas[3], &replicas[4]],
+        &before,
+        4,
+    )
+    .await?;
+    converged(cx, 400).await?;
+    cx.step("four replicas converged 400 PodSets");
+
+    cx.step("4. SIGKILL of replica-d in the middle of a burst of 100");
+    let deployments_api = cx.api(&deployments()).await?;
+    let before: Vec<usize> = [0, 1, 4]
+        .iter()
+        .map(|i| settles(&replicas[*i], 3))
+        .collect();
+    let burst = create(cx, 400..500);
+    let killer = async {
+        cx.wait_for(
+            "20 Deployments of the burst",
+            CONVERGE_TIMEOUT,
+            async || {
+                let listed = deployments_api
+                    .list_metadata(&ListParams::default())
+                    .await?;
+                Ok(match listed.items.len() {
+                    n if n >= 420 => Probe::Ready(n),
+                    n => Probe::Pending(format!("{n} Deployments")),
+                })
+            },
+        )
+        .await?;
+        replicas[3].sigkill()?;
+        Ok::<_, anyhow::Error>((Instant::now(), Timestamp::now()))
+    };
+    let (created, killed) = tokio::join!(burst, killer);
+    created?;
+    let (killed, killed_at) = killed?;
+    boundaries.push(killed_at);
+    cx.step("killed replica-d with SIGKILL");
+    settled_over(cx, &[&replicas[0], &replicas[1], &replicas[4]], &before, 3).await?;
+    let took = killed.elapsed();
+    cx.step(format!(
+        "the other three settled without replica-d {:.1} s after the kill",
+        took.as_secs_f64()
+    ));
+    let limit = LEASE_DURATION + RETRY_PERIOD + MARGIN;
+    ensure!(
+        took <= limit,
+        "the others took replica-d's keys {:.1} s after it was killed; expected within the lease \
+         duration ({} s) and a few seconds",
+        took.as_secs_f64(),
+        LEASE_DURATION.as_secs()
+    );
+    converged(cx, 500).await?;
+    cx.step("three replicas converged all 500 PodSets");
+
+    cx.step("5. the audit log: no object written by two replicas at once");
+    let writes = audited_writes(audit)?;
+    let (overlaps, shared) = overlapping_writers(&writes, &boundaries);
+    cx.step(format!(
+        "{} writes audited; {shared} objects were written by more than one replica over the test",
+        writes.len()
+    ));
+    ensure!(
+        shared > 0,
+        "no object was written by two replicas over the whole test: no key moved while written, \
+         so the check below would prove nothing"
+    );
+    ensure!(
+        overlaps.is_empty(),
+        "{} object(s) had two writers at once, such as: {:#?}",
+        overlaps.len(),
+        overlaps.iter().take(5).collect::<Vec<_>>()
+    );
+    for (i, replica) in replicas.iter().enumerate() {
+        if i != 2 && i != 3 {
+            replica.stop().await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod overlap_check {
+    use super::*;
+
+    fn write(at: i64, user: &str, object: &str) -> Write {
+        Write {
+            at: Timestamp::from_second(at).unwrap(),
+            user: user.to_string(),
+            object: object.to_string(),
+        }
+    }
+
+    #[test]
+    fn interleaved_writers_are_reported_and_a_handover_is_not() {
+        let writes = [
+            // Handed over from a to b: a stops before b starts.
+            write(10, "replica-a", "deployments/ns/x"),
+            write(20, "replica-a", "deployments/ns/x"),
+            write(30, "replica-b", "deployments/ns/x"),
+            // Interleaved: b writes between two writes of c.
+            write(10, "replica-c", "deployments/ns/y"),
+            write(15, "replica-b", "deployments/ns/y"),
+            write(20, "replica-c", "deployments/ns/y"),
+            // a, then b, then a again after a change of the ring (at 50).
+            write(40, "replica-a", "deployments/ns/z"),
+            write(45, "replica-b", "deployments/ns/z"),
+            write(60, "replica-a", "deployments/ns/z"),
+        ];
+        let boundaries = [Timestamp::from_second(50).unwrap()];
+        let (overlaps, shared) = overlapping_writers(&writes, &boundaries);
+        assert_eq!(shared, 3);
+        assert_eq!(overlaps.len(), 1, "{overlaps:?}");
+        assert!(overlaps[0].starts_with("deployments/ns/y"), "{overlaps:?}");
+    }
+}
