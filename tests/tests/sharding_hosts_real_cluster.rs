@@ -24,9 +24,10 @@ use futures::StreamExt as _;
 use kube::api::{DynamicObject, ListParams, PostParams};
 use reconciler_sdk::KindRef;
 use reconciler_sdk::k8s_openapi::jiff::Timestamp;
-use reconciler_tests::real_cluster::kubeconfig::minted;
 use reconciler_tests::real_cluster::podset_convergence::problem;
-use reconciler_tests::real_cluster::{HostProcess, Probe, RealCluster, Suite, TEST_MANAGER};
+use reconciler_tests::real_cluster::{
+    HostProcess, Probe, RealCluster, SeverableLink, Suite, TEST_MANAGER, kubeconfig,
+};
 use reconciler_tests::{example_plugin, root};
 use serde_json::{Value, json};
 
@@ -173,7 +174,7 @@ fn start(cx: &RealCluster, name: &str) -> Result<HostProcess> {
     let kubeconfig = cx.workdir().join(format!("{name}.kubeconfig"));
     std::fs::write(
         &kubeconfig,
-        minted(cx.own_control_plane()?, name, "system:masters")?,
+        kubeconfig::minted(cx.own_control_plane()?, name, "system:masters")?,
     )?;
     let ns = cx.namespace.clone();
     cx.start_replica_with_env(
@@ -441,6 +442,128 @@ async fn sharded(
             replica.stop().await?;
         }
     }
+    Ok(())
+}
+
+/// Point 4: a replica cut off from the API server stops before its keys
+/// can be taken: it exits (non-zero, saying why) once its renewals have
+/// failed for the renew deadline, before the other sees its Lease expire
+/// and settles without it; the other then converges every PodSet.
+#[test]
+fn a_partitioned_replica_stops_before_its_keys_are_taken() {
+    SUITE.run_on_own_control_plane(
+        "a_partitioned_replica_stops_before_its_keys_are_taken",
+        &[],
+        async |cx| {
+            let mut replicas: Vec<HostProcess> = Vec::new();
+            let outcome = partitioned(cx, &mut replicas).await;
+            if outcome.is_err() {
+                for replica in &replicas {
+                    eprintln!("{}", replica.log_tail());
+                }
+            }
+            outcome
+        },
+    );
+}
+
+async fn partitioned(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Result<()> {
+    cx.install_crds(&podset_crd()).await?;
+    let link = SeverableLink::start(cx.own_control_plane()?.api_server_address()?)?;
+    let through_link = cx.workdir().join("through-link.kubeconfig");
+    kubeconfig::with_server(cx.kubeconfig(), &link.url(), &through_link)?;
+    let ns = cx.namespace.clone();
+    let args = [
+        "--sharding",
+        "--sharding-namespace",
+        &ns,
+        "--sharding-id",
+        RING,
+    ];
+    let plugins = [example_plugin("podset")];
+    let direct = cx
+        .kubeconfig()
+        .context("the control plane's kubeconfig")?
+        .to_str()
+        .context("a UTF-8 path")?
+        .to_string();
+    replicas.push(cx.start_replica_with_env(
+        "replica-a",
+        &plugins,
+        &args,
+        &[("KUBECONFIG", &direct)],
+    )?);
+    replicas.push(cx.start_replica_with_env(
+        "replica-b",
+        &plugins,
+        &args,
+        &[("KUBECONFIG", through_link.to_str().context("a UTF-8 path")?)],
+    )?);
+    settled_over(cx, &[&replicas[0], &replicas[1]], &[0, 0], 2).await?;
+    create(cx, 0..40).await?;
+    converged(cx, 40).await?;
+    let b_wrote = replicas[1]
+        .log_lines_with(&["podset PodSet", "created Deployment"])
+        .len();
+    ensure!(b_wrote > 0, "replica-b reconciled none of the 40 PodSets");
+    cx.step(format!(
+        "two replicas converged 40 PodSets, replica-b created {b_wrote} Deployments"
+    ));
+
+    let before = settles(&replicas[0], 1);
+    link.sever();
+    let severed = Instant::now();
+    cx.step("cut replica-b off from the API server");
+    // Resized while replica-b is cut off: its keys are converged by
+    // replica-a once it has taken them.
+    let api = cx.api(&podsets()).await?;
+    for i in 0..40 {
+        api.patch(
+            &name_of(i),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"size": 2}})),
+        )
+        .await?;
+    }
+    // Watch both: replica-b's exit and replica-a's settle without it.
+    let (mut b_exit, mut a_took) = (None, None);
+    let limit = LEASE_DURATION + RETRY_PERIOD + MARGIN * 2;
+    while b_exit.is_none() || a_took.is_none() {
+        ensure!(
+            severed.elapsed() < limit,
+            "{:.0} s after the cut: replica-b exited after {b_exit:?}, replica-a settled alone after {a_took:?}",
+            severed.elapsed().as_secs_f64()
+        );
+        if b_exit.is_none() && replicas[1].exited()?.is_some() {
+            b_exit = Some(severed.elapsed());
+        }
+        if a_took.is_none() && settles(&replicas[0], 1) > before {
+            a_took = Some(severed.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (b_exit, a_took) = (b_exit.unwrap_or_default(), a_took.unwrap_or_default());
+    cx.step(format!(
+        "replica-b exited {:.1} s after the cut; replica-a settled alone {:.1} s after it",
+        b_exit.as_secs_f64(),
+        a_took.as_secs_f64()
+    ));
+    ensure!(
+        b_exit < a_took,
+        "replica-b exited {:.1} s after the cut, after replica-a took its keys ({:.1} s)",
+        b_exit.as_secs_f64(),
+        a_took.as_secs_f64()
+    );
+    let status = replicas[1].exited()?.context("replica-b exited")?;
+    ensure!(
+        !status.success(),
+        "replica-b exited with {status}, expected a failure"
+    );
+    let said = replicas[1].log_lines_with(&["was not renewed within the renew deadline"]);
+    ensure!(!said.is_empty(), "replica-b did not say why it stopped");
+    converged(cx, 40).await?;
+    cx.step("replica-a converged the 40 PodSets resized during the cut");
+    replicas[0].stop().await?;
     Ok(())
 }
 

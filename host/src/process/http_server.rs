@@ -261,6 +261,67 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn shards_shows_the_ring_and_metrics_count_its_keys_and_moves() {
+        use crate::sharding::coordinator::{ShardMember, ShardsStatus};
+        let status = Arc::new(HostStatus::new());
+        let (code, text) = get_text(&status, "/shards").await;
+        assert_eq!(code, StatusCode::NOT_FOUND);
+        assert!(text.contains("--sharding"), "{text}");
+
+        let shards = ShardsStatus {
+            ring: "podsets".into(),
+            identity: "replica-a_1".into(),
+            live: true,
+            version: "v2".into(),
+            settled: false,
+            members: vec![
+                ShardMember {
+                    identity: "replica-a_1".into(),
+                    settled: Some("v2".into()),
+                },
+                ShardMember {
+                    identity: "replica-b_2".into(),
+                    settled: Some("v1".into()),
+                },
+            ],
+            keys_owned: 7,
+            keys_arriving: 3,
+            keys_leaving: 1,
+            moved_in_total: 10,
+            moved_out_total: 4,
+            rebalances_total: 2,
+            ..ShardsStatus::default()
+        };
+        status.metrics.shards(&shards);
+        let published = shards.clone();
+        status.set_shards(move || published.clone());
+        let (code, text) = get_text(&status, "/shards").await;
+        assert_eq!(code, StatusCode::OK);
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(json["keysOwned"], 7);
+        assert_eq!(json["members"][1]["settled"], "v1");
+        assert_eq!(json["settled"], false);
+
+        let (_, metrics) = get_text(&status, "/metrics").await;
+        for line in [
+            "reconciler_host_shard_replicas 2",
+            "reconciler_host_shard_keys{state=\"owned\"} 7",
+            "reconciler_host_shard_keys{state=\"arriving\"} 3",
+            "reconciler_host_shard_keys_moved_total{direction=\"in\"} 10",
+            "reconciler_host_shard_rebalances_total 2",
+        ] {
+            assert!(metrics.contains(line), "{line} in\n{metrics}");
+        }
+        // Counters follow the totals without counting twice.
+        status.metrics.shards(&ShardsStatus {
+            moved_in_total: 12,
+            ..shards
+        });
+        let (_, metrics) = get_text(&status, "/metrics").await;
+        assert!(metrics.contains("reconciler_host_shard_keys_moved_total{direction=\"in\"} 12"));
+    }
+
+    #[tokio::test]
     async fn plugins_and_metrics_report_what_the_loop_published() {
         let status = Arc::new(HostStatus::new());
         status.set_plugins(vec![PluginStatus {

@@ -167,6 +167,11 @@ impl HostProcess {
             .context("asking whether the host is still running")
     }
 
+    /// How the host exited, once it has.
+    pub fn exited(&self) -> Result<Option<ExitStatus>> {
+        self.try_wait()
+    }
+
     /// `Err` if the host has exited.
     pub fn ensure_running(&self) -> Result<()> {
         match self.try_wait()? {
