@@ -22,9 +22,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, ensure};
 use futures::StreamExt as _;
 use kube::api::{DynamicObject, ListParams, PostParams};
-use reconciler_sdk::KindRef;
 use reconciler_sdk::k8s_openapi::jiff::Timestamp;
-use reconciler_tests::real_cluster::podset_convergence::problem;
+use reconciler_tests::real_cluster::podset_convergence::{deployments, podsets, problem};
 use reconciler_tests::real_cluster::{
     HostProcess, Probe, RealCluster, SeverableLink, Suite, TEST_MANAGER, kubeconfig,
 };
@@ -49,14 +48,6 @@ const MARGIN: Duration = Duration::from_secs(10);
 /// hundreds of reconciles and pods: the margin is for a loaded machine.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(240);
 const CREATES_IN_FLIGHT: usize = 8;
-
-fn podsets() -> KindRef {
-    KindRef::new("example.com", "v1alpha1", "PodSet")
-}
-
-fn deployments() -> KindRef {
-    KindRef::new("apps", "v1", "Deployment")
-}
 
 fn podset_crd() -> PathBuf {
     root().join("crds/podset.yaml")

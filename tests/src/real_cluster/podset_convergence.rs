@@ -11,11 +11,12 @@ use serde_json::Value;
 
 use super::{RealCluster, owner_references, uid_of};
 
-fn podsets() -> KindRef {
+/// The example PodSet kind.
+pub fn podsets() -> KindRef {
     KindRef::new("example.com", "v1alpha1", "PodSet")
 }
 
-fn deployments() -> KindRef {
+pub fn deployments() -> KindRef {
     KindRef::new("apps", "v1", "Deployment")
 }
 
