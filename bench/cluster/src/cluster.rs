@@ -8,19 +8,25 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, bail};
 
 /// The controller's user on the bench's own cluster: its client
-/// certificate's CN, and the only user the audit policy logs.
+/// certificate's CN, and (with the replicas', `<user>-<i>`) the only users
+/// the audit policy logs.
 pub const CONTROLLER_USER: &str = "reconciler-bench-controller";
 
-/// Only the controller's requests, without their bodies; RequestReceived is
+/// How many replicas (`bench-cluster replicas`) the audit policy names.
+pub const REPLICA_USERS: usize = 8;
+
+/// Only the controllers' requests, without their bodies; RequestReceived is
 /// dropped so that each request is counted once, at ResponseComplete.
-const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-  - level: Metadata
-    users: ["reconciler-bench-controller"]
-  - level: None
-"#;
+fn audit_policy() -> String {
+    let users: Vec<String> = std::iter::once(CONTROLLER_USER.to_string())
+        .chain((0..REPLICA_USERS).map(|i| format!("{CONTROLLER_USER}-{i}")))
+        .map(|u| format!("{u:?}"))
+        .collect();
+    format!(
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [\"RequestReceived\"]\nrules:\n  - level: Metadata\n    users: [{}]\n  - level: None\n",
+        users.join(", ")
+    )
+}
 
 /// What a side gets to run on.
 pub struct Target {
@@ -81,7 +87,7 @@ impl LocalKube {
         }
         std::fs::create_dir_all(&state)
             .with_context(|| format!("creating the state dir {}", state.display()))?;
-        std::fs::write(state.join("audit-policy.yaml"), AUDIT_POLICY)?;
+        std::fs::write(state.join("audit-policy.yaml"), audit_policy())?;
         Ok(LocalKube {
             script,
             state,
@@ -102,7 +108,7 @@ impl LocalKube {
     }
 
     /// Stops the cluster if it runs, wipes etcd, starts it again.
-    fn fresh(&mut self) -> anyhow::Result<Target> {
+    pub fn fresh(&mut self) -> anyhow::Result<Target> {
         if self.started {
             self.down()?;
         }
@@ -141,7 +147,8 @@ impl LocalKube {
             .parse()
             .with_context(|| format!("{} holds no pid", pid_file.display()))?;
         let admin_kubeconfig = kube_dir.join("kubeconfig");
-        let controller_kubeconfig = self.controller_credentials(&kube_dir, &admin_kubeconfig)?;
+        let controller_kubeconfig =
+            self.credentials_in(&kube_dir, &admin_kubeconfig, CONTROLLER_USER)?;
         Ok(Target {
             admin_kubeconfig,
             controller_kubeconfig,
@@ -150,28 +157,38 @@ impl LocalKube {
         })
     }
 
-    /// A client certificate of the controller's own (signed by the cluster's
-    /// CA, in system:masters) and a kubeconfig with it. The certificates
-    /// survive a reset, so this is done once per state dir.
-    fn controller_credentials(
+    /// A kubeconfig of `target` for `user` (one replica of several).
+    pub fn credentials(&self, target: &Target, user: &str) -> anyhow::Result<PathBuf> {
+        self.credentials_in(&self.state.join("kube"), &target.admin_kubeconfig, user)
+    }
+
+    /// A client certificate of `user`'s own (signed by the cluster's CA, in
+    /// system:masters) and a kubeconfig with it. The certificates survive a
+    /// reset, so this is done once per state dir and user.
+    fn credentials_in(
         &self,
         kube_dir: &Path,
         admin_kubeconfig: &Path,
+        user: &str,
     ) -> anyhow::Result<PathBuf> {
         let pki = kube_dir.join("pki");
-        let key = self.state.join("controller.key");
-        let cert = self.state.join("controller.crt");
+        let key = self.state.join(format!("{user}.key"));
+        let cert = self.state.join(format!("{user}.crt"));
         if !cert.exists() {
-            let csr = self.state.join("controller.csr");
-            let ext = self.state.join("controller.ext");
+            let csr = self.state.join(format!("{user}.csr"));
+            let ext = self.state.join(format!("{user}.ext"));
             std::fs::write(
                 &ext,
                 "[v3_client]\nbasicConstraints = critical,CA:FALSE\n\
                  keyUsage = critical,digitalSignature,keyEncipherment\n\
                  extendedKeyUsage = clientAuth\n",
             )?;
-            let subject = format!("/O=system:masters/CN={CONTROLLER_USER}");
-            let serial = format!("0x{:x}", std::process::id() as u64 * 7919 + 1);
+            let subject = format!("/O=system:masters/CN={user}");
+            let serial = format!(
+                "0x{:x}{:04x}",
+                std::process::id() as u64 * 7919 + 1,
+                user.len() * 31 + user.bytes().map(usize::from).sum::<usize>()
+            );
             openssl(&["genrsa", "-out", path(&key), "2048"])?;
             openssl(&[
                 "req",
@@ -209,13 +226,13 @@ impl LocalKube {
             .lines()
             .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string))
             .with_context(|| format!("no server in {}", admin_kubeconfig.display()))?;
-        let kubeconfig = self.state.join("controller.kubeconfig");
+        let kubeconfig = self.state.join(format!("{user}.kubeconfig"));
         std::fs::write(
             &kubeconfig,
             format!(
                 "apiVersion: v1\nkind: Config\nclusters:\n- name: bench\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\n\
-                 users:\n- name: {CONTROLLER_USER}\n  user:\n    client-certificate: {cert}\n    client-key: {key}\n\
-                 contexts:\n- name: bench\n  context:\n    cluster: bench\n    user: {CONTROLLER_USER}\ncurrent-context: bench\n",
+                 users:\n- name: {user}\n  user:\n    client-certificate: {cert}\n    client-key: {key}\n\
+                 contexts:\n- name: bench\n  context:\n    cluster: bench\n    user: {user}\ncurrent-context: bench\n",
                 ca = pki.join("ca.crt").display(),
                 cert = cert.display(),
                 key = key.display(),

@@ -91,6 +91,23 @@ impl HostSetup {
     }
 }
 
+impl HostSetup {
+    /// The same host with `more` flags for `run` after the others.
+    pub fn with_more_args(&self, more: &[&str]) -> Self {
+        HostSetup {
+            bin: self.bin.clone(),
+            plugins_dir: self.plugins_dir.clone(),
+            compile_cache: self.compile_cache.clone(),
+            extra_args: self
+                .extra_args
+                .iter()
+                .cloned()
+                .chain(more.iter().map(|a| a.to_string()))
+                .collect(),
+        }
+    }
+}
+
 /// A running controller; dropping it kills it.
 pub struct ControllerProcess {
     child: Child,

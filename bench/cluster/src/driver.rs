@@ -21,9 +21,9 @@ use crate::procfs;
 use crate::stats::percentile;
 use crate::table::{Shape, SideRun, render};
 
-const PROBE_NAMESPACE: &str = "bench-probe";
+pub(crate) const PROBE_NAMESPACE: &str = "bench-probe";
 const SINGLES_NAMESPACE: &str = "bench-singles";
-const BULK_NAMESPACE: &str = "bench-bulk";
+pub(crate) const BULK_NAMESPACE: &str = "bench-bulk";
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -176,7 +176,7 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-async fn client_for(kubeconfig: &std::path::Path) -> anyhow::Result<Client> {
+pub(crate) async fn client_for(kubeconfig: &std::path::Path) -> anyhow::Result<Client> {
     let kubeconfig = Kubeconfig::read_from(kubeconfig)?;
     let config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
@@ -338,18 +338,18 @@ async fn settle(
 
 /// /proc/loadavg's first three fields: other work on the machine disturbs
 /// the wall times most.
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|| "unknown".into())
 }
 
-fn latest(times: &[Instant]) -> Instant {
+pub(crate) fn latest(times: &[Instant]) -> Instant {
     times.iter().copied().max().unwrap_or_else(Instant::now)
 }
 
-async fn install_crd(client: &Client) -> anyhow::Result<()> {
+pub(crate) async fn install_crd(client: &Client) -> anyhow::Result<()> {
     let crd: CustomResourceDefinition =
         serde_yaml_ng::from_str(CRD_YAML).context("parsing crds/podset.yaml")?;
     let api = Api::<CustomResourceDefinition>::all(client.clone());
@@ -371,7 +371,7 @@ async fn install_crd(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+pub(crate) async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
     let namespace: Namespace = serde_json::from_value(serde_json::json!({
         "metadata": { "name": name }
     }))?;
@@ -387,7 +387,7 @@ async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
 
 /// Creates PodSets `names` in `namespace` with `creators` at once; returns
 /// their keys.
-async fn create_podsets(
+pub(crate) async fn create_podsets(
     client: &Client,
     namespace: &str,
     names: &[String],
@@ -401,7 +401,7 @@ async fn create_podsets(
 /// Creates PodSets `names` in `namespace`, `creators` of them at once, each
 /// creator its share in turn; returns when each create was sent, in the
 /// order of `names`.
-async fn create_podsets_timed(
+pub(crate) async fn create_podsets_timed(
     client: &Client,
     namespace: &str,
     names: &[String],

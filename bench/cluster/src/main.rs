@@ -10,6 +10,7 @@ mod observer;
 mod plugin_apply;
 mod podset;
 mod procfs;
+mod replicas;
 mod stats;
 mod table;
 
@@ -37,6 +38,10 @@ enum Command {
     Run(driver::RunArgs),
     /// The native PodSet controller (KUBECONFIG), as the driver starts it.
     NativeController,
+    /// One host against N replicas sharding the same PodSets (`run --sharding`): each
+    /// replica's CPU, writes and memory next to the one host's, the time to converge, and the
+    /// keys that move when one replica is killed.
+    Replicas(replicas::ReplicasArgs),
     /// Time from applying a Plugin to its first reconcile, cold and warm, against dropping the
     /// same plugin into the plugins directory (KUBECONFIG; a registry on loopback).
     PluginApply(plugin_apply::PluginApplyArgs),
@@ -50,6 +55,9 @@ fn main() -> ExitCode {
             runtime.block_on(async {
                 match cli.command {
                     Command::NativeController => native::run().await.map(|()| ExitCode::SUCCESS),
+                    Command::Replicas(args) => {
+                        replicas::run(args).await.map(|()| ExitCode::SUCCESS)
+                    }
                     Command::PluginApply(args) => {
                         plugin_apply::run(args).await.map(|()| ExitCode::SUCCESS)
                     }

@@ -315,3 +315,38 @@ impl Coordinator {
 fn read(handover: &RwLock<Handover>) -> std::sync::RwLockReadGuard<'_, Handover> {
     handover.read().unwrap_or_else(|e| e.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::super::assignment::{Replica, Ring};
+    use super::*;
+
+    fn primary(i: usize) -> PrimaryKey {
+        PrimaryKey {
+            namespace: Some("default".into()),
+            name: format!("podset-{i}"),
+        }
+    }
+
+    fn owners(ring: &Ring, by: ShardBy, cluster: &str) -> BTreeSet<String> {
+        (0..50)
+            .filter_map(|i| ring.owner(&by.key(cluster, &primary(i))).map(str::to_string))
+            .collect()
+    }
+
+    #[test]
+    fn by_cluster_a_member_goes_whole_to_one_replica_and_by_object_it_is_spread() {
+        let ring = Ring::new(["a", "b", "c"].map(Replica::new));
+        let mut whole_on = BTreeSet::new();
+        for cluster in (0..12).map(|i| format!("member-{i}")) {
+            let by_cluster = owners(&ring, ShardBy::Cluster, &cluster);
+            assert_eq!(by_cluster.len(), 1, "{cluster}: {by_cluster:?}");
+            whole_on.extend(by_cluster);
+            assert_eq!(owners(&ring, ShardBy::Object, &cluster).len(), 3, "{cluster}");
+        }
+        // Twelve clusters are not all on one replica either.
+        assert!(whole_on.len() > 1, "{whole_on:?}");
+    }
+}
