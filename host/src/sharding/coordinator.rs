@@ -332,7 +332,10 @@ mod tests {
 
     fn owners(ring: &Ring, by: ShardBy, cluster: &str) -> BTreeSet<String> {
         (0..50)
-            .filter_map(|i| ring.owner(&by.key(cluster, &primary(i))).map(str::to_string))
+            .filter_map(|i| {
+                ring.owner(&by.key(cluster, &primary(i)))
+                    .map(str::to_string)
+            })
             .collect()
     }
 
@@ -344,7 +347,11 @@ mod tests {
             let by_cluster = owners(&ring, ShardBy::Cluster, &cluster);
             assert_eq!(by_cluster.len(), 1, "{cluster}: {by_cluster:?}");
             whole_on.extend(by_cluster);
-            assert_eq!(owners(&ring, ShardBy::Object, &cluster).len(), 3, "{cluster}");
+            assert_eq!(
+                owners(&ring, ShardBy::Object, &cluster).len(),
+                3,
+                "{cluster}"
+            );
         }
         // Twelve clusters are not all on one replica either.
         assert!(whole_on.len() > 1, "{whole_on:?}");
