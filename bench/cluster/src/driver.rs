@@ -25,28 +25,20 @@ pub(crate) const PROBE_NAMESPACE: &str = "bench-probe";
 const SINGLES_NAMESPACE: &str = "bench-singles";
 pub(crate) const BULK_NAMESPACE: &str = "bench-bulk";
 
+/// What both `run` and `replicas` take: the bulk phase, the cluster, the host.
 #[derive(Debug, clap::Args)]
-pub struct RunArgs {
-    /// Run one side only.
-    #[arg(long, value_enum)]
-    pub only: Option<Side>,
-    /// Runs of each side, each on a freshly reset cluster.
-    #[arg(long, default_value_t = 1)]
-    pub runs: usize,
+pub struct BulkArgs {
     /// PodSets of the bulk phase.
     #[arg(long, default_value_t = 1000)]
     pub count: usize,
     /// Concurrent creators of the bulk phase.
     #[arg(long, default_value_t = 16)]
     pub creators: usize,
-    /// PodSets created one at a time before the bulk phase.
-    #[arg(long, default_value_t = 50)]
-    pub singles: usize,
     /// spec.size of every PodSet (each gets that many Pods, which stay Pending).
     #[arg(long, default_value_t = 2)]
     pub size: i32,
     /// The kube script of a control plane for the bench's own use; without it
-    /// the bench runs against the cluster KUBECONFIG names.
+    /// `run` runs against the cluster KUBECONFIG names (`replicas` needs it).
     #[arg(long, default_value = "../shared/kube/kube")]
     pub kube: PathBuf,
     /// The state dir of that control plane, removed at the end
@@ -62,43 +54,65 @@ pub struct RunArgs {
     /// The podset plugin the host runs.
     #[arg(long, default_value = "plugins/podset.wasm")]
     pub plugin: PathBuf,
-    /// An extra flag for `reconciler-host run` (repeatable), e.g.
-    /// `--host-arg=--plugin-concurrency=64`.
-    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
-    pub host_arg: Vec<String>,
     /// Longest wait for any one phase.
     #[arg(long, default_value_t = 600)]
     pub timeout_secs: u64,
 }
 
+impl BulkArgs {
+    /// The state dir asked for, or one of this process's own.
+    pub fn state(&self) -> PathBuf {
+        self.state_dir.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("reconciler-bench-cluster-{}", std::process::id()))
+        })
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Run one side only.
+    #[arg(long, value_enum)]
+    pub only: Option<Side>,
+    /// Runs of each side, each on a freshly reset cluster.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+    /// PodSets created one at a time before the bulk phase.
+    #[arg(long, default_value_t = 50)]
+    pub singles: usize,
+    /// An extra flag for `reconciler-host run` (repeatable), e.g.
+    /// `--host-arg=--plugin-concurrency=64`.
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    pub host_arg: Vec<String>,
+    #[command(flatten)]
+    pub bulk: BulkArgs,
+}
+
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    if args.runs == 0 || args.creators == 0 || args.count == 0 || args.size < 0 {
+    if args.runs == 0 || args.bulk.creators == 0 || args.bulk.count == 0 || args.bulk.size < 0 {
         bail!("--runs, --count and --creators must be at least 1, --size at least 0");
     }
-    let state = args.state_dir.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("reconciler-bench-cluster-{}", std::process::id()))
-    });
-    let mut cluster = if args.kube.is_file() {
+    let state = args.bulk.state();
+    let mut cluster = if args.bulk.kube.is_file() {
         eprintln!(
             "bench-cluster: control plane from {}, state in {}",
-            args.kube.display(),
+            args.bulk.kube.display(),
             state.display()
         );
         Cluster::Local(LocalKube::new(
-            args.kube.clone(),
+            args.bulk.kube.clone(),
             state.clone(),
-            args.keep_state,
+            args.bulk.keep_state,
         )?)
     } else {
         let kubeconfig = std::env::var_os("KUBECONFIG").with_context(|| {
             format!(
                 "no control plane at {} (give --kube) and no KUBECONFIG: nothing to run against",
-                args.kube.display()
+                args.bulk.kube.display()
             )
         })?;
         eprintln!(
             "bench-cluster: no {}: running against KUBECONFIG={}; kube-apiserver CPU and the controller's writes are n/a (they need an API server and an audit log of the bench's own)",
-            args.kube.display(),
+            args.bulk.kube.display(),
             kubeconfig.to_string_lossy()
         );
         std::fs::create_dir_all(&state)?;
@@ -106,7 +120,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     // The local cluster removes its state dir itself when dropped.
     let _state_guard = RemoveOnDrop(
-        (matches!(cluster, Cluster::External(_)) && !args.keep_state).then(|| state.clone()),
+        (matches!(cluster, Cluster::External(_)) && !args.bulk.keep_state).then(|| state.clone()),
     );
     std::fs::create_dir_all(state.join("work"))?;
 
@@ -116,8 +130,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let host = if sides.contains(&Side::Host) {
         Some(HostSetup::prepare(
-            args.host_bin.clone(),
-            &args.plugin,
+            args.bulk.host_bin.clone(),
+            &args.bulk.plugin,
             &state.join("work"),
             args.host_arg.clone(),
         )?)
@@ -148,8 +162,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     let shape = Shape {
-        count: args.count,
-        creators: args.creators,
+        count: args.bulk.count,
+        creators: args.bulk.creators,
         singles: args.singles,
     };
     println!("{}", render(&shape, &native_runs, &host_runs));
@@ -197,7 +211,7 @@ async fn measure_side(
         create_namespace(&client, namespace).await?;
     }
     let observer = Observer::start(client.clone()).await?;
-    let timeout = Duration::from_secs(args.timeout_secs);
+    let timeout = Duration::from_secs(args.bulk.timeout_secs);
 
     let log = state.join(format!("{side}-controller.log"));
     let mut controller = ControllerProcess::start(side, host, &target.controller_kubeconfig, log)?;
@@ -207,7 +221,7 @@ async fn measure_side(
         &client,
         PROBE_NAMESPACE,
         &["probe".to_string()],
-        args.size,
+        args.bulk.size,
         1,
     )
     .await?;
@@ -227,7 +241,7 @@ async fn measure_side(
     for i in 0..args.singles {
         let name = format!("single-{i:03}");
         let sent = Instant::now();
-        let keys = create_podsets(&client, SINGLES_NAMESPACE, &[name], args.size, 1).await?;
+        let keys = create_podsets(&client, SINGLES_NAMESPACE, &[name], args.bulk.size, 1).await?;
         let seen = observer
             .deployments(&keys, timeout, || controller.check_running())
             .await?;
@@ -243,7 +257,7 @@ async fn measure_side(
     );
 
     // b. many at once
-    let names: Vec<String> = (0..args.count).map(|i| format!("ps-{i:05}")).collect();
+    let names: Vec<String> = (0..args.bulk.count).map(|i| format!("ps-{i:05}")).collect();
     let mut audit = match &target.audit_log {
         Some(path) => Some(AuditTail::from_end(path.clone(), CONTROLLER_USER)?),
         None => None,
@@ -254,8 +268,14 @@ async fn measure_side(
     let apiserver_cpu_before = target.apiserver_pid.map(procfs::cpu_time).transpose()?;
     let cpu_before = procfs::cpu_time(pid)?;
     let start = Instant::now();
-    let sent =
-        create_podsets_timed(&client, BULK_NAMESPACE, &names, args.size, args.creators).await?;
+    let sent = create_podsets_timed(
+        &client,
+        BULK_NAMESPACE,
+        &names,
+        args.bulk.size,
+        args.bulk.creators,
+    )
+    .await?;
     let keys: Vec<String> = names.iter().map(|n| key(BULK_NAMESPACE, n)).collect();
     let deployments_seen = observer
         .deployments(&keys, timeout, || controller.check_running())
@@ -268,7 +288,7 @@ async fn measure_side(
         .collect();
     eprintln!(
         "[{label}] {} PodSets: all Deployments after {:.2} s",
-        args.count,
+        args.bulk.count,
         all_deployments.as_secs_f64()
     );
     let filled = observer
@@ -277,7 +297,7 @@ async fn measure_side(
     let all_pod_names = latest(&filled).saturating_duration_since(start);
     eprintln!(
         "[{label}] {} PodSets: all status.podNames after {:.2} s; waiting for the controller to settle",
-        args.count,
+        args.bulk.count,
         all_pod_names.as_secs_f64()
     );
     let writes = settle(audit.as_mut(), &mut controller, Duration::from_secs(3)).await?;

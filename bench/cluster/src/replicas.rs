@@ -7,7 +7,7 @@
 //! Each replica has a client certificate of its own, so the audit log
 //! tells their writes apart.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -16,7 +16,7 @@ use crate::audit::{AuditTail, Writes};
 use crate::cluster::{CONTROLLER_USER, LocalKube, REPLICA_USERS};
 use crate::controller::{ControllerProcess, HostSetup, Side};
 use crate::driver::{
-    BULK_NAMESPACE, PROBE_NAMESPACE, client_for, create_namespace, create_podsets,
+    BULK_NAMESPACE, BulkArgs, PROBE_NAMESPACE, client_for, create_namespace, create_podsets,
     create_podsets_timed, install_crd, latest, load_average,
 };
 use crate::observer::{Observer, key};
@@ -27,35 +27,8 @@ pub struct ReplicasArgs {
     /// Replicas of the sharded side (the other side is one host).
     #[arg(long, default_value_t = 3)]
     pub replicas: usize,
-    /// PodSets created at once.
-    #[arg(long, default_value_t = 1000)]
-    pub count: usize,
-    /// Concurrent creators.
-    #[arg(long, default_value_t = 16)]
-    pub creators: usize,
-    /// spec.size of every PodSet.
-    #[arg(long, default_value_t = 2)]
-    pub size: i32,
-    /// The kube script of a control plane for the bench's own use (needed:
-    /// the writes come from its audit log).
-    #[arg(long, default_value = "../shared/kube/kube")]
-    pub kube: PathBuf,
-    /// The state dir of that control plane, removed at the end
-    /// [default: <temp dir>/reconciler-bench-replicas-<pid>].
-    #[arg(long)]
-    pub state_dir: Option<PathBuf>,
-    /// Keep the state dir (the replicas' logs, the last side's audit log).
-    #[arg(long)]
-    pub keep_state: bool,
-    /// The host binary.
-    #[arg(long, default_value = "target/release/reconciler-host")]
-    pub host_bin: PathBuf,
-    /// The podset plugin the host runs.
-    #[arg(long, default_value = "plugins/podset.wasm")]
-    pub plugin: PathBuf,
-    /// Longest wait for any one phase.
-    #[arg(long, default_value_t = 600)]
-    pub timeout_secs: u64,
+    #[command(flatten)]
+    pub bulk: BulkArgs,
 }
 
 /// One side: one host, or N sharding replicas.
@@ -87,20 +60,18 @@ pub async fn run(args: ReplicasArgs) -> anyhow::Result<()> {
     if args.replicas < 2 || args.replicas > REPLICA_USERS {
         bail!("--replicas must be between 2 and {REPLICA_USERS}");
     }
-    if !args.kube.is_file() {
+    if !args.bulk.kube.is_file() {
         bail!(
             "no control plane at {} (give --kube): the replicas' writes come from an audit log of the bench's own API server",
-            args.kube.display()
+            args.bulk.kube.display()
         );
     }
-    let state = args.state_dir.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("reconciler-bench-replicas-{}", std::process::id()))
-    });
-    let mut kube = LocalKube::new(args.kube.clone(), state.clone(), args.keep_state)?;
+    let state = args.bulk.state();
+    let mut kube = LocalKube::new(args.bulk.kube.clone(), state.clone(), args.bulk.keep_state)?;
     std::fs::create_dir_all(state.join("work"))?;
     let host = HostSetup::prepare(
-        args.host_bin.clone(),
-        &args.plugin,
+        args.bulk.host_bin.clone(),
+        &args.bulk.plugin,
         &state.join("work"),
         Vec::new(),
     )?;
@@ -164,7 +135,7 @@ async fn measure(
         create_namespace(&client, namespace).await?;
     }
     let observer = Observer::start(client.clone()).await?;
-    let timeout = Duration::from_secs(args.timeout_secs);
+    let timeout = Duration::from_secs(args.bulk.timeout_secs);
     let sharded = if n > 1 {
         host.with_more_args(&["--sharding", "--sharding-namespace", "default"])
     } else {
@@ -203,7 +174,7 @@ async fn measure(
         &client,
         PROBE_NAMESPACE,
         &["probe".to_string()],
-        args.size,
+        args.bulk.size,
         1,
     )
     .await?;
@@ -223,9 +194,16 @@ async fn measure(
         .iter()
         .map(|pid| procfs::cpu_time(*pid))
         .collect::<anyhow::Result<_>>()?;
-    let names: Vec<String> = (0..args.count).map(|i| format!("ps-{i:05}")).collect();
+    let names: Vec<String> = (0..args.bulk.count).map(|i| format!("ps-{i:05}")).collect();
     let start = Instant::now();
-    create_podsets_timed(&client, BULK_NAMESPACE, &names, args.size, args.creators).await?;
+    create_podsets_timed(
+        &client,
+        BULK_NAMESPACE,
+        &names,
+        args.bulk.size,
+        args.bulk.creators,
+    )
+    .await?;
     let keys: Vec<String> = names.iter().map(|n| key(BULK_NAMESPACE, n)).collect();
     let seen = observer.deployments(&keys, timeout, &mut still_ok).await?;
     let all_deployments = latest(&seen).saturating_duration_since(start);
@@ -235,11 +213,12 @@ async fn measure(
     let all_pod_names = latest(&filled).saturating_duration_since(start);
     eprintln!(
         "[{n} replica(s)] {} PodSets: all Deployments after {:.2} s, all status.podNames after {:.2} s",
-        args.count,
+        args.bulk.count,
         all_deployments.as_secs_f64(),
         all_pod_names.as_secs_f64()
     );
-    // Until no replica has written for 3 s (at most 60 s).
+    // Until no replica has written a Deployment, a status or an Event for
+    // 3 s (at most 60 s).
     let mut writes = vec![Writes::default(); n];
     let waited = Instant::now();
     let mut quiet_since = Instant::now();
@@ -248,7 +227,9 @@ async fn measure(
     {
         for (tail, total) in tails.iter_mut().zip(&mut writes) {
             let new = tail.read()?;
-            if new.total() > 0 {
+            // The Lease renewals (`other`, every 2 s) never stop: quiet
+            // means no reconcile writes.
+            if new.deployments + new.podset_status + new.events > 0 {
                 quiet_since = Instant::now();
             }
             total.add(&new);
@@ -354,7 +335,7 @@ fn render(args: &ReplicasArgs, one: &SideRun, many: &SideRun) -> String {
     let mut out = format!(
         "{} PodSets of size {} from {} concurrent creators; one host, then {n} replicas with --sharding, each on a freshly reset API server.\n\n\
          | | 1 replica | {n} replicas | {n} / 1 |\n|---|---|---|---|\n",
-        args.count, args.size, args.creators
+        args.bulk.count, args.bulk.size, args.bulk.creators
     );
     let mut row = |name: &str, a: String, b: String, r: String| {
         out.push_str(&format!("| {name} | {a} | {b} | {r} |\n"));
