@@ -214,7 +214,6 @@ impl Coordinator {
             let mut left = 0;
             let mut owned = 0;
             let mut waiting = 0;
-            let mut leaving = 0;
             for (cluster, engine) in fleet.engines() {
                 let key = |k: &PrimaryKey| self.by.key(&cluster, k);
                 arrived += engine.queue_where(|k| {
@@ -233,12 +232,8 @@ impl Coordinator {
                     let k = key(k);
                     after.ring().owns(&self.config.identity, &k) && !after.may_reconcile(&k)
                 });
-                leaving += engine
-                    .in_flight_keys()
-                    .iter()
-                    .filter(|k| after.gave_up(&key(k)))
-                    .count();
             }
+            let leaving = self.leaving(&fleet, &after);
             let version = after.version_to_settle();
             // Settle once nothing given up is still running here.
             if leaving == 0 && settled_on.as_deref() != Some(version.as_str()) {
@@ -294,10 +289,13 @@ impl Coordinator {
             if let Some(hook) = &on_change {
                 hook(&status);
             }
-            // A settle that waits on reconciles in flight looks again soon;
-            // otherwise the next change of the ring wakes this.
+            // A settle that waits on reconciles in flight looks again soon,
+            // at those alone (not every cached key), until they are done or
+            // the ring changes again.
             if leaving > 0 {
-                tokio::time::sleep(SETTLE_POLL).await;
+                while !changes.has_changed().unwrap_or(true) && self.leaving(&fleet, &after) > 0 {
+                    tokio::time::sleep(SETTLE_POLL).await;
+                }
             } else if tokio::time::timeout(Duration::from_secs(5), changes.changed())
                 .await
                 .is_ok_and(|r| r.is_err())
@@ -305,6 +303,21 @@ impl Coordinator {
                 return;
             }
         }
+    }
+
+    /// This replica's reconciles still running of keys it gave up.
+    fn leaving<B: ClusterBackend + 'static>(&self, fleet: &Fleet<B>, handover: &Handover) -> usize {
+        fleet
+            .engines()
+            .iter()
+            .map(|(cluster, engine)| {
+                engine
+                    .in_flight_keys()
+                    .iter()
+                    .filter(|k| handover.gave_up(&self.by.key(cluster, k)))
+                    .count()
+            })
+            .sum()
     }
 
     fn lock_membership(&self) -> std::sync::MutexGuard<'_, Option<Membership>> {
