@@ -1,17 +1,26 @@
-//! Which replica owns which key: weighted rendezvous (highest random
-//! weight) hashing.
+//! Which replica owns which key: each key falls in one of [`BUCKETS`]
+//! buckets, and each bucket goes to a replica by weighted rendezvous
+//! (highest random weight) hashing.
 //!
 //! Why rendezvous and not a ring of virtual nodes: every replica computes
-//! the owner of a key from the key and the member list alone, with no
+//! the owner of a bucket from the bucket and the member list alone, with no
 //! shared state to agree on; a member that joins takes from each other
-//! member about `1/N` of its keys and a member that leaves hands only its
-//! own keys to the others, which is the least any assignment can move.
-//! With N replicas and K keys an owner lookup costs N hashes, nothing for
-//! the few replicas a host runs.
+//! member about `1/N` of its buckets and a member that leaves hands only
+//! its own buckets to the others, which is the least any assignment can
+//! move.
+//!
+//! Why buckets and not keys: a bucket is a label value. Each primary and
+//! each child carries its primary's bucket (`reconciler-host.io/shard`),
+//! so a replica asks the API server for its own buckets alone and neither
+//! receives nor decodes the others' objects. A bucket never changes for a
+//! key, so nothing is relabelled when replicas come and go; only the
+//! replicas' label selectors change. 1,024 buckets keep each of a few
+//! replicas' shares within about 5% of even (256 left one of three
+//! replicas 19% short), and a selector of them a few kilobytes.
 //!
 //! The hash is SHA-256, not Rust's `DefaultHasher`: replicas of two
 //! versions run side by side during a rolling upgrade, and they must agree
-//! on every owner. `assignment_is_stable_across_builds` pins it.
+//! on every bucket and owner. `assignment_is_stable_across_builds` pins it.
 
 use sha2::{Digest, Sha256};
 
@@ -64,6 +73,34 @@ impl ShardKey {
     }
 }
 
+/// How many buckets the keys fall in: the first 10 bits of the key's hash.
+pub const BUCKETS: u16 = 1024;
+
+/// One of the [`BUCKETS`]; as a label value, three hex digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Bucket(u16);
+
+impl Bucket {
+    pub fn all() -> impl Iterator<Item = Bucket> {
+        (0..BUCKETS).map(Bucket)
+    }
+
+    /// The value of the shard label on the key's objects.
+    pub fn label_value(self) -> String {
+        format!("{:03x}", self.0)
+    }
+}
+
+impl ShardKey {
+    /// The bucket `self` falls in: the first 10 bits of its SHA-256.
+    pub fn bucket(&self) -> Bucket {
+        let mut encoded = Vec::with_capacity(64);
+        self.encode(&mut encoded);
+        let digest = Sha256::digest(&encoded);
+        Bucket(u16::from_be_bytes([digest[0], digest[1]]) >> 6)
+    }
+}
+
 /// A live replica: its identity (its Lease's holder) and how large a
 /// share it takes relative to the others (1 each by default).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,12 +118,14 @@ impl Replica {
     }
 }
 
-/// The live replicas, in a canonical order (by id): two replicas that see
-/// the same members assign every key alike, whatever order they listed
-/// them in.
+/// The live replicas, in a canonical order (by id), and the owner of each
+/// bucket: two replicas that see the same members assign every key alike,
+/// whatever order they listed them in.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ring {
     replicas: Vec<Replica>,
+    /// Index into `replicas` of each bucket's owner; empty on an empty ring.
+    owners: Vec<usize>,
 }
 
 impl Ring {
@@ -96,7 +135,25 @@ impl Ring {
         let mut replicas: Vec<Replica> = replicas.into_iter().filter(|r| r.weight > 0).collect();
         replicas.sort_by(|a, b| a.id.cmp(&b.id));
         replicas.dedup_by(|later, first| later.id == first.id);
-        Self { replicas }
+        let owners = if replicas.is_empty() {
+            Vec::new()
+        } else {
+            Bucket::all()
+                .map(|bucket| {
+                    let [high, low] = bucket.0.to_be_bytes();
+                    let encoded = [b'b', high, low];
+                    replicas
+                        .iter()
+                        .enumerate()
+                        .map(|(i, r)| (score(r, &encoded), i))
+                        // Ties (vanishingly rare) go to the smaller id, on
+                        // every replica.
+                        .max_by(|(a, a_i), (b, b_i)| a.total_cmp(b).then_with(|| b_i.cmp(a_i)))
+                        .map_or(0, |(_, i)| i)
+                })
+                .collect()
+        };
+        Self { replicas, owners }
     }
 
     pub fn replicas(&self) -> &[Replica] {
@@ -109,25 +166,31 @@ impl Ring {
 
     /// The replica that owns `key`, or none on an empty ring.
     pub fn owner(&self, key: &ShardKey) -> Option<&str> {
-        let mut encoded = Vec::with_capacity(64);
-        key.encode(&mut encoded);
-        self.replicas
-            .iter()
-            .map(|r| (score(r, &encoded), r.id.as_str()))
-            // Ties (vanishingly rare) go to the smaller id, on every replica.
-            .max_by(|(a, a_id), (b, b_id)| a.total_cmp(b).then_with(|| b_id.cmp(a_id)))
-            .map(|(_, id)| id)
+        self.owner_of(key.bucket())
+    }
+
+    /// The replica that owns `bucket`, or none on an empty ring.
+    pub fn owner_of(&self, bucket: Bucket) -> Option<&str> {
+        let i = *self.owners.get(usize::from(bucket.0))?;
+        Some(self.replicas[i].id.as_str())
     }
 
     /// Whether `replica` owns `key`.
     pub fn owns(&self, replica: &str, key: &ShardKey) -> bool {
         self.owner(key) == Some(replica)
     }
+
+    /// The buckets `replica` owns.
+    pub fn buckets_of(&self, replica: &str) -> Vec<Bucket> {
+        Bucket::all()
+            .filter(|b| self.owner_of(*b) == Some(replica))
+            .collect()
+    }
 }
 
-/// Weighted rendezvous score of `replica` for an encoded key: `-w / ln(u)`
+/// Weighted rendezvous score of `replica` for an encoded bucket: `-w / ln(u)`
 /// with `u` uniform in (0, 1) from the hash, so a replica of twice the
-/// weight wins twice as many keys.
+/// weight wins twice as many buckets.
 fn score(replica: &Replica, key: &[u8]) -> f64 {
     let mut hasher = Sha256::new();
     hasher.update((replica.id.len() as u64).to_be_bytes());
@@ -278,27 +341,47 @@ mod tests {
     #[test]
     fn assignment_is_stable_across_builds() {
         // Replicas of two versions must agree during a rolling upgrade: the
-        // owners of these keys are part of the contract between versions.
+        // buckets and owners of these keys are part of the contract between
+        // versions, and the buckets are labels on objects in clusters.
         let ring = ring(&["replica-a", "replica-b", "replica-c"]);
-        let owners: Vec<&str> = ["web", "api", "db", "cache", "queue", "auth"]
+        let names = ["web", "api", "db", "cache", "queue", "auth"];
+        let key = |name: &str| ShardKey::object("local", Some("default"), name);
+        let buckets: Vec<String> = names
             .iter()
-            .map(|name| {
-                ring.owner(&ShardKey::object("local", Some("default"), name))
-                    .unwrap()
-            })
+            .map(|name| key(name).bucket().label_value())
             .collect();
+        let owners: Vec<&str> = names
+            .iter()
+            .map(|name| ring.owner(&key(name)).unwrap())
+            .collect();
+        assert_eq!(buckets, PINNED_BUCKETS);
         assert_eq!(owners, PINNED_OWNERS);
     }
 
     /// Computed independently of this code (Python's hashlib and the
     /// encoding above); a change here changes the assignment between
-    /// versions.
+    /// versions and strands every labelled object.
+    const PINNED_BUCKETS: [&str; 6] = ["20e", "2f1", "1f5", "1d8", "36a", "126"];
     const PINNED_OWNERS: [&str; 6] = [
         "replica-c",
-        "replica-b",
-        "replica-b",
         "replica-a",
-        "replica-c",
         "replica-b",
+        "replica-c",
+        "replica-c",
+        "replica-c",
     ];
+
+    #[test]
+    fn every_bucket_has_one_owner_and_shares_are_near_even() {
+        let ring = ring(&["r-1", "r-2", "r-3"]);
+        let shares: Vec<usize> = ["r-1", "r-2", "r-3"]
+            .iter()
+            .map(|r| ring.buckets_of(r).len())
+            .collect();
+        assert_eq!(shares.iter().sum::<usize>(), usize::from(BUCKETS));
+        for n in shares {
+            assert!((300..=383).contains(&n), "{n} of 1024 buckets");
+        }
+        assert!(Ring::default().buckets_of("r-1").is_empty());
+    }
 }
