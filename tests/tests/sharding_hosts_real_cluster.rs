@@ -177,9 +177,85 @@ fn start(cx: &RealCluster, name: &str) -> Result<HostProcess> {
             &ns,
             "--sharding-id",
             RING,
+            // Port 0: the replicas of a test, and tests in parallel, never
+            // fight over one. The address bound is in the log.
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--metrics-insecure",
         ],
         &[("KUBECONFIG", kubeconfig.to_str().context("a UTF-8 path")?)],
     )
+}
+
+/// How many objects of `kind` `replica`'s cache holds, from its /metrics.
+async fn cached(replica: &HostProcess, kind: &str) -> Result<u64> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let marker = "serving /metrics and /plugins on http://";
+    let line = replica
+        .log_lines_with(&[marker])
+        .into_iter()
+        .next()
+        .context("the replica has not said where it serves /metrics")?;
+    let address = line
+        .split(marker)
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .context("no address after the marker")?
+        .to_string();
+    let mut stream = tokio::net::TcpStream::connect(&address).await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let series = format!("kind=\"{kind}\"}}");
+    Ok(response
+        .lines()
+        .filter(|l| l.starts_with("reconciler_host_cache_objects{") && l.contains(&series))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum())
+}
+
+/// Point 2's server-side selection: once every PodSet carries its shard
+/// label, each replica's cache holds its own PodSets and Deployments
+/// alone (the API server no longer sends it the others'), and together
+/// they hold each exactly once.
+async fn each_caches_its_share(
+    cx: &RealCluster,
+    replicas: &[HostProcess],
+    total: u64,
+) -> Result<()> {
+    cx.wait_for(
+        "each replica caching only its share",
+        CONVERGE_TIMEOUT,
+        async || {
+            let mut shares = Vec::new();
+            for replica in replicas {
+                shares.push((
+                    cached(replica, "PodSet").await?,
+                    cached(replica, "Deployment").await?,
+                ));
+            }
+            let podsets: u64 = shares.iter().map(|s| s.0).sum();
+            let deployments: u64 = shares.iter().map(|s| s.1).sum();
+            let most = shares.iter().map(|s| s.0.max(s.1)).max().unwrap_or(0);
+            Ok(
+                if podsets == total && deployments == total && most <= total / 2 {
+                    Probe::Ready(shares)
+                } else {
+                    Probe::Pending(format!(
+                        "(PodSets, Deployments) cached per replica: {shares:?}"
+                    ))
+                },
+            )
+        },
+    )
+    .await
+    .map(|shares| {
+        cx.step(format!(
+            "(PodSets, Deployments) cached per replica: {shares:?}"
+        ))
+    })
 }
 
 fn settled_line(n: usize) -> String {
@@ -325,6 +401,7 @@ async fn sharded(
         "three replicas converged 300 PodSets in {:.1} s",
         started.elapsed().as_secs_f64()
     ));
+    each_caches_its_share(cx, replicas, 300).await?;
     let shares = created_by(&audited_writes(audit)?);
     cx.step(format!("Deployments created per replica: {shares:?}"));
     for name in ["replica-a", "replica-b", "replica-c"] {

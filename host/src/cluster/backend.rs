@@ -12,6 +12,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use reconciler_contract::memory_cache::metadata_only;
+use reconciler_contract::selector::LabelSelector;
 use reconciler_contract::{EventType, KindRef};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -188,12 +189,23 @@ pub struct WatchScope {
     /// Cluster-scoped kinds are always watched whole.
     pub namespaces: BTreeSet<String>,
     pub metadata_only: bool,
+    /// Only objects whose labels match, selected by the API server (`run
+    /// --sharding`: this replica's shard); `None`: every object.
+    pub labels: Option<LabelSelector>,
 }
 
 impl WatchScope {
-    /// Whether `object` falls in the scope's namespaces.
+    /// Whether `object` falls in the scope's namespaces and labels.
     pub fn admits(&self, object: &Value) -> bool {
         self.admits_namespace(object.metadata_field("namespace").and_then(Value::as_str))
+            && self.admits_labels(object)
+    }
+
+    /// Whether `object`'s labels match the scope's selector.
+    pub fn admits_labels(&self, object: &Value) -> bool {
+        self.labels
+            .as_ref()
+            .is_none_or(|selector| selector.matches_object(object))
     }
 
     /// Whether an object in `namespace` (`None`: cluster-scoped) falls in

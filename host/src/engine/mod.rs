@@ -36,6 +36,7 @@ pub mod record;
 pub mod requeue;
 pub mod scope;
 pub mod scope_rules;
+pub mod shard_selection;
 pub mod shared_cache;
 pub mod work_queue;
 
@@ -46,6 +47,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use reconciler_contract::memory_cache::{is_deleting, resource_version_of};
+use reconciler_contract::selector::LabelSelector;
 use reconciler_contract::{ClusterInfo, EventType, KindRef, PluginMetadata};
 use reconciler_contract::{Projection, ReconcileRequest};
 use serde_json::Value;
@@ -62,6 +64,7 @@ use self::plan::{DeleteReason, Observed, has_finalizer};
 pub use self::record::{Change, Outcome, ReconcileRecord};
 use self::requeue::{Requeue, RequeuePolicy, at};
 pub use self::scope::{PrimarySelectors, ServeScope};
+use self::shard_selection::ShardSelection;
 use self::shared_cache::SharedCache;
 use self::work_queue::{BackoffPolicy, PrimaryKey, WorkQueue};
 use crate::cluster::{
@@ -69,7 +72,7 @@ use crate::cluster::{
     Propagation, WatchEvent, WatchEventType, WatchScope,
 };
 use crate::golden::recorder::{CaseRecorder, Recording, RecordingReader};
-use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput, ValidResponse};
+use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput, ValidResponse, WriteRole};
 
 /// Why an engine cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -212,6 +215,11 @@ pub struct Engine<B: ClusterBackend> {
     /// Which primaries this replica may reconcile now (`run --sharding`);
     /// `None`: all of them.
     owns: Option<KeyFilter>,
+    /// The shard label this replica selects its primaries and children
+    /// by (`run --sharding`); `None`: every object is watched.
+    shards: Option<ShardSelection>,
+    /// The label selector each watched kind was last watched with.
+    selected: Mutex<BTreeMap<KindRef, Option<LabelSelector>>>,
 }
 
 /// Says whether this replica may reconcile a primary now.
@@ -259,6 +267,8 @@ impl<B: ClusterBackend> Engine<B> {
             kind_scopes: Mutex::default(),
             cluster: Arc::new(ClusterInfo::local()),
             owns: None,
+            shards: None,
+            selected: Mutex::default(),
         }
     }
 
@@ -268,6 +278,15 @@ impl<B: ClusterBackend> Engine<B> {
     /// from a filled cache; see [`Self::queue_where`]).
     pub fn with_ownership(mut self, owns: KeyFilter) -> Self {
         self.owns = Some(owns);
+        self
+    }
+
+    /// Watches primaries and children by their shard label, asking the API
+    /// server for this replica's buckets alone, and labels the primaries
+    /// it reconciles and the children it applies (see `shard_selection`).
+    /// Call [`Self::reselect`] when the buckets change.
+    pub fn with_shard_selection(mut self, shards: ShardSelection) -> Self {
+        self.shards = Some(shards);
         self
     }
 
@@ -542,6 +561,8 @@ impl<B: ClusterBackend> Engine<B> {
     /// Watches every kind `plugin` declares that is not watched yet. A kind
     /// is watched as metadata only while every plugin declaring it reads it
     /// so; a plugin wanting whole objects of such a kind re-watches it whole.
+    /// Under sharding, a kind whose role changes with `plugin` is watched
+    /// again with its new selector.
     async fn watch_kinds(&self, plugin: &LoadedPlugin) -> Result<(), EngineError> {
         let name = &plugin.metadata().name;
         for kind in plugin.metadata().declared_kinds() {
@@ -551,53 +572,142 @@ impl<B: ClusterBackend> Engine<B> {
                         || !c.plugin().metadata().declared_kinds().any(|k| k == kind)
                         || c.plugin().metadata().projection_of(kind) == Projection::MetadataOnly
                 });
+            let labels = self.shard_selector(kind, Some(plugin.metadata()));
             let watched_as = self.lock_watched().get(kind).copied();
-            let rewatch = match watched_as {
+            let metadata_only = match watched_as {
                 // Whole objects serve everyone; metadata serves metadata.
-                Some(meta) if !meta || metadata_only => continue,
-                Some(_) => true,
-                None => false,
+                Some(meta) => meta && metadata_only,
+                None => metadata_only,
             };
-            self.lock_watched().insert(kind.clone(), metadata_only);
-            let scope = WatchScope {
-                namespaces: self.scope.namespaces.clone(),
-                metadata_only,
-            };
-            let stream = match self.backend.watch(kind, &scope).await {
-                Ok(stream) => stream,
-                Err(source) => {
-                    let mut watched = self.lock_watched();
-                    match watched_as {
-                        Some(before) => watched.insert(kind.clone(), before),
-                        None => watched.remove(kind),
-                    };
-                    return Err(EngineError::Watch {
-                        kind: kind.to_string(),
-                        source,
-                    });
-                }
-            };
-            self.take_list(kind, stream.initial, rewatch);
-            let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
-            // A re-watch replaces the old stream, whose task then stops.
-            watches.retain(|(k, _)| k != kind);
-            watches.push((kind.clone(), stream.events));
-            drop(watches);
-            self.watches_changed.notify_waiters();
+            if watched_as == Some(metadata_only) && self.lock_selected().get(kind) == Some(&labels)
+            {
+                continue;
+            }
+            self.watch_kind(kind, metadata_only, labels, watched_as)
+                .await?;
         }
         Ok(())
     }
 
+    /// Watches `kind` (again, when `watched_as` says how it was watched so
+    /// far) with `labels`, taking the list into the cache.
+    async fn watch_kind(
+        &self,
+        kind: &KindRef,
+        metadata_only: bool,
+        labels: Option<LabelSelector>,
+        watched_as: Option<bool>,
+    ) -> Result<(), EngineError> {
+        let rewatch = watched_as.is_some();
+        self.lock_watched().insert(kind.clone(), metadata_only);
+        let scope = WatchScope {
+            namespaces: self.scope.namespaces.clone(),
+            metadata_only,
+            labels: labels.clone(),
+        };
+        let stream = match self.backend.watch(kind, &scope).await {
+            Ok(stream) => stream,
+            Err(source) => {
+                let mut watched = self.lock_watched();
+                match watched_as {
+                    Some(before) => watched.insert(kind.clone(), before),
+                    None => watched.remove(kind),
+                };
+                return Err(EngineError::Watch {
+                    kind: kind.to_string(),
+                    source,
+                });
+            }
+        };
+        self.lock_selected().insert(kind.clone(), labels);
+        // Re-watched as it was (only its selector changed): cached objects
+        // at the listed version are current.
+        let keep_current = watched_as == Some(metadata_only);
+        self.take_list(kind, stream.initial, rewatch, keep_current);
+        let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        // A re-watch replaces the old stream, whose task then stops.
+        watches.retain(|(k, _)| k != kind);
+        watches.push((kind.clone(), stream.events));
+        drop(watches);
+        self.watches_changed.notify_waiters();
+        Ok(())
+    }
+
+    /// The shard selector `kind` is watched with now, `adding` counted
+    /// among the plugins serving it.
+    fn shard_selector(
+        &self,
+        kind: &KindRef,
+        adding: Option<&PluginMetadata>,
+    ) -> Option<LabelSelector> {
+        let shards = self.shards.as_ref()?;
+        let controllers = self.controllers();
+        let plugins = controllers
+            .iter()
+            .map(|(_, c)| c.plugin())
+            .collect::<Vec<_>>();
+        let metadata = plugins
+            .iter()
+            .map(|p| p.metadata())
+            .filter(|m| adding.is_none_or(|a| a.name != m.name))
+            .chain(adding);
+        shards.selector(shard_selection::role_of(kind, metadata)?)
+    }
+
+    /// Watches again, with the buckets this replica owns now, every kind
+    /// selected by the shard label: objects that left its buckets leave
+    /// the cache, those that came in are listed into it. Kinds already
+    /// watched with the current selector are left alone, so this is cheap
+    /// to call after every ring change, and retries what failed before.
+    pub async fn reselect(&self) -> Result<(), EngineError> {
+        if self.shards.is_none() {
+            return Ok(());
+        }
+        let watched = self.watched_kinds();
+        for (kind, metadata_only) in watched {
+            let labels = self.shard_selector(&kind, None);
+            if self.lock_selected().get(&kind) == Some(&labels) {
+                continue;
+            }
+            self.watch_kind(&kind, metadata_only, labels, Some(metadata_only))
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn lock_selected(&self) -> MutexGuard<'_, BTreeMap<KindRef, Option<LabelSelector>>> {
+        self.selected.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Takes a watch's first list into the cache. After a re-watch, cached
     /// objects missing from the list are gone.
-    fn take_list(&self, kind: &KindRef, list: Vec<ListedObject>, rewatch: bool) {
+    fn take_list(
+        &self,
+        kind: &KindRef,
+        list: Vec<ListedObject>,
+        rewatch: bool,
+        keep_current: bool,
+    ) {
         let now = self.clock.now_millis();
         let mut listed = BTreeSet::new();
         // One object parsed at a time: the list stays text until cached.
         for object in list {
             let event = object.into_event();
             if rewatch && let Some(key) = ObjectKey::of(&event.object) {
+                // Unchanged since it was cached: nothing to reconcile. A
+                // re-watch for a new shard selector lists every object this
+                // replica kept, and reconciling them all would be a storm.
+                let version = resource_version_of(&event.object);
+                let unchanged = keep_current
+                    && version.is_some()
+                    && self
+                        .cache
+                        .get(&key)
+                        .is_some_and(|cached| resource_version_of(&cached) == version);
                 listed.insert(key);
+                if unchanged {
+                    continue;
+                }
             }
             self.observe(&event, now);
         }
@@ -1127,6 +1237,24 @@ impl<B: ClusterBackend> Engine<B> {
             primary_json = primary.to_string().into();
             changes.push(Change::FinalizerAdded(finalizer.clone()));
         }
+        let bucket = self.shards.as_ref().map(|shards| shards.bucket_of(key));
+        if let Some(bucket) = &bucket
+            && !deleting
+            && shard_selection::label_of(&primary) != Some(bucket.as_str())
+        {
+            // Labelled once in its life: from then on only its owner's
+            // selector lists it.
+            primary = self
+                .backend
+                .apply(
+                    shard_selection::labelled_primary(&primary, bucket),
+                    shard_selection::SHARD_FIELD_MANAGER,
+                    true,
+                )
+                .await
+                .map_err(|e| backend_failure("labelling the primary with its shard", e))?;
+            primary_json = primary.to_string().into();
+        }
 
         // One snapshot of the children: what the plugin is shown is what
         // it may delete, and what is pruned, each by the uid seen here.
@@ -1192,8 +1320,15 @@ impl<B: ClusterBackend> Engine<B> {
                 answer: answer.as_ref(),
             });
         }
-        let response = answer.map_err(|e| (e.reason().to_string(), e.to_string()))?;
+        let mut response = answer.map_err(|e| (e.reason().to_string(), e.to_string()))?;
         self.check_response_scopes(key, &response)?;
+        if let Some(bucket) = &bucket {
+            for child in &mut response.apply {
+                if child.role == WriteRole::Owned {
+                    shard_selection::label(&mut child.object, bucket);
+                }
+            }
+        }
 
         let superseded_finalizers = controller.state().superseded_finalizers.clone();
         let plan = {

@@ -23,6 +23,7 @@ use crate::cluster::ClusterBackend;
 use crate::cluster::clock::rfc3339;
 use crate::cluster::{Clock, RealClock};
 use crate::engine::dispatch::{Dispatcher, OnFinished, Wake};
+use crate::engine::shard_selection::ShardSelection;
 use crate::engine::{Engine, KeyFilter, ReconcileRecord, ServeScope};
 use crate::golden::recorder::CaseRecorder;
 use crate::plugin::LoadedPlugin;
@@ -77,7 +78,14 @@ pub struct Settings {
 }
 
 /// Gives, for a member's name, which of its primaries this replica owns.
-pub type MemberOwnership = Arc<dyn Fn(&str) -> KeyFilter + Send + Sync>;
+pub type MemberOwnership = Arc<dyn Fn(&str) -> MemberShare + Send + Sync>;
+
+/// This replica's share of one member: the primaries it may reconcile now,
+/// and the shard label it watches them and their children by.
+pub struct MemberShare {
+    pub owns: KeyFilter,
+    pub selection: ShardSelection,
+}
 
 impl Default for Settings {
     fn default() -> Self {
@@ -162,7 +170,10 @@ impl<B: ClusterBackend + 'static> Member<B> {
             engine = engine.with_recorder(recorder.clone());
         }
         if let Some(ownership) = &settings.ownership {
-            engine = engine.with_ownership(ownership(&identity.name));
+            let share = ownership(&identity.name);
+            engine = engine
+                .with_ownership(share.owns)
+                .with_shard_selection(share.selection);
         }
         let engine = Arc::new(engine);
         let state = Arc::new(Mutex::new(State {

@@ -10,6 +10,7 @@
 //! - write a primary's status through its subresource: patch (what the host
 //!   sends) and update (what other tools expect a status writer to hold);
 //! - add and remove its finalizer on primaries: patch, only if it declares one;
+//!   with sharding, label each primary with its shard: patch;
 //! - record Events (events.k8s.io): create, patch, in the object's namespace
 //!   (`default` for a cluster-scoped object);
 //! - leader election on a coordination.k8s.io Lease: get, update, patch on
@@ -381,7 +382,8 @@ pub fn rbac(plugins: &[PluginMetadata], plurals: &Plurals, scope: &RbacScope) ->
             &format!("{plural}/status"),
             &["patch", "update"],
         );
-        if plugin.finalizer.is_some() {
+        // Sharding labels each primary with its bucket, once.
+        if plugin.finalizer.is_some() || scope.sharding {
             grant(&mut placement, primary, &plural, &["patch"]);
         }
         events_outside_namespaces |= plurals.scope(primary) != Some(KindScope::Namespaced);
@@ -1033,6 +1035,30 @@ mod tests {
             !cluster.iter().any(|(_, r, _)| r.starts_with("leases")),
             "{yaml}"
         );
+    }
+
+    #[test]
+    fn sharding_may_patch_primaries_to_label_them_with_their_shard() {
+        let plain = PluginMetadata::new("plain", "1", kind("example.com", "v1", "Website"));
+        let websites = |sharding: bool| {
+            let scope = RbacScope {
+                sharding,
+                ..RbacScope::cluster_wide("r")
+            };
+            let yaml = rbac(
+                std::slice::from_ref(&plain),
+                &website_crd("Namespaced"),
+                &scope,
+            );
+            let docs = documents(&yaml);
+            rules_of(&docs[&("ClusterRole".to_string(), String::new())])
+                .into_iter()
+                .filter(|(group, resource, _)| group == "example.com" && resource == "websites")
+                .map(|(_, _, verbs)| verbs)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(websites(false), vec!["get,list,watch"]);
+        assert_eq!(websites(true), vec!["get,list,patch,watch"]);
     }
 
     #[test]

@@ -20,9 +20,10 @@ use super::handover::Handover;
 use super::membership::{Membership, MembershipConfig, MembershipError};
 use crate::cluster::ClusterBackend;
 use crate::engine::KeyFilter;
+use crate::engine::shard_selection::{Buckets, ShardSelection};
 use crate::engine::work_queue::PrimaryKey;
 use crate::fleet::Fleet;
-use crate::fleet::member::MemberOwnership;
+use crate::fleet::member::{MemberOwnership, MemberShare};
 
 /// How often in-flight reconciles of given-up keys are looked at while a
 /// settle waits for them, and the ring re-read between its changes.
@@ -91,6 +92,9 @@ pub struct Coordinator {
     config: MembershipConfig,
     by: ShardBy,
     handover: Arc<RwLock<Handover>>,
+    /// This replica's buckets in the ring seen now, which every engine
+    /// selects its primaries and children by.
+    buckets: Arc<RwLock<Buckets>>,
     status: Mutex<ShardsStatus>,
 }
 
@@ -104,6 +108,7 @@ impl Coordinator {
     ) -> Result<Arc<Self>, MembershipError> {
         let membership = Membership::join(client, config.clone()).await?;
         let handover = Handover::new(&config.identity, membership.ring());
+        let buckets = Arc::new(RwLock::new(buckets_of(handover.ring(), &config.identity)));
         let status = ShardsStatus {
             ring: config.ring.clone(),
             identity: config.identity.clone(),
@@ -122,17 +127,28 @@ impl Coordinator {
             config,
             by,
             handover: Arc::new(RwLock::new(handover)),
+            buckets,
             status: Mutex::new(status),
         }))
     }
 
     /// What the fleet's engines ask before every dispatch.
     pub fn ownership(&self) -> MemberOwnership {
-        let (handover, by) = (self.handover.clone(), self.by);
+        let (handover, buckets, by) = (self.handover.clone(), self.buckets.clone(), self.by);
         Arc::new(move |cluster: &str| {
-            let (handover, cluster) = (handover.clone(), cluster.to_string());
-            Arc::new(move |key: &PrimaryKey| read(&handover).may_reconcile(&by.key(&cluster, key)))
-                as KeyFilter
+            let owns = {
+                let (handover, cluster) = (handover.clone(), cluster.to_string());
+                Arc::new(move |key: &PrimaryKey| {
+                    read(&handover).may_reconcile(&by.key(&cluster, key))
+                }) as KeyFilter
+            };
+            let cluster = cluster.to_string();
+            let bucket_of =
+                Arc::new(move |key: &PrimaryKey| by.key(&cluster, key).bucket().label_value());
+            MemberShare {
+                owns,
+                selection: ShardSelection::new(bucket_of, buckets.clone()),
+            }
         })
     }
 
@@ -207,6 +223,19 @@ impl Coordinator {
             after.observe(view.ring, view.settled);
             let ring_changed = before.version_to_settle() != after.version_to_settle();
             *self.handover.write().unwrap_or_else(|e| e.into_inner()) = after.clone();
+            // Watch the buckets of the ring seen now: keys arriving are
+            // listed into the cache (they wait there for their old owner to
+            // settle), keys given up leave it.
+            let buckets = buckets_of(after.ring(), &self.config.identity);
+            *self.buckets.write().unwrap_or_else(|e| e.into_inner()) = buckets;
+            for (cluster, engine) in fleet.engines() {
+                if let Err(e) = engine.reselect().await {
+                    tracing::warn!(
+                        cluster = %cluster,
+                        "cannot watch this replica's shard of cluster {cluster} (retried on the next look at the ring): {e}"
+                    );
+                }
+            }
 
             // Keys that this replica could not reconcile before and may now:
             // they were dropped from its queues, so queue them.
@@ -323,6 +352,23 @@ impl Coordinator {
     fn lock_membership(&self) -> std::sync::MutexGuard<'_, Option<Membership>> {
         self.membership.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// `identity`'s buckets in `ring`, and the others', as label values.
+fn buckets_of(ring: &super::assignment::Ring, identity: &str) -> Buckets {
+    let mut buckets = Buckets::default();
+    if ring.is_empty() {
+        return buckets;
+    }
+    for bucket in super::assignment::Bucket::all() {
+        let set = if ring.owner_of(bucket) == Some(identity) {
+            &mut buckets.mine
+        } else {
+            &mut buckets.others
+        };
+        set.insert(bucket.label_value());
+    }
+    buckets
 }
 
 fn read(handover: &RwLock<Handover>) -> std::sync::RwLockReadGuard<'_, Handover> {

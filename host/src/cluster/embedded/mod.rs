@@ -411,7 +411,12 @@ impl ClusterBackend for EmbeddedCluster {
             inner
                 .store
                 .list_json(kind)
-                .filter(|(key, _)| scope.admits_namespace(key.namespace.as_deref()))
+                .filter(|(key, json)| {
+                    scope.admits_namespace(key.namespace.as_deref())
+                        && (scope.labels.is_none()
+                            || serde_json::from_str::<Value>(json)
+                                .is_ok_and(|o| scope.admits_labels(&o)))
+                })
                 .map(|(_, json)| ListedObject::from_json(json.clone()))
                 .collect()
         };

@@ -239,7 +239,7 @@ pub(crate) async fn start(
             kind: format!("{} {}", kind.api_version(), kind.kind),
             namespace: namespace.map(str::to_string),
         };
-        let stream = watcher_events(&client, &resolved.resource, namespace, scope.metadata_only);
+        let stream = watcher_events(&client, &resolved.resource, namespace, scope);
         let (ready, first_list) = oneshot::channel();
         tokio::spawn(forward(stream, target, events.clone(), ready));
         lists.push(first_list);
@@ -275,7 +275,7 @@ fn watcher_events(
     client: &kube::Client,
     resource: &ApiResource,
     namespace: Option<&str>,
-    metadata_only: bool,
+    scope: &WatchScope,
 ) -> Events {
     // Bookmarks are on by default; kube also reconnects a watch that stays
     // silent past the server's timeout plus a margin, so a dead connection
@@ -284,11 +284,14 @@ fn watcher_events(
     // Lists come in pages of LIST_PAGE: each page is decoded whole before
     // its objects are handed on, and that transient, not the cache, set
     // the peak memory of a host with a thousand Pods (BENCHMARKS.md).
-    let config = watcher::Config::default()
+    let mut config = watcher::Config::default()
         .any_semantic()
         .page_size(LIST_PAGE);
+    if let Some(labels) = &scope.labels {
+        config = config.labels(&labels.to_string());
+    }
     let resource = resource.clone();
-    if metadata_only {
+    if scope.metadata_only {
         let api: Api<PartialObjectMeta<DynamicObject>> = match namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
             None => Api::all_with(client.clone(), &resource),
@@ -579,6 +582,7 @@ mod tests {
         let scope = WatchScope {
             namespaces: ["a".to_string(), "b".to_string()].into(),
             metadata_only: false,
+            labels: None,
         };
         let stream = backend
             .watch(&testing::deployment_kind(), &scope)
@@ -617,6 +621,7 @@ mod tests {
         let scope = WatchScope {
             namespaces: Default::default(),
             metadata_only: true,
+            labels: None,
         };
         let stream = backend
             .watch(&testing::deployment_kind(), &scope)
