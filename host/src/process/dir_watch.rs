@@ -29,7 +29,10 @@ pub type DirWatch = Debouncer<RecommendedWatcher, RecommendedCache>;
 /// caller keeps running, without live updates.
 pub fn watch_dir(dir: &Path, tx: UnboundedSender<()>) -> Option<DirWatch> {
     let handler = move |result: DebounceEventResult| match result {
-        Ok(events) if !events.is_empty() => {
+        // Opening and reading a file is no change. Every rescan reads each
+        // file, so counting those would have each rescan start the next:
+        // a host re-reading and hashing its plugins without end.
+        Ok(events) if events.iter().any(|e| !e.kind.is_access()) => {
             let _ = tx.send(());
         }
         Ok(_) => {}
@@ -53,4 +56,34 @@ pub fn watch_dir(dir: &Path, tx: UnboundedSender<()>) -> Option<DirWatch> {
         return None;
     }
     Some(debouncer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reading_a_file_is_no_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("plugin.wasm");
+        std::fs::write(&file, b"first").unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let _watch = watch_dir(dir.path(), tx).expect("a watch");
+        let quiet = Duration::from_millis(300);
+        // Settle whatever the setup left behind.
+        tokio::time::sleep(quiet).await;
+        while rx.try_recv().is_ok() {}
+
+        // What every rescan does: read each file. It must not be taken for a
+        // change, or each rescan would bring on the next one.
+        let _ = std::fs::read(&file).unwrap();
+        tokio::time::sleep(quiet).await;
+        assert!(rx.try_recv().is_err(), "a read was reported as a change");
+
+        std::fs::write(&file, b"second").unwrap();
+        tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("a write is reported")
+            .expect("the watch is alive");
+    }
 }
