@@ -162,10 +162,15 @@ fn overlapping_writers(writes: &[Write], boundaries: &[Timestamp]) -> (Vec<Strin
 
 /// Starts replica `name` with credentials of its own (user `name`).
 fn start(cx: &RealCluster, name: &str) -> Result<HostProcess> {
+    start_in_group(cx, name, "system:masters")
+}
+
+/// Starts replica `name` as user `name` in `group`.
+fn start_in_group(cx: &RealCluster, name: &str, group: &str) -> Result<HostProcess> {
     let kubeconfig = cx.workdir().join(format!("{name}.kubeconfig"));
     std::fs::write(
         &kubeconfig,
-        kubeconfig::minted(cx.own_control_plane()?, name, "system:masters")?,
+        kubeconfig::minted(cx.own_control_plane()?, name, group)?,
     )?;
     let ns = cx.namespace.clone();
     cx.start_replica_with_env(
@@ -669,4 +674,184 @@ mod overlap_check {
         assert_eq!(overlaps.len(), 1, "{overlaps:?}");
         assert!(overlaps[0].starts_with("deployments/ns/y"), "{overlaps:?}");
     }
+}
+
+/// A ClusterRole from before `rbac --sharding` granted `patch` on
+/// primaries: the replicas cannot label the PodSets, say so once, and still
+/// converge every one with a single writer each; the API server then sends
+/// every replica every PodSet, but the Deployments still only to their
+/// owner.
+#[test]
+fn replicas_refused_the_shard_label_still_converge() {
+    SUITE.run_on_own_control_plane(
+        "replicas_refused_the_shard_label_still_converge",
+        &[],
+        async |cx| {
+            let mut replicas: Vec<HostProcess> = Vec::new();
+            let outcome = refused_label(cx, &mut replicas).await;
+            if outcome.is_err() {
+                for replica in &replicas {
+                    eprintln!("{}", replica.log_tail());
+                }
+            }
+            outcome
+        },
+    );
+}
+
+const LIMITED_GROUP: &str = "reconciler-limited";
+
+/// Applies the RBAC `rbac --sharding` generates for the podset plugin,
+/// less `patch` on PodSets, bound to [`LIMITED_GROUP`].
+async fn grant_without_primary_patch(cx: &RealCluster) -> Result<()> {
+    let plugins = cx.workdir().join("rbac-plugins");
+    std::fs::create_dir_all(&plugins)?;
+    std::fs::copy(example_plugin("podset"), plugins.join("podset.wasm"))?;
+    let name = format!("limited-{}", cx.namespace);
+    let output = cx
+        .host_command()
+        .args(["rbac", "--plugins-dir"])
+        .arg(&plugins)
+        .arg("--crds")
+        .arg(root().join("crds"))
+        .args(["--sharding", "--name", &name])
+        .args(["--leader-election-namespace", &cx.namespace])
+        .args(["--service-account-namespace", &cx.namespace])
+        .output()?;
+    ensure!(
+        output.status.success(),
+        "rbac failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let generated = String::from_utf8(output.stdout)?;
+    let with_patch = "resources: [\"podsets\"]\n    verbs: [get, list, patch, watch]";
+    ensure!(
+        generated.contains(with_patch),
+        "rbac --sharding no longer grants patch on PodSets as expected:\n{generated}"
+    );
+    let service_account = format!(
+        "  - kind: ServiceAccount\n    name: reconciler-host\n    namespace: {}",
+        cx.namespace
+    );
+    let group = format!(
+        "  - kind: Group\n    apiGroup: rbac.authorization.k8s.io\n    name: {LIMITED_GROUP}"
+    );
+    let limited = generated
+        .replace(
+            with_patch,
+            "resources: [\"podsets\"]\n    verbs: [get, list, watch]",
+        )
+        .replace(&service_account, &group);
+    let rbac = |kind: &str, plural: &str| {
+        kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind),
+            plural,
+        )
+    };
+    let client = cx.client.clone();
+    let apply = kube::api::PatchParams::apply(TEST_MANAGER).force();
+    for document in limited.split("\n---\n") {
+        let object: Value = serde_yaml_ng::from_str(document)?;
+        let Some(kind) = object["kind"].as_str() else {
+            continue;
+        };
+        let name = object["metadata"]["name"].as_str().context("a name")?;
+        let api: kube::Api<DynamicObject> = match kind {
+            "ClusterRole" => kube::Api::all_with(client.clone(), &rbac(kind, "clusterroles")),
+            "Role" | "RoleBinding" => {
+                let plural = if kind == "Role" {
+                    "roles"
+                } else {
+                    "rolebindings"
+                };
+                let namespace = object["metadata"]["namespace"]
+                    .as_str()
+                    .context("a namespace")?;
+                kube::Api::namespaced_with(client.clone(), namespace, &rbac(kind, plural))
+            }
+            other => anyhow::bail!("unexpected {other} in the generated RBAC"),
+        };
+        api.patch(name, &apply, &kube::api::Patch::Apply(&object))
+            .await
+            .with_context(|| format!("applying {kind} {name}"))?;
+    }
+    let bindings: kube::Api<DynamicObject> = kube::Api::all_with(
+        client.clone(),
+        &rbac("ClusterRoleBinding", "clusterrolebindings"),
+    );
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": LIMITED_GROUP}],
+    });
+    bindings
+        .patch(&name, &apply, &kube::api::Patch::Apply(&binding))
+        .await
+        .context("binding the ClusterRole")?;
+    Ok(())
+}
+
+async fn refused_label(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Result<()> {
+    cx.install_crds(&podset_crd()).await?;
+    grant_without_primary_patch(cx).await?;
+    for name in ["limited-a", "limited-b"] {
+        replicas.push(start_in_group(cx, name, LIMITED_GROUP)?);
+    }
+    settled_over(cx, &replicas.iter().collect::<Vec<_>>(), &[0, 0], 2).await?;
+    create(cx, 0..40).await?;
+    converged(cx, 40).await?;
+    cx.step("two replicas without patch on PodSets converged 40 PodSets");
+
+    for replica in replicas.iter() {
+        let said = replica.log_lines_with(&["cannot label", "with its shard"]);
+        ensure!(
+            said.len() == 1,
+            "each replica says once that it cannot label PodSets, {} said it {} times: {said:#?}",
+            replica.pid(),
+            said.len()
+        );
+    }
+    let labelled = cx
+        .api(&podsets())
+        .await?
+        .list(&ListParams::default().labels("reconciler-host.io/shard"))
+        .await?
+        .items
+        .len();
+    ensure!(
+        labelled == 0,
+        "{labelled} PodSets were labelled though patch was refused"
+    );
+    cx.wait_for(
+        "every PodSet at both replicas, each Deployment at one",
+        CONVERGE_TIMEOUT,
+        async || {
+            let mut shares = Vec::new();
+            for replica in replicas.iter() {
+                shares.push((
+                    cached(replica, "PodSet").await?,
+                    cached(replica, "Deployment").await?,
+                ));
+            }
+            let deployments: u64 = shares.iter().map(|s| s.1).sum();
+            Ok(
+                if shares.iter().all(|s| s.0 == 40 && s.1 < 40) && deployments == 40 {
+                    Probe::Ready(shares)
+                } else {
+                    Probe::Pending(format!("(PodSets, Deployments) cached: {shares:?}"))
+                },
+            )
+        },
+    )
+    .await
+    .map(|shares| {
+        cx.step(format!(
+            "(PodSets, Deployments) cached per replica: {shares:?}"
+        ))
+    })?;
+    for replica in replicas.iter() {
+        replica.stop().await?;
+    }
+    Ok(())
 }

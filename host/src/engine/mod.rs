@@ -220,6 +220,8 @@ pub struct Engine<B: ClusterBackend> {
     shards: Option<ShardSelection>,
     /// The label selector each watched kind was last watched with.
     selected: Mutex<BTreeMap<KindRef, Option<LabelSelector>>>,
+    /// Primary kinds the API server refused to let this host label.
+    unlabelled: Mutex<BTreeSet<KindRef>>,
 }
 
 /// Says whether this replica may reconcile a primary now.
@@ -269,6 +271,7 @@ impl<B: ClusterBackend> Engine<B> {
             owns: None,
             shards: None,
             selected: Mutex::default(),
+            unlabelled: Mutex::default(),
         }
     }
 
@@ -1197,6 +1200,49 @@ impl<B: ClusterBackend> Engine<B> {
         record
     }
 
+    /// Labels a primary with its shard, once in its life: from then on
+    /// only its owner's selector lists it. Returns the object as stored.
+    ///
+    /// Not a reconcile failure when refused: an unlabelled primary is
+    /// listed by every replica, which costs each of them the decoding of
+    /// it and nothing else (its owner alone reconciles it). A refusal by
+    /// RBAC (a ClusterRole from before `rbac --sharding` granted patch on
+    /// primaries) is said once per kind and not asked again.
+    async fn label_primary(&self, primary: &Value, key: &ObjectKey, bucket: &str) -> Option<Value> {
+        if self.lock_unlabelled().contains(&key.kind) {
+            return None;
+        }
+        let object = shard_selection::labelled_primary(primary, bucket);
+        match self
+            .backend
+            .apply(object, shard_selection::SHARD_FIELD_MANAGER, true)
+            .await
+        {
+            Ok(stored) => Some(stored),
+            Err(BackendError::Forbidden { message }) => {
+                // Reconciles in flight at once may all be refused: one says so.
+                if !self.lock_unlabelled().insert(key.kind.clone()) {
+                    return None;
+                }
+                tracing::warn!(
+                    "cannot label {key} with its shard ({message}): every replica goes on receiving every {} and only its owner reconciles it; grant patch on them (`reconciler-host rbac --sharding`) and restart to have the API server select them",
+                    key.kind.kind
+                );
+                None
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot label {key} with its shard now (tried again at its next reconcile): {e}"
+                );
+                None
+            }
+        }
+    }
+
+    fn lock_unlabelled(&self) -> MutexGuard<'_, BTreeSet<KindRef>> {
+        self.unlabelled.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The body of a reconcile. `Ok(None)`: the primary is gone.
     /// `Err((reason, message))`: nothing more of it is applied.
     async fn run(
@@ -1241,18 +1287,9 @@ impl<B: ClusterBackend> Engine<B> {
         if let Some(bucket) = &bucket
             && !deleting
             && shard_selection::label_of(&primary) != Some(bucket.as_str())
+            && let Some(labelled) = self.label_primary(&primary, &primary_key, bucket).await
         {
-            // Labelled once in its life: from then on only its owner's
-            // selector lists it.
-            primary = self
-                .backend
-                .apply(
-                    shard_selection::labelled_primary(&primary, bucket),
-                    shard_selection::SHARD_FIELD_MANAGER,
-                    true,
-                )
-                .await
-                .map_err(|e| backend_failure("labelling the primary with its shard", e))?;
+            primary = labelled;
             primary_json = primary.to_string().into();
         }
 

@@ -85,6 +85,11 @@ impl Bucket {
         (0..BUCKETS).map(Bucket)
     }
 
+    /// Its place among [`BUCKETS`].
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+
     /// The value of the shard label on the key's objects.
     pub fn label_value(self) -> String {
         format!("{:03x}", self.0)
@@ -171,7 +176,7 @@ impl Ring {
 
     /// The replica that owns `bucket`, or none on an empty ring.
     pub fn owner_of(&self, bucket: Bucket) -> Option<&str> {
-        let i = *self.owners.get(usize::from(bucket.0))?;
+        let i = *self.owners.get(bucket.index())?;
         Some(self.replicas[i].id.as_str())
     }
 

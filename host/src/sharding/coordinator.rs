@@ -244,22 +244,21 @@ impl Coordinator {
             let mut owned = 0;
             let mut waiting = 0;
             for (cluster, engine) in fleet.engines() {
-                let key = |k: &PrimaryKey| self.by.key(&cluster, k);
+                let bucket = |k: &PrimaryKey| self.by.key(&cluster, k).bucket();
                 arrived += engine.queue_where(|k| {
-                    let k = key(k);
-                    after.may_reconcile(&k) && !before.may_reconcile(&k)
+                    let b = bucket(k);
+                    after.may_reconcile_bucket(b) && !before.may_reconcile_bucket(b)
                 });
                 if ring_changed {
                     left += engine.count_where(|k| {
-                        let k = key(k);
-                        before.ring().owns(&self.config.identity, &k)
-                            && !after.ring().owns(&self.config.identity, &k)
+                        let b = bucket(k);
+                        before.owns_bucket(b) && !after.owns_bucket(b)
                     });
                 }
-                owned += engine.count_where(|k| after.may_reconcile(&key(k)));
+                owned += engine.count_where(|k| after.may_reconcile_bucket(bucket(k)));
                 waiting += engine.count_where(|k| {
-                    let k = key(k);
-                    after.ring().owns(&self.config.identity, &k) && !after.may_reconcile(&k)
+                    let b = bucket(k);
+                    after.owns_bucket(b) && !after.may_reconcile_bucket(b)
                 });
             }
             let leaving = self.leaving(&fleet, &after);

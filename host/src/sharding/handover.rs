@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::assignment::{Ring, ShardKey};
+use super::assignment::{Bucket, Ring, ShardKey};
 
 /// A ring's version: a digest of its members and their weights, the same
 /// on every replica that sees the same members.
@@ -54,18 +54,49 @@ pub struct Handover {
     since_agreed: Vec<Ring>,
     /// By replica: the version of the ring it last settled on.
     settled: BTreeMap<String, String>,
+    /// Derived from the above at every change, because the engines ask at
+    /// every dispatch and the coordinator of every cached key: the
+    /// version of `current`, whether every live replica settled on it,
+    /// and by bucket whether this replica may dispatch its keys.
+    version: String,
+    agreed: bool,
+    may: Vec<bool>,
 }
 
 impl Handover {
     /// A replica that starts alone with `ring`: nothing to hand over yet,
     /// but nothing is agreed either until the others say so.
     pub fn new(me: &str, ring: Ring) -> Self {
-        Self {
+        let mut handover = Self {
             me: me.to_string(),
             current: ring,
             since_agreed: Vec::new(),
             settled: BTreeMap::new(),
-        }
+            version: String::new(),
+            agreed: false,
+            may: Vec::new(),
+        };
+        handover.derive();
+        handover
+    }
+
+    fn derive(&mut self) {
+        self.version = ring_version(&self.current);
+        self.agreed = !self.current.is_empty()
+            && self
+                .current
+                .replicas()
+                .iter()
+                .all(|r| self.settled.get(&r.id) == Some(&self.version));
+        let mine = |ring: &Ring, bucket| ring.owner_of(bucket) == Some(self.me.as_str());
+        self.may = Bucket::all()
+            .map(|b| {
+                mine(&self.current, b)
+                    && (self.agreed
+                        || (!self.since_agreed.is_empty()
+                            && self.since_agreed.iter().all(|r| mine(r, b))))
+            })
+            .collect();
     }
 
     /// The ring seen now, and each live replica's settled version (as read
@@ -74,6 +105,7 @@ impl Handover {
     pub fn observe(&mut self, ring: Ring, settled: BTreeMap<String, String>) {
         self.current = ring;
         self.settled = settled;
+        self.derive();
         if self.all_settled() {
             self.since_agreed = vec![self.current.clone()];
         } else if !self.since_agreed.is_empty() && self.since_agreed.last() != Some(&self.current) {
@@ -85,6 +117,7 @@ impl Handover {
                 self.since_agreed.clear();
             }
         }
+        self.derive();
     }
 
     /// The ring seen now.
@@ -99,19 +132,13 @@ impl Handover {
 
     /// Whether every live replica has settled on the ring seen now.
     pub fn all_settled(&self) -> bool {
-        let version = ring_version(&self.current);
-        !self.current.is_empty()
-            && self
-                .current
-                .replicas()
-                .iter()
-                .all(|r| self.settled.get(&r.id) == Some(&version))
+        self.agreed
     }
 
     /// The version this replica should say it settled on once its
     /// reconciles of the keys it gave up have finished.
     pub fn version_to_settle(&self) -> String {
-        ring_version(&self.current)
+        self.version.clone()
     }
 
     /// Whether this replica may dispatch `key` now: it owns it in the ring
@@ -119,16 +146,23 @@ impl Handover {
     /// one (the key never moved) or every replica has settled on the ring
     /// seen now (its old owner stopped).
     pub fn may_reconcile(&self, key: &ShardKey) -> bool {
-        self.current.owns(&self.me, key)
-            && (self.all_settled()
-                || (!self.since_agreed.is_empty()
-                    && self.since_agreed.iter().all(|r| r.owns(&self.me, key))))
+        self.may_reconcile_bucket(key.bucket())
+    }
+
+    /// [`Self::may_reconcile`] for every key of `bucket`.
+    pub fn may_reconcile_bucket(&self, bucket: Bucket) -> bool {
+        self.may.get(bucket.index()).copied().unwrap_or(false)
     }
 
     /// Whether a reconcile of `key` this replica has in flight must be
     /// stopped before it settles: it no longer owns the key.
     pub fn gave_up(&self, key: &ShardKey) -> bool {
-        !self.current.owns(&self.me, key)
+        !self.owns_bucket(key.bucket())
+    }
+
+    /// Whether this replica owns `bucket` in the ring seen now.
+    pub fn owns_bucket(&self, bucket: Bucket) -> bool {
+        self.current.owner_of(bucket) == Some(self.me.as_str())
     }
 }
 
