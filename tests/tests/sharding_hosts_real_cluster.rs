@@ -167,6 +167,11 @@ fn start(cx: &RealCluster, name: &str) -> Result<HostProcess> {
 
 /// Starts replica `name` as user `name` in `group`.
 fn start_in_group(cx: &RealCluster, name: &str, group: &str) -> Result<HostProcess> {
+    start_as(cx, name, group, &[])
+}
+
+/// Starts replica `name` as user `name` in `group`, with `extra` arguments.
+fn start_as(cx: &RealCluster, name: &str, group: &str, extra: &[&str]) -> Result<HostProcess> {
     let kubeconfig = cx.workdir().join(format!("{name}.kubeconfig"));
     std::fs::write(
         &kubeconfig,
@@ -187,7 +192,11 @@ fn start_in_group(cx: &RealCluster, name: &str, group: &str) -> Result<HostProce
             "--metrics-listen",
             "127.0.0.1:0",
             "--metrics-insecure",
-        ],
+        ]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect::<Vec<_>>(),
         &[("KUBECONFIG", kubeconfig.to_str().context("a UTF-8 path")?)],
     )
 }
@@ -853,5 +862,123 @@ async fn refused_label(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) ->
     for replica in replicas.iter() {
         replica.stop().await?;
     }
+    Ok(())
+}
+
+/// Point 5: the once-only duties (here, `--install-crds`) go to one replica
+/// at a time, by the Lease `<ring>-duties`; when it stops, it gives the
+/// Lease up and another takes the duties over at once, and both keep
+/// reconciling their share meanwhile.
+#[test]
+fn one_replica_at_a_time_holds_the_once_only_duties() {
+    SUITE.run_on_own_control_plane(
+        "one_replica_at_a_time_holds_the_once_only_duties",
+        &[],
+        async |cx| {
+            let mut replicas: Vec<HostProcess> = Vec::new();
+            let outcome = duties(cx, &mut replicas).await;
+            if outcome.is_err() {
+                for replica in &replicas {
+                    eprintln!("{}", replica.log_tail());
+                }
+            }
+            outcome
+        },
+    );
+}
+
+const HOLDS_DUTIES: &str = "this replica holds the once-only duties";
+
+async fn duties(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Result<()> {
+    // The CRD is not installed: the duties' holder installs it.
+    let crds = cx.workdir().join("duty-crds");
+    std::fs::create_dir_all(&crds)?;
+    std::fs::copy(podset_crd(), crds.join("podset.yaml"))?;
+    let crds = crds.to_str().context("a UTF-8 path")?.to_string();
+    let names = ["duty-a", "duty-b"];
+    for name in names {
+        replicas.push(start_as(
+            cx,
+            name,
+            "system:masters",
+            &["--install-crds", &crds],
+        )?);
+    }
+    settled_over(cx, &replicas.iter().collect::<Vec<_>>(), &[0, 0], 2).await?;
+    create(cx, 0..20).await?;
+    converged(cx, 20).await?;
+    let holding: Vec<usize> = (0..replicas.len())
+        .filter(|i| !replicas[*i].log_lines_with(&[HOLDS_DUTIES]).is_empty())
+        .collect();
+    let installed: Vec<usize> = (0..replicas.len())
+        .filter(|i| {
+            !replicas[*i]
+                .log_lines_with(&["installed 1 CRD(s)"])
+                .is_empty()
+        })
+        .collect();
+    ensure!(
+        holding.len() == 1 && installed == holding,
+        "one replica holds the duties and it alone installs the CRDs; holding: {holding:?}, installed: {installed:?}"
+    );
+    let (holder, other) = (holding[0], 1 - holding[0]);
+    let lease_name = format!("{RING}-duties");
+    let leases = cx
+        .api(&reconciler_sdk::KindRef::new(
+            "coordination.k8s.io",
+            "v1",
+            "Lease",
+        ))
+        .await?;
+    let lease = leases.get(&lease_name).await?;
+    let holder_identity = lease.data["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    ensure!(
+        holder_identity.contains(names[holder]),
+        "the Lease {lease_name} is held by {holder_identity:?}, not by {}",
+        names[holder]
+    );
+    cx.step(format!(
+        "{} holds the duties (Lease {lease_name}) and installed the CRD; {} did not",
+        names[holder], names[other]
+    ));
+
+    cx.step(format!("{} stops (SIGTERM)", names[holder]));
+    let stopped = Instant::now();
+    replicas[holder].stop().await?;
+    cx.wait_for(
+        &format!("{} to take over the duties", names[other]),
+        LEASE_DURATION + RETRY_PERIOD + MARGIN + MARGIN,
+        async || {
+            replicas[other].ensure_running()?;
+            Ok(
+                match replicas[other].log_lines_with(&[HOLDS_DUTIES]).is_empty() {
+                    false => Probe::Ready(()),
+                    true => Probe::Pending("not yet".to_string()),
+                },
+            )
+        },
+    )
+    .await?;
+    let took = stopped.elapsed();
+    cx.step(format!(
+        "{} holds the duties {:.1} s after the other stopped",
+        names[other],
+        took.as_secs_f64()
+    ));
+    // A clean stop gives the Lease up: the other takes it at its next try,
+    // not once the Lease has expired.
+    ensure!(
+        took < LEASE_DURATION,
+        "the duties moved {:.1} s after a clean stop, as if their Lease had been left to expire ({} s)",
+        took.as_secs_f64(),
+        LEASE_DURATION.as_secs()
+    );
+    create(cx, 20..30).await?;
+    converged(cx, 30).await?;
+    cx.step(format!("{} alone converged 30 PodSets", names[other]));
+    replicas[other].stop().await?;
     Ok(())
 }

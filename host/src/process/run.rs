@@ -175,7 +175,7 @@ pub async fn run(
     // CRDs, webhook configurations and Plugin status: one replica does
     // them when several shard the work, the one process otherwise.
     let backend = Arc::new(KubernetesBackend::new(client.clone()));
-    let (duties, _duties_task) = match &config.sharding {
+    let (duties, duties_task) = match &config.sharding {
         None => (DutyHolder::always(), None),
         Some(sharding) => {
             let (backend, dir) = (backend.clone(), config.install_crds.clone());
@@ -201,7 +201,7 @@ pub async fn run(
                     }
                 },
             );
-            (holder, Some(AbortOnDrop(task)))
+            (holder, Some(task))
         }
     };
     let standby = match config.admission.take() {
@@ -435,6 +435,9 @@ pub async fn run(
     // Nothing reconciles here any more: the others may take the keys now.
     if let Some(coordinator) = &coordinator {
         coordinator.leave().await;
+    }
+    if let Some(duties) = duties_task {
+        duties.release().await;
     }
     release(leadership).await;
     Ok(())
