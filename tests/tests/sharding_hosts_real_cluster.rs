@@ -982,3 +982,91 @@ async fn duties(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Result
     replicas[other].stop().await?;
     Ok(())
 }
+
+/// An attacker's or a copy-paste's primary: created with another object's
+/// shard label, it reaches only the replica owning that bucket, not
+/// (mostly) its own owner. The replica it reaches gives it its own label,
+/// so its owner sees it and every such PodSet converges.
+#[test]
+fn a_primary_with_another_objects_shard_label_reaches_its_owner() {
+    SUITE.run_on_own_control_plane(
+        "a_primary_with_another_objects_shard_label_reaches_its_owner",
+        &[],
+        async |cx| {
+            let mut replicas: Vec<HostProcess> = Vec::new();
+            let outcome = strays(cx, &mut replicas).await;
+            if outcome.is_err() {
+                for replica in &replicas {
+                    eprintln!("{}", replica.log_tail());
+                }
+            }
+            outcome
+        },
+    );
+}
+
+async fn strays(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Result<()> {
+    const SHARD: &str = "reconciler-host.io/shard";
+    cx.install_crds(&podset_crd()).await?;
+    for name in ["stray-a", "stray-b"] {
+        replicas.push(start(cx, name)?);
+    }
+    settled_over(cx, &replicas.iter().collect::<Vec<_>>(), &[0, 0], 2).await?;
+    create(cx, 0..10).await?;
+    converged(cx, 10).await?;
+    let api = cx.api(&podsets()).await?;
+    let original = api.get(&name_of(0)).await?;
+    let copied = original
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SHARD))
+        .cloned();
+    let copied = copied.context("the first PodSet carries its shard label")?;
+    cx.step(format!(
+        "{} carries {SHARD}={copied}; ten PodSets are created with that label",
+        name_of(0)
+    ));
+    let post = PostParams {
+        field_manager: Some(TEST_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    let copies: Vec<String> = (0..10).map(|i| format!("copy-{i}")).collect();
+    for name in &copies {
+        let body: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+            "metadata": {"name": name, "labels": {SHARD: copied}},
+            "spec": {"size": 1}}))?;
+        api.create(&post, &body).await?;
+    }
+    converged(cx, 20).await?;
+    let mut relabelled = 0;
+    for name in &copies {
+        let label = api
+            .get(name)
+            .await?
+            .metadata
+            .labels
+            .and_then(|l| l.get(SHARD).cloned())
+            .unwrap_or_default();
+        relabelled += usize::from(label != copied);
+    }
+    cx.step(format!(
+        "all 20 converged; {relabelled} of the 10 copies now carry a shard label of their own"
+    ));
+    ensure!(
+        relabelled > 0,
+        "every copy's own bucket was the copied one: nothing was proven (a chance of 1 in 2^10)"
+    );
+    let said: usize = replicas
+        .iter()
+        .map(|r| r.log_lines_with(&["relabelled", "its label named"]).len())
+        .sum();
+    cx.step(format!(
+        "{said} stray(s) relabelled by the replica they reached"
+    ));
+    for replica in replicas.iter() {
+        replica.stop().await?;
+    }
+    Ok(())
+}

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::cluster::{Clock, ClusterBackend, RealClock};
-use crate::engine::{Engine, ReconcileRecord};
+use crate::engine::{Engine, PrimaryKey, ReconcileRecord};
 use crate::process::heap_trim::{TrimPacer, release_freed_memory};
 
 /// How often counts of repeated Events that are behind are written (each
@@ -81,19 +81,27 @@ impl<B: ClusterBackend> Dispatcher<B> {
             });
         }
         while let Some((plugin, key)) = self.engine.next_ready() {
-            let (engine, tx) = (self.engine.clone(), self.done_tx.clone());
-            let hook = self.on_finished.clone();
-            self.outstanding += 1;
-            tokio::spawn(async move {
-                let started = std::time::Instant::now();
-                let record = engine.reconcile(&plugin, key).await;
-                if let Some(hook) = hook {
-                    hook(&record, started.elapsed());
-                }
-                let _ = tx.send(record);
-            });
+            self.start(plugin, key);
+        }
+        if self.engine.has_strays() {
+            let engine = self.engine.clone();
+            tokio::spawn(async move { engine.relabel_strays().await });
         }
         changes
+    }
+
+    fn start(&mut self, plugin: String, key: PrimaryKey) {
+        let (engine, tx) = (self.engine.clone(), self.done_tx.clone());
+        let hook = self.on_finished.clone();
+        self.outstanding += 1;
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let record = engine.reconcile(&plugin, key).await;
+            if let Some(hook) = hook {
+                hook(&record, started.elapsed());
+            }
+            let _ = tx.send(record);
+        });
     }
 
     /// Reconciles started and not yet collected.

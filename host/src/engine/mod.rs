@@ -222,6 +222,10 @@ pub struct Engine<B: ClusterBackend> {
     selected: Mutex<BTreeMap<KindRef, Option<LabelSelector>>>,
     /// Primary kinds the API server refused to let this host label.
     unlabelled: Mutex<BTreeSet<KindRef>>,
+    /// Primaries that reached this replica under one of its buckets but
+    /// belong to another's (a label copied from another object): they are
+    /// relabelled, or their owner would never see them.
+    strays: Mutex<BTreeSet<ObjectKey>>,
 }
 
 /// Says whether this replica may reconcile a primary now.
@@ -272,6 +276,7 @@ impl<B: ClusterBackend> Engine<B> {
             shards: None,
             selected: Mutex::default(),
             unlabelled: Mutex::default(),
+            strays: Mutex::default(),
         }
     }
 
@@ -928,6 +933,7 @@ impl<B: ClusterBackend> Engine<B> {
                 Some(owns) if !owns(&key) => {
                     state.queue.done(&key, None);
                     state.queue.forget(&key);
+                    self.note_stray(&controller.plugin().metadata().primary, &key);
                 }
                 _ => return Some((name, key)),
             }
@@ -1235,6 +1241,66 @@ impl<B: ClusterBackend> Engine<B> {
                     "cannot label {key} with its shard now (tried again at its next reconcile): {e}"
                 );
                 None
+            }
+        }
+    }
+
+    /// Remembers `key` for [`Self::relabel_strays`] if it came here only
+    /// because its shard label names one of this replica's buckets, not
+    /// its own. Any other mislabel also reaches its owner, which labels it
+    /// at its reconcile.
+    fn note_stray(&self, primary: &KindRef, key: &PrimaryKey) {
+        let Some(shards) = &self.shards else {
+            return;
+        };
+        let object_key = ObjectKey::new(primary.clone(), key.namespace.as_deref(), &key.name);
+        let Some(object) = self.cache.get(&object_key) else {
+            return;
+        };
+        if let Some(label) = shard_selection::label_of(&object)
+            && label != shards.bucket_of(key)
+            && shards.is_mine(label)
+        {
+            self.strays
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(object_key);
+        }
+    }
+
+    /// Whether [`Self::relabel_strays`] has anything to do.
+    pub fn has_strays(&self) -> bool {
+        !self
+            .strays
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    /// Gives every stray primary its own shard label, so the API server
+    /// sends it to its owner (and no longer here).
+    pub async fn relabel_strays(&self) {
+        let strays = std::mem::take(&mut *self.strays.lock().unwrap_or_else(|e| e.into_inner()));
+        let Some(shards) = &self.shards else {
+            return;
+        };
+        for key in strays {
+            let Some(object) = self.cache.get(&key) else {
+                continue;
+            };
+            let primary = PrimaryKey {
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+            };
+            let bucket = shards.bucket_of(&primary);
+            if shard_selection::label_of(&object) == Some(bucket.as_str()) {
+                continue;
+            }
+            if self.label_primary(&object, &key, &bucket).await.is_some() {
+                tracing::info!(
+                    "relabelled {key} with its shard {bucket}: its label named {}, another object's (copied with it?), so its owner could not see it",
+                    shard_selection::label_of(&object).unwrap_or_default()
+                );
             }
         }
     }

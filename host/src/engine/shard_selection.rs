@@ -68,6 +68,15 @@ impl ShardSelection {
         (self.bucket_of)(key)
     }
 
+    /// Whether `bucket` is one of this replica's now.
+    pub fn is_mine(&self, bucket: &str) -> bool {
+        self.buckets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .mine
+            .contains(bucket)
+    }
+
     /// The selector a kind of `role` is watched with now; `None` while this
     /// replica owns every bucket (or the ring is empty).
     pub fn selector(&self, role: ShardRole) -> Option<LabelSelector> {
