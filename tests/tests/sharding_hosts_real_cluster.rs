@@ -160,6 +160,25 @@ fn overlapping_writers(writes: &[Write], boundaries: &[Timestamp]) -> (Vec<Strin
     (overlaps, shared)
 }
 
+/// Runs `body` on a control plane of its own with the replicas it starts;
+/// on failure, each replica's last log lines are printed.
+fn with_replicas(
+    test: &str,
+    env: &[(&'static str, &str)],
+    body: impl AsyncFnOnce(&mut RealCluster, &mut Vec<HostProcess>) -> Result<()>,
+) {
+    SUITE.run_on_own_control_plane(test, env, async |cx| {
+        let mut replicas: Vec<HostProcess> = Vec::new();
+        let outcome = body(cx, &mut replicas).await;
+        if outcome.is_err() {
+            for replica in &replicas {
+                eprintln!("{}", replica.log_tail());
+            }
+        }
+        outcome
+    });
+}
+
 /// Starts replica `name` with credentials of its own (user `name`).
 fn start(cx: &RealCluster, name: &str) -> Result<HostProcess> {
     start_in_group(cx, name, "system:masters")
@@ -379,19 +398,10 @@ fn replicas_share_the_podsets_and_no_object_ever_has_two_writers() {
         "replica-e",
     ];
     let flags = audit_flags(audit.path(), &users).expect("the audit policy");
-    SUITE.run_on_own_control_plane(
+    with_replicas(
         "replicas_share_the_podsets_and_no_object_ever_has_two_writers",
         &[("APISERVER_EXTRA", flags.as_str())],
-        async |cx| {
-            let mut replicas: Vec<HostProcess> = Vec::new();
-            let outcome = sharded(cx, audit.path(), &mut replicas).await;
-            if outcome.is_err() {
-                for replica in &replicas {
-                    eprintln!("{}", replica.log_tail());
-                }
-            }
-            outcome
-        },
+        async |cx, replicas| sharded(cx, audit.path(), replicas).await,
     );
 }
 
@@ -533,19 +543,10 @@ async fn sharded(
 /// and settles without it; the other then converges every PodSet.
 #[test]
 fn a_partitioned_replica_stops_before_its_keys_are_taken() {
-    SUITE.run_on_own_control_plane(
+    with_replicas(
         "a_partitioned_replica_stops_before_its_keys_are_taken",
         &[],
-        async |cx| {
-            let mut replicas: Vec<HostProcess> = Vec::new();
-            let outcome = partitioned(cx, &mut replicas).await;
-            if outcome.is_err() {
-                for replica in &replicas {
-                    eprintln!("{}", replica.log_tail());
-                }
-            }
-            outcome
-        },
+        async |cx, replicas| partitioned(cx, replicas).await,
     );
 }
 
@@ -692,19 +693,10 @@ mod overlap_check {
 /// owner.
 #[test]
 fn replicas_refused_the_shard_label_still_converge() {
-    SUITE.run_on_own_control_plane(
+    with_replicas(
         "replicas_refused_the_shard_label_still_converge",
         &[],
-        async |cx| {
-            let mut replicas: Vec<HostProcess> = Vec::new();
-            let outcome = refused_label(cx, &mut replicas).await;
-            if outcome.is_err() {
-                for replica in &replicas {
-                    eprintln!("{}", replica.log_tail());
-                }
-            }
-            outcome
-        },
+        async |cx, replicas| refused_label(cx, replicas).await,
     );
 }
 
@@ -871,19 +863,10 @@ async fn refused_label(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) ->
 /// reconciling their share meanwhile.
 #[test]
 fn one_replica_at_a_time_holds_the_once_only_duties() {
-    SUITE.run_on_own_control_plane(
+    with_replicas(
         "one_replica_at_a_time_holds_the_once_only_duties",
         &[],
-        async |cx| {
-            let mut replicas: Vec<HostProcess> = Vec::new();
-            let outcome = duties(cx, &mut replicas).await;
-            if outcome.is_err() {
-                for replica in &replicas {
-                    eprintln!("{}", replica.log_tail());
-                }
-            }
-            outcome
-        },
+        async |cx, replicas| duties(cx, replicas).await,
     );
 }
 
@@ -989,19 +972,10 @@ async fn duties(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Result
 /// so its owner sees it and every such PodSet converges.
 #[test]
 fn a_primary_with_another_objects_shard_label_reaches_its_owner() {
-    SUITE.run_on_own_control_plane(
+    with_replicas(
         "a_primary_with_another_objects_shard_label_reaches_its_owner",
         &[],
-        async |cx| {
-            let mut replicas: Vec<HostProcess> = Vec::new();
-            let outcome = strays(cx, &mut replicas).await;
-            if outcome.is_err() {
-                for replica in &replicas {
-                    eprintln!("{}", replica.log_tail());
-                }
-            }
-            outcome
-        },
+        async |cx, replicas| strays(cx, replicas).await,
     );
 }
 
