@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Builds a JavaScript plugin into a component of the `plugin` world of
-// wit/reconciler.wit:
+// wit/reconciler.wit, or of `plugin-with-admission` when the plugin serves
+// admission:
 //
 //   node sdk-js/bin/build-plugin.js plugins/podset-js/podset.js -o plugins/podset-js/podset-js.wasm
 //
@@ -15,7 +16,7 @@
 
 import { writeFile, rm, rename } from 'node:fs/promises';
 import { basename, dirname, join, relative, resolve, sep } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import { componentize } from '@bytecodealliance/componentize-js';
@@ -32,24 +33,34 @@ if (positionals.length !== 1 || !values.out) {
 const source = resolve(positionals[0]);
 const root = commonDirectory(dirname(source), sdk);
 const entry = join(root, `.${basename(source, '.js')}-${process.pid}.entry.js`);
+// The plugin's module, loaded natively, says which world to build: with
+// admission (`plugin(..., { validate, applyDefaults })`) or without.
+const declared = (await import(pathToFileURL(source).href)).default;
+if (declared?.metadata === undefined || typeof declared.reconcile !== 'function') {
+  console.error(`${positionals[0]}: its default export is not a plugin: end it with \`export default plugin(METADATA, reconcile);\``);
+  process.exit(1);
+}
+const withAdmission = declared.admission != null;
+const guest = relative(root, join(sdk, 'src', 'guest.js'));
 await writeFile(
   entry,
   `import plugin from './${relative(root, source)}';\n` +
-    `import { exportPlugin } from './${relative(root, join(sdk, 'src', 'guest.js'))}';\n` +
-    'export const reconciler = exportPlugin(plugin);\n',
+    `import { exportAdmission, exportPlugin } from './${guest}';\n` +
+    'export const reconciler = exportPlugin(plugin);\n' +
+    (withAdmission ? 'export const admission = exportAdmission(plugin);\n' : ''),
 );
 try {
   const { component } = await componentize({
     sourcePath: entry,
     witPath: resolve(values.wit),
-    worldName: 'plugin',
+    worldName: withAdmission ? 'plugin-with-admission' : 'plugin',
     // Clocks stay: WASI's clocks are the host's clock (see wit/reconciler.wit).
     disableFeatures: ['http', 'fetch-event'],
   });
   await writeFile(`${values.out}.tmp`, component);
   await rename(`${values.out}.tmp`, values.out);
   console.log(
-    `built ${values.out} (${(component.length / 1e6).toFixed(1)} MB) from ${relative(process.cwd(), source)}`,
+    `built ${values.out} (${(component.length / 1e6).toFixed(1)} MB, world ${withAdmission ? 'plugin-with-admission' : 'plugin'}) from ${relative(process.cwd(), source)}`,
   );
 } finally {
   await rm(entry, { force: true });

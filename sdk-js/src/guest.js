@@ -8,6 +8,7 @@ import { now } from 'reconciler:plugin/clock@0.2.2';
 import { current as currentCluster } from 'reconciler:plugin/cluster@0.2.2';
 import { log } from 'reconciler:plugin/log@0.2.2';
 
+import { dispatchDefaults, dispatchValidate, FailurePolicy } from './admission.js';
 import { ClusterInfo, EventType } from './contract.js';
 import { ReconcileError } from './errors.js';
 import { dispatch } from './plugin.js';
@@ -66,19 +67,61 @@ export function exportPlugin({ metadata, reconcile }) {
   return {
     metadata: () => metadataToWit(metadata),
     reconcile(request) {
-      let response;
-      try {
-        response = dispatch(reconcile, request, witHost);
-      } catch (e) {
-        if (!(e instanceof ReconcileError)) {
-          // A bug in the plugin: the stack goes to stderr (the host logs it
-          // under the object), the message to the Warning Event.
-          console.error(e instanceof Error ? `${e.name}: ${e.message}\n${e.stack}` : String(e));
-        }
-        const message = e instanceof ReconcileError ? e.message : `${e?.name ?? 'Error'}: ${e?.message ?? String(e)}`;
-        return { tag: 'err', val: message };
-      }
-      return { tag: 'ok', val: responseToWit(response) };
+      // The message of a failure goes to the Warning Event.
+      return answer(() => responseToWit(dispatch(reconcile, request, witHost)));
     },
+  };
+}
+
+/**
+ * The WIT result of `call`: ok with its value, or err with the plugin's own
+ * error message, or a bug's name and message (its stack goes to stderr,
+ * which the host logs under the object).
+ */
+function answer(call) {
+  try {
+    return { tag: 'ok', val: call() };
+  } catch (e) {
+    if (!(e instanceof ReconcileError)) {
+      console.error(e instanceof Error ? `${e.name}: ${e.message}\n${e.stack}` : String(e));
+    }
+    const message = e instanceof ReconcileError ? e.message : `${e?.name ?? 'Error'}: ${e?.message ?? String(e)}`;
+    return { tag: 'err', val: message };
+  }
+}
+
+const witOperation = (op) => op.toLowerCase();
+
+function callFromWit(r) {
+  return {
+    operation: r.operation.toUpperCase(),
+    object: r.object,
+    oldObject: r.oldObject,
+    userInfo: {
+      username: r.userInfo.username,
+      uid: r.userInfo.uid,
+      groups: [...r.userInfo.groups],
+      extra: Object.fromEntries(r.userInfo.extra),
+    },
+    dryRun: r.dryRun,
+  };
+}
+
+/** The component's `admission` export for a plugin made with `plugin(..., { validate, applyDefaults })`. */
+export function exportAdmission({ admission: served }) {
+  const { settings } = served;
+  return {
+    settings: () => ({
+      operations: settings.operations.map(witOperation),
+      mutating: settings.mutating,
+      failurePolicy: settings.failurePolicy === FailurePolicy.IGNORE ? 'ignore' : 'fail',
+      timeoutMs: settings.timeoutMs,
+    }),
+    validate: (request) =>
+      answer(() => {
+        const v = dispatchValidate(served, callFromWit(request));
+        return { allowed: v.allowed, message: v.message, warnings: [...v.warnings] };
+      }),
+    applyDefaults: (request) => answer(() => dispatchDefaults(served, callFromWit(request))),
   };
 }

@@ -8,6 +8,9 @@
 //   export function reconcile(podset, ctx) { return new Response().status({ seen: true }); }
 //   export default plugin(METADATA, reconcile);
 //
+// With `{ validate, applyDefaults }` as a third argument it also serves
+// admission for its primary kind (`./admission.js`).
+//
 // `node sdk-js/bin/build-plugin.js` builds it into a component against
 // `wit/reconciler.wit` with componentize-js; `Harness` from `./testing.js`
 // runs the same module under `node --test`. The contract a plugin keeps
@@ -15,6 +18,7 @@
 // time) is the WIT file's.
 
 export * as objects from './objects.js';
+export { AdmissionSettings, FailurePolicy, Operation, Verdict } from './admission.js';
 export { Context } from './context.js';
 export {
   CONTRACT_VERSION,

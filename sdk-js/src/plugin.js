@@ -1,5 +1,6 @@
 // A plugin: its declared metadata and its reconcile function.
 
+import { declareAdmission } from './admission.js';
 import { Context } from './context.js';
 import { ReconcileError } from './errors.js';
 import { Response } from './response.js';
@@ -9,11 +10,13 @@ import { Response } from './response.js';
  *
  *   export default plugin(METADATA, reconcile);
  *
- * `node sdk-js/bin/build-plugin.js` wraps it into the component's
- * `reconciler` export; `Harness` runs it under `node --test`.
+ * With `{ validate, applyDefaults }` (either or both; `admission` for other
+ * settings) it also serves admission for its primary kind (see
+ * `./admission.js`). `node sdk-js/bin/build-plugin.js` wraps it into the
+ * component's exports; `Harness` runs it under `node --test`.
  */
-export function plugin(metadata, reconcile) {
-  return Object.freeze({ metadata, reconcile });
+export function plugin(metadata, reconcile, { validate, applyDefaults, admission } = {}) {
+  return Object.freeze({ metadata, reconcile, admission: declareAdmission({ validate, applyDefaults, admission }) });
 }
 
 /**

@@ -12,6 +12,7 @@
 //   const outcome = new Harness(podset).withObjects(pod).reconcile(podSet);
 //   assert.equal(outcome.appliedOf(DEPLOYMENT)[0].spec.replicas, 3);
 
+import { dispatchDefaults, dispatchValidate, Operation, Verdict } from './admission.js';
 import { ClusterInfo, KindRef, LOCAL_CLUSTER, cmp } from './contract.js';
 import { labels, name, namespace } from './objects.js';
 import { dispatch } from './plugin.js';
@@ -53,6 +54,7 @@ export class Harness {
   constructor(plugin, { now } = {}) {
     this.metadata = plugin.metadata;
     this.reconcileFn = plugin.reconcile;
+    this.admission = plugin.admission ?? null;
     this.nowMillis = now === undefined ? DEFAULT_NOW_MILLIS : now.getTime();
     this.cluster = new ClusterInfo(LOCAL_CLUSTER);
     this.logs = [];
@@ -115,6 +117,44 @@ export class Harness {
     return new Outcome(dispatch(this.reconcileFn, request, this.#hostFor(namespace(primary))));
   }
 
+  /**
+   * Admission as the host runs it, for `{operation, object, oldObject,
+   * userInfo, dryRun}` (objects as plain objects): for a plugin that serves
+   * admission for the operation, defaults first (when mutating, on create
+   * and update), then validates the defaulted object. A plugin that serves
+   * none, or not this operation, admits everything. A failed call throws:
+   * the host answers it by the failure policy.
+   */
+  admit({ operation, object = null, oldObject = null, userInfo, dryRun = false }) {
+    const served = this.admission;
+    if (served === null || !served.settings.effectiveOperations().includes(operation)) {
+      return new AdmissionOutcome(Verdict.allow(), null);
+    }
+    const text = (o) => (o === null ? undefined : JSON.stringify(o));
+    const call = { operation, object: text(object), oldObject: text(oldObject), userInfo, dryRun };
+    let defaulted = null;
+    if (served.settings.mutating && (operation === Operation.CREATE || operation === Operation.UPDATE)) {
+      const changed = dispatchDefaults(served, call);
+      if (changed !== undefined) {
+        defaulted = JSON.parse(changed);
+        call.object = changed;
+      }
+    }
+    return new AdmissionOutcome(dispatchValidate(served, call), defaulted);
+  }
+
+  admitCreate(object) {
+    return this.admit({ operation: Operation.CREATE, object });
+  }
+
+  admitUpdate(oldObject, object) {
+    return this.admit({ operation: Operation.UPDATE, object, oldObject });
+  }
+
+  admitDelete(oldObject) {
+    return this.admit({ operation: Operation.DELETE, oldObject });
+  }
+
   #hostFor(primaryNamespace) {
     const project = (kind, object) =>
       JSON.stringify(this.metadata.isMetadataOnly(kind) ? metadataOnly(object) : object);
@@ -135,6 +175,27 @@ export class Harness {
       cluster: () => this.cluster,
       log: (level, message, fields) => this.logs.push({ level, message, fields }),
     };
+  }
+}
+
+/** What admission answered: the verdict on the (defaulted) object, and the defaulted object when defaulting changed it. */
+export class AdmissionOutcome {
+  constructor(verdict, defaulted) {
+    this.verdict = verdict;
+    this.defaulted = defaulted;
+  }
+
+  get allowed() {
+    return this.verdict.allowed;
+  }
+
+  /** The denial message, or "" when there is none. */
+  get message() {
+    return this.verdict.message ?? '';
+  }
+
+  get warnings() {
+    return this.verdict.warnings;
   }
 }
 

@@ -12,13 +12,17 @@ on plain dicts, and exports both::
 
     Reconciler = plugin(METADATA, reconcile)
 
-componentize-py builds the module into a component against
-``wit/reconciler.wit``; ``reconciler_sdk.testing.Harness`` runs the same
+With ``validate=`` or ``apply_defaults=`` it also serves admission for its
+primary kind (``reconciler_sdk.admission``).
+
+``python -m reconciler_sdk.build`` builds the module into a component
+against ``wit/reconciler.wit`` with componentize-py; ``reconciler_sdk.testing.Harness`` runs the same
 module under pytest. The contract a plugin keeps (idempotent, no effects
 beyond the response, the full desired state every time) is the WIT file's.
 """
 
 from . import objects
+from .admission import AdmissionRequest, AdmissionSettings, FailurePolicy, Operation, UserInfo, Verdict
 from .context import Context
 from .contract import (
     CONTRACT_VERSION,
@@ -39,6 +43,12 @@ from .response import Response
 __all__ = [
     "CONTRACT_VERSION",
     "LOCAL_CLUSTER",
+    "AdmissionRequest",
+    "AdmissionSettings",
+    "FailurePolicy",
+    "Operation",
+    "UserInfo",
+    "Verdict",
     "ClusterInfo",
     "Context",
     "EventType",

@@ -11,6 +11,13 @@ from componentize_py_types import Err
 from wit_world.exports import reconciler as wit
 from wit_world.imports import cache, clock, cluster, log, types
 
+try:  # present only in a build of the plugin-with-admission world
+    from wit_world.exports import admission as wit_admission
+except ImportError:
+    wit_admission = None
+
+from . import admission as sdk_admission
+
 from .contract import ClusterInfo, EventType, KindRef, LogLevel, MapRule, PluginMetadata
 from .errors import ReconcileError
 
@@ -81,6 +88,15 @@ def metadata_to_wit(m: PluginMetadata) -> types.PluginMetadata:
     )
 
 
+def _failure(e: Exception) -> Err:
+    """A failed call (not a denial): the plugin's own error by its message,
+    a bug with its type and the traceback on stderr (the host logs it)."""
+    if isinstance(e, ReconcileError):
+        return Err(str(e))
+    traceback.print_exc(file=sys.stderr)
+    return Err(f"{type(e).__name__}: {e}")
+
+
 def reconcile(reconcile_fn, request: wit.ReconcileRequest) -> wit.ReconcileResponse:
     from .plugin import ReconcileRequest, dispatch
 
@@ -90,13 +106,9 @@ def reconcile(reconcile_fn, request: wit.ReconcileRequest) -> wit.ReconcileRespo
             ReconcileRequest(request.primary, list(request.children), request.deleting),
             WitHost(),
         )
-    except ReconcileError as e:
-        raise Err(str(e)) from None
     except Exception as e:
-        # A bug in the plugin: the traceback goes to stderr (the host logs it
-        # under the object), the message to the Warning Event.
-        traceback.print_exc(file=sys.stderr)
-        raise Err(f"{type(e).__name__}: {e}") from None
+        # The message goes to the Warning Event.
+        raise _failure(e) from None
     return wit.ReconcileResponse(
         apply=r.applied,
         delete=[wit.ObjectRef(d.api_version, d.kind, d.namespace, d.name) for d in r.deleted],
@@ -108,3 +120,52 @@ def reconcile(reconcile_fn, request: wit.ReconcileRequest) -> wit.ReconcileRespo
         requeue_after_ms=r.requeue_after_ms,
         finalized=r.is_finalized,
     )
+
+
+_OPERATIONS = {
+    sdk_admission.Operation.CREATE: "CREATE",
+    sdk_admission.Operation.UPDATE: "UPDATE",
+    sdk_admission.Operation.DELETE: "DELETE",
+    sdk_admission.Operation.CONNECT: "CONNECT",
+}
+
+
+def settings_to_wit(s: sdk_admission.AdmissionSettings):
+    return wit_admission.AdmissionSettings(
+        operations=[getattr(wit_admission.Operation, _OPERATIONS[op]) for op in s.operations],
+        mutating=s.mutating,
+        failure_policy=(
+            wit_admission.FailurePolicy.IGNORE
+            if s.failure_policy is sdk_admission.FailurePolicy.IGNORE
+            else wit_admission.FailurePolicy.FAIL
+        ),
+        timeout_ms=s.timeout_ms,
+    )
+
+
+def _call_from_wit(r) -> sdk_admission.AdmissionCall:
+    u = r.user_info
+    return sdk_admission.AdmissionCall(
+        operation=sdk_admission.Operation(r.operation.name),
+        object=r.object,
+        old_object=r.old_object,
+        user_info=sdk_admission.UserInfo(
+            u.username, u.uid, tuple(u.groups), {key: tuple(values) for key, values in u.extra}
+        ),
+        dry_run=r.dry_run,
+    )
+
+
+def validate(served: sdk_admission.Admission, request):
+    try:
+        verdict = sdk_admission.dispatch_validate(served, _call_from_wit(request))
+    except Exception as e:
+        raise _failure(e) from None
+    return wit_admission.Verdict(verdict.allowed, verdict.message, list(verdict.warnings))
+
+
+def apply_defaults(served: sdk_admission.Admission, request):
+    try:
+        return sdk_admission.dispatch_defaults(served, _call_from_wit(request))
+    except Exception as e:
+        raise _failure(e) from None

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Callable
 
+from .admission import Admission, AdmissionSettings, DefaultsFn, ValidateFn
 from .context import Context, HostApi
 from .contract import PluginMetadata
 from .errors import ReconcileError
@@ -41,24 +42,56 @@ def dispatch(reconcile: ReconcileFn, request: ReconcileRequest, host: HostApi) -
     return response
 
 
-def plugin(metadata: PluginMetadata, reconcile: ReconcileFn) -> type:
+def plugin(
+    metadata: PluginMetadata,
+    reconcile: ReconcileFn,
+    *,
+    validate: ValidateFn | None = None,
+    apply_defaults: DefaultsFn | None = None,
+    admission: AdmissionSettings | None = None,
+) -> type:
     """The class componentize-py exports as the world's ``reconciler``
     interface. Bind it to the name ``Reconciler`` in the plugin's module::
 
         Reconciler = plugin(METADATA, reconcile)
+
+    With ``validate``, ``apply_defaults`` or both, the plugin also serves
+    admission for its primary kind (see ``reconciler_sdk.admission``), and
+    ``python -m reconciler_sdk.build`` builds the ``plugin-with-admission``
+    world for it.
     """
 
     declared, reconcile_fn = metadata, reconcile
+    served = Admission.declare(validate, apply_defaults, admission)
 
     class Reconciler:
         METADATA = declared
         RECONCILE = staticmethod(reconcile_fn)
+        ADMISSION = served
 
         def metadata(self):
             return _bindings().metadata_to_wit(declared)
 
         def reconcile(self, request):
             return _bindings().reconcile(reconcile_fn, request)
+
+    if served is not None:
+
+        class AdmissionExport:
+            """The world's ``admission`` export (componentize-py looks for
+            ``Admission`` in the built module; the builder's entry module
+            binds this class to that name)."""
+
+            def settings(self):
+                return _bindings().settings_to_wit(served.settings)
+
+            def validate(self, request):
+                return _bindings().validate(served, request)
+
+            def apply_defaults(self, request):
+                return _bindings().apply_defaults(served, request)
+
+        Reconciler.Admission = AdmissionExport
 
     return Reconciler
 

@@ -21,6 +21,7 @@ import datetime
 import json
 from dataclasses import dataclass, field
 
+from .admission import AdmissionCall, AdmissionRequest, Operation, Verdict, dispatch_defaults, dispatch_validate
 from .contract import LOCAL_CLUSTER, ClusterInfo, KindRef, LogLevel, PluginMetadata, Projection
 from .errors import ReconcileError
 from .objects import labels, name, namespace
@@ -70,6 +71,7 @@ class Harness:
     def __init__(self, reconciler: type, now: datetime.datetime | None = None):
         self.metadata: PluginMetadata = reconciler.METADATA
         self._reconcile = reconciler.RECONCILE
+        self._admission = getattr(reconciler, "ADMISSION", None)
         self._objects: dict[tuple[KindRef, str | None, str], dict] = {}
         self.now_millis = DEFAULT_NOW_MILLIS if now is None else round(now.timestamp() * 1000)
         self.cluster = ClusterInfo.of(LOCAL_CLUSTER)
@@ -128,6 +130,34 @@ class Harness:
         response = dispatch(self._reconcile, request, _HarnessHost(self, namespace(primary)))
         return Outcome(response)
 
+    def admit(self, request: AdmissionRequest) -> "AdmissionOutcome":
+        """Admission as the host runs it: for a plugin that serves admission
+        for the request's operation, defaults first (when mutating, on
+        create and update), then validates the defaulted object. A plugin
+        that serves none, or not this operation, admits everything. A failed
+        call (an exception) propagates: the host answers it by the failure
+        policy."""
+        served = self._admission
+        if served is None or request.operation not in served.settings.effective_operations():
+            return AdmissionOutcome(Verdict.allow(), None)
+        call = AdmissionCall.of(request)
+        defaulted = None
+        if served.settings.mutating and request.operation in (Operation.CREATE, Operation.UPDATE):
+            text = dispatch_defaults(served, call)
+            if text is not None:
+                defaulted = json.loads(text)
+                call.object = text
+        return AdmissionOutcome(dispatch_validate(served, call), defaulted)
+
+    def admit_create(self, obj: dict) -> "AdmissionOutcome":
+        return self.admit(AdmissionRequest(Operation.CREATE, obj, None))
+
+    def admit_update(self, old: dict, new: dict) -> "AdmissionOutcome":
+        return self.admit(AdmissionRequest(Operation.UPDATE, new, old))
+
+    def admit_delete(self, old: dict) -> "AdmissionOutcome":
+        return self.admit(AdmissionRequest(Operation.DELETE, None, old))
+
     # The cache, as the host's import answers it.
 
     def _get(self, kind: KindRef, ns: str | None, object_name: str, primary_ns: str | None) -> str | None:
@@ -177,6 +207,28 @@ class _HarnessHost:
 
 
 @dataclass
+class AdmissionOutcome:
+    """What admission answered: the verdict on the (defaulted) object, and
+    the defaulted object when defaulting changed it."""
+
+    verdict: Verdict
+    defaulted: dict | None
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict.allowed
+
+    @property
+    def message(self) -> str:
+        """The denial message, or "" when there is none."""
+        return self.verdict.message or ""
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.verdict.warnings
+
+
+@dataclass
 class Outcome:
     """A plugin's response, with accessors for assertions."""
 
@@ -212,4 +264,4 @@ class Outcome:
         return self.response.is_finalized
 
 
-__all__ = ["DEFAULT_NOW_MILLIS", "Harness", "LogEntry", "Outcome", "ReconcileError", "is_controlled_by", "metadata_only"]
+__all__ = ["DEFAULT_NOW_MILLIS", "AdmissionOutcome", "Harness", "LogEntry", "Outcome", "ReconcileError", "is_controlled_by", "metadata_only"]

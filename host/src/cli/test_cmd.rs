@@ -17,8 +17,9 @@ pub struct TestArgs {
     /// out.
     #[arg(value_name = "PLUGIN|REF")]
     pub plugin: String,
-    /// A directory of case files (*.yaml), or one case file.
-    pub cases: Option<PathBuf>,
+    /// Directories of case files (*.yaml) and single case files, run in
+    /// the order given (a directory's cases by name).
+    pub cases: Vec<PathBuf>,
     #[command(flatten)]
     pub references: PluginRefArgs,
 }
@@ -27,14 +28,21 @@ pub fn run(sandbox: &SandboxArgs, args: TestArgs) -> anyhow::Result<ExitCode> {
     // Runs must repeat exactly: the random streams plugins see depend only
     // on the plugin and the object (plugin/call_random.rs).
     let sandbox = sandbox.sandbox_with(RandomKey::fixed())?;
-    // `test --plugin REF CASES` gives one positional: the cases.
-    let (plugin_arg, cases) = match (&args.cases, args.references.plugins.as_slice()) {
-        (Some(cases), []) => (args.plugin.clone(), cases.clone()),
-        (None, [reference]) => (reference.to_string(), PathBuf::from(&args.plugin)),
-        (None, []) => {
-            anyhow::bail!("give the plugin and the cases: reconciler-host test PLUGIN CASES")
+    // `test --plugin REF CASES...` gives only cases as positionals.
+    let (plugin_arg, cases) = match (args.cases.is_empty(), args.references.plugins.as_slice()) {
+        (false, []) => (args.plugin.clone(), args.cases.clone()),
+        (true, [reference]) => (reference.to_string(), vec![PathBuf::from(&args.plugin)]),
+        (true, []) => {
+            anyhow::bail!("give the plugin and the cases: reconciler-host test PLUGIN CASES...")
         }
-        (Some(_), [_]) => anyhow::bail!("give the plugin once: as PLUGIN or as --plugin, not both"),
+        (false, [_]) if looks_like_reference(&args.plugin) || args.plugin.ends_with(".wasm") => {
+            anyhow::bail!("give the plugin once: as PLUGIN or as --plugin, not both")
+        }
+        (false, [reference]) => {
+            let mut all = vec![PathBuf::from(&args.plugin)];
+            all.extend(args.cases.iter().cloned());
+            (reference.to_string(), all)
+        }
         (_, [_, _, ..]) => anyhow::bail!("test runs one plugin: give --plugin once"),
     };
     let mut keep = None;
@@ -58,14 +66,21 @@ pub fn run(sandbox: &SandboxArgs, args: TestArgs) -> anyhow::Result<ExitCode> {
         (PathBuf::from(&plugin_arg), plugin_arg.clone())
     };
     let plugin = sandbox.load(&path)?;
-    let files = discover(&cases)?;
+    let mut files = Vec::new();
+    for path in &cases {
+        files.extend(discover(path)?);
+    }
+    let from = match cases.as_slice() {
+        [one] => one.display().to_string(),
+        several => format!("{} paths", several.len()),
+    };
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "running {} case{} from {} against {} ({} {})",
         files.len(),
         if files.len() == 1 { "" } else { "s" },
-        cases.display(),
+        from,
         shown,
         plugin.name(),
         plugin.metadata().version
