@@ -29,20 +29,34 @@ const DEFAULT_TIMEOUT_SECONDS = 600;
 
 export const METADATA = new PluginMetadata('kubernetescluster-js', '0.1.0', KUBERNETES_CLUSTER);
 
+/**
+ * A KubernetesCluster as the plugin reads it (the JSDoc types are checked by
+ * `tsc` against the SDK's declarations; they change nothing at run time).
+ * @typedef {import('../../sdk-js/src/index.js').KubeObject<
+ *   { masters?: unknown, version?: string, timeoutSeconds?: number },
+ *   { masters?: number }
+ * >} KubernetesCluster
+ * @typedef {import('../../sdk-js/src/index.js').AdmissionRequest<KubernetesCluster>} Request
+ */
+
+/** @param {KubernetesCluster} cluster */
 function specOf(cluster) {
   const { spec } = cluster;
   if (spec === null || typeof spec !== 'object') throw new ReconcileError('the KubernetesCluster has no spec');
   return spec;
 }
 
+/** @param {KubernetesCluster} cluster */
 function mastersOf(cluster) {
   const { masters } = specOf(cluster);
   if (!Number.isInteger(masters)) throw new ReconcileError(`spec.masters must be an integer, got ${JSON.stringify(masters)}`);
   return masters;
 }
 
+/** @param {KubernetesCluster} cluster */
 const startedWith = (cluster) => cluster.status?.masters ?? null;
 
+/** @param {Request} request */
 export function validate(request) {
   const cluster = request.object;
   if (cluster === null) return Verdict.allow();
@@ -61,11 +75,16 @@ export function validate(request) {
   return Verdict.allow();
 }
 
+/** @param {KubernetesCluster} cluster */
 export function applyDefaults(cluster) {
   const { spec } = cluster;
   if (spec !== null && typeof spec === 'object' && (spec.version ?? '') === '') spec.version = DEFAULT_VERSION;
 }
 
+/**
+ * @param {KubernetesCluster} cluster
+ * @param {import('../../sdk-js/src/index.js').Context} ctx
+ */
 export function reconcile(cluster, ctx) {
   if (ctx.deleting || startedWith(cluster) !== null) return new Response();
   return new Response().status({ masters: mastersOf(cluster) });

@@ -29,6 +29,16 @@ export const METADATA = new PluginMetadata('podset-js', '0.1.0', PODSET)
   .owns(DEPLOYMENT)
   .readsInNamespace(POD, MapRule.label(PODSET_LABEL), { metadataOnly: true });
 
+/**
+ * A PodSet as the plugin reads it (the JSDoc types are checked by `tsc`
+ * against the SDK's declarations; they change nothing at run time).
+ * @typedef {import('../../sdk-js/src/index.js').KubeObject<{ size?: unknown }>} PodSet
+ */
+
+/**
+ * @param {PodSet} podset
+ * @param {import('../../sdk-js/src/index.js').Context} ctx
+ */
 export function reconcile(podset, ctx) {
   if (ctx.deleting) {
     // The Deployment is garbage-collected through its ownerReference.
@@ -60,6 +70,12 @@ export function reconcile(podset, ctx) {
   return response.status(cluster === LOCAL_CLUSTER ? { podNames } : { podNames, cluster });
 }
 
+/**
+ * @param {string} name
+ * @param {string | null} namespace
+ * @param {number} size
+ * @param {Record<string, string>} labels
+ */
 function deployment(name, namespace, size, labels) {
   return {
     apiVersion: DEPLOYMENT.apiVersion,
