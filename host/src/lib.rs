@@ -16,4 +16,5 @@ pub mod plugin;
 pub mod plugin_resources;
 pub mod process;
 pub mod registry;
+pub mod scaffold;
 pub mod sharding;

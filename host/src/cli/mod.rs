@@ -6,6 +6,7 @@ mod dev_cmd;
 mod embedded_clusters_args;
 mod inspect_cmd;
 mod metrics_args;
+mod new_cmd;
 mod push_cmd;
 mod rbac_cmd;
 mod record_args;
@@ -35,6 +36,7 @@ reconciler-host simulate --objects examples/ --advance 1h\n  \
 reconciler-host test plugins/podset.wasm plugins/podset/cases\n  \
 reconciler-host inspect plugins/podset.wasm\n\n\
 Writing a plugin (docs/writing-plugins.md, and docs/plugins-<language>.md):\n  \
+reconciler-host new NAME --lang rust|python|js --kind GROUP/VERSION/KIND   a project that builds and passes its cases\n  \
 Rust        a cdylib crate depending on plugins/sdk (reconciler-sdk): implement Reconciler, export_plugin!;\n              \
 add it to the workspace's members, then scripts/build-plugins\n  \
 Python      plugins/<name>/app.py with sdk-python (reconciler_sdk); scripts/build-plugins runs componentize-py\n  \
@@ -138,6 +140,17 @@ reconciler-host push podset.wasm oci://127.0.0.1:5000/podset:dev --insecure-regi
 Then run it: `reconciler-host run --plugin oci://...@sha256:...`, or `kubectl apply` a Plugin (see crds/plugin.yaml)."
     )]
     Push(push_cmd::PushArgs),
+    /// Write a new plugin project (Rust, Python or JavaScript) that builds and passes its golden cases.
+    #[command(
+        after_help = "The project holds the plugin's source with its metadata filled in, a native \
+test, a CRD for a custom kind, an example object, golden cases (the reconcile's, and with --admission one per \
+stub) and a README of the next commands: test natively, build the .wasm, run the golden cases.\n\n\
+Examples:\n  \
+reconciler-host new widget-operator --lang rust --kind example.com/v1alpha1/Widget\n  \
+reconciler-host new widget-py --lang python --kind example.com/v1alpha1/Widget --admission\n  \
+reconciler-host new restarter --lang js --kind apps/v1/Deployment"
+    )]
+    New(new_cmd::NewArgs),
     /// Write a cosign key pair (ECDSA P-256) for signing pushed plugins.
     #[command(
         after_help = "The private key is encrypted with $COSIGN_PASSWORD, as cosign does; cosign reads it too."
@@ -335,5 +348,6 @@ pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Rbac(args) => rbac_cmd::run(&cli.sandbox, args),
         Command::Push(args) => push_cmd::push(&cli.sandbox, args),
         Command::Keygen(args) => push_cmd::keygen(args),
+        Command::New(args) => new_cmd::run(args),
     }
 }
