@@ -16,8 +16,11 @@ pub mod admission;
 pub mod json_depth;
 mod list_pages;
 pub mod memory_cache;
+pub mod names;
 pub mod object_meta;
 pub mod quoted;
+pub mod response_caps;
+pub mod response_rules;
 pub mod selector;
 pub mod types;
 

@@ -20,11 +20,11 @@ pub mod limits;
 mod loaded;
 pub mod memory_budget;
 pub mod metadata_rules;
-pub mod names;
+pub use reconciler_contract::names;
 pub mod object_reader;
 pub mod process_memory;
 pub mod response_limits;
-pub mod response_rules;
+pub use reconciler_contract::response_rules;
 pub mod sandbox;
 mod worker_safe_io;
 

@@ -26,6 +26,7 @@ use reconciler_contract::{
     AdmissionRequest, ClusterInfo, Event, KindRef, LogLevel, ObjectRef, Operation, PluginMetadata,
     ReconcileResponse, UserInfo, Verdict,
 };
+use reconciler_contract::{response_caps, response_rules};
 
 pub use reconciler_contract::DEFAULT_NOW_MILLIS;
 
@@ -113,8 +114,17 @@ impl<R: Reconciler> Harness<R> {
     pub fn reconcile<P: Serialize>(&self, primary: &P) -> Result<Outcome, String> {
         let primary = serde_json::to_value(primary).expect("primary serialises to JSON");
         let request = self.cache.request_for(&primary, &self.metadata.owns);
-        let host = self.host_for(namespace_of(&primary));
-        crate::dispatch::<R>(&request, &host).map(|response| Outcome { response })
+        let namespace = namespace_of(&primary);
+        let host = self.host_for(namespace);
+        let response = crate::dispatch::<R>(&request, &host)?;
+        // What the host refuses, the harness refuses, with the host's words:
+        // its caps, then its rules for every object, delete, status and Event.
+        if let Some(over) = response_caps::over_cap(&response, &self.metadata.hints) {
+            return Err(over);
+        }
+        response_rules::validate_response(&self.metadata, namespace, response.clone())
+            .map_err(|e| e.to_string())?;
+        Ok(Outcome { response })
     }
 
     /// Admission as the host runs it: for a plugin that declared

@@ -2,7 +2,7 @@
 //! load and before apply turns a late, vague API error into an early one that
 //! names the field.
 
-use reconciler_contract::KindRef;
+use crate::KindRef;
 
 /// DNS-1123 label: at most 63 lowercase alphanumerics or '-', starting and
 /// ending alphanumeric. Namespaces, plugin names, many object names.

@@ -12,12 +12,12 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use reconciler_contract::memory_cache::{name_of, namespace_of};
-use reconciler_contract::{Event, ObjectRef, ReconcileResponse};
-use reconciler_contract::{KindRef, PluginMetadata};
+use crate::memory_cache::{name_of, namespace_of};
+use crate::{Event, ObjectRef, ReconcileResponse};
+use crate::{KindRef, PluginMetadata};
 use serde_json::{Map, Value};
 
-use super::names::{check_dns_label, check_kind, check_object_name};
+use crate::names::{check_dns_label, check_kind, check_object_name};
 
 mod host_owned_fields;
 mod object_metadata;
@@ -269,8 +269,8 @@ fn json_type(v: &Value) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use reconciler_contract::EventType;
-    use reconciler_contract::MapRule;
+    use crate::EventType;
+    use crate::MapRule;
     use serde_json::json;
 
     use super::*;

@@ -5,13 +5,11 @@
 //! annotations), what it refuses (a number as a label value, a malformed
 //! key, one byte more) is refused here with the key named.
 
-use reconciler_contract::KindRef;
+use crate::KindRef;
 use serde_json::{Map, Value};
 
 use super::json_type;
-use crate::plugin::names::{
-    check_dns_label, check_label_value, check_object_name, check_qualified_name,
-};
+use crate::names::{check_dns_label, check_label_value, check_object_name, check_qualified_name};
 
 /// The API server's limit on an object's annotations: the bytes of every
 /// key and value together.
