@@ -16,6 +16,7 @@ import { dispatchDefaults, dispatchValidate, Operation, Verdict } from './admiss
 import { ClusterInfo, KindRef, LOCAL_CLUSTER, cmp } from './contract.js';
 import { labels, name, namespace } from './objects.js';
 import { dispatch } from './plugin.js';
+import { checkResponse } from './response-rules.js';
 import { parseSelector } from './selector.js';
 
 /** The clock of a test that sets none, 2024-01-01T00:00:00Z: the same as `reconciler-host test`. */
@@ -107,14 +108,17 @@ export class Harness {
       .map((e) => e.object);
   }
 
-  /** Reconciles `primary` as the host would; the plugin's error is thrown as `ReconcileError`. */
+  /** Reconciles `primary` as the host would; the plugin's error, and a response the host would refuse (`./response-rules.js`), is thrown as `ReconcileError`. */
   reconcile(primary) {
     const request = {
       primary: JSON.stringify(primary),
       children: this.childrenOf(primary).map((c) => JSON.stringify(c)),
       deleting: primary.metadata?.deletionTimestamp != null,
     };
-    return new Outcome(dispatch(this.reconcileFn, request, this.#hostFor(namespace(primary))));
+    const response = dispatch(this.reconcileFn, request, this.#hostFor(namespace(primary)));
+    // What the host refuses, the harness refuses, in the host's words.
+    checkResponse(this.metadata, namespace(primary), response);
+    return new Outcome(response);
   }
 
   /**

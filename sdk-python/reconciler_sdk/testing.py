@@ -27,6 +27,7 @@ from .errors import ReconcileError
 from .objects import labels, name, namespace
 from .plugin import ReconcileRequest, dispatch
 from .response import Event, ObjectRef, Response
+from .response_rules import check_response
 from .selector import LabelSelector
 
 DEFAULT_NOW_MILLIS = 1_704_067_200_000
@@ -119,8 +120,9 @@ class Harness:
         ]
 
     def reconcile(self, primary: dict) -> "Outcome":
-        """Reconciles ``primary`` as the host would; the plugin's error is
-        raised as ``ReconcileError`` (any other exception is a bug and
+        """Reconciles ``primary`` as the host would; the plugin's error, and
+        a response the host would refuse (``reconciler_sdk.response_rules``),
+        is raised as ``ReconcileError`` (any other exception is a bug and
         propagates, as it would trap the compiled plugin's call)."""
         request = ReconcileRequest(
             primary=json.dumps(primary),
@@ -128,6 +130,8 @@ class Harness:
             deleting=(primary.get("metadata") or {}).get("deletionTimestamp") is not None,
         )
         response = dispatch(self._reconcile, request, _HarnessHost(self, namespace(primary)))
+        # What the host refuses, the harness refuses, in the host's words.
+        check_response(self.metadata, namespace(primary), response)
         return Outcome(response)
 
     def admit(self, request: AdmissionRequest) -> "AdmissionOutcome":
