@@ -1,30 +1,14 @@
 //! `--record DIR` writes each reconcile as a golden case, and
 //! `reconciler-host test` replays it: the same plugin answers the same.
 
+mod cli_run;
+
+use cli_run::{host, root};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ has a parent")
-        .to_path_buf()
-}
-
-/// Runs the host with the compile cache the test binaries share (entries
-/// are keyed by content and written atomically).
-fn host(_work: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
-        .current_dir(root())
-        .arg("--compile-cache")
-        .arg(root().join("target/test-compile-cache"))
-        .args(args)
-        .output()
-        .expect("run reconciler-host")
-}
 
 /// Replays every plugin's recorded cases; returns how many ran per plugin.
-fn replay(work: &Path, recorded: &Path) -> Vec<(String, usize)> {
+fn replay(recorded: &Path) -> Vec<(String, usize)> {
     let mut replayed = Vec::new();
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(recorded)
         .expect("the record directory exists")
@@ -37,10 +21,7 @@ fn replay(work: &Path, recorded: &Path) -> Vec<(String, usize)> {
             .join("plugins")
             .join(format!("{}.wasm", plugin.replace('-', "_")));
         let cases = std::fs::read_dir(&dir).unwrap().count();
-        let out = host(
-            work,
-            &["test", wasm.to_str().unwrap(), dir.to_str().unwrap()],
-        );
+        let out = host(&["test", wasm.to_str().unwrap(), dir.to_str().unwrap()]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -60,26 +41,23 @@ fn replay(work: &Path, recorded: &Path) -> Vec<(String, usize)> {
 fn a_recorded_simulation_replays_as_passing_golden_cases() {
     let work = tempfile::tempdir().unwrap();
     let recorded = work.path().join("recorded");
-    let out = host(
-        work.path(),
-        &[
-            "simulate",
-            "--plugins-dir",
-            "plugins",
-            "--objects",
-            "examples",
-            "--advance",
-            "2m",
-            "--record",
-            recorded.to_str().unwrap(),
-        ],
-    );
+    let out = host(&[
+        "simulate",
+        "--plugins-dir",
+        "plugins",
+        "--objects",
+        "examples",
+        "--advance",
+        "2m",
+        "--record",
+        recorded.to_str().unwrap(),
+    ]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let replayed = replay(work.path(), &recorded);
+    let replayed = replay(&recorded);
     let plugins: Vec<&str> = replayed.iter().map(|(p, _)| p.as_str()).collect();
     assert!(
         plugins.contains(&"podset") && plugins.contains(&"memcached"),
@@ -96,21 +74,18 @@ fn a_recorded_simulation_replays_as_passing_golden_cases() {
 fn a_recorded_dev_session_replays_as_passing_golden_cases() {
     let work = tempfile::tempdir().unwrap();
     let recorded = work.path().join("recorded");
-    let out = host(
-        work.path(),
-        &[
-            "dev",
-            "--until-settled",
-            "--record",
-            recorded.to_str().unwrap(),
-        ],
-    );
+    let out = host(&[
+        "dev",
+        "--until-settled",
+        "--record",
+        recorded.to_str().unwrap(),
+    ]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let replayed = replay(work.path(), &recorded);
+    let replayed = replay(&recorded);
     assert!(
         replayed.iter().any(|(p, n)| p == "podset" && *n >= 1),
         "{replayed:?}"
@@ -121,18 +96,15 @@ fn a_recorded_dev_session_replays_as_passing_golden_cases() {
 fn a_case_a_plugin_no_longer_answers_the_same_fails_on_replay() {
     let work = tempfile::tempdir().unwrap();
     let recorded = work.path().join("recorded");
-    let out = host(
-        work.path(),
-        &[
-            "simulate",
-            "--plugins-dir",
-            "plugins",
-            "--objects",
-            "examples/podset.yaml",
-            "--record",
-            recorded.to_str().unwrap(),
-        ],
-    );
+    let out = host(&[
+        "simulate",
+        "--plugins-dir",
+        "plugins",
+        "--objects",
+        "examples/podset.yaml",
+        "--record",
+        recorded.to_str().unwrap(),
+    ]);
     assert!(
         out.status.success(),
         "{}",
@@ -151,10 +123,7 @@ fn a_case_a_plugin_no_longer_answers_the_same_fails_on_replay() {
     assert_ne!(text, edited, "the case holds the PodSet's size: {text}");
     std::fs::write(&case, edited).unwrap();
     let wasm = root().join("plugins/podset.wasm");
-    let out = host(
-        work.path(),
-        &["test", wasm.to_str().unwrap(), case.to_str().unwrap()],
-    );
+    let out = host(&["test", wasm.to_str().unwrap(), case.to_str().unwrap()]);
     assert!(
         !out.status.success(),
         "{}",
@@ -166,24 +135,21 @@ fn a_case_a_plugin_no_longer_answers_the_same_fails_on_replay() {
 fn cases_recorded_in_member_clusters_carry_the_cluster_and_replay_in_it() {
     let work = tempfile::tempdir().unwrap();
     let recorded = work.path().join("recorded");
-    let out = host(
-        work.path(),
-        &[
-            "simulate",
-            "--plugins-dir",
-            "plugins",
-            "--objects",
-            "examples/podset.yaml",
-            "--crds",
-            "crds",
-            "--clusters",
-            "2",
-            "--cluster-labels",
-            "member-2:region=eu",
-            "--record",
-            recorded.to_str().unwrap(),
-        ],
-    );
+    let out = host(&[
+        "simulate",
+        "--plugins-dir",
+        "plugins",
+        "--objects",
+        "examples/podset.yaml",
+        "--crds",
+        "crds",
+        "--clusters",
+        "2",
+        "--cluster-labels",
+        "member-2:region=eu",
+        "--record",
+        recorded.to_str().unwrap(),
+    ]);
     assert!(
         out.status.success(),
         "{}",
@@ -209,7 +175,7 @@ fn cases_recorded_in_member_clusters_carry_the_cluster_and_replay_in_it() {
             .all(|c| c.contains("region: eu") && c.contains("cluster: member-2")),
         "{in_member_2:?}"
     );
-    let replayed = replay(work.path(), &recorded);
+    let replayed = replay(&recorded);
     assert!(
         replayed.iter().any(|(p, n)| p == "podset" && *n >= 2),
         "{replayed:?}"

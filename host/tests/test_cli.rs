@@ -1,25 +1,9 @@
 //! `reconciler-host test PLUGIN CASES...`: directories and single case files
 //! together, each case run once, in the order given.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod cli_run;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("host/ has a parent")
-        .to_path_buf()
-}
-
-fn host(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_reconciler-host"))
-        .current_dir(root())
-        .arg("--compile-cache")
-        .arg(root().join("target/test-compile-cache"))
-        .args(args)
-        .output()
-        .expect("run reconciler-host")
-}
+use cli_run::{host, root};
 
 const PLUGIN: &str = "plugins/kubernetescluster.wasm";
 const CASES: &str = "plugins/kubernetescluster/cases";
