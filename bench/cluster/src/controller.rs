@@ -1,5 +1,6 @@
 //! The controller under test as a child process: this binary's
-//! `native-controller`, or `reconciler-host run` with podset.
+//! `native-controller`, the kopf PodSet operator (bench/cluster/kopf), or
+//! `reconciler-host run` with podset.
 
 use std::fmt;
 use std::net::TcpListener;
@@ -13,6 +14,8 @@ use crate::cluster::tail;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Side {
     Native,
+    /// The PodSet operator written with kopf (bench/cluster/kopf).
+    Kopf,
     Host,
 }
 
@@ -20,6 +23,7 @@ impl fmt::Display for Side {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Side::Native => "native",
+            Side::Kopf => "kopf",
             Side::Host => "host",
         })
     }
@@ -108,6 +112,32 @@ impl HostSetup {
     }
 }
 
+/// How to start the kopf operator: kopf's executable (in a virtualenv with
+/// bench/cluster/kopf/requirements.txt) and the operator's module.
+pub struct KopfSetup {
+    pub kopf: PathBuf,
+    pub operator: PathBuf,
+}
+
+impl KopfSetup {
+    pub fn check(venv: &Path, operator: &Path) -> anyhow::Result<Self> {
+        let kopf = venv.join("bin/kopf");
+        if !kopf.is_file() {
+            bail!(
+                "no kopf at {} (scripts/bench-cluster --baseline kopf installs bench/cluster/kopf/requirements.txt there; or give --kopf-venv)",
+                kopf.display()
+            );
+        }
+        if !operator.is_file() {
+            bail!("no kopf operator at {}", operator.display());
+        }
+        Ok(KopfSetup {
+            kopf,
+            operator: operator.to_path_buf(),
+        })
+    }
+}
+
 /// A running controller; dropping it kills it.
 pub struct ControllerProcess {
     child: Child,
@@ -120,6 +150,7 @@ impl ControllerProcess {
     pub fn start(
         side: Side,
         host: Option<&HostSetup>,
+        kopf: Option<&KopfSetup>,
         kubeconfig: &Path,
         log: PathBuf,
     ) -> anyhow::Result<Self> {
@@ -127,6 +158,16 @@ impl ControllerProcess {
             Side::Native => {
                 let mut cmd = Command::new(std::env::current_exe()?);
                 cmd.arg("native-controller");
+                cmd
+            }
+            Side::Kopf => {
+                let kopf = kopf.context("the kopf side needs kopf installed")?;
+                let mut cmd = Command::new(&kopf.kopf);
+                // One operator, every namespace, no peering with others.
+                cmd.arg("run")
+                    .arg("--standalone")
+                    .arg("--all-namespaces")
+                    .arg(&kopf.operator);
                 cmd
             }
             Side::Host => {

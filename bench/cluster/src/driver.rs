@@ -14,7 +14,7 @@ use kube::{Api, Client};
 
 use crate::audit::{AuditTail, Writes};
 use crate::cluster::{CONTROLLER_USER, Cluster, LocalKube, Target};
-use crate::controller::{ControllerProcess, HostSetup, Side};
+use crate::controller::{ControllerProcess, HostSetup, KopfSetup, Side};
 use crate::observer::{Observer, key};
 use crate::podset::{CRD_YAML, PodSet};
 use crate::procfs;
@@ -70,9 +70,20 @@ impl BulkArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
+    /// What the host is compared with: the native kube-rs controller, or the
+    /// PodSet operator written with kopf (bench/cluster/kopf; give the host
+    /// the Python podset with --plugin plugins/podset-py/podset-py.wasm).
+    #[arg(long, value_enum, default_value_t = Side::Native)]
+    pub baseline: Side,
     /// Run one side only.
     #[arg(long, value_enum)]
     pub only: Option<Side>,
+    /// The virtualenv holding kopf (bench/cluster/kopf/requirements.txt).
+    #[arg(long, default_value = "target/guest-tools/kopf")]
+    pub kopf_venv: PathBuf,
+    /// Seconds to measure the controller's CPU for once it has settled.
+    #[arg(long, default_value_t = 30)]
+    pub after_secs: u64,
     /// Runs of each side, each on a freshly reset cluster.
     #[arg(long, default_value_t = 1)]
     pub runs: usize,
@@ -124,9 +135,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
     std::fs::create_dir_all(state.join("work"))?;
 
+    if args.baseline == Side::Host {
+        bail!("--baseline is native or kopf: the host is what it is compared with");
+    }
     let sides: Vec<Side> = match args.only {
         Some(side) => vec![side],
-        None => vec![Side::Native, Side::Host],
+        None => vec![args.baseline, Side::Host],
+    };
+    let kopf = if sides.contains(&Side::Kopf) {
+        Some(KopfSetup::check(
+            &args.kopf_venv,
+            std::path::Path::new("bench/cluster/kopf/podset_operator.py"),
+        )?)
+    } else {
+        None
     };
     let host = if sides.contains(&Side::Host) {
         Some(HostSetup::prepare(
@@ -150,13 +172,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             if matches!(cluster, Cluster::External(_)) {
                 clean_up(&target).await?;
             }
-            let result = measure_side(&args, side, host.as_ref(), &target, &state, &label).await;
+            let result = measure_side(
+                &args,
+                side,
+                (host.as_ref(), kopf.as_ref()),
+                &target,
+                &state,
+                &label,
+            )
+            .await;
             if matches!(cluster, Cluster::External(_)) {
                 clean_up(&target).await?;
             }
             let result = result.with_context(|| format!("the {label} run"))?;
             match side {
-                Side::Native => native_runs.push(result),
+                Side::Native | Side::Kopf => native_runs.push(result),
                 Side::Host => host_runs.push(result),
             }
         }
@@ -165,8 +195,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         count: args.bulk.count,
         creators: args.bulk.creators,
         singles: args.singles,
+        after_secs: args.after_secs,
     };
-    println!("{}", render(&shape, &native_runs, &host_runs));
+    let baseline = args
+        .only
+        .filter(|side| *side != Side::Host)
+        .unwrap_or(args.baseline);
+    println!("{}", render(&shape, baseline, &native_runs, &host_runs));
     if matches!(cluster, Cluster::External(_)) {
         println!(
             "kube-apiserver CPU and the writes are n/a: the bench ran against KUBECONFIG, not an API server of its own, so it has neither the API server's pid nor an audit log of the controller's requests."
@@ -200,7 +235,7 @@ pub(crate) async fn client_for(kubeconfig: &std::path::Path) -> anyhow::Result<C
 async fn measure_side(
     args: &RunArgs,
     side: Side,
-    host: Option<&HostSetup>,
+    (host, kopf): (Option<&HostSetup>, Option<&KopfSetup>),
     target: &Target,
     state: &std::path::Path,
     label: &str,
@@ -214,7 +249,8 @@ async fn measure_side(
     let timeout = Duration::from_secs(args.bulk.timeout_secs);
 
     let log = state.join(format!("{side}-controller.log"));
-    let mut controller = ControllerProcess::start(side, host, &target.controller_kubeconfig, log)?;
+    let mut controller =
+        ControllerProcess::start(side, host, kopf, &target.controller_kubeconfig, log)?;
     let pid = controller.pid();
     let started = Instant::now();
     let probe = create_podsets(
@@ -307,6 +343,10 @@ async fn measure_side(
         _ => None,
     };
     let rss_after = procfs::rss_bytes(pid)?;
+    // What the controller spends once there is nothing left to do.
+    let cpu_settled = procfs::cpu_time(pid)?;
+    tokio::time::sleep(Duration::from_secs(args.after_secs)).await;
+    let cpu_after = procfs::cpu_time(pid)?.saturating_sub(cpu_settled);
     controller.check_running()?;
     let result = SideRun {
         single_p50,
@@ -320,6 +360,7 @@ async fn measure_side(
         writes,
         rss_after,
         idle_rss,
+        cpu_after: Some(cpu_after),
     };
     eprintln!("[{label}] {result:?}");
     Ok(result)

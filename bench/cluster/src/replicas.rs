@@ -149,6 +149,7 @@ async fn measure(
         controllers.push(ControllerProcess::start(
             Side::Host,
             Some(&sharded),
+            None,
             &kubeconfig,
             log.clone(),
         )?);

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::audit::Writes;
+use crate::controller::Side;
 
 /// What one run of one side measured.
 #[derive(Clone, Debug, Default)]
@@ -21,6 +22,9 @@ pub struct SideRun {
     pub writes: Option<Writes>,
     pub rss_after: u64,
     pub idle_rss: u64,
+    /// Controller CPU in the quiet seconds after it settled (`None` when
+    /// the run measured none).
+    pub cpu_after: Option<Duration>,
 }
 
 #[derive(Clone, Copy)]
@@ -45,6 +49,7 @@ pub struct Shape {
     pub count: usize,
     pub creators: usize,
     pub singles: usize,
+    pub after_secs: u64,
 }
 
 fn rows(shape: &Shape) -> Vec<Row> {
@@ -131,6 +136,14 @@ fn rows(shape: &Shape) -> Vec<Row> {
             writes(|w| w.refused),
         ),
         row(
+            format!(
+                "controller CPU in the {} s after it settled",
+                shape.after_secs
+            ),
+            Unit::Seconds,
+            |r| r.cpu_after.map(|d| d.as_secs_f64()),
+        ),
+        row(
             format!("controller RSS after the {n}"),
             Unit::Mebibytes,
             |r| Some(r.rss_after as f64),
@@ -145,9 +158,13 @@ fn rows(shape: &Shape) -> Vec<Row> {
 
 /// The table in Markdown. A side without runs shows `-`; a figure a side
 /// could not measure shows `n/a`.
-pub fn render(shape: &Shape, native: &[SideRun], host: &[SideRun]) -> String {
-    let mut out =
-        String::from("| | native kube-rs | reconciler-host | host / native |\n|---|---|---|---|\n");
+/// The table with the baseline (`native` or `kopf`) first.
+pub fn render(shape: &Shape, baseline: Side, native: &[SideRun], host: &[SideRun]) -> String {
+    let (name, short) = match baseline {
+        Side::Kopf => ("kopf (Python)", "kopf"),
+        _ => ("native kube-rs", "native"),
+    };
+    let mut out = format!("| | {name} | reconciler-host | host / {short} |\n|---|---|---|---|\n");
     for row in rows(shape) {
         let native_values = values(native, &row.value);
         let host_values = values(host, &row.value);
@@ -249,12 +266,14 @@ mod tests {
         count: 1000,
         creators: 16,
         singles: 50,
+        after_secs: 30,
     };
 
     #[test]
     fn a_row_shows_both_sides_and_the_ratio_of_their_means() {
         let table = render(
             &SHAPE,
+            Side::Native,
             &[run(8, Some(9892)), run(10, Some(9892))],
             &[run(27, Some(4018))],
         );
@@ -276,8 +295,21 @@ mod tests {
     }
 
     #[test]
+    fn a_kopf_baseline_names_its_column_and_ratio() {
+        let table = render(&SHAPE, Side::Kopf, &[run(20, None)], &[run(10, None)]);
+        assert!(
+            table.starts_with("| | kopf (Python) | reconciler-host | host / kopf |"),
+            "{table}"
+        );
+        assert!(
+            line(&table, "create -> Deployment, one PodSet")
+                .ends_with("| 20.0 ms | 10.0 ms | 0.50x |")
+        );
+    }
+
+    #[test]
     fn unmeasured_figures_say_n_a_and_a_missing_side_a_dash() {
-        let table = render(&SHAPE, &[run(8, None)], &[]);
+        let table = render(&SHAPE, Side::Native, &[run(8, None)], &[]);
         assert_eq!(
             line(&table, "the controller's API writes"),
             "| the controller's API writes for the 1,000 (audit log) | n/a | - | n/a |"
