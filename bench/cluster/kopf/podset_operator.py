@@ -6,9 +6,13 @@ owned by it, and the names of its Pods in `status.podNames`; an Event when
 the Deployment is created or scaled.
 
 Written as the kopf documentation suggests: handlers for the PodSet's
-creation, resumption and size changes, and one for events of the Pods
-carrying the `podset` label, which refresh their PodSet's status. kopf's
-own handler Events are posted only for warnings, as an author would set it.
+creation, resumption and size changes; an in-memory index of the Pods
+carrying the `podset` label (kopf's indices), so no handler lists Pods from
+the API server; and a handler for those Pods' events, which refreshes their
+PodSet's status when its pod names changed. kopf's own handler Events are
+posted only for warnings, and sync handlers get 16 threads, as an author
+would set them; it runs with `--quiet` as the host runs without per-reconcile
+logs.
 """
 
 import logging
@@ -21,28 +25,36 @@ GROUP, VERSION, PLURAL = "example.com", "v1alpha1", "podsets"
 PODSET_LABEL = "podset"
 
 
+# The pod names last written to each PodSet's status, by (namespace, name).
+written: dict = {}
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_):
     kubernetes.config.load_kube_config()
     settings.posting.level = logging.WARNING
-    # As many workers as the native controller's and the host's concurrency.
-    settings.batching.worker_limit = 16
+    # Threads for the sync handlers: the native controller's and the host's
+    # concurrency.
+    settings.execution.max_workers = 16
 
 
 def labels_of(name: str) -> dict:
     return {"app": "podset", PODSET_LABEL: name}
 
 
-def pod_names(namespace: str, name: str) -> list:
-    selector = ",".join(f"{k}={v}" for k, v in sorted(labels_of(name).items()))
-    pods = kubernetes.client.CoreV1Api().list_namespaced_pod(namespace, label_selector=selector)
-    return sorted(p.metadata.name for p in pods.items)
+@kopf.index("", "v1", "pods", labels={PODSET_LABEL: kopf.PRESENT, "app": "podset"})
+def pods_by_podset(namespace, name, labels, **_):
+    return {(namespace, labels[PODSET_LABEL]): name}
+
+
+def pod_names(index, namespace: str, name: str) -> list:
+    return sorted(index.get((namespace, name), []))
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec.size")
-def reconcile(body, spec, name, namespace, patch, **_):
+def reconcile(body, spec, name, namespace, patch, pods_by_podset: kopf.Index, **_):
     size = spec.get("size", 0)
     if size < 0:
         raise kopf.PermanentError(f"spec.size must be 0 or more, got {size}")
@@ -72,21 +84,23 @@ def reconcile(body, spec, name, namespace, patch, **_):
         if replicas != size:
             apps.patch_namespaced_deployment(name, namespace, {"spec": {"replicas": size}})
             kopf.event(body, type="Normal", reason="Scaled", message=f"Deployment {name} from {replicas} to {size} replicas")
-    patch.status["podNames"] = pod_names(namespace, name)
+    names = pod_names(pods_by_podset, namespace, name)
+    patch.status["podNames"] = names
+    written[(namespace, name)] = names
 
 
-@kopf.on.event("", "v1", "pods", labels={PODSET_LABEL: kopf.PRESENT})
-def pod_changed(labels, namespace, **_):
+@kopf.on.event("", "v1", "pods", labels={PODSET_LABEL: kopf.PRESENT, "app": "podset"})
+def pod_changed(labels, namespace, pods_by_podset: kopf.Index, **_):
     name = labels[PODSET_LABEL]
-    api = kubernetes.client.CustomObjectsApi()
+    names = pod_names(pods_by_podset, namespace, name)
+    if written.get((namespace, name)) == names:
+        return
     try:
-        podset = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-    except ApiException as e:
-        if e.status == 404:
-            return
-        raise
-    names = pod_names(namespace, name)
-    if (podset.get("status") or {}).get("podNames") != names:
-        api.patch_namespaced_custom_object_status(
+        kubernetes.client.CustomObjectsApi().patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, PLURAL, name, {"status": {"podNames": names}}
         )
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        return
+    written[(namespace, name)] = names

@@ -163,8 +163,10 @@ impl ControllerProcess {
             Side::Kopf => {
                 let kopf = kopf.context("the kopf side needs kopf installed")?;
                 let mut cmd = Command::new(&kopf.kopf);
-                // One operator, every namespace, no peering with others.
+                // One operator, every namespace, no peering with others;
+                // warnings and errors logged, as the host logs by default.
                 cmd.arg("run")
+                    .arg("--quiet")
                     .arg("--standalone")
                     .arg("--all-namespaces")
                     .arg(&kopf.operator);
