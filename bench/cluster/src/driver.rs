@@ -162,7 +162,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let load_at_start = load_average();
-    let mut native_runs = Vec::new();
+    let mut baseline_runs = Vec::new();
     let mut host_runs = Vec::new();
     for &side in &sides {
         for run in 1..=args.runs {
@@ -186,7 +186,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             let result = result.with_context(|| format!("the {label} run"))?;
             match side {
-                Side::Native | Side::Kopf => native_runs.push(result),
+                Side::Native | Side::Kopf => baseline_runs.push(result),
                 Side::Host => host_runs.push(result),
             }
         }
@@ -201,7 +201,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .only
         .filter(|side| *side != Side::Host)
         .unwrap_or(args.baseline);
-    println!("{}", render(&shape, baseline, &native_runs, &host_runs));
+    println!("{}", render(&shape, baseline, &baseline_runs, &host_runs));
     if matches!(cluster, Cluster::External(_)) {
         println!(
             "kube-apiserver CPU and the writes are n/a: the bench ran against KUBECONFIG, not an API server of its own, so it has neither the API server's pid nor an audit log of the controller's requests."

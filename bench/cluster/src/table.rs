@@ -1,5 +1,5 @@
-//! The comparison table: one row per figure, native and host side by side,
-//! and the ratio host / native.
+//! The comparison table: one row per figure, the baseline (native or kopf)
+//! and the host side by side, and the ratio host / baseline.
 
 use std::time::Duration;
 
@@ -159,16 +159,16 @@ fn rows(shape: &Shape) -> Vec<Row> {
 /// The table in Markdown. A side without runs shows `-`; a figure a side
 /// could not measure shows `n/a`.
 /// The table with the baseline (`native` or `kopf`) first.
-pub fn render(shape: &Shape, baseline: Side, native: &[SideRun], host: &[SideRun]) -> String {
+pub fn render(shape: &Shape, baseline: Side, base: &[SideRun], host: &[SideRun]) -> String {
     let (name, short) = match baseline {
         Side::Kopf => ("kopf (Python)", "kopf"),
         _ => ("native kube-rs", "native"),
     };
     let mut out = format!("| | {name} | reconciler-host | host / {short} |\n|---|---|---|---|\n");
     for row in rows(shape) {
-        let native_values = values(native, &row.value);
+        let base_values = values(base, &row.value);
         let host_values = values(host, &row.value);
-        let ratio = match (&native_values, &host_values) {
+        let ratio = match (&base_values, &host_values) {
             (Some(n), Some(h)) if !n.is_empty() && !h.is_empty() && mean(n) > 0.0 => {
                 format!("{:.2}x", mean(h) / mean(n))
             }
@@ -178,7 +178,7 @@ pub fn render(shape: &Shape, baseline: Side, native: &[SideRun], host: &[SideRun
         out.push_str(&format!(
             "| {} | {} | {} | {} |\n",
             row.label,
-            cell(native_values.as_deref(), row.unit),
+            cell(base_values.as_deref(), row.unit),
             cell(host_values.as_deref(), row.unit),
             ratio
         ));

@@ -17,6 +17,7 @@
 
 use reconciler_contract::ReconcileResponse;
 use reconciler_contract::json_depth::nesting_depth;
+use reconciler_contract::response_caps::{OverCap, ResponseCaps, first_over};
 
 use super::limits::SandboxLimits;
 
@@ -67,14 +68,7 @@ pub fn check_response_limits(
     response: &ReconcileResponse,
     limits: &SandboxLimits,
 ) -> Result<(), ResponseOverLimit> {
-    check_counts(
-        ResponseCounts {
-            events: response.events.len(),
-            applies: response.apply.len(),
-            deletes: response.delete.len(),
-        },
-        limits,
-    )?;
+    check_counts(ResponseCounts::of(response), limits)?;
     let texts = response
         .apply
         .iter()
@@ -94,13 +88,7 @@ pub fn check_response_limits(
     Ok(())
 }
 
-/// How many requests of each kind a response carries.
-#[derive(Clone, Copy, Debug)]
-pub struct ResponseCounts {
-    pub events: usize,
-    pub applies: usize,
-    pub deletes: usize,
-}
+pub use reconciler_contract::response_caps::ResponseCounts;
 
 /// Checks the counts alone: what the host can check of a response as the
 /// guest handed it over, before copying its lists into its own types.
@@ -108,40 +96,30 @@ pub fn check_counts(
     counts: ResponseCounts,
     limits: &SandboxLimits,
 ) -> Result<(), ResponseOverLimit> {
-    for (what, count, limit, hint, option) in [
-        (
-            "Events",
-            counts.events,
-            limits.max_events,
-            "maxEvents",
-            "--plugin-events-max",
-        ),
-        (
-            "objects to apply",
-            counts.applies,
-            limits.max_applies,
-            "maxApplies",
-            "--plugin-applies-max",
-        ),
-        (
-            "objects to delete",
-            counts.deletes,
-            limits.max_deletes,
-            "maxDeletes",
-            "--plugin-deletes-max",
-        ),
-    ] {
-        if count > limit {
-            return Err(ResponseOverLimit::TooMany {
-                what,
-                count,
-                limit,
-                hint,
-                option,
-            });
-        }
+    let caps = ResponseCaps {
+        events: limits.max_events,
+        applies: limits.max_applies,
+        deletes: limits.max_deletes,
+    };
+    match first_over(counts, caps) {
+        None => Ok(()),
+        Some(OverCap {
+            what,
+            count,
+            limit,
+            hint,
+        }) => Err(ResponseOverLimit::TooMany {
+            what,
+            count,
+            limit,
+            hint,
+            option: match hint {
+                "maxEvents" => "--plugin-events-max",
+                "maxApplies" => "--plugin-applies-max",
+                _ => "--plugin-deletes-max",
+            },
+        }),
     }
-    Ok(())
 }
 
 #[cfg(test)]
