@@ -122,17 +122,10 @@ def reconcile(reconcile_fn, request: wit.ReconcileRequest) -> wit.ReconcileRespo
     )
 
 
-_OPERATIONS = {
-    sdk_admission.Operation.CREATE: "CREATE",
-    sdk_admission.Operation.UPDATE: "UPDATE",
-    sdk_admission.Operation.DELETE: "DELETE",
-    sdk_admission.Operation.CONNECT: "CONNECT",
-}
-
-
 def settings_to_wit(s: sdk_admission.AdmissionSettings):
     return wit_admission.AdmissionSettings(
-        operations=[getattr(wit_admission.Operation, _OPERATIONS[op]) for op in s.operations],
+        # The SDK's operations carry the WIT enum's names as their values.
+        operations=[wit_admission.Operation[op.value] for op in s.operations],
         mutating=s.mutating,
         failure_policy=(
             wit_admission.FailurePolicy.IGNORE
