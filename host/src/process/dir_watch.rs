@@ -5,12 +5,17 @@
 //! chunks, and Kubernetes ConfigMap volumes swap a `..data` symlink without
 //! any visible file name changing. A rescan that compares content handles
 //! all of them the same way.
+//!
+//! The batching is done here rather than by a polling debouncer: a debouncer
+//! that wakes every quarter of its window (notify-debouncer's loop) costs an
+//! idle host 160 wake-ups a second for a directory that rarely changes. This
+//! one blocks until an event arrives and sleeps only while a batch is open.
 
 use std::path::Path;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::Duration;
 
-use notify_debouncer_full::notify::{RecommendedWatcher, RecursiveMode};
-use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache};
+use notify::{RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// How long a directory must be quiet before a batch is delivered. Short,
@@ -21,41 +26,88 @@ use tokio::sync::mpsc::UnboundedSender;
 /// added to the time a new plugin version takes to go live.
 pub const DEBOUNCE: Duration = Duration::from_millis(25);
 
-/// Keeps the watch alive while held.
-pub type DirWatch = Debouncer<RecommendedWatcher, RecommendedCache>;
+/// Keeps the watch alive while held. Dropping it stops the watch, and the
+/// batching thread with it.
+pub struct DirWatch {
+    _watcher: RecommendedWatcher,
+}
+
+/// What the watcher passes to the batching thread.
+enum Seen {
+    /// Something in the directory changed.
+    Change,
+    /// The watch failed or lost events: something may have changed unseen.
+    Error(notify::Error),
+}
 
 /// Sends `()` on `tx` after every debounced batch of changes in `dir`. A
 /// directory that cannot be watched is logged and `None` returned: the
 /// caller keeps running, without live updates.
 pub fn watch_dir(dir: &Path, tx: UnboundedSender<()>) -> Option<DirWatch> {
-    let handler = move |result: DebounceEventResult| match result {
-        // Opening and reading a file is no change. Every rescan reads each
-        // file, so counting those would have each rescan start the next:
-        // a host re-reading and hashing its plugins without end.
-        Ok(events) if events.iter().any(|e| !e.kind.is_access()) => {
-            let _ = tx.send(());
-        }
-        Ok(_) => {}
-        Err(errors) => {
-            for e in errors {
-                tracing::warn!("watching for changes: {e}");
-            }
-            // Something may have changed unseen: rescan.
-            let _ = tx.send(());
-        }
-    };
-    let mut debouncer = match notify_debouncer_full::new_debouncer(DEBOUNCE, None, handler) {
-        Ok(d) => d,
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+    let mut watcher = match notify::recommended_watcher(forward(seen_tx)) {
+        Ok(w) => w,
         Err(e) => {
             tracing::warn!("cannot watch {} for changes: {e}", dir.display());
             return None;
         }
     };
-    if let Err(e) = debouncer.watch(dir, RecursiveMode::NonRecursive) {
+    if let Err(e) = watcher.watch(dir, RecursiveMode::NonRecursive) {
         tracing::warn!("cannot watch {} for changes: {e}", dir.display());
         return None;
     }
-    Some(debouncer)
+    let spawned = std::thread::Builder::new()
+        .name("plugin-dir-watch".into())
+        .spawn(move || batch(&seen_rx, &tx, DEBOUNCE));
+    if let Err(e) = spawned {
+        tracing::warn!("cannot watch {} for changes: {e}", dir.display());
+        return None;
+    }
+    Some(DirWatch { _watcher: watcher })
+}
+
+/// The watcher's handler: changes and errors go to the batching thread.
+fn forward(seen: Sender<Seen>) -> impl FnMut(notify::Result<notify::Event>) + Send + 'static {
+    move |event| {
+        let seen_now = match event {
+            // Opening and reading a file is no change. Every rescan reads
+            // each file, so counting those would have each rescan start the
+            // next: a host re-reading and hashing its plugins without end.
+            Ok(event) if event.kind.is_access() => return,
+            Ok(_) => Seen::Change,
+            Err(e) => Seen::Error(e),
+        };
+        // The batching thread is gone only once the watch is being dropped.
+        let _ = seen.send(seen_now);
+    }
+}
+
+/// Waits for a first event, then until `quiet` has passed without another,
+/// and sends one `()` for the batch. Returns when the watcher is dropped or
+/// the receiver of batches is gone.
+fn batch(seen: &Receiver<Seen>, tx: &UnboundedSender<()>, quiet: Duration) {
+    while let Ok(first) = seen.recv() {
+        report(first);
+        loop {
+            match seen.recv_timeout(quiet) {
+                Ok(more) => report(more),
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => {
+                    let _ = tx.send(());
+                    return;
+                }
+            }
+        }
+        if tx.send(()).is_err() {
+            return;
+        }
+    }
+}
+
+fn report(seen: Seen) {
+    if let Seen::Error(e) = seen {
+        tracing::warn!("watching for changes: {e}");
+    }
 }
 
 #[cfg(test)]
@@ -85,5 +137,38 @@ mod tests {
             .await
             .expect("a write is reported")
             .expect("the watch is alive");
+    }
+
+    fn batches(rx: &mut tokio::sync::mpsc::UnboundedReceiver<()>) -> usize {
+        std::iter::from_fn(|| rx.try_recv().ok()).count()
+    }
+
+    #[test]
+    fn a_burst_of_changes_is_one_batch_and_an_error_is_one_too() {
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let quiet = Duration::from_millis(200);
+        let thread = std::thread::spawn(move || batch(&seen_rx, &tx, quiet));
+
+        for _ in 0..5 {
+            seen_tx.send(Seen::Change).unwrap();
+        }
+        std::thread::sleep(quiet * 3);
+        assert_eq!(batches(&mut rx), 1, "five changes at once are one rescan");
+
+        std::thread::sleep(quiet * 2);
+        assert_eq!(batches(&mut rx), 0, "a quiet directory asks for nothing");
+
+        // Events lost by the watch may hide a change: rescan.
+        seen_tx
+            .send(Seen::Error(notify::Error::generic("event queue overflow")))
+            .unwrap();
+        std::thread::sleep(quiet * 3);
+        assert_eq!(batches(&mut rx), 1);
+
+        drop(seen_tx);
+        thread
+            .join()
+            .expect("the batching thread ends with its watch");
     }
 }
