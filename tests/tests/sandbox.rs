@@ -371,3 +371,61 @@ fn the_epoch_rests_between_calls_and_still_stops_a_spinning_one() {
     );
     host_still_serves();
 }
+
+/// Resident KiB of this process's mappings of files under `dir`.
+fn resident_kib_of_files_under(dir: &std::path::Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("Linux's /proc/self/smaps");
+    let dir = dir.to_string_lossy();
+    let mut inside = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        match fields.next() {
+            // A field of the mapping above: `Rss:   120 kB`.
+            Some("Rss:") if inside => kib += fields.next().unwrap().parse::<u64>().unwrap(),
+            Some(field) if field.ends_with(':') => {}
+            // A mapping: `start-end perms offset dev inode [path]`.
+            Some(_) => inside = fields.nth(4).is_some_and(|path| path.starts_with(&*dir)),
+            None => {}
+        }
+    }
+    kib
+}
+
+/// A burst of calls at once leaves each instance slot it used holding the
+/// pages of the plugin's memory image it read (for a Python plugin,
+/// megabytes per slot). Once the plugin has been idle for a moment they are
+/// handed back, and its calls go on as before.
+#[test]
+fn an_idle_plugin_hands_back_the_pages_its_instance_slots_held() {
+    use reconciler_host::plugin::idle_release::IDLE_BEFORE_RELEASE;
+
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = Sandbox::new(SandboxConfig {
+        compile_cache: Some(dir.path().to_path_buf()),
+        ..SandboxConfig::default()
+    })
+    .unwrap();
+    let plugin = sandbox
+        .load(&example_plugin("podset-py/podset-py"))
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    std::thread::scope(|s| {
+        for _ in 0..6 {
+            s.spawn(|| {
+                for size in 1..4 {
+                    assert_eq!(podset_replicas(&plugin, size), size);
+                }
+            });
+        }
+    });
+    let after_burst = resident_kib_of_files_under(dir.path());
+    std::thread::sleep(IDLE_BEFORE_RELEASE * 3);
+    let after_idle = resident_kib_of_files_under(dir.path());
+    assert!(
+        after_idle * 4 < after_burst,
+        "the compiled plugin's mappings held {after_burst} KiB after the burst and {after_idle} KiB once idle"
+    );
+
+    assert_eq!(podset_replicas(&plugin, 7), 7);
+}

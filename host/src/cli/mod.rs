@@ -234,6 +234,16 @@ pub struct SandboxArgs {
         value_name = "DIR"
     )]
     pub compile_cache: Option<PathBuf>,
+    /// How large the compile cache may grow, in MiB: past it, the entries used least recently are removed.
+    #[arg(
+        long,
+        global = true,
+        hide_short_help = true,
+        env = "RECONCILER_HOST_COMPILE_CACHE_MAX_MIB",
+        default_value_t = crate::plugin::compile_cache::DEFAULT_MAX_MIB,
+        value_name = "MIB"
+    )]
+    pub compile_cache_max_mib: u64,
     /// Compile plugins on every load instead of caching the result.
     #[arg(
         long,
@@ -303,6 +313,11 @@ impl SandboxArgs {
                 .clone()
                 .or_else(crate::plugin::CompileCache::default_dir)
         };
+        if self.compile_cache_max_mib == 0 {
+            anyhow::bail!(
+                "--compile-cache-max-mib is 0: it must be at least 1 (--no-compile-cache turns the cache off)"
+            );
+        }
         if self.plugin_instances < 2 {
             anyhow::bail!(
                 "--plugin-instances is {}: it must be at least 2 (one reconcile, and one instance for loading plugins)",
@@ -318,6 +333,7 @@ impl SandboxArgs {
         Ok(SandboxConfig {
             limits,
             compile_cache,
+            compile_cache_max_mib: self.compile_cache_max_mib,
             max_instances: self.plugin_instances,
             admission_instances: self.admission_instances,
             ..SandboxConfig::default()

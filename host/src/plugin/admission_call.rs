@@ -318,7 +318,7 @@ impl LoadedPlugin {
             memory: self.admission_memory.charge(),
         };
         let wit_request = request_to_wit(request);
-        let answer = call_fresh(&self.pre, call, |p, store| {
+        let answer = call_fresh(&self.pre(), call, |p, store| {
             p.admission().map(|a| f(a, store, &wit_request)).transpose()
         })
         .map_err(AdmissionError::Call)?;

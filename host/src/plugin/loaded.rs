@@ -19,6 +19,7 @@ use super::call_random::{CallRandom, CallSubject, ObjectVersion, RandomKey};
 use super::call_state::{CallState, MemoryCap, ReconcileScope};
 use super::errors::CallError;
 use super::guest_output::{GuestOutput, OutputBudget};
+use super::idle_release::Prepared;
 use super::limits::SandboxLimits;
 use super::memory_budget::{MemoryAccount, MemoryCharge};
 use super::object_reader::ObjectReader;
@@ -33,7 +34,9 @@ pub struct LoadedPlugin {
     limits: SandboxLimits,
     path: PathBuf,
     sha256: String,
-    pub(super) pre: PluginPre<CallState>,
+    /// Its compiled component, made ready to instantiate; swapped for a
+    /// fresh copy once idle (idle_release.rs).
+    prepared: Arc<Prepared>,
     pub(super) random_key: RandomKey,
     /// What the plugin declared of admission at load; none serves none.
     pub(super) admission: Option<reconciler_contract::AdmissionSettings>,
@@ -98,7 +101,7 @@ impl LoadedPlugin {
         limits: SandboxLimits,
         path: PathBuf,
         sha256: String,
-        pre: PluginPre<CallState>,
+        prepared: Arc<Prepared>,
         sandbox: FromSandbox,
     ) -> Self {
         Self {
@@ -106,13 +109,18 @@ impl LoadedPlugin {
             limits,
             path,
             sha256,
-            pre,
+            prepared,
             random_key: sandbox.random_key,
             admission: None,
             ticker: sandbox.ticker,
             memory: sandbox.memory,
             admission_memory: sandbox.admission_memory,
         }
+    }
+
+    /// The component to instantiate for a call starting now.
+    pub(super) fn pre(&self) -> PluginPre<CallState> {
+        self.prepared.for_call()
     }
 
     pub fn metadata(&self) -> &PluginMetadata {
@@ -192,7 +200,7 @@ impl LoadedPlugin {
             children: request.children,
             deleting: request.deleting,
         };
-        let result = call_fresh_within(&self.pre, call, budget, |p, store| {
+        let result = call_fresh_within(&self.pre(), call, budget, |p, store| {
             p.reconciler_plugin_reconciler()
                 .call_reconcile(store, &request)
         });

@@ -16,6 +16,7 @@ pub mod directory;
 pub mod errors;
 mod guest_output;
 pub mod hot_reload;
+pub mod idle_release;
 pub mod limits;
 mod loaded;
 pub mod memory_budget;

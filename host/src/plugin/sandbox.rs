@@ -58,6 +58,7 @@ use super::compile_cache::{CompileCache, CompileSource};
 use super::compiler::Compiler;
 use super::contract_version::check_exports;
 use super::errors::{CallError, LoadError, LoadFailure};
+use super::idle_release::{Fresh, IdleReleaser, Prepared};
 use super::limits::{HostLimits, SandboxLimits};
 use super::loaded::{FromSandbox, LoadedPlugin};
 use super::memory_budget::{MemoryAccount, MemoryBudget};
@@ -87,6 +88,9 @@ pub struct SandboxConfig {
     pub limits: HostLimits,
     /// Where compiled components are kept; `None` compiles on every load.
     pub compile_cache: Option<PathBuf>,
+    /// The bound on the compile cache's entries, least recently used going
+    /// first. (`--compile-cache-max-mib`)
+    pub compile_cache_max_mib: u64,
     /// Concurrent instances the pooling allocator holds (all plugins): the
     /// sandbox calls running at once, plus one for loading plugins. A call
     /// lasts microseconds, so 64 is far more than a small machine's cores
@@ -108,6 +112,7 @@ impl Default for SandboxConfig {
         Self {
             limits: HostLimits::default(),
             compile_cache: CompileCache::default_dir(),
+            compile_cache_max_mib: super::compile_cache::DEFAULT_MAX_MIB,
             max_instances: 64,
             admission_instances: DEFAULT_ADMISSION_INSTANCES,
             random_key: RandomKey::secret(),
@@ -237,6 +242,8 @@ pub struct Sandbox {
     memory: Arc<MemoryBudget>,
     /// What every plugin's admission calls are charged to.
     admission_memory: Arc<MemoryAccount>,
+    /// Hands back idle plugins' slot memory (idle_release.rs).
+    releaser: IdleReleaser,
 }
 
 /// Timings of one load, for the log line and the benchmarks.
@@ -296,7 +303,9 @@ impl Sandbox {
             engine,
             linker,
             limits: config.limits,
-            compile_cache: config.compile_cache.map(CompileCache::new),
+            compile_cache: config
+                .compile_cache
+                .map(|dir| CompileCache::bounded(dir, config.compile_cache_max_mib << 20)),
             compiler,
             random_key: config.random_key,
             ticker,
@@ -304,6 +313,7 @@ impl Sandbox {
             admission_instances,
             memory,
             admission_memory,
+            releaser: IdleReleaser::start(),
         })
     }
 
@@ -417,12 +427,26 @@ impl Sandbox {
             .resolve(&metadata.hints)
             .map_err(|e| fail(path, e.into()))?;
 
+        let prepared = match &self.compile_cache {
+            Some(cache) if cache.holds(&self.engine, &sha256) => Prepared::releasable(
+                pre,
+                Fresh {
+                    engine: self.engine.clone(),
+                    linker: self.linker.clone(),
+                    cache: cache.clone(),
+                    sha256: sha256.clone(),
+                    plugin: metadata.name.clone(),
+                },
+                &self.releaser,
+            ),
+            _ => Prepared::fixed(pre),
+        };
         let plugin = LoadedPlugin::new(
             metadata,
             limits,
             path.to_path_buf(),
             sha256,
-            pre,
+            prepared,
             FromSandbox {
                 random_key: self.random_key.clone(),
                 ticker: self.ticker.clone(),
