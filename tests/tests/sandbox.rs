@@ -395,7 +395,8 @@ fn resident_kib_of_files_under(dir: &std::path::Path) -> u64 {
 /// A burst of calls at once leaves each instance slot it used holding the
 /// pages of the plugin's memory image it read (for a Python plugin,
 /// megabytes per slot). Once the plugin has been idle for a moment they are
-/// handed back, and its calls go on as before.
+/// handed back, and its calls go on as before. Calls one at a time use one
+/// slot, which keeps what the next call reads.
 #[test]
 fn an_idle_plugin_hands_back_the_pages_its_instance_slots_held() {
     use reconciler_host::plugin::idle_release::IDLE_BEFORE_RELEASE;
@@ -409,6 +410,18 @@ fn an_idle_plugin_hands_back_the_pages_its_instance_slots_held() {
     let plugin = sandbox
         .load(&example_plugin("podset-py/podset-py"))
         .unwrap_or_else(|e| panic!("{e}"));
+    let mapped = || resident_kib_of_files_under(dir.path());
+
+    for size in 1..4 {
+        assert_eq!(podset_replicas(&plugin, size), size);
+    }
+    let after_one_at_a_time = mapped();
+    std::thread::sleep(IDLE_BEFORE_RELEASE * 4);
+    assert_eq!(
+        mapped(),
+        after_one_at_a_time,
+        "calls one at a time keep their slot"
+    );
 
     std::thread::scope(|s| {
         for _ in 0..6 {
@@ -419,9 +432,9 @@ fn an_idle_plugin_hands_back_the_pages_its_instance_slots_held() {
             });
         }
     });
-    let after_burst = resident_kib_of_files_under(dir.path());
-    std::thread::sleep(IDLE_BEFORE_RELEASE * 3);
-    let after_idle = resident_kib_of_files_under(dir.path());
+    let after_burst = mapped();
+    std::thread::sleep(IDLE_BEFORE_RELEASE * 4);
+    let after_idle = mapped();
     assert!(
         after_idle * 4 < after_burst,
         "the compiled plugin's mappings held {after_burst} KiB after the burst and {after_idle} KiB once idle"

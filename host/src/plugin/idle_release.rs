@@ -9,16 +9,18 @@
 //! the same compiled file mapped 39 times.
 //!
 //! wasmtime releases a module's slots only when the module is dropped. So a
-//! plugin idle for [`IDLE_BEFORE_RELEASE`] has its compiled component
-//! loaded afresh from the compile cache (well under a millisecond) and the
-//! old one dropped; its slots' mappings go with it. Calls are unaffected:
-//! each call instantiates afresh anyway, a call running meanwhile keeps the
-//! old component until it ends, and the next one faults in the pages it
+//! plugin that ran calls at once and has then been idle for
+//! [`IDLE_BEFORE_RELEASE`] has its compiled component loaded afresh from the
+//! compile cache (well under a millisecond) and the old one dropped; its
+//! slots' mappings go with it. Calls are unaffected: each call instantiates
+//! afresh anyway, a call running meanwhile keeps the old component until it
+//! ends, and the next one faults in the pages it reads. A plugin whose calls
+//! never overlapped is left alone: its one slot holds what its next call
 //! reads. A release costs a few milliseconds and happens at most once per
-//! idle period, so a plugin called steadily more often than that never pays
-//! it, and one called less often pays it at most a fraction of a percent.
+//! burst, so it is a fraction of a percent of a core however calls come.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -30,13 +32,18 @@ use super::bindings::PluginPre;
 use super::call_state::CallState;
 use super::compile_cache::CompileCache;
 
-/// How long a plugin goes without a call before its slots are released.
-pub const IDLE_BEFORE_RELEASE: Duration = Duration::from_secs(1);
+/// How long a plugin goes without a call after a burst before its slots
+/// are released: long enough that a burst's calls do not pay for it.
+pub const IDLE_BEFORE_RELEASE: Duration = Duration::from_millis(250);
 
 /// A plugin's prepared component, which the releaser may swap for a fresh
 /// copy of the same compiled code.
 pub(crate) struct Prepared {
     current: Mutex<PluginPre<CallState>>,
+    /// Calls running now.
+    in_flight: AtomicUsize,
+    /// The most calls that ran at once since the last release.
+    peak: AtomicUsize,
     /// How to prepare the copy, and who to tell of calls; `None` where the
     /// compiled code is not in a compile cache (nothing to load it from).
     release: Option<Release>,
@@ -62,6 +69,8 @@ impl Prepared {
     pub fn fixed(pre: PluginPre<CallState>) -> Arc<Self> {
         Arc::new(Self {
             current: Mutex::new(pre),
+            in_flight: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
             release: None,
         })
     }
@@ -74,6 +83,8 @@ impl Prepared {
     ) -> Arc<Self> {
         Arc::new(Self {
             current: Mutex::new(pre),
+            in_flight: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
             release: Some(Release {
                 fresh,
                 releaser: releaser.shared.clone(),
@@ -81,13 +92,19 @@ impl Prepared {
         })
     }
 
-    /// The component to instantiate for a call starting now.
-    pub fn for_call(self: &Arc<Self>) -> PluginPre<CallState> {
+    /// The component to instantiate for a call starting now, held for as
+    /// long as the call runs.
+    pub fn for_call(self: &Arc<Self>) -> ForCall<'_> {
         let pre = self.lock().clone();
+        let running = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+        self.peak.fetch_max(running, Ordering::AcqRel);
         if let Some(release) = &self.release {
             release.releaser.used(self);
         }
-        pre
+        ForCall {
+            pre,
+            prepared: self,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, PluginPre<CallState>> {
@@ -117,6 +134,51 @@ impl Prepared {
                 plugin = %fresh.plugin,
                 "idle: cannot reload the compiled plugin to release its slots: {e:#}"
             ),
+        }
+    }
+}
+
+/// A call's component; the call counts as running until this is dropped.
+pub(crate) struct ForCall<'a> {
+    pre: PluginPre<CallState>,
+    prepared: &'a Prepared,
+}
+
+impl std::ops::Deref for ForCall<'_> {
+    type Target = PluginPre<CallState>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.pre
+    }
+}
+
+impl Drop for ForCall<'_> {
+    fn drop(&mut self) {
+        self.prepared.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What the releaser does with a plugin whose idle time has come.
+#[derive(Debug, PartialEq, Eq)]
+enum Idle {
+    /// A call is still running: look again later.
+    Running,
+    /// Its calls overlapped since the last release: several slots hold its
+    /// pages.
+    Release,
+    /// Its calls ran one at a time: the one slot keeps what the next reads.
+    Keep,
+}
+
+impl Prepared {
+    fn idle(&self) -> Idle {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return Idle::Running;
+        }
+        if self.peak.swap(0, Ordering::AcqRel) > 1 {
+            Idle::Release
+        } else {
+            Idle::Keep
         }
     }
 }
@@ -205,20 +267,29 @@ impl ReleaserShared {
                     .0;
                 continue;
             }
-            let due: Vec<Weak<Prepared>> = {
-                let idle_for = self.idle_for;
-                let mut due = Vec::new();
-                state.used.retain(|_, (prepared, at)| {
-                    let idle = now.duration_since(*at) >= idle_for;
-                    if idle {
-                        due.push(prepared.clone());
+            let idle_for = self.idle_for;
+            let mut due = Vec::new();
+            state.used.retain(|_, (prepared, at)| {
+                let Some(prepared) = prepared.upgrade() else {
+                    return false;
+                };
+                if now.duration_since(*at) < idle_for {
+                    return true;
+                }
+                match prepared.idle() {
+                    Idle::Running => {
+                        *at = now;
+                        true
                     }
-                    !idle
-                });
-                due
-            };
+                    Idle::Release => {
+                        due.push(prepared);
+                        false
+                    }
+                    Idle::Keep => false,
+                }
+            });
             drop(state);
-            for prepared in due.iter().filter_map(Weak::upgrade) {
+            for prepared in due {
                 prepared.release();
             }
             state = self.state();

@@ -19,7 +19,7 @@ use super::call_random::{CallRandom, CallSubject, ObjectVersion, RandomKey};
 use super::call_state::{CallState, MemoryCap, ReconcileScope};
 use super::errors::CallError;
 use super::guest_output::{GuestOutput, OutputBudget};
-use super::idle_release::Prepared;
+use super::idle_release::{ForCall, Prepared};
 use super::limits::SandboxLimits;
 use super::memory_budget::{MemoryAccount, MemoryCharge};
 use super::object_reader::ObjectReader;
@@ -118,8 +118,9 @@ impl LoadedPlugin {
         }
     }
 
-    /// The component to instantiate for a call starting now.
-    pub(super) fn pre(&self) -> PluginPre<CallState> {
+    /// The component to instantiate for a call starting now, held while
+    /// the call runs.
+    pub(super) fn pre(&self) -> ForCall<'_> {
         self.prepared.for_call()
     }
 
