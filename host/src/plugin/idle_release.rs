@@ -67,12 +67,7 @@ pub(crate) struct Fresh {
 impl Prepared {
     /// A component that stays as loaded.
     pub fn fixed(pre: PluginPre<CallState>) -> Arc<Self> {
-        Arc::new(Self {
-            current: Mutex::new(pre),
-            in_flight: AtomicUsize::new(0),
-            peak: AtomicUsize::new(0),
-            release: None,
-        })
+        Self::new(pre, None)
     }
 
     /// A component that `releaser` reloads from `fresh` once it is idle.
@@ -81,14 +76,16 @@ impl Prepared {
         fresh: Fresh,
         releaser: &IdleReleaser,
     ) -> Arc<Self> {
+        let releaser = releaser.shared.clone();
+        Self::new(pre, Some(Release { fresh, releaser }))
+    }
+
+    fn new(pre: PluginPre<CallState>, release: Option<Release>) -> Arc<Self> {
         Arc::new(Self {
             current: Mutex::new(pre),
             in_flight: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
-            release: Some(Release {
-                fresh,
-                releaser: releaser.shared.clone(),
-            }),
+            release,
         })
     }
 
