@@ -15,6 +15,13 @@ use reconciler_host::plugin::{HostLimits, LoadedPlugin, Sandbox, SandboxConfig};
 pub mod real_cluster;
 
 /// The workspace root.
+/// A port of 127.0.0.1 free now (another process may take it before the
+/// caller binds it; tests bind at once).
+pub fn free_loopback_port() -> std::io::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

@@ -45,8 +45,7 @@ const WAIT: Duration = Duration::from_secs(60);
 const PREFIX_LABEL: &str = "reconciler-host.io/webhook-prefix";
 
 fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
+    Ok(reconciler_tests::free_loopback_port()?)
 }
 
 /// Starts the host with admission on a free port of 127.0.0.1, its

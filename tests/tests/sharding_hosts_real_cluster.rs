@@ -1044,3 +1044,238 @@ async fn strays(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Result
     }
     Ok(())
 }
+
+/// `--sharding-pod-labels`: the Deployments' pod templates carry their
+/// PodSet's shard label, so each Pod is born with it, and each replica
+/// receives and caches its own PodSets' Pods alone (the plugin still lists
+/// them: every PodSet converges with its pod named). When the ring shrinks,
+/// the survivor's Pod selector widens with its buckets.
+#[test]
+fn pods_follow_their_podset_with_sharding_pod_labels() {
+    with_replicas(
+        "pods_follow_their_podset_with_sharding_pod_labels",
+        &[],
+        async |cx, replicas| pods_follow(cx, replicas).await,
+    );
+}
+
+/// Pods cached per replica, once they add up to `total`.
+async fn pods_cached(cx: &RealCluster, replicas: &[&HostProcess], total: u64) -> Result<Vec<u64>> {
+    cx.wait_for(
+        &format!("the replicas' caches to hold the {total} Pods between them"),
+        CONVERGE_TIMEOUT,
+        async || {
+            let mut shares = Vec::new();
+            for replica in replicas {
+                shares.push(cached(replica, "Pod").await?);
+            }
+            Ok(if shares.iter().sum::<u64>() == total {
+                Probe::Ready(shares)
+            } else {
+                Probe::Pending(format!("Pods cached per replica: {shares:?}"))
+            })
+        },
+    )
+    .await
+}
+
+async fn pods_follow(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Result<()> {
+    const SHARD: &str = "reconciler-host.io/shard";
+    cx.install_crds(&podset_crd()).await?;
+    for name in ["pods-a", "pods-b"] {
+        replicas.push(start_as(
+            cx,
+            name,
+            "system:masters",
+            &["--sharding-pod-labels"],
+        )?);
+    }
+    settled_over(cx, &replicas.iter().collect::<Vec<_>>(), &[0, 0], 2).await?;
+    create(cx, 0..30).await?;
+    converged(cx, 30).await?;
+
+    let deployments_api = cx.api(&deployments()).await?;
+    for deployment in deployments_api.list(&ListParams::default()).await?.items {
+        let name = deployment.metadata.name.clone().unwrap_or_default();
+        let own = deployment
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SHARD));
+        let template = deployment.data["spec"]["template"]["metadata"]["labels"][SHARD].as_str();
+        ensure!(
+            own.is_some() && own.map(String::as_str) == template,
+            "Deployment {name}: its shard label {own:?}, its pod template's {template:?}"
+        );
+    }
+    let pods_api = cx
+        .api(&reconciler_sdk::KindRef::new("", "v1", "Pod"))
+        .await?;
+    let pods = pods_api.list(&ListParams::default()).await?.items;
+    let unlabelled: Vec<String> = pods
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SHARD))
+                .is_none()
+        })
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    ensure!(
+        pods.len() == 30 && unlabelled.is_empty(),
+        "{} Pods, unlabelled: {unlabelled:?}",
+        pods.len()
+    );
+    let shares = pods_cached(cx, &replicas.iter().collect::<Vec<_>>(), 30).await?;
+    cx.step(format!("Pods cached per replica: {shares:?} of 30"));
+    ensure!(
+        shares.iter().all(|s| *s < 30),
+        "one replica caches every Pod: {shares:?}"
+    );
+
+    cx.step("2 -> 1: pods-b stops (SIGTERM); PodSets 30..40 are created");
+    let before = [settles(&replicas[0], 1)];
+    replicas[1].stop().await?;
+    settled_over(cx, &[&replicas[0]], &before, 1).await?;
+    create(cx, 30..40).await?;
+    converged(cx, 40).await?;
+    let alone = pods_cached(cx, &[&replicas[0]], 40).await?;
+    cx.step(format!("pods-a alone caches {alone:?} of 40 Pods"));
+    replicas[0].stop().await?;
+    Ok(())
+}
+
+/// With admission served, a new PodSet is labelled with its shard by the
+/// webhook as it is created: it reaches its owner alone, and no replica
+/// writes a label on any PodSet (the audit log shows no write to a
+/// PodSet other than to its status).
+#[test]
+fn new_podsets_are_labelled_at_creation() {
+    let audit = tempfile::tempdir().expect("a temporary directory");
+    let users = ["label-a", "label-b"];
+    let flags = audit_flags(audit.path(), &users).expect("the audit policy");
+    with_replicas(
+        "new_podsets_are_labelled_at_creation",
+        &[("APISERVER_EXTRA", flags.as_str())],
+        async |cx, replicas| labelled_at_creation(cx, audit.path(), &users, replicas).await,
+    );
+}
+
+async fn labelled_at_creation(
+    cx: &mut RealCluster,
+    audit: &Path,
+    users: &[&str],
+    replicas: &mut Vec<HostProcess>,
+) -> Result<()> {
+    const SHARD: &str = "reconciler-host.io/shard";
+    cx.install_crds(&podset_crd()).await?;
+    let prefix = format!("e2e-{}", cx.namespace);
+    let secret = format!("{}/admission-tls", cx.namespace);
+    for name in users {
+        let port = reconciler_tests::free_loopback_port()?.to_string();
+        let (listen, url) = (
+            format!("127.0.0.1:{port}"),
+            format!("https://127.0.0.1:{port}"),
+        );
+        replicas.push(start_as(
+            cx,
+            name,
+            "system:masters",
+            &[
+                "--admission-listen",
+                &listen,
+                "--admission-url",
+                &url,
+                "--admission-cert-secret",
+                &secret,
+                "--admission-webhook-prefix",
+                &prefix,
+            ],
+        )?);
+    }
+    settled_over(cx, &replicas.iter().collect::<Vec<_>>(), &[0, 0], 2).await?;
+    let configuration = format!("{prefix}.shard-labels");
+    let configurations = cx
+        .api(&reconciler_sdk::KindRef::new(
+            "admissionregistration.k8s.io",
+            "v1",
+            "MutatingWebhookConfiguration",
+        ))
+        .await?;
+    cx.wait_for(
+        &format!("the duties' holder to apply {configuration}"),
+        CONVERGE_TIMEOUT,
+        async || {
+            Ok(match configurations.get_opt(&configuration).await? {
+                Some(_) => Probe::Ready(()),
+                None => Probe::Pending("not yet".into()),
+            })
+        },
+    )
+    .await?;
+    create(cx, 0..30).await?;
+    converged(cx, 30).await?;
+
+    let podsets_api = cx.api(&podsets()).await?;
+    let unlabelled: Vec<String> = podsets_api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SHARD))
+                .is_none()
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    ensure!(
+        unlabelled.is_empty(),
+        "PodSets without a shard label: {unlabelled:?}"
+    );
+    let text = std::fs::read_to_string(audit.join("audit.log")).context("reading the audit log")?;
+    let mut label_writes = Vec::new();
+    let mut status_writes = 0;
+    for line in text.lines() {
+        let entry: Value = serde_json::from_str(line)?;
+        if entry["objectRef"]["resource"] != "podsets" {
+            continue;
+        }
+        match entry["objectRef"]["subresource"].as_str() {
+            Some("status") => status_writes += 1,
+            _ => label_writes.push(format!(
+                "{} {} {}",
+                entry["user"]["username"], entry["verb"], entry["objectRef"]["name"]
+            )),
+        }
+    }
+    cx.step(format!(
+        "30 PodSets labelled at creation; the replicas wrote {status_writes} statuses and {} PodSets",
+        label_writes.len()
+    ));
+    ensure!(
+        status_writes >= 30,
+        "the audit log shows {status_writes} status writes: it does not see the replicas"
+    );
+    ensure!(
+        label_writes.is_empty(),
+        "replicas wrote PodSets besides their status: {label_writes:?}"
+    );
+    let mut shares = Vec::new();
+    for replica in replicas.iter() {
+        shares.push(cached(replica, "PodSet").await?);
+    }
+    cx.step(format!("PodSets cached per replica: {shares:?}"));
+    ensure!(
+        shares.iter().sum::<u64>() == 30 && shares.iter().all(|s| *s < 30),
+        "each PodSet is cached by its owner alone: {shares:?}"
+    );
+    for replica in replicas.iter() {
+        replica.stop().await?;
+    }
+    Ok(())
+}

@@ -10,6 +10,7 @@ pub mod review;
 pub mod server;
 pub mod service;
 pub mod serving_cert;
+pub mod shard_labels;
 pub mod webhook_configs;
 
 pub use object_gate::{GateOutcome, admit_object, admit_write};

@@ -14,6 +14,7 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::watch;
 
+use super::shard_labels::ShardLabels;
 use crate::plugin::LoadedPlugin;
 
 /// The plugins serving admission, and a signal for each change.
@@ -21,6 +22,8 @@ pub struct AdmissionPlugins {
     plugins: RwLock<BTreeMap<String, Arc<LoadedPlugin>>>,
     /// Bumped on every change; the webhook configurations follow it.
     changes: watch::Sender<u64>,
+    /// Under sharding: new primaries labelled with their bucket.
+    shard_labels: Option<Arc<ShardLabels>>,
 }
 
 impl Default for AdmissionPlugins {
@@ -28,6 +31,7 @@ impl Default for AdmissionPlugins {
         Self {
             plugins: RwLock::default(),
             changes: watch::channel(0).0,
+            shard_labels: None,
         }
     }
 }
@@ -35,6 +39,19 @@ impl Default for AdmissionPlugins {
 impl AdmissionPlugins {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A set that also labels new primaries with their shard
+    /// ([`super::shard_labels`]).
+    pub fn with_shard_labels(labels: ShardLabels) -> Self {
+        Self {
+            shard_labels: Some(Arc::new(labels)),
+            ..Self::default()
+        }
+    }
+
+    pub fn shard_labels(&self) -> Option<&Arc<ShardLabels>> {
+        self.shard_labels.as_ref()
     }
 
     /// The plugin serving admission under `name`.
@@ -50,6 +67,11 @@ impl AdmissionPlugins {
     /// Replaces the set with the plugins given (those declaring admission).
     /// Subscribers hear of it only if what serves changed.
     pub fn replace(&self, plugins: impl IntoIterator<Item = Arc<LoadedPlugin>>) {
+        let plugins: Vec<_> = plugins.into_iter().collect();
+        let shard_kinds_changed = self
+            .shard_labels
+            .as_ref()
+            .is_some_and(|labels| labels.update(&plugins));
         let mut by_name = BTreeMap::new();
         for plugin in plugins.into_iter().filter(|p| p.admission().is_some()) {
             // The first file of a name wins, as in the engine.
@@ -62,6 +84,9 @@ impl AdmissionPlugins {
                 .zip(&by_name)
                 .all(|((a, p), (b, q))| a == b && Arc::ptr_eq(p, q));
         if same {
+            if shard_kinds_changed {
+                self.changes.send_modify(|n| *n += 1);
+            }
             return;
         }
         *current = by_name;

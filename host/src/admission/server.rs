@@ -111,6 +111,7 @@ fn router_with(
     };
     Router::new()
         .route("/admission/{plugin}/{phase}", post(admit))
+        .route(super::shard_labels::PATH, post(label_shard))
         .with_state(shared)
 }
 
@@ -245,6 +246,36 @@ async fn admit(
         Ok(None) | Err(_) => host_failure(policy, "the host could not answer in time (busy)"),
     };
     Json(response(&uid, &decision)).into_response()
+}
+
+/// Labels a new primary with its shard ([`super::shard_labels`]): no
+/// plugin call, so no call slot; a review that cannot be read is answered
+/// as any other.
+async fn label_shard(State(shared): State<Shared>, body: Body) -> Response {
+    let Some(labels) = shared.plugins.shard_labels().cloned() else {
+        return (
+            StatusCode::NOT_FOUND,
+            "this host does not label shards: it runs without --sharding",
+        )
+            .into_response();
+    };
+    let (body, _held) = match read_body(body, &shared.large_bodies, shared.read_timeout).await {
+        Ok(read) => read,
+        Err(e) => return (e.status(), e.to_string()).into_response(),
+    };
+    let answered = tokio::task::spawn_blocking(move || {
+        parse(&body).map(|request| response(&request.uid, &labels.decide(&request)))
+    })
+    .await;
+    match answered {
+        Ok(Ok(review)) => Json(review).into_response(),
+        Ok(Err(e)) => (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("labelling the review failed: {e}"),
+        )
+            .into_response(),
+    }
 }
 
 /// A failure of the host itself, answered by the plugin's policy.

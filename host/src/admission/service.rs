@@ -17,7 +17,7 @@ use super::live_cert::LiveCert;
 use super::plugin_set::AdmissionPlugins;
 use super::server::{ServerLimits, serve_with};
 use super::serving_cert::ServingCert;
-use super::webhook_configs::{WebhookEndpoint, WebhookSetup, sync};
+use super::webhook_configs::{WebhookEndpoint, WebhookSetup, sync_with_shard_labels};
 use crate::cluster::RealClock;
 use crate::plugin::Sandbox;
 use crate::process::duties::DutyHolder;
@@ -194,7 +194,11 @@ async fn renew(secret: &CertSecret, live: &LiveCert, setup: &mut WebhookSetup) {
 }
 
 async fn apply(client: &kube::Client, plugins: &AdmissionPlugins, setup: &WebhookSetup) {
-    let report = sync(client, &plugins.all(), setup).await;
+    let shard_kinds = plugins
+        .shard_labels()
+        .map(|labels| labels.kinds())
+        .unwrap_or_default();
+    let report = sync_with_shard_labels(client, &plugins.all(), &shard_kinds, setup).await;
     for line in report.changes {
         tracing::info!("{line}");
     }

@@ -34,7 +34,10 @@ use kube::discovery::{self, Scope};
 use reconciler_contract::{AdmissionSettings, KindRef};
 use serde_json::{Value, json};
 
+use super::shard_labels;
+use crate::engine::shard_selection::SHARD_LABEL;
 use crate::plugin::LoadedPlugin;
+use std::collections::BTreeSet;
 
 /// The field manager of the configurations.
 pub const FIELD_MANAGER: &str = "reconciler-host-admission";
@@ -231,6 +234,65 @@ pub fn configurations(
     (validating, mutating)
 }
 
+/// The rule sending new objects of `kind` to the shard label webhook.
+fn shard_rule(kind: &KindRef, plural: &str, namespaced: bool) -> Value {
+    json!({
+        "apiGroups": [kind.group],
+        "apiVersions": [kind.version],
+        "operations": ["CREATE"],
+        "resources": [plural],
+        "scope": if namespaced { "Namespaced" } else { "Cluster" },
+    })
+}
+
+/// The configuration labelling new primaries with their shard: never in
+/// the way of a create (Ignore, a short timeout), and only for objects
+/// that come without the label.
+fn shard_label_configuration(
+    name: &str,
+    rules: Vec<Value>,
+    setup: &WebhookSetup,
+    owner: Option<&ConfigOwner>,
+) -> Value {
+    let mut metadata = json!({
+        "name": name,
+        "labels": {
+            "app.kubernetes.io/managed-by": "reconciler-host",
+            PREFIX_LABEL: setup.prefix,
+        },
+    });
+    if let Some(owner) = owner {
+        metadata["ownerReferences"] = json!([{
+            "apiVersion": "v1", "kind": "Namespace", "name": owner.name, "uid": owner.uid,
+        }]);
+    }
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": metadata,
+        "webhooks": [{
+            "name": "shard-labels.reconciler-host.io",
+            "clientConfig": setup.endpoint.client_config(shard_labels::PATH, &setup.ca_bundle_pem),
+            "rules": rules,
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "matchPolicy": "Equivalent",
+            "timeoutSeconds": SHARD_LABEL_TIMEOUT_SECONDS,
+            "reinvocationPolicy": "Never",
+            "namespaceSelector": namespace_selector(&setup.namespaces, &setup.excluded_namespaces),
+            "objectSelector": {"matchExpressions": [
+                opted_out(),
+                {"key": SHARD_LABEL, "operator": "DoesNotExist"},
+            ]},
+        }],
+    })
+}
+
+/// The API server waits this long for a shard label before creating the
+/// object without one: the label is a saving, not worth holding a create.
+const SHARD_LABEL_TIMEOUT_SECONDS: u32 = 2;
+
 /// What one [`sync`] did: a line per change or skipped plugin, and a line
 /// per request that failed.
 #[derive(Debug, Default)]
@@ -252,6 +314,18 @@ pub struct SyncReport {
 pub async fn sync(
     client: &kube::Client,
     plugins: &[std::sync::Arc<LoadedPlugin>],
+    setup: &WebhookSetup,
+) -> SyncReport {
+    sync_with_shard_labels(client, plugins, &BTreeSet::new(), setup).await
+}
+
+/// [`sync`], and under sharding the configuration that labels new
+/// primaries of `shard_kinds` ([`shard_labels`]); removed when there are
+/// none.
+pub async fn sync_with_shard_labels(
+    client: &kube::Client,
+    plugins: &[std::sync::Arc<LoadedPlugin>],
+    shard_kinds: &BTreeSet<KindRef>,
     setup: &WebhookSetup,
 ) -> SyncReport {
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
@@ -338,6 +412,35 @@ pub async fn sync(
                 ));
             }
             wanted_mutating.push(name.clone());
+        }
+    }
+    if !shard_kinds.is_empty() {
+        let name = shard_labels::configuration_name(&setup.prefix);
+        let mut rules = Vec::new();
+        for kind in shard_kinds {
+            let gvk = kube::api::GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
+            match discovery::pinned_kind(client, &gvk).await {
+                Ok((resource, caps)) => rules.push(shard_rule(
+                    kind,
+                    &resource.plural,
+                    matches!(caps.scope, Scope::Namespaced),
+                )),
+                Err(e) => report.changes.push(format!(
+                    "new {kind} not labelled with their shard yet: the kind is not served ({e})"
+                )),
+            }
+        }
+        let wanted = !rules.is_empty() || owner_missing;
+        if !rules.is_empty() && !owner_missing {
+            let config = shard_label_configuration(&name, rules, setup, owner.as_ref());
+            if let Err(e) = mutating.patch(&name, &params, &Patch::Apply(&config)).await {
+                report.errors.push(format!(
+                    "cannot apply MutatingWebhookConfiguration {name}, which labels new primaries with their shard (their owners label them instead): {e}"
+                ));
+            }
+        }
+        if wanted {
+            wanted_mutating.push(name);
         }
     }
     let mine = ListParams::default().labels(&format!("{PREFIX_LABEL}={}", setup.prefix));

@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::SandboxArgs;
+use crate::admission::shard_labels;
 use crate::admission::webhook_configs::{DEFAULT_WEBHOOK_PREFIX, configuration_name};
 use crate::plugin::directory::load_dir;
 use crate::process::leader_election::DEFAULT_LEASE_NAME;
@@ -44,7 +45,9 @@ pub struct RbacArgs {
     #[arg(long, default_value = DEFAULT_LEASE_NAME, value_name = "NAME")]
     pub leader_election_id: String,
     /// Also grant what `run --sharding` needs: get, list, patch, update and delete on every Lease
-    /// in the Lease's namespace (each replica's Lease is named after its pod).
+    /// in the Lease's namespace (each replica's Lease is named after its pod), and, for admission,
+    /// the MutatingWebhookConfiguration <PREFIX>.shard-labels that labels new primaries with their
+    /// shard, with the certificate's Secret.
     #[arg(long)]
     pub sharding: bool,
     /// Also grant what `run --install-crds` needs (get, create and patch
@@ -101,11 +104,17 @@ pub fn run(sandbox: &SandboxArgs, args: RbacArgs) -> anyhow::Result<ExitCode> {
 
 /// The scope of the role; `admission`: the plugins that serve admission.
 fn scope_of(args: RbacArgs, admission: &[&str]) -> RbacScope {
-    let webhook_configurations = admission
+    let mut webhook_configurations: BTreeSet<String> = admission
         .iter()
         .map(|plugin| configuration_name(&args.admission_webhook_prefix, plugin))
         .collect();
-    let admission_secret_namespace = (!admission.is_empty()).then(|| {
+    if args.sharding {
+        // With admission served, new primaries are labelled at creation.
+        webhook_configurations.insert(shard_labels::configuration_name(
+            &args.admission_webhook_prefix,
+        ));
+    }
+    let admission_secret_namespace = (!webhook_configurations.is_empty()).then(|| {
         args.admission_secret_namespace
             .clone()
             .unwrap_or_else(|| args.service_account_namespace.clone())

@@ -134,6 +134,14 @@ pub struct ShardingArgs {
     /// reconciling).
     #[arg(long, value_enum, default_value = "object", requires = "sharding")]
     pub shard_by: ShardBy,
+    /// Also put the shard label on the pod templates of the workloads plugins apply
+    /// (Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs, CronJobs), and select the Pods
+    /// a plugin owning workloads reads by it: each replica then receives and caches its own
+    /// primaries' Pods alone, not every Pod. Turning it on or off changes each such template
+    /// once, which rolls its Pods; and a Pod no labelled template made (one created by hand) is no
+    /// longer seen by those plugins.
+    #[arg(long, requires = "sharding")]
+    pub sharding_pod_labels: bool,
 }
 
 impl ShardingArgs {
@@ -149,6 +157,7 @@ impl ShardingArgs {
         Some(ShardingConfig {
             membership: MembershipConfig::new(&namespace, &self.sharding_id, &identity),
             by: self.shard_by,
+            pods_follow: self.sharding_pod_labels,
             // The same identity as in the ring: the duties' holder is one of its members.
             duties: LeaderElectionConfig {
                 identity,

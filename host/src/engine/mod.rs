@@ -659,7 +659,7 @@ impl<B: ClusterBackend> Engine<B> {
             .map(|p| p.metadata())
             .filter(|m| adding.is_none_or(|a| a.name != m.name))
             .chain(adding);
-        shards.selector(shard_selection::role_of(kind, metadata)?)
+        shards.selector(shards.role_of(kind, metadata)?)
     }
 
     /// Watches again, with the buckets this replica owns now, every kind
@@ -1425,10 +1425,10 @@ impl<B: ClusterBackend> Engine<B> {
         }
         let mut response = answer.map_err(|e| (e.reason().to_string(), e.to_string()))?;
         self.check_response_scopes(key, &response)?;
-        if let Some(bucket) = &bucket {
+        if let (Some(bucket), Some(shards)) = (&bucket, &self.shards) {
             for child in &mut response.apply {
                 if child.role == WriteRole::Owned {
-                    shard_selection::label(&mut child.object, bucket);
+                    shards.label_child(&mut child.object, bucket);
                 }
             }
         }

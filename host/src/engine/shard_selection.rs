@@ -11,6 +11,14 @@
 //! is watched whole, as are read objects: those are not the host's to
 //! label. A bucket never changes for a primary, so when replicas come and
 //! go only the selectors change, and nothing is relabelled.
+//!
+//! Pods are the exception, when asked for (`--sharding-pod-labels`): the
+//! host then also labels the pod templates of the workloads it applies, so
+//! their Pods are born with their primary's bucket, and a plugin that owns
+//! workloads has its Pod reads selected as children. Off by default:
+//! turning it on or off changes each such template once, which rolls its
+//! Pods, and a Pod no labelled template made (one created by hand) is then
+//! no longer seen.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
@@ -53,6 +61,7 @@ pub enum ShardRole {
 pub struct ShardSelection {
     bucket_of: Arc<dyn Fn(&PrimaryKey) -> String + Send + Sync>,
     buckets: Arc<RwLock<Buckets>>,
+    pods_follow: bool,
 }
 
 impl ShardSelection {
@@ -60,7 +69,43 @@ impl ShardSelection {
         bucket_of: Arc<dyn Fn(&PrimaryKey) -> String + Send + Sync>,
         buckets: Arc<RwLock<Buckets>>,
     ) -> Self {
-        Self { bucket_of, buckets }
+        Self {
+            bucket_of,
+            buckets,
+            pods_follow: false,
+        }
+    }
+
+    /// Labels pod templates too, and selects the Pods plugins read that
+    /// own workloads (the module's last paragraph).
+    pub fn with_pods_following(mut self, pods_follow: bool) -> Self {
+        self.pods_follow = pods_follow;
+        self
+    }
+
+    pub fn pods_follow(&self) -> bool {
+        self.pods_follow
+    }
+
+    /// Puts the shard label on a child the host applies: on the object,
+    /// and on its pod template when Pods follow.
+    pub fn label_child(&self, child: &mut serde_json::Value, bucket: &str) {
+        label(child, bucket);
+        if self.pods_follow
+            && let Some(template) = pod_template_mut(child)
+        {
+            label(template, bucket);
+        }
+    }
+
+    /// How `kind` is selected, given every plugin serving it: see
+    /// [`role_of`].
+    pub fn role_of<'a>(
+        &self,
+        kind: &KindRef,
+        plugins: impl IntoIterator<Item = &'a PluginMetadata>,
+    ) -> Option<ShardRole> {
+        role_of(kind, plugins, self.pods_follow)
     }
 
     /// The shard label value of `key`'s objects.
@@ -107,9 +152,12 @@ impl ShardSelection {
 /// How `kind` is selected, given every plugin serving it: as a primary
 /// when it is the primary of each plugin declaring it, as a child when it
 /// is a child of each; otherwise (a read of any, or both roles) whole.
+/// When `pods_follow`, a Pod read by a plugin that owns a workload kind
+/// counts as its child: its Pods carry the label their templates got.
 pub fn role_of<'a>(
     kind: &KindRef,
     plugins: impl IntoIterator<Item = &'a PluginMetadata>,
+    pods_follow: bool,
 ) -> Option<ShardRole> {
     let mut role = None;
     for metadata in plugins {
@@ -120,6 +168,11 @@ pub fn role_of<'a>(
             (false, false, false) => continue,
             (true, false, false) => ShardRole::Primary,
             (false, true, false) => ShardRole::Child,
+            (false, false, true)
+                if pods_follow && is_pod(kind) && metadata.owns.iter().any(is_workload) =>
+            {
+                ShardRole::Child
+            }
             _ => return None,
         };
         if role.is_some_and(|r| r != this) {
@@ -128,6 +181,35 @@ pub fn role_of<'a>(
         role = Some(this);
     }
     role
+}
+
+fn is_pod(kind: &KindRef) -> bool {
+    kind.group.is_empty() && kind.version == "v1" && kind.kind == "Pod"
+}
+
+/// Where a workload kind keeps the template its Pods are made from.
+fn pod_template_pointer(group: &str, kind: &str) -> Option<&'static str> {
+    match (group, kind) {
+        ("apps", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet") | ("batch", "Job") => {
+            Some("/spec/template")
+        }
+        ("batch", "CronJob") => Some("/spec/jobTemplate/spec/template"),
+        _ => None,
+    }
+}
+
+fn is_workload(kind: &KindRef) -> bool {
+    pod_template_pointer(&kind.group, &kind.kind).is_some()
+}
+
+/// The pod template of a workload object, when it has one already: the
+/// host adds a label to what the plugin applies, never a template of its
+/// own.
+fn pod_template_mut(object: &mut serde_json::Value) -> Option<&mut serde_json::Value> {
+    let api_version = object.get("apiVersion")?.as_str()?;
+    let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
+    let pointer = pod_template_pointer(group, object.get("kind")?.as_str()?)?;
+    object.pointer_mut(pointer).filter(|t| t.is_object())
 }
 
 /// Puts the shard label of `bucket` on `object`.
@@ -236,15 +318,88 @@ mod tests {
             .owns(kind("Child"))
             .reads(kind("A"), MapRule::None, false);
         let c = PluginMetadata::new("c", "1", kind("C"));
-        assert_eq!(role_of(&kind("Child"), [&a, &b]), Some(ShardRole::Child));
-        assert_eq!(role_of(&kind("C"), [&a, &c]), Some(ShardRole::Primary));
-        // A primary of a, read by b: b must see all of them.
-        assert_eq!(role_of(&kind("A"), [&a]), Some(ShardRole::Primary));
-        assert_eq!(role_of(&kind("A"), [&a, &b]), None);
-        // A primary of one and a child of another: two buckets would apply.
-        let d = PluginMetadata::new("d", "1", kind("D")).owns(kind("C"));
-        assert_eq!(role_of(&kind("C"), [&c, &d]), None);
-        assert_eq!(role_of(&kind("Unknown"), [&a]), None);
+        for pods_follow in [false, true] {
+            let role = |k: &str, plugins: &[&PluginMetadata]| {
+                role_of(&kind(k), plugins.iter().copied(), pods_follow)
+            };
+            assert_eq!(role("Child", &[&a, &b]), Some(ShardRole::Child));
+            assert_eq!(role("C", &[&a, &c]), Some(ShardRole::Primary));
+            // A primary of a, read by b: b must see all of them.
+            assert_eq!(role("A", &[&a]), Some(ShardRole::Primary));
+            assert_eq!(role("A", &[&a, &b]), None);
+            // A primary of one and a child of another: two buckets would apply.
+            let d = PluginMetadata::new("d", "1", kind("D")).owns(kind("C"));
+            assert_eq!(role("C", &[&c, &d]), None);
+            assert_eq!(role("Unknown", &[&a]), None);
+        }
+    }
+
+    fn pod() -> KindRef {
+        KindRef::new("", "v1", "Pod")
+    }
+
+    #[test]
+    fn pods_read_by_a_workload_owner_follow_only_when_asked() {
+        let deployment = KindRef::new("apps", "v1", "Deployment");
+        let podset = PluginMetadata::new("podset", "1", kind("PodSet"))
+            .owns(deployment.clone())
+            .reads(pod(), MapRule::Label("podset".into()), true);
+        assert_eq!(role_of(&pod(), [&podset], false), None);
+        assert_eq!(role_of(&pod(), [&podset], true), Some(ShardRole::Child));
+        // A plugin reading Pods without making them: it may read any Pod.
+        let watcher =
+            PluginMetadata::new("watcher", "1", kind("W")).reads(pod(), MapRule::None, true);
+        assert_eq!(role_of(&pod(), [&watcher], true), None);
+        assert_eq!(role_of(&pod(), [&podset, &watcher], true), None);
+        // Only Pods: another read kind stays whole.
+        let reads_config = PluginMetadata::new("c", "1", kind("C"))
+            .owns(deployment)
+            .reads(KindRef::new("", "v1", "ConfigMap"), MapRule::None, false);
+        let config_map = KindRef::new("", "v1", "ConfigMap");
+        assert_eq!(role_of(&config_map, [&reads_config], true), None);
+    }
+
+    #[test]
+    fn pod_templates_are_labelled_only_when_pods_follow() {
+        let deployment = || {
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web"},
+                "spec": {"template": {"metadata": {"labels": {"app": "web"}}, "spec": {}}},
+            })
+        };
+        let mut plain = deployment();
+        selection(&["001"], &[]).label_child(&mut plain, "001");
+        assert_eq!(label_of(&plain), Some("001"));
+        assert_eq!(label_of(&plain["spec"]["template"]), None);
+
+        let following = selection(&["001"], &[]).with_pods_following(true);
+        let mut labelled = deployment();
+        following.label_child(&mut labelled, "001");
+        assert_eq!(label_of(&labelled["spec"]["template"]), Some("001"));
+        assert_eq!(
+            labelled["spec"]["template"]["metadata"]["labels"]["app"],
+            "web"
+        );
+
+        let mut cron = json!({
+            "apiVersion": "batch/v1", "kind": "CronJob",
+            "spec": {"jobTemplate": {"spec": {"template": {"spec": {}}}}},
+        });
+        following.label_child(&mut cron, "00f");
+        assert_eq!(
+            label_of(&cron["spec"]["jobTemplate"]["spec"]["template"]),
+            Some("00f")
+        );
+        // No template in what the plugin applies: none is made up; and a
+        // kind without Pods is labelled on itself alone.
+        let mut partial =
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 2}});
+        following.label_child(&mut partial, "001");
+        assert_eq!(partial["spec"], json!({"replicas": 2}));
+        let mut service = json!({"apiVersion": "v1", "kind": "Service", "spec": {"template": {}}});
+        following.label_child(&mut service, "001");
+        assert_eq!(label_of(&service["spec"]["template"]), None);
     }
 
     #[test]

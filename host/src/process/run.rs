@@ -32,6 +32,7 @@ use anyhow::Context;
 use tokio::sync::mpsc;
 
 use crate::admission::plugin_set::AdmissionPlugins;
+use crate::admission::shard_labels::ShardLabels;
 use crate::cluster::kubernetes::KubernetesBackend;
 use crate::engine::{Outcome, ReconcileRecord, ServeScope};
 use crate::fleet::{ClustersConfig, Fleet};
@@ -85,6 +86,8 @@ pub struct RunConfig {
 pub struct ShardingConfig {
     pub membership: crate::sharding::membership::MembershipConfig,
     pub by: ShardBy,
+    /// `--sharding-pod-labels`: Pods carry their primary's bucket too.
+    pub pods_follow: bool,
     /// The Lease of the once-only duties.
     pub duties: LeaderElectionConfig,
 }
@@ -158,7 +161,18 @@ pub async fn run(
     }
     // One plugin set for the engine and admission: the directory loads
     // each version once and publishes what serves to admission.
-    let admission_plugins = Arc::new(AdmissionPlugins::new());
+    let admission_plugins = Arc::new(match &config.sharding {
+        None => AdmissionPlugins::new(),
+        // New primaries of this cluster get their bucket at creation, when
+        // admission is served (the fleet's members have no webhook).
+        Some(sharding) => {
+            let by = sharding.by;
+            AdmissionPlugins::with_shard_labels(ShardLabels::new(
+                Arc::new(move |key| by.label_value(crate::fleet::sources::LOCAL, key)),
+                sharding.pods_follow,
+            ))
+        }
+    });
     let served = Arc::new(
         crate::registry::served_files::ServedFiles::new(config.pulled.cache.dir())
             .context("creating the directory pulled plugins are served from")?,
@@ -257,9 +271,14 @@ pub async fn run(
     let coordinator = match config.sharding.take() {
         None => None,
         Some(sharding) => Some(
-            Coordinator::join(client.clone(), sharding.membership, sharding.by)
-                .await
-                .context("joining the shard ring")?,
+            Coordinator::join(
+                client.clone(),
+                sharding.membership,
+                sharding.by,
+                sharding.pods_follow,
+            )
+            .await
+            .context("joining the shard ring")?,
         ),
     };
     if let Some(dir) = config

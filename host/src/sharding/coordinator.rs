@@ -45,6 +45,12 @@ impl ShardBy {
             ShardBy::Cluster => ShardKey::Cluster(cluster.to_string()),
         }
     }
+
+    /// The shard label value of `key` of `cluster`: what its objects carry,
+    /// whoever writes it (the owner, or the webhook at creation).
+    pub fn label_value(self, cluster: &str, key: &PrimaryKey) -> String {
+        self.key(cluster, key).bucket().label_value()
+    }
 }
 
 /// A replica of the ring, as `/shards` shows it.
@@ -91,6 +97,8 @@ pub struct Coordinator {
     membership: Mutex<Option<Membership>>,
     config: MembershipConfig,
     by: ShardBy,
+    /// `--sharding-pod-labels`.
+    pods_follow: bool,
     handover: Arc<RwLock<Handover>>,
     /// This replica's buckets in the ring seen now, which every engine
     /// selects its primaries and children by.
@@ -105,6 +113,7 @@ impl Coordinator {
         client: kube::Client,
         config: MembershipConfig,
         by: ShardBy,
+        pods_follow: bool,
     ) -> Result<Arc<Self>, MembershipError> {
         let membership = Membership::join(client, config.clone()).await?;
         let handover = Handover::new(&config.identity, membership.ring());
@@ -126,6 +135,7 @@ impl Coordinator {
             membership: Mutex::new(Some(membership)),
             config,
             by,
+            pods_follow,
             handover: Arc::new(RwLock::new(handover)),
             buckets,
             status: Mutex::new(status),
@@ -135,6 +145,7 @@ impl Coordinator {
     /// What the fleet's engines ask before every dispatch.
     pub fn ownership(&self) -> MemberOwnership {
         let (handover, buckets, by) = (self.handover.clone(), self.buckets.clone(), self.by);
+        let pods_follow = self.pods_follow;
         Arc::new(move |cluster: &str| {
             let owns = {
                 let (handover, cluster) = (handover.clone(), cluster.to_string());
@@ -143,11 +154,11 @@ impl Coordinator {
                 }) as KeyFilter
             };
             let cluster = cluster.to_string();
-            let bucket_of =
-                Arc::new(move |key: &PrimaryKey| by.key(&cluster, key).bucket().label_value());
+            let bucket_of = Arc::new(move |key: &PrimaryKey| by.label_value(&cluster, key));
             MemberShare {
                 owns,
-                selection: ShardSelection::new(bucket_of, buckets.clone()),
+                selection: ShardSelection::new(bucket_of, buckets.clone())
+                    .with_pods_following(pods_follow),
             }
         })
     }
