@@ -20,13 +20,14 @@ fn the_cluster_role_in_deploy_is_what_rbac_generates_for_the_example_plugins() {
         .collect();
     let plurals = Plurals::from_crds(&root().join("crds")).unwrap();
     // kubernetescluster serves admission: its webhook configurations, and
-    // the certificate Secret in the host's namespace.
+    // the certificate Secret in the host's namespace; with sharding, the
+    // configuration labelling new primaries with their shard too.
     let scope = RbacScope {
         admission_secret_namespace: Some("reconciler-host".into()),
-        webhook_configurations: std::collections::BTreeSet::from([configuration_name(
-            DEFAULT_WEBHOOK_PREFIX,
-            "kubernetescluster",
-        )]),
+        webhook_configurations: std::collections::BTreeSet::from([
+            configuration_name(DEFAULT_WEBHOOK_PREFIX, "kubernetescluster"),
+            reconciler_host::admission::shard_labels::configuration_name(DEFAULT_WEBHOOK_PREFIX),
+        ]),
         // deploy/ runs three replicas with --sharding.
         sharding: true,
         ..RbacScope::cluster_wide("reconciler-host")

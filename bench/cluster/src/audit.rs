@@ -20,6 +20,8 @@ const WRITE_VERBS: [&str; 5] = ["create", "update", "patch", "delete", "deleteco
 pub struct Writes {
     pub deployments: u64,
     pub podset_status: u64,
+    /// PodSets themselves, not their status: the host's shard labels.
+    pub podsets: u64,
     pub events: u64,
     pub other: u64,
     /// Of all the above, those the API server answered with an error.
@@ -28,12 +30,13 @@ pub struct Writes {
 
 impl Writes {
     pub fn total(&self) -> u64 {
-        self.deployments + self.podset_status + self.events + self.other
+        self.deployments + self.podset_status + self.podsets + self.events + self.other
     }
 
     pub fn add(&mut self, other: &Writes) {
         self.deployments += other.deployments;
         self.podset_status += other.podset_status;
+        self.podsets += other.podsets;
         self.events += other.events;
         self.other += other.other;
         self.refused += other.refused;
@@ -93,6 +96,7 @@ pub fn count_writes(text: &str, user: &str) -> (Writes, usize) {
         match (resource, subresource) {
             ("deployments", None) => writes.deployments += 1,
             ("podsets", Some("status")) => writes.podset_status += 1,
+            ("podsets", None) => writes.podsets += 1,
             ("events", None) => writes.events += 1,
             _ => writes.other += 1,
         }
@@ -198,8 +202,9 @@ mod tests {
             Writes {
                 deployments: 3,
                 podset_status: 1,
+                podsets: 1,
                 events: 1,
-                other: 2,
+                other: 1,
                 refused: 1
             }
         );

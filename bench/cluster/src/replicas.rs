@@ -27,6 +27,13 @@ pub struct ReplicasArgs {
     /// Replicas of the sharded side (the other side is one host).
     #[arg(long, default_value_t = 3)]
     pub replicas: usize,
+    /// Leave out `--sharding-pod-labels`: every replica then receives every Pod.
+    #[arg(long)]
+    pub no_pod_labels: bool,
+    /// Serve no admission on the replicas: new PodSets are then labelled by their owners (one
+    /// more write each) instead of by the webhook at creation.
+    #[arg(long)]
+    pub no_admission: bool,
     #[command(flatten)]
     pub bulk: BulkArgs,
 }
@@ -121,6 +128,35 @@ fn settle_counts(line: &str) -> Option<(usize, usize)> {
     Some((owned, arrived))
 }
 
+/// What one replica of `n` runs with, beyond the host's usual arguments:
+/// nothing for one host; sharding, and what the options ask for, for more.
+fn replica_args(args: &ReplicasArgs, n: usize) -> anyhow::Result<Vec<String>> {
+    if n == 1 {
+        return Ok(Vec::new());
+    }
+    let mut more: Vec<String> = ["--sharding", "--sharding-namespace", "default"]
+        .map(String::from)
+        .to_vec();
+    if !args.no_pod_labels {
+        more.push("--sharding-pod-labels".into());
+    }
+    if !args.no_admission {
+        // Each its own port; the duties' holder registers its own URL.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        more.extend([
+            "--admission-listen".to_string(),
+            format!("127.0.0.1:{port}"),
+            "--admission-url".to_string(),
+            format!("https://127.0.0.1:{port}"),
+            "--admission-cert-secret".to_string(),
+            "default/reconciler-host-bench-admission".to_string(),
+        ]);
+    }
+    Ok(more)
+}
+
 async fn measure(
     args: &ReplicasArgs,
     kube: &mut LocalKube,
@@ -136,19 +172,20 @@ async fn measure(
     }
     let observer = Observer::start(client.clone()).await?;
     let timeout = Duration::from_secs(args.bulk.timeout_secs);
-    let sharded = if n > 1 {
-        host.with_more_args(&["--sharding", "--sharding-namespace", "default"])
-    } else {
-        host.with_more_args(&[])
-    };
     let mut controllers = Vec::new();
     let mut logs = Vec::new();
     for i in 0..n {
         let kubeconfig = kube.credentials(&target, &replica_user(i))?;
         let log = state.join(format!("replica-{n}-{i}.log"));
+        let setup = host.with_more_args(
+            &replica_args(args, n)?
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
         controllers.push(ControllerProcess::start(
             Side::Host,
-            Some(&sharded),
+            Some(&setup),
             None,
             &kubeconfig,
             log.clone(),
@@ -334,9 +371,21 @@ fn render(args: &ReplicasArgs, one: &SideRun, many: &SideRun) -> String {
     let one_cpu = one.cpu[0].as_secs_f64();
     let one_writes = one.writes[0].total() as f64;
     let mut out = format!(
-        "{} PodSets of size {} from {} concurrent creators; one host, then {n} replicas with --sharding, each on a freshly reset API server.\n\n\
+        "{} PodSets of size {} from {} concurrent creators; one host, then {n} replicas with --sharding{}{}, each on a freshly reset API server.\n\n\
          | | 1 replica | {n} replicas | {n} / 1 |\n|---|---|---|---|\n",
-        args.bulk.count, args.bulk.size, args.bulk.creators
+        args.bulk.count,
+        args.bulk.size,
+        args.bulk.creators,
+        if args.no_pod_labels {
+            ""
+        } else {
+            " --sharding-pod-labels"
+        },
+        if args.no_admission {
+            ""
+        } else {
+            " and admission (shard labels at creation)"
+        },
     );
     let mut row = |name: &str, a: String, b: String, r: String| {
         out.push_str(&format!("| {name} | {a} | {b} | {r} |\n"));
@@ -382,6 +431,15 @@ fn render(args: &ReplicasArgs, one: &SideRun, many: &SideRun) -> String {
         one.writes[0].total().to_string(),
         format!("{:.0}", writes_each.iter().sum::<f64>()),
         ratio(writes_each.iter().sum(), one_writes),
+    );
+    row(
+        "- of them shard labels on PodSets",
+        one.writes[0].podsets.to_string(),
+        range(
+            &many.writes.iter().map(|w| w.podsets).collect::<Vec<_>>(),
+            |w| w.to_string(),
+        ),
+        "-".into(),
     );
     row(
         "- of them refused",

@@ -263,10 +263,16 @@ async fn label_shard(State(shared): State<Shared>, body: Body) -> Response {
         Ok(read) => read,
         Err(e) => return (e.status(), e.to_string()).into_response(),
     };
-    let answered = tokio::task::spawn_blocking(move || {
-        parse(&body).map(|request| response(&request.uid, &labels.decide(&request)))
-    })
-    .await;
+    let size = body.len();
+    let answer =
+        move || parse(&body).map(|request| response(&request.uid, &labels.decide(&request)));
+    // A usual review (a new object's few KiB) is answered on the worker: a
+    // hop to a blocking thread would cost more than the parse.
+    let answered = if size <= SMALL_BODY_BYTES {
+        Ok(answer())
+    } else {
+        tokio::task::spawn_blocking(answer).await
+    };
     match answered {
         Ok(Ok(review)) => Json(review).into_response(),
         Ok(Err(e)) => (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
@@ -310,10 +316,16 @@ pub async fn serve_with(
         .await
         .with_context(|| format!("cannot listen for admission on {addr}"))?;
     let bound = listener.local_addr()?;
+    let labels_shards = plugins.shard_labels().is_some();
     let router = router_with(plugins, clock, calls, &limits);
     crate::process::tls_serving::spawn(listener, tls, router, limits.connections, "admission");
     tracing::info!(
-        "serving admission webhooks on https://{bound}/admission/<plugin>/{{mutate,validate}}"
+        "serving admission webhooks on https://{bound}/admission/<plugin>/{{mutate,validate}}{}",
+        if labels_shards {
+            format!(" and https://{bound}{}", super::shard_labels::PATH)
+        } else {
+            String::new()
+        }
     );
     Ok(bound)
 }

@@ -85,10 +85,11 @@ impl ShardLabels {
         if request.operation != Operation::Create || !self.kinds().contains(&kind) {
             return admitted(Vec::new());
         }
+        // Its name and labels alone: the rest is skipped unparsed.
         let Some(object) = request
             .object
             .as_ref()
-            .and_then(|o| serde_json::from_str::<Value>(o.get()).ok())
+            .and_then(|o| serde_json::from_str::<NewObject>(o.get()).ok())
         else {
             return admitted(Vec::new());
         };
@@ -96,13 +97,13 @@ impl ShardLabels {
             .name
             .as_deref()
             .filter(|n| !n.is_empty())
-            .or_else(|| object.pointer("/metadata/name").and_then(Value::as_str))
+            .or(object.metadata.name.as_deref())
             .filter(|n| !n.is_empty());
         let Some(name) = name else {
             // generateName: the owner labels it at its first reconcile.
             return admitted(Vec::new());
         };
-        let labels = object.pointer("/metadata/labels");
+        let labels = object.metadata.labels.as_ref();
         if labels.is_some_and(|l| l.get(SHARD_LABEL).is_some()) {
             // A label set by whoever creates it: a wrong one reaches a
             // replica that relabels it (`Engine::relabel_strays`).
@@ -122,6 +123,22 @@ impl ShardLabels {
         };
         admitted(vec![operation])
     }
+}
+
+/// What the webhook reads of the object under review.
+#[derive(serde::Deserialize)]
+struct NewObject {
+    #[serde(default)]
+    metadata: NewMetadata,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct NewMetadata {
+    #[serde(default)]
+    name: Option<String>,
+    /// Kept as a value: `null` and an object patch differently.
+    #[serde(default)]
+    labels: Option<Value>,
 }
 
 /// The primary kinds of `plugins` that are selected as primaries: those no

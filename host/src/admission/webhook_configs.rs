@@ -487,3 +487,45 @@ async fn remove_stale<K>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shard label webhook must never stand in a create's way, nor
+    /// touch what it does not label.
+    #[test]
+    fn the_shard_label_configuration_cannot_block_a_create() {
+        let setup = WebhookSetup {
+            prefix: "rh".into(),
+            endpoint: WebhookEndpoint::Url("https://127.0.0.1:8443".into()),
+            ca_bundle_pem: "pem".into(),
+            namespaces: Vec::new(),
+            excluded_namespaces: vec!["reconciler-host".into()],
+            owner_namespace: None,
+        };
+        let kind = KindRef::new("example.com", "v1alpha1", "PodSet");
+        let config = shard_label_configuration(
+            &shard_labels::configuration_name("rh"),
+            vec![shard_rule(&kind, "podsets", true)],
+            &setup,
+            None,
+        );
+        assert_eq!(config["metadata"]["name"], "rh.shard-labels");
+        let hook = &config["webhooks"][0];
+        assert_eq!(hook["failurePolicy"], "Ignore");
+        assert!(hook["timeoutSeconds"].as_u64().unwrap() <= 2);
+        assert_eq!(hook["rules"][0]["operations"], json!(["CREATE"]));
+        assert_eq!(hook["rules"][0]["resources"], json!(["podsets"]));
+        assert_eq!(
+            hook["clientConfig"]["url"],
+            "https://127.0.0.1:8443/shard-labels"
+        );
+        let objects = hook["objectSelector"]["matchExpressions"]
+            .as_array()
+            .unwrap();
+        assert!(objects.contains(&json!({"key": SHARD_LABEL, "operator": "DoesNotExist"})));
+        let namespaces = hook["namespaceSelector"].to_string();
+        assert!(namespaces.contains("kube-system") && namespaces.contains("reconciler-host"));
+    }
+}
