@@ -82,7 +82,12 @@ impl ShardLabels {
             &request.kind.version,
             &request.kind.kind,
         );
-        if request.operation != Operation::Create || !self.kinds().contains(&kind) {
+        let labelled_kind = self
+            .kinds
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&kind);
+        if request.operation != Operation::Create || !labelled_kind {
             return admitted(Vec::new());
         }
         // Its name and labels alone: the rest is skipped unparsed.

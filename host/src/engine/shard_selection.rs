@@ -83,10 +83,6 @@ impl ShardSelection {
         self
     }
 
-    pub fn pods_follow(&self) -> bool {
-        self.pods_follow
-    }
-
     /// Puts the shard label on a child the host applies: on the object,
     /// and on its pod template when Pods follow.
     pub fn label_child(&self, child: &mut serde_json::Value, bucket: &str) {
