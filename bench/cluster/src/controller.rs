@@ -143,6 +143,8 @@ pub struct ControllerProcess {
     child: Child,
     log: PathBuf,
     side: Side,
+    /// Where the host serves /metrics (none for the other sides).
+    metrics: Option<String>,
 }
 
 impl ControllerProcess {
@@ -154,6 +156,7 @@ impl ControllerProcess {
         kubeconfig: &Path,
         log: PathBuf,
     ) -> anyhow::Result<Self> {
+        let mut metrics = None;
         let mut cmd = match side {
             Side::Native => {
                 let mut cmd = Command::new(std::env::current_exe()?);
@@ -198,6 +201,7 @@ impl ControllerProcess {
                 {
                     let port = free_port()?;
                     eprintln!("  host metrics: http://127.0.0.1:{port}/metrics");
+                    metrics = Some(format!("127.0.0.1:{port}"));
                     cmd.arg("--metrics-listen")
                         .arg(format!("127.0.0.1:{port}"))
                         .arg("--metrics-insecure");
@@ -215,7 +219,17 @@ impl ControllerProcess {
             .stderr(out)
             .spawn()
             .with_context(|| format!("starting the {side} controller ({cmd:?})"))?;
-        Ok(ControllerProcess { child, log, side })
+        Ok(ControllerProcess {
+            child,
+            log,
+            side,
+            metrics,
+        })
+    }
+
+    /// Where the host serves /metrics; none for the other sides.
+    pub fn metrics_address(&self) -> Option<String> {
+        self.metrics.clone()
     }
 
     pub fn pid(&self) -> u32 {
@@ -246,4 +260,20 @@ impl Drop for ControllerProcess {
 /// A port nothing listens on right now.
 fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The reconciles a host has run so far (every plugin, every result), from
+/// its /metrics at `address`.
+pub fn reconciles_at(address: &str) -> anyhow::Result<u64> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address)
+        .with_context(|| format!("connecting to the host's /metrics on {address}"))?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response
+        .lines()
+        .filter(|l| l.starts_with("controller_runtime_reconcile_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum())
 }

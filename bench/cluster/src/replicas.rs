@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 
 use crate::audit::{AuditTail, Writes};
 use crate::cluster::{CONTROLLER_USER, LocalKube, REPLICA_USERS};
-use crate::controller::{ControllerProcess, HostSetup, Side};
+use crate::controller::{ControllerProcess, HostSetup, Side, reconciles_at};
 use crate::driver::{
     BULK_NAMESPACE, BulkArgs, PROBE_NAMESPACE, client_for, create_namespace, create_podsets,
     create_podsets_timed, install_crd, latest, load_average,
@@ -47,6 +47,8 @@ struct SideRun {
     /// By replica.
     cpu: Vec<Duration>,
     writes: Vec<Writes>,
+    /// Reconciles run in the window, by replica (from each one's /metrics).
+    reconciles: Vec<u64>,
     rss: Vec<u64>,
     apiserver_cpu: Duration,
     loss: Option<Loss>,
@@ -193,6 +195,13 @@ async fn measure(
         logs.push(log);
     }
     let pids: Vec<u32> = controllers.iter().map(ControllerProcess::pid).collect();
+    let metrics: Vec<String> = controllers
+        .iter()
+        .map(|c| {
+            c.metrics_address()
+                .context("the replicas are hosts, and hosts serve /metrics")
+        })
+        .collect::<anyhow::Result<_>>()?;
     let mut still_ok = || {
         controllers
             .iter_mut()
@@ -232,6 +241,7 @@ async fn measure(
         .iter()
         .map(|pid| procfs::cpu_time(*pid))
         .collect::<anyhow::Result<_>>()?;
+    let reconciles_before = reconciles(&metrics)?;
     let names: Vec<String> = (0..args.bulk.count).map(|i| format!("ps-{i:05}")).collect();
     let start = Instant::now();
     create_podsets_timed(
@@ -280,6 +290,11 @@ async fn measure(
         .zip(&cpu_before)
         .map(|(pid, before)| Ok(procfs::cpu_time(*pid)?.saturating_sub(*before)))
         .collect::<anyhow::Result<_>>()?;
+    let reconciles: Vec<u64> = reconciles(&metrics)?
+        .into_iter()
+        .zip(reconciles_before)
+        .map(|(after, before)| after.saturating_sub(before))
+        .collect();
     let rss: Vec<u64> = pids
         .iter()
         .map(|pid| procfs::rss_bytes(*pid))
@@ -330,10 +345,16 @@ async fn measure(
         all_pod_names,
         cpu,
         writes,
+        reconciles,
         rss,
         apiserver_cpu,
         loss,
     })
+}
+
+/// Each host's reconciles so far.
+fn reconciles(metrics: &[String]) -> anyhow::Result<Vec<u64>> {
+    metrics.iter().map(|a| reconciles_at(a)).collect()
 }
 
 fn secs(d: Duration) -> String {
@@ -450,6 +471,19 @@ fn render(args: &ReplicasArgs, one: &SideRun, many: &SideRun) -> String {
             .sum::<u64>()
             .to_string(),
         "-".into(),
+    );
+    let reconciles_each: Vec<f64> = many.reconciles.iter().map(|r| *r as f64).collect();
+    row(
+        "reconciles, each replica (largest / one host's)",
+        one.reconciles[0].to_string(),
+        range(&many.reconciles, |r| r.to_string()),
+        ratio(max_f(&reconciles_each), one.reconciles[0] as f64),
+    );
+    row(
+        "reconciles, all replicas",
+        one.reconciles[0].to_string(),
+        many.reconciles.iter().sum::<u64>().to_string(),
+        ratio(reconciles_each.iter().sum(), one.reconciles[0] as f64),
     );
     row(
         "RSS after, each replica",
