@@ -137,9 +137,23 @@ impl Ring {
     /// The ring of `replicas`; a replica of weight 0, or listed twice
     /// (the first counts), takes no share.
     pub fn new(replicas: impl IntoIterator<Item = Replica>) -> Self {
-        let mut replicas: Vec<Replica> = replicas.into_iter().filter(|r| r.weight > 0).collect();
-        replicas.sort_by(|a, b| a.id.cmp(&b.id));
-        replicas.dedup_by(|later, first| later.id == first.id);
+        Self::of_members(members(replicas))
+    }
+
+    /// The ring of `replicas`, reusing this one's assignment when they
+    /// are the same members. Each replica reads the ring at every renewal
+    /// and it rarely changes; assigning every bucket anew hashes each of
+    /// them once per replica.
+    pub fn with_members(&self, replicas: impl IntoIterator<Item = Replica>) -> Self {
+        let replicas = members(replicas);
+        if replicas == self.replicas {
+            self.clone()
+        } else {
+            Self::of_members(replicas)
+        }
+    }
+
+    fn of_members(replicas: Vec<Replica>) -> Self {
         let owners = if replicas.is_empty() {
             Vec::new()
         } else {
@@ -191,6 +205,15 @@ impl Ring {
             .filter(|b| self.owner_of(*b) == Some(replica))
             .collect()
     }
+}
+
+/// The replicas that take a share, in the canonical order: weight above
+/// 0, sorted by id, the first of an id listed twice.
+fn members(replicas: impl IntoIterator<Item = Replica>) -> Vec<Replica> {
+    let mut replicas: Vec<Replica> = replicas.into_iter().filter(|r| r.weight > 0).collect();
+    replicas.sort_by(|a, b| a.id.cmp(&b.id));
+    replicas.dedup_by(|later, first| later.id == first.id);
+    replicas
 }
 
 /// Weighted rendezvous score of `replica` for an encoded bucket: `-w / ln(u)`
@@ -260,6 +283,27 @@ mod tests {
             );
         }
         assert_eq!(Ring::default().owner(&keys(1)[0]), None);
+    }
+
+    #[test]
+    fn a_ring_read_again_assigns_as_a_new_one_whether_its_members_changed_or_not() {
+        let replicas = |ids: &[&str]| ids.iter().map(|id| Replica::new(id)).collect::<Vec<_>>();
+        let seen = ring(&["r-1", "r-2", "r-3"]);
+        // The same members, listed otherwise: the same ring.
+        assert_eq!(seen.with_members(replicas(&["r-3", "r-2", "r-1"])), seen);
+        // Other members: assigned as a ring of them alone would be.
+        for ids in [&["r-1", "r-2"][..], &["r-1", "r-2", "r-3", "r-4"], &[]] {
+            assert_eq!(seen.with_members(replicas(ids)), ring(ids), "{ids:?}");
+        }
+        let heavier = [
+            Replica::new("r-1"),
+            Replica::new("r-2"),
+            Replica {
+                id: "r-3".into(),
+                weight: 2,
+            },
+        ];
+        assert_eq!(seen.with_members(heavier.clone()), Ring::new(heavier));
     }
 
     #[test]

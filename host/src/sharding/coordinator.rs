@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde::Serialize;
+use tokio::time::Instant;
 
 use super::assignment::ShardKey;
 use super::handover::Handover;
@@ -186,10 +187,11 @@ impl Coordinator {
     /// stop before then.
     pub async fn lost(&self) {
         loop {
-            if !self.is_live() {
-                return;
+            let until = self.lock_membership().as_ref().map(Membership::live_until);
+            match until {
+                Some(until) if Instant::now() < until => tokio::time::sleep_until(until).await,
+                _ => return,
             }
-            tokio::time::sleep(SETTLE_POLL).await;
         }
     }
 

@@ -137,7 +137,7 @@ impl Membership {
                 source,
             })?;
         let last_renewed = Arc::new(Mutex::new(Instant::now()));
-        let first = read_ring(&api, &config, true, None)
+        let first = read_ring(&api, &config, true, None, &Ring::default())
             .await
             .unwrap_or_else(|_| RingView {
                 ring: Ring::new([Replica::new(&config.identity)]),
@@ -198,6 +198,14 @@ impl Membership {
     /// still act as a member.
     pub fn is_live(&self) -> bool {
         is_live(&self.last_renewed, self.config.renew_deadline)
+    }
+
+    /// When this replica stops counting as live unless it renews before:
+    /// its last renewal plus the renew deadline. A waiter sleeps until then
+    /// rather than looking every so often (an idle replica then wakes at
+    /// its renewals alone).
+    pub fn live_until(&self) -> Instant {
+        *self.last_renewed.lock().unwrap_or_else(|e| e.into_inner()) + self.config.renew_deadline
     }
 
     /// Leaves the ring at once: stops renewing and deletes the Lease, so
@@ -263,7 +271,8 @@ async fn keep(
             ),
         }
         let me = is_live(&last_renewed, config.renew_deadline);
-        match read_ring(&api, &config, me, mine.as_deref()).await {
+        let seen = publish.borrow().ring.clone();
+        match read_ring(&api, &config, me, mine.as_deref(), &seen).await {
             Ok(view) => {
                 publish.send_if_modified(|seen| {
                     if *seen == view {
@@ -322,17 +331,19 @@ async fn renew(
 }
 
 /// The ring's live replicas from their Leases; this replica counts only
-/// if `me` (its renewals are recent), as having settled on `mine`.
+/// if `me` (its renewals are recent), as having settled on `mine`. The
+/// assignment of `seen` is reused if the members are the same.
 async fn read_ring(
     api: &Api<Lease>,
     config: &MembershipConfig,
     me: bool,
     mine: Option<&str>,
+    seen: &Ring,
 ) -> Result<RingView, kube::Error> {
     let leases = api
         .list(&ListParams::default().labels(&format!("{RING_LABEL}={}", config.ring)))
         .await?;
-    let mut view = live_ring(&leases.items, config, me, Timestamp::now());
+    let mut view = live_ring(&leases.items, config, me, Timestamp::now(), seen);
     if let Some(version) = mine.filter(|_| me) {
         view.settled
             .insert(config.identity.clone(), version.to_string());
@@ -342,7 +353,13 @@ async fn read_ring(
 
 /// The replicas whose Lease was renewed within its duration at `now`, and
 /// the ring version each says it settled on.
-fn live_ring(leases: &[Lease], config: &MembershipConfig, me: bool, now: Timestamp) -> RingView {
+fn live_ring(
+    leases: &[Lease],
+    config: &MembershipConfig,
+    me: bool,
+    now: Timestamp,
+    seen: &Ring,
+) -> RingView {
     let mut live = BTreeMap::new();
     let mut settled = BTreeMap::new();
     for lease in leases {
@@ -372,7 +389,7 @@ fn live_ring(leases: &[Lease], config: &MembershipConfig, me: bool, now: Timesta
         live.insert(config.identity.clone(), Replica::new(&config.identity));
     }
     RingView {
-        ring: Ring::new(live.into_values()),
+        ring: seen.with_members(live.into_values()),
         settled,
     }
 }
@@ -409,8 +426,15 @@ mod tests {
             view.ring.replicas().iter().map(|r| r.id.clone()).collect()
         };
         // Our own Lease as read does not count: our renewals do.
-        assert_eq!(ids(live_ring(&leases, &config, true, now)), ["fresh", "me"]);
-        assert_eq!(ids(live_ring(&leases, &config, false, now)), ["fresh"]);
+        let seen = Ring::default();
+        assert_eq!(
+            ids(live_ring(&leases, &config, true, now, &seen)),
+            ["fresh", "me"]
+        );
+        assert_eq!(
+            ids(live_ring(&leases, &config, false, now, &seen)),
+            ["fresh"]
+        );
     }
 
     #[test]
