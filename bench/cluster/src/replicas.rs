@@ -4,6 +4,11 @@
 //! whether the whole converges as fast, and how many keys move when one of
 //! the replicas is lost. See BENCHMARKS.md, "Replicas sharding the work".
 //!
+//! Two baselines, both measured in the same run: one host as plain `run`
+//! (what sharding costs against not sharding), and one replica run exactly
+//! as each of the N is, a ring of one (what scaling that Deployment from 1
+//! to N replicas buys).
+//!
 //! Each replica has a client certificate of its own, so the audit log
 //! tells their writes apart.
 
@@ -34,6 +39,9 @@ pub struct ReplicasArgs {
     /// more write each) instead of by the webhook at creation.
     #[arg(long)]
     pub no_admission: bool,
+    /// Leave out the second baseline: one replica run as each of the N is (a ring of one).
+    #[arg(long)]
+    pub no_ring_of_one: bool,
     #[command(flatten)]
     pub bulk: BulkArgs,
 }
@@ -42,6 +50,8 @@ pub struct ReplicasArgs {
 #[derive(Debug)]
 struct SideRun {
     replicas: usize,
+    /// Run with `--sharding` (and what the options add to it).
+    sharded: bool,
     all_deployments: Duration,
     all_pod_names: Duration,
     /// By replica.
@@ -85,16 +95,23 @@ pub async fn run(args: ReplicasArgs) -> anyhow::Result<()> {
         Vec::new(),
     )?;
     let load_at_start = load_average();
+    let mut sides = vec![(1, false)];
+    if !args.no_ring_of_one {
+        sides.push((1, true));
+    }
+    sides.push((args.replicas, true));
     let mut runs = Vec::new();
-    for n in [1, args.replicas] {
-        eprintln!("[{n} replica(s)] starting a fresh cluster");
-        let run = measure(&args, &mut kube, &host, &state, n)
+    for (n, sharded) in sides {
+        let what = side_name(n, sharded);
+        eprintln!("[{what}] starting a fresh cluster");
+        let run = measure(&args, &mut kube, &host, &state, n, sharded)
             .await
-            .with_context(|| format!("the run with {n} replica(s)"))?;
-        eprintln!("[{n} replica(s)] {run:?}");
+            .with_context(|| format!("the run with {what}"))?;
+        eprintln!("[{what}] {run:?}");
         runs.push(run);
     }
-    println!("{}", render(&args, &runs[0], &runs[1]));
+    let many = runs.pop().context("the replicas' run")?;
+    println!("{}", render(&args, &runs, &many));
     println!(
         "Load average (1, 5, 15 min) at the start: {load_at_start}; at the end: {}.",
         load_average()
@@ -130,10 +147,19 @@ fn settle_counts(line: &str) -> Option<(usize, usize)> {
     Some((owned, arrived))
 }
 
-/// What one replica of `n` runs with, beyond the host's usual arguments:
-/// nothing for one host; sharding, and what the options ask for, for more.
-fn replica_args(args: &ReplicasArgs, n: usize) -> anyhow::Result<Vec<String>> {
-    if n == 1 {
+/// How a side is called in the log and the table.
+fn side_name(n: usize, sharded: bool) -> String {
+    match (n, sharded) {
+        (1, false) => "one host".into(),
+        (1, true) => "1 replica, a ring of one".into(),
+        (n, _) => format!("{n} replicas"),
+    }
+}
+
+/// What a replica runs with, beyond the host's usual arguments: nothing
+/// unsharded; sharding, and what the options ask for, otherwise.
+fn replica_args(args: &ReplicasArgs, sharded: bool) -> anyhow::Result<Vec<String>> {
+    if !sharded {
         return Ok(Vec::new());
     }
     let mut more: Vec<String> = ["--sharding", "--sharding-namespace", "default"]
@@ -165,6 +191,7 @@ async fn measure(
     host: &HostSetup,
     state: &Path,
     n: usize,
+    sharded: bool,
 ) -> anyhow::Result<SideRun> {
     let target = kube.fresh()?;
     let client = client_for(&target.admin_kubeconfig).await?;
@@ -178,9 +205,12 @@ async fn measure(
     let mut logs = Vec::new();
     for i in 0..n {
         let kubeconfig = kube.credentials(&target, &replica_user(i))?;
-        let log = state.join(format!("replica-{n}-{i}.log"));
+        let log = state.join(format!(
+            "replica-{n}{}-{i}.log",
+            if sharded { "s" } else { "" }
+        ));
         let setup = host.with_more_args(
-            &replica_args(args, n)?
+            &replica_args(args, sharded)?
                 .iter()
                 .map(String::as_str)
                 .collect::<Vec<_>>(),
@@ -207,7 +237,7 @@ async fn measure(
             .iter_mut()
             .try_for_each(ControllerProcess::check_running)
     };
-    if n > 1 {
+    if sharded {
         let deadline = Instant::now() + timeout;
         while logs.iter().any(|log| settle_lines(log, n).is_empty()) {
             if Instant::now() > deadline {
@@ -260,7 +290,8 @@ async fn measure(
         .await?;
     let all_pod_names = latest(&filled).saturating_duration_since(start);
     eprintln!(
-        "[{n} replica(s)] {} PodSets: all Deployments after {:.2} s, all status.podNames after {:.2} s",
+        "[{}] {} PodSets: all Deployments after {:.2} s, all status.podNames after {:.2} s",
+        side_name(n, sharded),
         args.bulk.count,
         all_deployments.as_secs_f64(),
         all_pod_names.as_secs_f64()
@@ -341,6 +372,7 @@ async fn measure(
     };
     Ok(SideRun {
         replicas: n,
+        sharded,
         all_deployments,
         all_pod_names,
         cpu,
@@ -365,11 +397,12 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
-/// min-max of `values` as `show` renders them.
+/// min-max of `values` as `show` renders them; one value if all are equal.
 fn range<T: Copy + PartialOrd>(values: &[T], show: impl Fn(T) -> String) -> String {
     let mut sorted = values.to_vec();
     sorted.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     match (sorted.first(), sorted.last()) {
+        (Some(lo), Some(hi)) if lo == hi => show(*lo),
         (Some(lo), Some(hi)) => format!("{}-{}", show(*lo), show(*hi)),
         _ => "-".into(),
     }
@@ -383,17 +416,13 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
-fn render(args: &ReplicasArgs, one: &SideRun, many: &SideRun) -> String {
+/// The table: each baseline, the N replicas, and the replicas against
+/// each baseline. A row's figure for the replicas is the largest one's
+/// ("each") or their sum ("all").
+fn render(args: &ReplicasArgs, baselines: &[SideRun], many: &SideRun) -> String {
     let n = many.replicas;
-    let max_f = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-    let cpu_each: Vec<f64> = many.cpu.iter().map(Duration::as_secs_f64).collect();
-    let writes_each: Vec<f64> = many.writes.iter().map(|w| w.total() as f64).collect();
-    let rss_each: Vec<f64> = many.rss.iter().map(|r| *r as f64).collect();
-    let one_cpu = one.cpu[0].as_secs_f64();
-    let one_writes = one.writes[0].total() as f64;
     let mut out = format!(
-        "{} PodSets of size {} from {} concurrent creators; one host, then {n} replicas with --sharding{}{}, each on a freshly reset API server.\n\n\
-         | | 1 replica | {n} replicas | {n} / 1 |\n|---|---|---|---|\n",
+        "{} PodSets of size {} from {} concurrent creators; {n} replicas with --sharding{}{}, against {}; each side on a freshly reset API server.\n\n",
         args.bulk.count,
         args.bulk.size,
         args.bulk.creators,
@@ -407,112 +436,130 @@ fn render(args: &ReplicasArgs, one: &SideRun, many: &SideRun) -> String {
         } else {
             " and admission (shard labels at creation)"
         },
+        baselines
+            .iter()
+            .map(|b| side_name(b.replicas, b.sharded))
+            .collect::<Vec<_>>()
+            .join(" and "),
     );
-    let mut row = |name: &str, a: String, b: String, r: String| {
-        out.push_str(&format!("| {name} | {a} | {b} | {r} |\n"));
+    let mut header = String::from("| |");
+    let mut rule = String::from("|---|");
+    for side in baselines.iter().chain([many]) {
+        header.push_str(&format!(" {} |", side_name(side.replicas, side.sharded)));
+        rule.push_str("---|");
+    }
+    for side in baselines {
+        header.push_str(&format!(
+            " {n} / {} |",
+            side_name(side.replicas, side.sharded)
+        ));
+        rule.push_str("---|");
+    }
+    out.push_str(&format!("{header}\n{rule}\n"));
+    // One row: how each side shows, the replicas' range, and the figure
+    // compared (None: no ratio).
+    let mut row = |name: &str,
+                   show: &dyn Fn(&SideRun) -> String,
+                   compared: Option<&dyn Fn(&SideRun) -> f64>| {
+        let mut line = format!("| {name} |");
+        for side in baselines.iter().chain([many]) {
+            line.push_str(&format!(" {} |", show(side)));
+        }
+        for side in baselines {
+            let r = compared.map_or("-".into(), |f| ratio(f(many), f(side)));
+            line.push_str(&format!(" {r} |"));
+        }
+        out.push_str(&line);
+        out.push('\n');
     };
+    let max_f = |v: Vec<f64>| v.into_iter().fold(0.0, f64::max);
+    let each_cpu = |s: &SideRun| max_f(s.cpu.iter().map(Duration::as_secs_f64).collect());
+    let all_cpu = |s: &SideRun| s.cpu.iter().map(Duration::as_secs_f64).sum::<f64>();
+    let each_writes = |s: &SideRun| max_f(s.writes.iter().map(|w| w.total() as f64).collect());
+    let all_writes = |s: &SideRun| s.writes.iter().map(|w| w.total() as f64).sum::<f64>();
+    let each_reconciles = |s: &SideRun| max_f(s.reconciles.iter().map(|r| *r as f64).collect());
+    let all_reconciles = |s: &SideRun| s.reconciles.iter().map(|r| *r as f64).sum::<f64>();
+    let each_rss = |s: &SideRun| max_f(s.rss.iter().map(|r| *r as f64).collect());
+    let deployments = |s: &SideRun| s.all_deployments.as_secs_f64();
+    let pod_names = |s: &SideRun| s.all_pod_names.as_secs_f64();
+    let apiserver = |s: &SideRun| s.apiserver_cpu.as_secs_f64();
     row(
         "all Deployments",
-        secs(one.all_deployments),
-        secs(many.all_deployments),
-        ratio(
-            many.all_deployments.as_secs_f64(),
-            one.all_deployments.as_secs_f64(),
-        ),
+        &|s| secs(s.all_deployments),
+        Some(&deployments),
     );
     row(
         "all status.podNames filled",
-        secs(one.all_pod_names),
-        secs(many.all_pod_names),
-        ratio(
-            many.all_pod_names.as_secs_f64(),
-            one.all_pod_names.as_secs_f64(),
-        ),
+        &|s| secs(s.all_pod_names),
+        Some(&pod_names),
     );
     row(
-        "controller CPU, each replica (largest / one host's)",
-        secs(one.cpu[0]),
-        range(&many.cpu, secs),
-        ratio(max_f(&cpu_each), one_cpu),
+        "controller CPU, each replica (largest against)",
+        &|s| range(&s.cpu, secs),
+        Some(&each_cpu),
     );
     row(
         "controller CPU, all replicas",
-        secs(one.cpu[0]),
-        secs(many.cpu.iter().sum()),
-        ratio(cpu_each.iter().sum(), one_cpu),
+        &|s| format!("{:.2} s", all_cpu(s)),
+        Some(&all_cpu),
     );
     row(
-        "API writes, each replica (largest / one host's)",
-        one.writes[0].total().to_string(),
-        range(&writes_each, |w| format!("{w:.0}")),
-        ratio(max_f(&writes_each), one_writes),
+        "API writes, each replica (largest against)",
+        &|s| {
+            range(
+                &s.writes.iter().map(Writes::total).collect::<Vec<_>>(),
+                |w| w.to_string(),
+            )
+        },
+        Some(&each_writes),
     );
     row(
         "API writes, all replicas",
-        one.writes[0].total().to_string(),
-        format!("{:.0}", writes_each.iter().sum::<f64>()),
-        ratio(writes_each.iter().sum(), one_writes),
+        &|s| format!("{:.0}", all_writes(s)),
+        Some(&all_writes),
     );
     row(
         "- of them shard labels on PodSets",
-        one.writes[0].podsets.to_string(),
-        range(
-            &many.writes.iter().map(|w| w.podsets).collect::<Vec<_>>(),
-            |w| w.to_string(),
-        ),
-        "-".into(),
+        &|s| s.writes.iter().map(|w| w.podsets).sum::<u64>().to_string(),
+        None,
     );
     row(
         "- of them refused",
-        one.writes[0].refused.to_string(),
-        many.writes
-            .iter()
-            .map(|w| w.refused)
-            .sum::<u64>()
-            .to_string(),
-        "-".into(),
+        &|s| s.writes.iter().map(|w| w.refused).sum::<u64>().to_string(),
+        None,
     );
-    let reconciles_each: Vec<f64> = many.reconciles.iter().map(|r| *r as f64).collect();
     row(
-        "reconciles, each replica (largest / one host's)",
-        one.reconciles[0].to_string(),
-        range(&many.reconciles, |r| r.to_string()),
-        ratio(max_f(&reconciles_each), one.reconciles[0] as f64),
+        "reconciles, each replica (largest against)",
+        &|s| range(&s.reconciles, |r| r.to_string()),
+        Some(&each_reconciles),
     );
     row(
         "reconciles, all replicas",
-        one.reconciles[0].to_string(),
-        many.reconciles.iter().sum::<u64>().to_string(),
-        ratio(reconciles_each.iter().sum(), one.reconciles[0] as f64),
+        &|s| format!("{:.0}", all_reconciles(s)),
+        Some(&all_reconciles),
     );
     row(
         "RSS after, each replica",
-        mib(one.rss[0]),
-        range(&many.rss, mib),
-        ratio(max_f(&rss_each), one.rss[0] as f64),
+        &|s| range(&s.rss, mib),
+        Some(&each_rss),
     );
     row(
         "kube-apiserver CPU",
-        secs(one.apiserver_cpu),
-        secs(many.apiserver_cpu),
-        ratio(
-            many.apiserver_cpu.as_secs_f64(),
-            one.apiserver_cpu.as_secs_f64(),
-        ),
+        &|s| secs(s.apiserver_cpu),
+        Some(&apiserver),
     );
     if let Some(loss) = &many.loss {
-        row(
-            "one replica killed: keys moved to the others",
-            "-".into(),
-            format!("{} of {}", loss.moved, loss.owned),
-            ratio(loss.moved as f64, loss.owned as f64),
-        );
-        row(
-            "one replica killed: the others settled without it after",
-            "-".into(),
+        let blanks = " - |".repeat(baselines.len());
+        out.push_str(&format!(
+            "| one replica killed: keys moved to the others |{blanks} {} of {} ({:.2}) |{blanks}\n",
+            loss.moved,
+            loss.owned,
+            loss.moved as f64 / loss.owned.max(1) as f64,
+        ));
+        out.push_str(&format!(
+            "| one replica killed: the others settled without it after |{blanks} {} |{blanks}\n",
             secs(loss.settled_after),
-            "-".into(),
-        );
+        ));
     }
     out
 }
@@ -526,5 +573,49 @@ mod tests {
         let line = "2026-11-27T09:24:43.299663Z  INFO reconciler_host::sharding::coordinator: every one of the 2 replica(s) of shard ring reconciler-host settled on version 63012854226f5682: 30 key(s) owned here, 11 of them arrived now ring=reconciler-host";
         assert_eq!(settle_counts(line), Some((30, 11)));
         assert_eq!(settle_counts("no counts here"), None);
+    }
+
+    fn side(cpu: &[f64], sharded: bool) -> SideRun {
+        SideRun {
+            replicas: cpu.len(),
+            sharded,
+            all_deployments: Duration::from_secs(5),
+            all_pod_names: Duration::from_secs(20),
+            cpu: cpu.iter().map(|c| Duration::from_secs_f64(*c)).collect(),
+            writes: vec![Writes::default(); cpu.len()],
+            reconciles: vec![100; cpu.len()],
+            rss: vec![1 << 20; cpu.len()],
+            apiserver_cpu: Duration::from_secs(20),
+            loss: None,
+        }
+    }
+
+    #[test]
+    fn the_replicas_are_put_against_each_baseline() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ReplicasArgs,
+        }
+        let args = Cli::parse_from(["bench"]).args;
+        let table = render(
+            &args,
+            &[side(&[4.0], false), side(&[2.0], true)],
+            &side(&[1.0, 1.6, 1.2], true),
+        );
+        let header = table.lines().find(|l| l.starts_with("| |")).unwrap();
+        assert_eq!(
+            header,
+            "| | one host | 1 replica, a ring of one | 3 replicas | 3 / one host | 3 / 1 replica, a ring of one |"
+        );
+        let cpu = table
+            .lines()
+            .find(|l| l.starts_with("| controller CPU, each"))
+            .unwrap();
+        assert!(
+            cpu.ends_with("| 4.00 s | 2.00 s | 1.00 s-1.60 s | 0.40x | 0.80x |"),
+            "{cpu}"
+        );
     }
 }
