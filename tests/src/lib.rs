@@ -14,7 +14,6 @@ use reconciler_host::plugin::{HostLimits, LoadedPlugin, Sandbox, SandboxConfig};
 
 pub mod real_cluster;
 
-/// The workspace root.
 /// A port of 127.0.0.1 free now (another process may take it before the
 /// caller binds it; tests bind at once).
 pub fn free_loopback_port() -> std::io::Result<u16> {
@@ -22,6 +21,18 @@ pub fn free_loopback_port() -> std::io::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// The text a host serves on /metrics at `address` (host:port, plain
+/// HTTP, as `--metrics-insecure` serves it on loopback), headers included.
+pub fn metrics_text(address: &str) -> std::io::Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response)
+}
+
+/// The workspace root.
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

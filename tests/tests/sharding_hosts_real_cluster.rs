@@ -222,7 +222,6 @@ fn start_as(cx: &RealCluster, name: &str, group: &str, extra: &[&str]) -> Result
 
 /// How many objects of `kind` `replica`'s cache holds, from its /metrics.
 async fn cached(replica: &HostProcess, kind: &str) -> Result<u64> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let marker = "serving /metrics and /plugins on http://";
     let line = replica
         .log_lines_with(&[marker])
@@ -235,12 +234,7 @@ async fn cached(replica: &HostProcess, kind: &str) -> Result<u64> {
         .and_then(|rest| rest.split_whitespace().next())
         .context("no address after the marker")?
         .to_string();
-    let mut stream = tokio::net::TcpStream::connect(&address).await?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
+    let response = reconciler_tests::metrics_text(&address)?;
     let series = format!("kind=\"{kind}\"}}");
     Ok(response
         .lines()

@@ -3,7 +3,6 @@
 //! `reconciler-host run` with podset.
 
 use std::fmt;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -190,7 +189,7 @@ impl ControllerProcess {
                     .iter()
                     .any(|a| a.starts_with("--http-listen"))
                 {
-                    let port = free_port()?;
+                    let port = reconciler_tests::free_loopback_port()?;
                     cmd.arg("--http-listen").arg(format!("127.0.0.1:{port}"));
                 }
                 // Loopback only, for whoever runs the bench: no token needed.
@@ -199,7 +198,7 @@ impl ControllerProcess {
                     .iter()
                     .any(|a| a.starts_with("--metrics-listen"))
                 {
-                    let port = free_port()?;
+                    let port = reconciler_tests::free_loopback_port()?;
                     eprintln!("  host metrics: http://127.0.0.1:{port}/metrics");
                     metrics = Some(format!("127.0.0.1:{port}"));
                     cmd.arg("--metrics-listen")
@@ -257,20 +256,11 @@ impl Drop for ControllerProcess {
     }
 }
 
-/// A port nothing listens on right now.
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 /// The reconciles a host has run so far (every plugin, every result), from
 /// its /metrics at `address`.
 pub fn reconciles_at(address: &str) -> anyhow::Result<u64> {
-    use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect(address)
-        .with_context(|| format!("connecting to the host's /metrics on {address}"))?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
+    let response = reconciler_tests::metrics_text(address)
+        .with_context(|| format!("reading the host's /metrics on {address}"))?;
     Ok(response
         .lines()
         .filter(|l| l.starts_with("controller_runtime_reconcile_total{"))

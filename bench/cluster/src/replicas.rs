@@ -170,9 +170,7 @@ fn replica_args(args: &ReplicasArgs, sharded: bool) -> anyhow::Result<Vec<String
     }
     if !args.no_admission {
         // Each its own port; the duties' holder registers its own URL.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let port = reconciler_tests::free_loopback_port()?;
         more.extend([
             "--admission-listen".to_string(),
             format!("127.0.0.1:{port}"),

@@ -197,7 +197,7 @@ impl Membership {
     /// Whether this replica's own renewals are recent enough that it may
     /// still act as a member.
     pub fn is_live(&self) -> bool {
-        is_live(&self.last_renewed, self.config.renew_deadline)
+        Instant::now() < self.live_until()
     }
 
     /// When this replica stops counting as live unless it renews before:
@@ -205,7 +205,7 @@ impl Membership {
     /// rather than looking every so often (an idle replica then wakes at
     /// its renewals alone).
     pub fn live_until(&self) -> Instant {
-        *self.last_renewed.lock().unwrap_or_else(|e| e.into_inner()) + self.config.renew_deadline
+        live_until(&self.last_renewed, self.config.renew_deadline)
     }
 
     /// Leaves the ring at once: stops renewing and deletes the Lease, so
@@ -235,12 +235,10 @@ impl Drop for Membership {
     }
 }
 
-fn is_live(last_renewed: &Mutex<Instant>, renew_deadline: Duration) -> bool {
-    last_renewed
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .elapsed()
-        < renew_deadline
+/// The last renewal plus the renew deadline: until then this replica
+/// counts itself in the ring.
+fn live_until(last_renewed: &Mutex<Instant>, renew_deadline: Duration) -> Instant {
+    *last_renewed.lock().unwrap_or_else(|e| e.into_inner()) + renew_deadline
 }
 
 /// Renews and reads every retry period until stopped.
@@ -270,7 +268,7 @@ async fn keep(
                 config.lease_name()
             ),
         }
-        let me = is_live(&last_renewed, config.renew_deadline);
+        let me = Instant::now() < live_until(&last_renewed, config.renew_deadline);
         let seen = publish.borrow().ring.clone();
         match read_ring(&api, &config, me, mine.as_deref(), &seen).await {
             Ok(view) => {
