@@ -5,7 +5,8 @@
 //! spawns every ready reconcile as its own task (the engine caps each
 //! plugin's concurrency), and collects what they did. Nothing polls: a loop
 //! sleeps in [`Dispatcher::wake`] until a watch event arrives, a reconcile
-//! finishes, or a delayed reconcile (or a flush of Event counts) is due.
+//! finishes, or a delayed reconcile (or a flush of Event counts, or a trim
+//! after a run of reconciles) is due.
 //! Commands add their own wake-ups (file changes, signals) around it with
 //! `select!`.
 
@@ -132,26 +133,30 @@ impl<B: ClusterBackend> Dispatcher<B> {
         record
     }
 
-    /// Counts a collected record; after a run of reconciles, hands the
-    /// memory they freed back to the kernel (see [`crate::process::heap_trim`]),
-    /// off the dispatcher's thread.
+    /// Counts a collected record, and tells the trim pacer.
     fn collected(&mut self) {
         self.outstanding -= 1;
         if self.trim.reconcile_finished(std::time::Instant::now()) {
-            tokio::task::spawn_blocking(release_freed_memory);
+            trim_off_thread();
         }
     }
 
-    /// How long until a delayed reconcile is due or Event counts are to be
-    /// flushed, whichever comes first.
+    /// How long until a delayed reconcile is due, Event counts are to be
+    /// flushed or a run of reconciles has ended (to trim after it),
+    /// whichever comes first.
     pub fn idle_wait(&self) -> Duration {
         let flush = EVENT_FLUSH.saturating_sub(self.last_event_flush.elapsed());
+        let run_end = self
+            .trim
+            .run_ends_at()
+            .map(|end| end.saturating_duration_since(std::time::Instant::now()));
+        let soonest = run_end.map_or(flush, |end| end.min(flush));
         let now = RealClock.now_millis();
         let due = self
             .engine
             .next_wakeup()
             .map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0)));
-        due.map_or(flush, |due| due.min(flush))
+        due.map_or(soonest, |due| due.min(soonest))
             .max(Duration::from_millis(1))
     }
 
@@ -159,6 +164,9 @@ impl<B: ClusterBackend> Dispatcher<B> {
     /// event arrived, or the time of [`Self::idle_wait`] passed.
     /// Cancel-safe, for `select!` beside a command's own wake-ups.
     pub async fn wake(&mut self) -> Wake {
+        if self.trim.run_ended(std::time::Instant::now()) {
+            trim_off_thread();
+        }
         let wait = self.idle_wait();
         let engine = self.engine.clone();
         tokio::select! {
@@ -182,4 +190,10 @@ impl<B: ClusterBackend> Dispatcher<B> {
         }
         (records, self.outstanding)
     }
+}
+
+/// Hands the memory a run of reconciles freed back to the kernel (see
+/// [`crate::process::heap_trim`]), off the dispatcher's thread.
+fn trim_off_thread() {
+    tokio::task::spawn_blocking(release_freed_memory);
 }
