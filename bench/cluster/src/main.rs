@@ -11,6 +11,7 @@ mod plugin_apply;
 mod podset;
 mod procfs;
 mod replicas;
+mod service_front;
 mod stats;
 mod table;
 

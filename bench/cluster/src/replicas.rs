@@ -12,6 +12,7 @@
 //! Each replica has a client certificate of its own, so the audit log
 //! tells their writes apart.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,7 @@ use crate::driver::{
 };
 use crate::observer::{Observer, key};
 use crate::procfs;
+use crate::service_front::ServiceFront;
 
 #[derive(Debug, clap::Args)]
 pub struct ReplicasArgs {
@@ -158,9 +160,15 @@ fn side_name(n: usize, sharded: bool) -> String {
 
 /// What a replica runs with, beyond the host's usual arguments: nothing
 /// unsharded; sharding, and what the options ask for, otherwise.
-fn replica_args(args: &ReplicasArgs, sharded: bool) -> anyhow::Result<Vec<String>> {
+/// `admission`: the port this replica serves admission on, and the
+/// front every replica's `--admission-url` names.
+fn replica_args(
+    args: &ReplicasArgs,
+    sharded: bool,
+    admission: Option<(u16, SocketAddr)>,
+) -> Vec<String> {
     if !sharded {
-        return Ok(Vec::new());
+        return Vec::new();
     }
     let mut more: Vec<String> = ["--sharding", "--sharding-namespace", "default"]
         .map(String::from)
@@ -168,19 +176,17 @@ fn replica_args(args: &ReplicasArgs, sharded: bool) -> anyhow::Result<Vec<String
     if !args.no_pod_labels {
         more.push("--sharding-pod-labels".into());
     }
-    if !args.no_admission {
-        // Each its own port; the duties' holder registers its own URL.
-        let port = reconciler_tests::free_loopback_port()?;
+    if let Some((port, front)) = admission {
         more.extend([
             "--admission-listen".to_string(),
             format!("127.0.0.1:{port}"),
             "--admission-url".to_string(),
-            format!("https://127.0.0.1:{port}"),
+            format!("https://{front}"),
             "--admission-cert-secret".to_string(),
             "default/reconciler-host-bench-admission".to_string(),
         ]);
     }
-    Ok(more)
+    more
 }
 
 async fn measure(
@@ -199,6 +205,23 @@ async fn measure(
     }
     let observer = Observer::start(client.clone()).await?;
     let timeout = Duration::from_secs(args.bulk.timeout_secs);
+    // Admission: each replica on a port of its own, all behind one front
+    // (see `service_front`), kept until the side is measured.
+    let (admission_ports, front) = if sharded && !args.no_admission {
+        let ports: Vec<u16> = (0..n)
+            .map(|_| reconciler_tests::free_loopback_port())
+            .collect::<Result<_, _>>()?;
+        let front = ServiceFront::start(
+            ports
+                .iter()
+                .map(|port| SocketAddr::from(([127, 0, 0, 1], *port)))
+                .collect(),
+        )
+        .await?;
+        (ports, Some(front))
+    } else {
+        (Vec::new(), None)
+    };
     let mut controllers = Vec::new();
     let mut logs = Vec::new();
     for i in 0..n {
@@ -208,10 +231,17 @@ async fn measure(
             if sharded { "s" } else { "" }
         ));
         let setup = host.with_more_args(
-            &replica_args(args, sharded)?
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
+            &replica_args(
+                args,
+                sharded,
+                front
+                    .as_ref()
+                    .zip(admission_ports.get(i))
+                    .map(|(front, port)| (*port, front.address())),
+            )
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
         );
         controllers.push(ControllerProcess::start(
             Side::Host,
@@ -329,6 +359,13 @@ async fn measure(
         .map(|pid| procfs::rss_bytes(*pid))
         .collect::<anyhow::Result<_>>()?;
     let apiserver_cpu = procfs::cpu_time(apiserver)?.saturating_sub(apiserver_before);
+    if let Some(front) = &front {
+        let (connections, bytes): (Vec<u64>, Vec<u64>) = front.served().into_iter().unzip();
+        eprintln!(
+            "[{}] admission through the front, by replica: {connections:?} connection(s), {bytes:?} byte(s) in",
+            side_name(n, sharded)
+        );
+    }
 
     let loss = if n > 1 {
         let before: Vec<usize> = logs[..n - 1]
