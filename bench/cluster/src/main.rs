@@ -11,7 +11,6 @@ mod plugin_apply;
 mod podset;
 mod procfs;
 mod replicas;
-mod service_front;
 mod stats;
 mod table;
 

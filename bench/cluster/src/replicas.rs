@@ -27,7 +27,7 @@ use crate::driver::{
 };
 use crate::observer::{Observer, key};
 use crate::procfs;
-use crate::service_front::ServiceFront;
+use reconciler_tests::real_cluster::SeverableLink;
 
 #[derive(Debug, clap::Args)]
 pub struct ReplicasArgs {
@@ -206,18 +206,21 @@ async fn measure(
     let observer = Observer::start(client.clone()).await?;
     let timeout = Duration::from_secs(args.bulk.timeout_secs);
     // Admission: each replica on a port of its own, all behind one front
-    // (see `service_front`), kept until the side is measured.
+    // that hands each connection to the next replica, as a Service does.
+    // Without it (no Service without nodes) each replica would register
+    // its own port and the duties' holder would answer every review. TLS
+    // passes through: the replicas share one serving certificate. Kept
+    // until the side is measured.
     let (admission_ports, front) = if sharded && !args.no_admission {
         let ports: Vec<u16> = (0..n)
             .map(|_| reconciler_tests::free_loopback_port())
             .collect::<Result<_, _>>()?;
-        let front = ServiceFront::start(
+        let front = SeverableLink::start_spread(
             ports
                 .iter()
                 .map(|port| SocketAddr::from(([127, 0, 0, 1], *port)))
                 .collect(),
-        )
-        .await?;
+        )?;
         (ports, Some(front))
     } else {
         (Vec::new(), None)
@@ -360,7 +363,7 @@ async fn measure(
         .collect::<anyhow::Result<_>>()?;
     let apiserver_cpu = procfs::cpu_time(apiserver)?.saturating_sub(apiserver_before);
     if let Some(front) = &front {
-        let (connections, bytes): (Vec<u64>, Vec<u64>) = front.served().into_iter().unzip();
+        let (connections, bytes): (Vec<u64>, Vec<u64>) = front.handed().into_iter().unzip();
         eprintln!(
             "[{}] admission through the front, by replica: {connections:?} connection(s), {bytes:?} byte(s) in",
             side_name(n, sharded)

@@ -150,13 +150,15 @@ impl<B: ClusterBackend> Dispatcher<B> {
             .trim
             .run_ends_at()
             .map(|end| end.saturating_duration_since(std::time::Instant::now()));
-        let soonest = run_end.map_or(flush, |end| end.min(flush));
         let now = RealClock.now_millis();
         let due = self
             .engine
             .next_wakeup()
             .map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0)));
-        due.map_or(soonest, |due| due.min(soonest))
+        [run_end, due]
+            .into_iter()
+            .flatten()
+            .fold(flush, Duration::min)
             .max(Duration::from_millis(1))
     }
 

@@ -197,7 +197,7 @@ impl Membership {
     /// Whether this replica's own renewals are recent enough that it may
     /// still act as a member.
     pub fn is_live(&self) -> bool {
-        Instant::now() < self.live_until()
+        is_live(&self.last_renewed, self.config.renew_deadline)
     }
 
     /// When this replica stops counting as live unless it renews before:
@@ -241,6 +241,10 @@ fn live_until(last_renewed: &Mutex<Instant>, renew_deadline: Duration) -> Instan
     *last_renewed.lock().unwrap_or_else(|e| e.into_inner()) + renew_deadline
 }
 
+fn is_live(last_renewed: &Mutex<Instant>, renew_deadline: Duration) -> bool {
+    Instant::now() < live_until(last_renewed, renew_deadline)
+}
+
 /// Renews and reads every retry period until stopped.
 async fn keep(
     api: Api<Lease>,
@@ -268,7 +272,7 @@ async fn keep(
                 config.lease_name()
             ),
         }
-        let me = Instant::now() < live_until(&last_renewed, config.renew_deadline);
+        let me = is_live(&last_renewed, config.renew_deadline);
         let seen = publish.borrow().ring.clone();
         match read_ring(&api, &config, me, mine.as_deref(), &seen).await {
             Ok(view) => {

@@ -14,11 +14,16 @@
 //! certificate names 127.0.0.1, which is also where the relay listens). It
 //! runs on threads of its own, so a test blocked in a synchronous call does
 //! not stall the host's traffic.
+//!
+//! The same relay also stands in for a Service in front of several
+//! replicas ([`SeverableLink::start_spread`]): each connection goes to the
+//! next upstream in turn, skipping one that does not accept, as kube-proxy
+//! spreads a Service's connections, and it counts what each was handed.
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -36,7 +41,9 @@ pub struct SeverableLink {
 }
 
 struct Shared {
-    upstream: Mutex<SocketAddr>,
+    upstreams: Mutex<Vec<Arc<Upstream>>>,
+    /// Where the next connection tries first, counted over all of them.
+    next_upstream: AtomicUsize,
     severed: AtomicBool,
     stopping: AtomicBool,
     next_id: AtomicU64,
@@ -44,7 +51,45 @@ struct Shared {
     open: Mutex<HashMap<u64, (TcpStream, TcpStream)>>,
 }
 
+/// One place connections are relayed to, and what it was handed.
+struct Upstream {
+    address: SocketAddr,
+    connections: AtomicU64,
+    /// Bytes from the clients.
+    bytes_in: AtomicU64,
+}
+
+impl Upstream {
+    fn new(address: SocketAddr) -> Arc<Self> {
+        Arc::new(Self {
+            address,
+            connections: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+        })
+    }
+}
+
 impl Shared {
+    fn upstreams(&self) -> Vec<Arc<Upstream>> {
+        self.upstreams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Connects to the first upstream, from the next one's turn on, that
+    /// accepts.
+    fn connect(&self) -> Option<(TcpStream, Arc<Upstream>)> {
+        let upstreams = self.upstreams();
+        let first = self.next_upstream.fetch_add(1, Ordering::SeqCst);
+        (0..upstreams.len()).find_map(|i| {
+            let upstream = &upstreams[(first + i) % upstreams.len()];
+            let server = TcpStream::connect_timeout(&upstream.address, CONNECT_TIMEOUT).ok()?;
+            upstream.connections.fetch_add(1, Ordering::SeqCst);
+            Some((server, upstream.clone()))
+        })
+    }
+
     fn open(&self) -> MutexGuard<'_, HashMap<u64, (TcpStream, TcpStream)>> {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -67,10 +112,18 @@ impl Shared {
 impl SeverableLink {
     /// Starts relaying connections to `upstream` (the API server's address).
     pub fn start(upstream: SocketAddr) -> Result<Self> {
+        Self::start_spread(vec![upstream])
+    }
+
+    /// Starts relaying each connection to the next of `upstreams` in turn
+    /// that accepts (a Service in front of replicas).
+    pub fn start_spread(upstreams: Vec<SocketAddr>) -> Result<Self> {
+        anyhow::ensure!(!upstreams.is_empty(), "a relay needs an upstream");
         let listener = TcpListener::bind("127.0.0.1:0").context("binding the relay's port")?;
         let listen = listener.local_addr()?;
         let shared = Arc::new(Shared {
-            upstream: Mutex::new(upstream),
+            upstreams: Mutex::new(upstreams.into_iter().map(Upstream::new).collect()),
+            next_upstream: AtomicUsize::new(0),
             severed: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
@@ -95,13 +148,33 @@ impl SeverableLink {
         format!("https://{}", self.listen)
     }
 
+    /// The address the relay listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.listen
+    }
+
     /// Where to relay from now on (an API server restarted on another port).
     pub fn set_upstream(&self, upstream: SocketAddr) {
         *self
             .shared
-            .upstream
+            .upstreams
             .lock()
-            .unwrap_or_else(|e| e.into_inner()) = upstream;
+            .unwrap_or_else(|e| e.into_inner()) = vec![Upstream::new(upstream)];
+    }
+
+    /// Connections and bytes in that each upstream was handed, in the
+    /// order given: whether the connections were spread.
+    pub fn handed(&self) -> Vec<(u64, u64)> {
+        self.shared
+            .upstreams()
+            .iter()
+            .map(|u| {
+                (
+                    u.connections.load(Ordering::SeqCst),
+                    u.bytes_in.load(Ordering::SeqCst),
+                )
+            })
+            .collect()
     }
 
     /// Shuts every open connection and refuses new ones until [`restore`].
@@ -144,8 +217,7 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
             let _ = client.shutdown(Shutdown::Both);
             continue;
         }
-        let upstream = *shared.upstream.lock().unwrap_or_else(|e| e.into_inner());
-        let Ok(server) = TcpStream::connect_timeout(&upstream, CONNECT_TIMEOUT) else {
+        let Some((server, upstream)) = shared.connect() else {
             let _ = client.shutdown(Shutdown::Both);
             continue;
         };
@@ -163,10 +235,10 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
             continue;
         }
         let directions = [
-            (client.try_clone(), server.try_clone()),
-            (Ok(server), Ok(client)),
+            (client.try_clone(), server.try_clone(), Some(upstream)),
+            (Ok(server), Ok(client), None),
         ];
-        for (from, to) in directions {
+        for (from, to, counted) in directions {
             let (Ok(from), Ok(to)) = (from, to) else {
                 shared.close(id);
                 break;
@@ -175,7 +247,7 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
             let spawned = std::thread::Builder::new()
                 .name("severable-link-relay".into())
                 .spawn(move || {
-                    relay(from, to);
+                    relay(from, to, counted.as_deref());
                     // One direction ending ends the connection: HTTP needs
                     // no half-closed sockets.
                     relaying.close(id);
@@ -187,8 +259,9 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
-/// Copies until either side closes or fails.
-fn relay(mut from: TcpStream, mut to: TcpStream) {
+/// Copies until either side closes or fails, counting the bytes in for
+/// `counted`.
+fn relay(mut from: TcpStream, mut to: TcpStream, counted: Option<&Upstream>) {
     let mut buffer = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buffer) {
@@ -197,6 +270,9 @@ fn relay(mut from: TcpStream, mut to: TcpStream) {
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
+        if let Some(upstream) = counted {
+            upstream.bytes_in.fetch_add(n as u64, Ordering::SeqCst);
+        }
         if to.write_all(&buffer[..n]).is_err() {
             return;
         }
@@ -246,6 +322,57 @@ mod tests {
         }
         let mut answer = [0u8; 4];
         stream.read_exact(&mut answer).is_ok() && &answer == b"ping"
+    }
+
+    /// A server that answers each connection with `name` once it has read
+    /// four bytes, and closes it; stops accepting when `stop` is dropped.
+    fn named_server(name: &'static str) -> (std::net::SocketAddr, std::sync::mpsc::Sender<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            while let Err(std::sync::mpsc::TryRecvError::Empty) = stopped.try_recv() {
+                match listener.accept() {
+                    Ok((mut stream, _)) => {
+                        stream.set_nonblocking(false).unwrap();
+                        let mut ping = [0u8; 4];
+                        if stream.read_exact(&mut ping).is_ok() {
+                            let _ = stream.write_all(name.as_bytes());
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        (addr, stop)
+    }
+
+    fn answer(link: &SeverableLink) -> String {
+        let mut stream = connect(link);
+        stream.write_all(b"ping").unwrap();
+        let mut text = String::new();
+        let _ = stream.read_to_string(&mut text);
+        text
+    }
+
+    #[test]
+    fn spreads_connections_in_turn_and_skips_an_upstream_that_is_gone() {
+        let (a, _a) = named_server("a");
+        let (b, stop_b) = named_server("b");
+        let (c, _c) = named_server("c");
+        let link = SeverableLink::start_spread(vec![a, b, c]).unwrap();
+        let answers: Vec<String> = (0..6).map(|_| answer(&link)).collect();
+        assert_eq!(answers, ["a", "b", "c", "a", "b", "c"]);
+        assert_eq!(link.handed(), [(2, 8), (2, 8), (2, 8)]);
+
+        // b stops accepting: its turn goes to the one after it.
+        drop(stop_b);
+        std::thread::sleep(Duration::from_millis(100));
+        let answers: Vec<String> = (0..3).map(|_| answer(&link)).collect();
+        assert_eq!(answers, ["a", "c", "c"]);
+        let connections: Vec<u64> = link.handed().iter().map(|(c, _)| *c).collect();
+        assert_eq!(connections, [3, 2, 4], "b was skipped");
     }
 
     #[test]
