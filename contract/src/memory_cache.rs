@@ -401,34 +401,60 @@ impl MemoryCache {
         &'a self,
         kind: &KindRef,
         label: &str,
-        namespace: Option<&'a str>,
+        namespace: Option<&str>,
         after: Option<&ListCursor>,
     ) -> impl Iterator<Item = (&'a EntryKey, &'a Entry)> + 'a {
-        let label: Box<str> = label.into();
-        let start = match after {
-            Some(cursor) => Bound::Excluded((
-                kind.clone(),
-                label.clone(),
-                cursor.namespace.clone(),
-                cursor.name.clone(),
-            )),
-            None => Bound::Included((
-                kind.clone(),
-                label.clone(),
-                namespace.map(str::to_string),
-                String::new(),
-            )),
-        };
-        let kind = kind.clone();
-        self.by_label
-            .range((start, Bound::Unbounded))
-            .take_while(move |(k, l, ns, _)| {
-                *k == kind && *l == label && namespace.is_none_or(|n| ns.as_deref() == Some(n))
-            })
+        self.labelled(kind, label, namespace, after)
             .filter_map(|(k, _, ns, name)| {
                 let key = (k, ns.as_deref(), name.as_str());
                 self.entries.get_key_value(&key as &dyn EntryKeyParts)
             })
+    }
+
+    /// The index entries behind [`Self::with_label`]: one bounded range of
+    /// the index, so walking or counting them compares no keys but at its
+    /// two ends. (A list counts up to [`NARROW_ENOUGH`] of them for each
+    /// `key=value` of its selector, on every reconcile that lists.)
+    fn labelled<'a>(
+        &'a self,
+        kind: &KindRef,
+        label: &str,
+        namespace: Option<&str>,
+        after: Option<&ListCursor>,
+    ) -> std::collections::btree_set::Range<'a, LabelKey> {
+        let start: LabelKey = (
+            kind.clone(),
+            label.into(),
+            after
+                .map(|cursor| cursor.namespace.clone())
+                .unwrap_or_else(|| namespace.map(str::to_string)),
+            after.map(|cursor| cursor.name.clone()).unwrap_or_default(),
+        );
+        // The first key past the last one wanted: the namespace's
+        // successor ("ns" then "ns\0") or, across namespaces, the label's.
+        let end: LabelKey = match namespace {
+            Some(ns) => (
+                kind.clone(),
+                label.into(),
+                Some(format!("{ns}\0")),
+                String::new(),
+            ),
+            None => (
+                kind.clone(),
+                format!("{label}\0").into(),
+                None,
+                String::new(),
+            ),
+        };
+        if start >= end {
+            // A cursor from past the range: nothing is left after it.
+            return self.by_label.range(end.clone()..end);
+        }
+        let start = match after {
+            Some(_) => Bound::Excluded(start),
+            None => Bound::Included(start),
+        };
+        self.by_label.range((start, Bound::Excluded(end)))
     }
 
     pub fn len(&self) -> usize {
@@ -559,7 +585,7 @@ impl MemoryCache {
             .map(|(k, v)| {
                 let label = format!("{k}={v}");
                 let count = self
-                    .with_label(kind, &label, namespace, None)
+                    .labelled(kind, &label, namespace, None)
                     .take(NARROW_ENOUGH + 1)
                     .count();
                 (count, label)
@@ -971,6 +997,63 @@ mod tests {
         assert!(!names("app=web", Some("a")).contains(&"p007".to_string()));
         assert_eq!(names("app=db,app!=db", None), Vec::<String>::new());
         assert_eq!(names("app=nothing", None), Vec::<String>::new());
+    }
+
+    /// The label index is read as one range per label and namespace: the
+    /// names that sort right next to them (a namespace or a value that
+    /// begins with the same letters) stay outside it.
+    #[test]
+    fn a_list_by_label_keeps_to_its_namespace_and_value_beside_their_neighbours() {
+        let mut cache = MemoryCache::new();
+        let kind = KindRef::new("", "v1", "Pod");
+        for ns in ["a", "a-b", "ab", "b"] {
+            for app in ["web", "web2", "we"] {
+                cache.insert(pod(ns, &format!("{app}-1"), app)).unwrap();
+                cache.insert(pod(ns, &format!("{app}-2"), app)).unwrap();
+            }
+        }
+        let listed = |selector: &str, ns: Option<&str>| -> Vec<String> {
+            let selector = LabelSelector::parse(selector).unwrap();
+            cache
+                .list(&kind, ns, &selector)
+                .map(|p| format!("{}/{}", namespace_of(&p).unwrap(), name_of(&p).unwrap()))
+                .collect()
+        };
+        assert_eq!(listed("app=web", Some("a")), ["a/web-1", "a/web-2"]);
+        assert_eq!(listed("app=we", Some("ab")), ["ab/we-1", "ab/we-2"]);
+        assert_eq!(
+            listed("app=web", None),
+            [
+                "a/web-1",
+                "a/web-2",
+                "a-b/web-1",
+                "a-b/web-2",
+                "ab/web-1",
+                "ab/web-2",
+                "b/web-1",
+                "b/web-2"
+            ]
+        );
+        assert_eq!(listed("app=web", Some("c")), Vec::<String>::new());
+        // Resumed after an object, as the next page of a list is.
+        let after = |ns: Option<&str>, cursor: (&str, &str)| -> Vec<String> {
+            let cursor = ListCursor {
+                namespace: Some(cursor.0.to_string()),
+                name: cursor.1.to_string(),
+            };
+            cache
+                .with_label(&kind, "app=web", ns, Some(&cursor))
+                .map(|((_, ns, name), _)| format!("{}/{name}", ns.as_deref().unwrap()))
+                .collect()
+        };
+        assert_eq!(after(Some("a"), ("a", "web-1")), ["a/web-2"]);
+        assert_eq!(after(Some("a"), ("a", "web-2")), Vec::<String>::new());
+        assert_eq!(
+            after(None, ("a-b", "web-2")),
+            ["ab/web-1", "ab/web-2", "b/web-1", "b/web-2"]
+        );
+        // A cursor from past the namespace: nothing after it, and no panic.
+        assert_eq!(after(Some("a"), ("b", "web-1")), Vec::<String>::new());
     }
 
     #[test]
