@@ -278,6 +278,7 @@ fn a_hub_serves_two_members_and_survives_losing_one() {
                 &[
                     "--no-local-cluster",
                     "--no-plugin-resources",
+                    "--cluster-secrets",
                     "--cluster-secrets-namespace",
                     &ns,
                 ],
@@ -458,6 +459,7 @@ async fn standby_takes_over(
         .to_string();
     let args = [
         "--no-plugin-resources",
+        "--cluster-secrets",
         "--cluster-secrets-namespace",
         &ns,
         "--leader-election",

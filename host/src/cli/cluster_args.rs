@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::fleet::kubeconfig_trust::Widening;
 use crate::fleet::{ClustersConfig, PluginClusters};
 
 #[derive(Debug, Args)]
@@ -21,13 +22,29 @@ pub struct ClusterArgs {
     #[arg(long, value_name = "DIR")]
     pub clusters_dir: Option<PathBuf>,
     /// Serve the clusters Cluster API manages: its `<cluster>-kubeconfig` Secrets (labelled
-    /// cluster.x-k8s.io/cluster-name) in the host's namespace.
+    /// cluster.x-k8s.io/cluster-name) in the host's namespace. Their kubeconfigs are held to
+    /// the same rules as --cluster-secrets'.
     #[arg(long)]
     pub cluster_api: bool,
-    /// Do not follow Secrets labelled reconciler-host.io/cluster=<name> in the host's
-    /// namespace (their `kubeconfig` key, or `value`), which otherwise name member clusters.
+    /// Serve a member cluster per Secret labelled reconciler-host.io/cluster=<name> in the
+    /// host's namespace (its `kubeconfig` key, or `value`). Off by default: whoever may write
+    /// such a Secret directs the host's reconciles at a cluster of their choosing. Their
+    /// kubeconfigs may hold only inline credentials for an https server the host verifies; see
+    /// --cluster-secrets-allow.
     #[arg(long)]
+    pub cluster_secrets: bool,
+    /// No longer needed: the Secret source is off unless --cluster-secrets.
+    #[arg(long, hide = true)]
     pub no_cluster_secrets: bool,
+    /// What kubeconfigs from Secrets (--cluster-secrets, --cluster-api) may ask beyond inline
+    /// credentials for an https server the host verifies, each refused with an Event on its
+    /// Secret unless named here: exec (run a credential command in the host, with a 30 s
+    /// limit), auth-provider (a provider that can run a command), files (tokenFile,
+    /// client-certificate, client-key, certificate-authority: read a file of the host's, such
+    /// as its own service-account token), insecure (insecure-skip-tls-verify), http (an
+    /// http:// server). Files in --clusters-dir may use all of them. Comma-separated.
+    #[arg(long, value_name = "WHAT", value_delimiter = ',')]
+    pub cluster_secrets_allow: Vec<Widening>,
     /// Where member clusters' kubeconfig Secrets (labelled, and Cluster API's) are read, and
     /// their Events written [default: the host's namespace: POD_NAMESPACE, or the pod's service
     /// account's; `default` outside a pod].
@@ -67,10 +84,21 @@ impl ClusterArgs {
                 dir.display()
             );
         }
+        if self.no_cluster_secrets {
+            tracing::warn!(
+                "--no-cluster-secrets is no longer needed: the Secret source is off unless --cluster-secrets"
+            );
+        }
+        if !self.cluster_secrets_allow.is_empty() && !self.cluster_secrets && !self.cluster_api {
+            anyhow::bail!(
+                "--cluster-secrets-allow widens what kubeconfig Secrets may ask, but no Secret source is on: add --cluster-secrets or --cluster-api"
+            );
+        }
         Ok(ClustersConfig {
             local: !self.no_local_cluster,
-            secrets: !self.no_cluster_secrets,
+            secrets: self.cluster_secrets,
             cluster_api: self.cluster_api,
+            secrets_allow: self.cluster_secrets_allow.iter().copied().collect(),
             clusters_dir: self.clusters_dir.clone(),
             secrets_namespace: self
                 .cluster_secrets_namespace

@@ -59,10 +59,13 @@ pub struct RbacArgs {
     /// ConfigMaps (keys, pull secrets) in the service account's namespace.
     #[arg(long)]
     pub no_plugin_resources: bool,
-    /// Leave out what following member clusters' kubeconfig Secrets needs (as `run
-    /// --no-cluster-secrets` without --cluster-api): get, list, watch on Secrets in the service
+    /// Grant what following member clusters' kubeconfig Secrets needs (as `run
+    /// --cluster-secrets` or --cluster-api): get, list, watch on Secrets in the service
     /// account's namespace.
     #[arg(long)]
+    pub cluster_secrets: bool,
+    /// No longer needed: Secrets are granted only with --cluster-secrets.
+    #[arg(long, hide = true)]
     pub no_cluster_secrets: bool,
     /// Where `run` keeps the generated admission certificate (the namespace of
     /// --admission-cert-secret), granted when a plugin serves admission
@@ -134,7 +137,7 @@ fn scope_of(args: RbacArgs, admission: &[&str]) -> RbacScope {
         service_account_namespace: args.service_account_namespace,
         install_crds: args.install_crds,
         plugin_resources: !args.no_plugin_resources,
-        cluster_secrets: !args.no_cluster_secrets,
+        cluster_secrets: args.cluster_secrets,
         member: false,
     };
     if member { scope.member() } else { scope }

@@ -9,6 +9,7 @@
 //! crosses clusters. Members come and go at runtime as their sources say
 //! ([`sources`]); engaging never waits on a cluster.
 
+pub mod kubeconfig_trust;
 pub mod member;
 pub mod selection;
 pub mod sources;
@@ -35,6 +36,9 @@ pub struct ClustersConfig {
     pub secrets: bool,
     /// Cluster API's `<cluster>-kubeconfig` Secrets in the host's namespace.
     pub cluster_api: bool,
+    /// What the Secret sources' kubeconfigs may ask beyond inline
+    /// credentials for a verified TLS server.
+    pub secrets_allow: std::collections::BTreeSet<kubeconfig_trust::Widening>,
     /// One kubeconfig file per member.
     pub clusters_dir: Option<std::path::PathBuf>,
     /// Where the Secret sources are read (the host's namespace).
@@ -54,6 +58,7 @@ impl ClustersConfig {
             local: true,
             secrets: false,
             cluster_api: false,
+            secrets_allow: Default::default(),
             clusters_dir: None,
             secrets_namespace: "default".into(),
             selection: PluginClusters::default(),

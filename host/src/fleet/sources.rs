@@ -10,6 +10,13 @@
 //! kubeconfig changed (rotated credentials, a new address) is engaged
 //! anew, one no source names any more is disengaged. A kubeconfig that does
 //! not make a client is reported and retried when its source changes.
+//!
+//! Trust: the Secret sources are off unless `run` asks for them, and what
+//! they hold is input, not configuration. Their kubeconfigs may not run
+//! commands, read files or drop TLS verification unless the operator allows
+//! it ([`kubeconfig_trust`](super::kubeconfig_trust)), and a name the
+//! operator's own sources give (local, `--clusters-dir`) is never taken
+//! over by a Secret: a clash is refused and said on the losing Secret.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +32,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::mpsc;
 
 use super::Fleet;
+use super::kubeconfig_trust::{self, KubeconfigTrust, Widening};
 use super::member::{Identity, Probe};
 use super::selection::{CLUSTER_LABEL, FILE_LABEL};
 use crate::cluster::kubernetes::KubernetesBackend;
@@ -36,14 +44,33 @@ pub const CAPI_CLUSTER_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// The name of the member the host runs in.
 pub const LOCAL: &str = reconciler_contract::LOCAL_CLUSTER;
 
-/// Which source a member came from; the first in this order keeps a name
-/// two sources give.
+/// How long building a member's client may take: with `exec` allowed, a
+/// credential command runs then, and one that hangs must not hold the
+/// member's source for ever.
+pub const CREDENTIAL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which source a member came from, most trusted first: the first in this
+/// order keeps a name two sources give, so what the operator wrote (the
+/// host's own cluster, `--clusters-dir`) is never taken over by what anyone
+/// who may write a Secret wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SourceKind {
     Local,
-    Secrets,
-    ClusterApi,
     Files,
+    ClusterApi,
+    Secrets,
+}
+
+impl SourceKind {
+    /// What a kubeconfig from this source may ask of the host.
+    fn trust(self, secrets_allow: &std::collections::BTreeSet<Widening>) -> KubeconfigTrust {
+        match self {
+            SourceKind::Local | SourceKind::Files => KubeconfigTrust::Operator,
+            SourceKind::ClusterApi | SourceKind::Secrets => {
+                KubeconfigTrust::FromCluster(secrets_allow.clone())
+            }
+        }
+    }
 }
 
 /// One member as its source describes it.
@@ -54,6 +81,9 @@ pub struct Described {
     pub kubeconfig: Option<String>,
     /// The Secret it came from, which engagements are announced on.
     pub secret: Option<ObjectReference>,
+    /// Within its source, the earlier keeps a name two give: a Secret's
+    /// creation time (then its name), a file's name.
+    pub order: String,
 }
 
 /// Events on the source Secrets, so `kubectl describe secret` says what the
@@ -114,6 +144,9 @@ pub struct SourceOptions {
     pub namespace: String,
     pub secrets: bool,
     pub cluster_api: bool,
+    /// What kubeconfigs from Secrets may ask beyond inline credentials for
+    /// a verified TLS server (`--cluster-secrets-allow`).
+    pub secrets_allow: std::collections::BTreeSet<Widening>,
     pub clusters_dir: Option<PathBuf>,
     /// The request deadline of members' clients (as `run`'s own client).
     pub request_timeout: Option<Duration>,
@@ -130,24 +163,26 @@ pub fn follow(
     local: kube::Client,
     options: SourceOptions,
 ) -> tokio::task::JoinHandle<()> {
-    let (tx, mut reports) = mpsc::unbounded_channel::<(SourceKind, BTreeMap<String, Described>)>();
+    let (tx, mut reports) = mpsc::unbounded_channel::<(SourceKind, Vec<Described>)>();
     let mut tasks = tokio::task::JoinSet::new();
     if options.local {
-        let mut members = BTreeMap::new();
-        members.insert(
-            LOCAL.to_string(),
-            Described {
-                identity: Identity {
-                    name: LOCAL.into(),
-                    labels: BTreeMap::from([(CLUSTER_LABEL.to_string(), LOCAL.to_string())]),
-                    source: "local".into(),
-                    server: "the cluster the host runs in".into(),
-                },
-                kubeconfig: None,
-                secret: None,
+        let local = Described {
+            identity: Identity {
+                name: LOCAL.into(),
+                labels: BTreeMap::from([(CLUSTER_LABEL.to_string(), LOCAL.to_string())]),
+                source: "local".into(),
+                server: "the cluster the host runs in".into(),
             },
-        );
-        let _ = tx.send((SourceKind::Local, members));
+            kubeconfig: None,
+            secret: None,
+            order: String::new(),
+        };
+        let _ = tx.send((SourceKind::Local, vec![local]));
+    }
+    // The operator's files are read before any Secret can be: a Secret
+    // must not hold a name the files give, not even until they are read.
+    if let Some(dir) = &options.clusters_dir {
+        let _ = tx.send((SourceKind::Files, read_dir_members(dir)));
     }
     if options.secrets {
         let api: Api<Secret> = Api::namespaced(local.clone(), &options.namespace);
@@ -186,17 +221,39 @@ type EngagedFrom = (
 /// The members each source names, and what the fleet was given for each.
 #[derive(Default)]
 struct Engagements {
-    by_source: BTreeMap<SourceKind, BTreeMap<String, Described>>,
+    by_source: BTreeMap<SourceKind, Vec<Described>>,
     /// Engaged (or refused) members: the source and kubeconfig they were
     /// engaged from, so only a change engages again.
     engaged: BTreeMap<String, EngagedFrom>,
-    /// Names two sources gave, already warned about.
-    warned: BTreeMap<String, SourceKind>,
+    /// Name clashes already reported: the losing source's description of
+    /// the name and the source that kept it.
+    clashes: BTreeMap<(String, String), String>,
 }
 
 impl Engagements {
-    fn report(&mut self, kind: SourceKind, members: BTreeMap<String, Described>) {
+    fn report(&mut self, kind: SourceKind, mut members: Vec<Described>) {
+        members.sort_by(|a, b| a.order.cmp(&b.order));
         self.by_source.insert(kind, members);
+    }
+
+    /// Says each claim on a name that [`union`] refused, once while it
+    /// lasts: in the log, and on its Secret.
+    fn report_clashes(&mut self, clashes: Vec<Clash>, announcer: &Announcer) {
+        let mut now = BTreeMap::new();
+        for clash in clashes {
+            let name = &clash.refused.identity.name;
+            let key = (name.clone(), clash.refused.identity.source.clone());
+            if self.clashes.get(&key) != Some(&clash.kept_by) {
+                let note = format!(
+                    "cluster {name} is already given by {}: {} is not used for it; rename one of them",
+                    clash.kept_by, clash.refused.identity.source
+                );
+                tracing::warn!(cluster = %name, "{note}");
+                announcer.announce(clash.refused.secret.as_ref(), true, "NameTaken", note);
+            }
+            now.insert(key, clash.kept_by);
+        }
+        self.clashes = now;
     }
 
     async fn apply(
@@ -206,24 +263,8 @@ impl Engagements {
         options: &SourceOptions,
         announcer: &Announcer,
     ) {
-        let mut union: BTreeMap<String, (SourceKind, Described)> = BTreeMap::new();
-        for (kind, members) in &self.by_source {
-            for (name, described) in members {
-                match union.get(name) {
-                    Some((first, _)) => {
-                        if self.warned.insert(name.clone(), *kind) != Some(*kind) {
-                            tracing::warn!(
-                                "cluster {name} is given by {:?} and by {kind:?}: the first keeps it; rename one",
-                                first
-                            );
-                        }
-                    }
-                    None => {
-                        union.insert(name.clone(), (*kind, described.clone()));
-                    }
-                }
-            }
-        }
+        let (union, clashes) = union(&self.by_source);
+        self.report_clashes(clashes, announcer);
         let gone: Vec<String> = self
             .engaged
             .keys()
@@ -264,7 +305,15 @@ impl Engagements {
             );
             let client = match &described.kubeconfig {
                 None => Ok((local.clone(), described.identity.server.clone())),
-                Some(text) => client_for(text, options.request_timeout, options.member_rate).await,
+                Some(text) => {
+                    client_for(
+                        text,
+                        &kind.trust(&options.secrets_allow),
+                        options.request_timeout,
+                        options.member_rate,
+                    )
+                    .await
+                }
             };
             match client {
                 Ok((client, server)) => {
@@ -293,10 +342,14 @@ impl Engagements {
                     // A member already serving keeps its previous client:
                     // a broken rotation must not stop a working cluster.
                     let serving = fleet.identities().contains_key(&name);
+                    let reason = match why {
+                        EngageError::Refused(_) => "Refused",
+                        EngageError::NoClient(_) => "EngageFailed",
+                    };
                     announcer.announce(
                         described.secret.as_ref(),
                         true,
-                        "EngageFailed",
+                        reason,
                         format!("cannot engage cluster {name}: {why}"),
                     );
                     tracing::warn!(
@@ -312,22 +365,101 @@ impl Engagements {
     }
 }
 
-/// A client for a kubeconfig, and the server it names.
+/// Why a member's kubeconfig gave no client.
+#[derive(Debug, thiserror::Error)]
+pub enum EngageError {
+    /// It asks for what its source may not (a command, a file, no TLS).
+    #[error(transparent)]
+    Refused(#[from] kubeconfig_trust::Refused),
+    /// It does not make a client; the text is free of its credentials.
+    #[error("{0}")]
+    NoClient(String),
+}
+
+/// A claim on a member's name that a more trusted (or, within one source,
+/// earlier) claim holds.
+#[derive(Debug)]
+struct Clash {
+    refused: Described,
+    /// The source that keeps the name.
+    kept_by: String,
+}
+
+/// The member each name stands for: the most trusted source's, then the
+/// earliest within a source; and every other claim on a name.
+fn union(
+    by_source: &BTreeMap<SourceKind, Vec<Described>>,
+) -> (BTreeMap<String, (SourceKind, Described)>, Vec<Clash>) {
+    let mut union: BTreeMap<String, (SourceKind, Described)> = BTreeMap::new();
+    let mut clashes = Vec::new();
+    for (kind, members) in by_source {
+        for described in members {
+            match union.get(&described.identity.name) {
+                Some((_, kept)) => clashes.push(Clash {
+                    refused: described.clone(),
+                    kept_by: kept.identity.source.clone(),
+                }),
+                None => {
+                    union.insert(described.identity.name.clone(), (*kind, described.clone()));
+                }
+            }
+        }
+    }
+    (union, clashes)
+}
+
+/// A client for a kubeconfig, and the server it names, if `trust` lets the
+/// kubeconfig ask what it asks.
+///
+/// Building the client runs the kubeconfig's credential command, if it has
+/// one (and may: see [`KubeconfigTrust`]); that happens on a blocking thread
+/// and is given up after [`CREDENTIAL_TIMEOUT`], so a command that hangs
+/// holds neither the async workers nor the other members. No command is
+/// interactive: a host has no one to answer it, and its stderr is kept out
+/// of the host's own.
 pub async fn client_for(
     kubeconfig: &str,
+    trust: &KubeconfigTrust,
     request_timeout: Option<Duration>,
     rate: Option<crate::process::client_rate_limit::RateLimit>,
-) -> Result<(kube::Client, String), String> {
-    let parsed = kube::config::Kubeconfig::from_yaml(kubeconfig)
-        .map_err(|e| format!("not a kubeconfig: {e}"))?;
+) -> Result<(kube::Client, String), EngageError> {
+    let mut parsed = kube::config::Kubeconfig::from_yaml(kubeconfig)
+        .map_err(|e| EngageError::NoClient(format!("not a kubeconfig: {e}")))?;
+    kubeconfig_trust::check(&parsed, trust)?;
+    for user in parsed
+        .auth_infos
+        .iter_mut()
+        .filter_map(|u| u.auth_info.as_mut())
+    {
+        if let Some(exec) = user.exec.as_mut() {
+            exec.interactive_mode = Some(kube::config::ExecInteractiveMode::Never);
+        }
+    }
     let config =
         kube::Config::from_custom_kubeconfig(parsed, &kube::config::KubeConfigOptions::default())
             .await
-            .map_err(|e| format!("the kubeconfig does not configure a client: {e}"))?;
+            .map_err(|e| {
+                EngageError::NoClient(format!("the kubeconfig does not configure a client: {e}"))
+            })?;
     let server = config.cluster_url.to_string();
-    let client =
+    let build = tokio::task::spawn_blocking(move || {
         crate::process::api_client::limited_client_from_config(config, request_timeout, rate)
-            .map_err(|e| format!("{e:#}"))?;
+            .map_err(|e| EngageError::NoClient(format!("{e:#}")))
+    });
+    let client = match tokio::time::timeout(CREDENTIAL_TIMEOUT, build).await {
+        Ok(Ok(built)) => built?,
+        Ok(Err(e)) => {
+            return Err(EngageError::NoClient(format!(
+                "building its client failed: {e}"
+            )));
+        }
+        Err(_) => {
+            return Err(EngageError::NoClient(format!(
+                "its credential command did not finish within {} s",
+                CREDENTIAL_TIMEOUT.as_secs()
+            )));
+        }
+    };
     Ok((client, server))
 }
 
@@ -383,7 +515,7 @@ fn probe_of(
 async fn follow_secrets(
     api: Api<Secret>,
     kind: SourceKind,
-    tx: mpsc::UnboundedSender<(SourceKind, BTreeMap<String, Described>)>,
+    tx: mpsc::UnboundedSender<(SourceKind, Vec<Described>)>,
 ) {
     let label = match kind {
         SourceKind::ClusterApi => CAPI_CLUSTER_LABEL,
@@ -392,8 +524,13 @@ async fn follow_secrets(
     let config = watcher::Config::default().labels(label);
     let stream = watcher::watcher(api, config).default_backoff();
     tokio::pin!(stream);
+    // By Secret name: two Secrets may claim one member, and the
+    // engagements decide which keeps it.
     let mut members: BTreeMap<String, Described> = BTreeMap::new();
     let mut relist: Option<BTreeMap<String, Described>> = None;
+    let report = |members: &BTreeMap<String, Described>| {
+        let _ = tx.send((kind, members.values().cloned().collect()));
+    };
     let mut warned = false;
     while let Some(event) = stream.next().await {
         let event = match event {
@@ -417,27 +554,26 @@ async fn follow_secrets(
                 if let (Some(relist), Some(described)) =
                     (&mut relist, described_secret(&secret, kind))
                 {
-                    relist.insert(described.identity.name.clone(), described);
+                    relist.insert(secret.metadata.name.clone().unwrap_or_default(), described);
                 }
             }
             watcher::Event::InitDone => {
                 members = relist.take().unwrap_or_default();
-                let _ = tx.send((kind, members.clone()));
+                report(&members);
             }
             watcher::Event::Apply(secret) => {
                 // A Secret that stopped describing a member (its data gone)
-                // is removed under the name it had.
+                // is removed.
                 let secret_name = secret.metadata.name.clone().unwrap_or_default();
-                members.retain(|_, d| d.identity.source != secret_source(&secret_name));
-                if let Some(described) = described_secret(&secret, kind) {
-                    members.insert(described.identity.name.clone(), described);
-                }
-                let _ = tx.send((kind, members.clone()));
+                match described_secret(&secret, kind) {
+                    Some(described) => members.insert(secret_name, described),
+                    None => members.remove(&secret_name),
+                };
+                report(&members);
             }
             watcher::Event::Delete(secret) => {
-                let secret_name = secret.metadata.name.clone().unwrap_or_default();
-                members.retain(|_, d| d.identity.source != secret_source(&secret_name));
-                let _ = tx.send((kind, members.clone()));
+                members.remove(&secret.metadata.name.clone().unwrap_or_default());
+                report(&members);
             }
         }
     }
@@ -484,6 +620,12 @@ fn described_secret(secret: &Secret, kind: SourceKind) -> Option<Described> {
     };
     let mut member_labels = labels;
     member_labels.insert(CLUSTER_LABEL.into(), name.clone());
+    let created = secret
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .unwrap_or_default();
     Some(Described {
         identity: Identity {
             name,
@@ -500,15 +642,14 @@ fn described_secret(secret: &Secret, kind: SourceKind) -> Option<Described> {
             uid: secret.metadata.uid.clone(),
             ..ObjectReference::default()
         }),
+        // RFC 3339 times of one precision sort as text.
+        order: format!("{created} {secret_name}"),
     })
 }
 
 /// Follows `dir`: one kubeconfig file per member, named by the file's
 /// name up to its first dot.
-async fn follow_dir(
-    dir: PathBuf,
-    tx: mpsc::UnboundedSender<(SourceKind, BTreeMap<String, Described>)>,
-) {
+async fn follow_dir(dir: PathBuf, tx: mpsc::UnboundedSender<(SourceKind, Vec<Described>)>) {
     let (changes_tx, mut changes) = mpsc::unbounded_channel();
     let _watch = crate::process::dir_watch::watch_dir(&dir, changes_tx);
     loop {
@@ -520,10 +661,11 @@ async fn follow_dir(
     }
 }
 
-/// The members the files of `dir` describe; unreadable files are named in
+/// The members the files of `dir` describe, in file name order (two files
+/// may name one member: the first keeps it); unreadable files are named in
 /// a warning and left out.
-pub fn read_dir_members(dir: &Path) -> BTreeMap<String, Described> {
-    let mut members = BTreeMap::new();
+pub fn read_dir_members(dir: &Path) -> Vec<Described> {
+    let mut members = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) => {
@@ -565,19 +707,17 @@ pub fn read_dir_members(dir: &Path) -> BTreeMap<String, Described> {
             (CLUSTER_LABEL.to_string(), name.clone()),
             (FILE_LABEL.to_string(), file_name.clone()),
         ]);
-        members.insert(
-            name.clone(),
-            Described {
-                identity: Identity {
-                    name,
-                    labels,
-                    source: format!("file {}", file.display()),
-                    server: String::new(),
-                },
-                kubeconfig: Some(kubeconfig),
-                secret: None,
+        members.push(Described {
+            identity: Identity {
+                name,
+                labels,
+                source: format!("file {}", file.display()),
+                server: String::new(),
             },
-        );
+            kubeconfig: Some(kubeconfig),
+            secret: None,
+            order: file_name,
+        });
     }
     members
 }
@@ -690,11 +830,14 @@ mod tests {
         std::fs::write(dir.path().join("-bad.yaml"), "x").unwrap();
         let members = read_dir_members(dir.path());
         assert_eq!(
-            members.keys().collect::<Vec<_>>(),
+            members
+                .iter()
+                .map(|d| d.identity.name.as_str())
+                .collect::<Vec<_>>(),
             ["east", "west"],
             "{members:?}"
         );
-        let west = &members["west"];
+        let west = &members[1];
         assert_eq!(west.kubeconfig.as_deref(), Some("west-config"));
         assert_eq!(
             west.identity.labels,
@@ -707,14 +850,83 @@ mod tests {
 
     #[tokio::test]
     async fn a_kubeconfig_that_configures_no_client_is_refused_saying_why() {
-        let Err(err) = client_for("not: [a kubeconfig", None, None).await else {
+        let Err(err) =
+            client_for("not: [a kubeconfig", &KubeconfigTrust::Operator, None, None).await
+        else {
             panic!("a client from a broken kubeconfig");
         };
-        assert!(err.contains("not a kubeconfig"), "{err}");
+        assert!(err.to_string().contains("not a kubeconfig"), "{err}");
         let empty = "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n";
-        let Err(err) = client_for(empty, None, None).await else {
+        let Err(err) = client_for(empty, &KubeconfigTrust::Operator, None, None).await else {
             panic!("a client from an empty kubeconfig");
         };
-        assert!(err.contains("does not configure a client"), "{err}");
+        assert!(
+            err.to_string().contains("does not configure a client"),
+            "{err}"
+        );
+    }
+
+    fn member(name: &str, source: &str, order: &str) -> Described {
+        Described {
+            identity: Identity {
+                name: name.into(),
+                labels: BTreeMap::new(),
+                source: source.into(),
+                server: String::new(),
+            },
+            kubeconfig: Some(format!("config of {source}")),
+            secret: None,
+            order: order.into(),
+        }
+    }
+
+    #[test]
+    fn the_operators_sources_keep_a_name_a_secret_also_gives() {
+        let mut engagements = Engagements::default();
+        // Reported in any order, Secrets first.
+        engagements.report(
+            SourceKind::Secrets,
+            vec![
+                member("prod", "secret takeover", "2026-02-01T00:00:00Z takeover"),
+                member("local", "secret local", "2026-01-01T00:00:00Z local"),
+                member("east", "secret east-new", "2026-03-01T00:00:00Z east-new"),
+                member("east", "secret east", "2026-01-01T00:00:00Z east"),
+            ],
+        );
+        engagements.report(
+            SourceKind::ClusterApi,
+            vec![member("prod", "secret prod-kubeconfig", "x")],
+        );
+        engagements.report(
+            SourceKind::Files,
+            vec![member("prod", "file prod.yaml", "prod.yaml")],
+        );
+        engagements.report(SourceKind::Local, vec![member("local", "local", "")]);
+        let (union, clashes) = union(&engagements.by_source);
+        let kept: Vec<(&str, &str)> = union
+            .iter()
+            .map(|(name, (_, d))| (name.as_str(), d.identity.source.as_str()))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("east", "secret east"),
+                ("local", "local"),
+                ("prod", "file prod.yaml"),
+            ]
+        );
+        let refused: Vec<(&str, &str)> = clashes
+            .iter()
+            .map(|c| (c.refused.identity.source.as_str(), c.kept_by.as_str()))
+            .collect();
+        assert_eq!(
+            refused,
+            [
+                ("secret prod-kubeconfig", "file prod.yaml"),
+                ("secret local", "local"),
+                ("secret takeover", "file prod.yaml"),
+                ("secret east-new", "secret east"),
+            ]
+        );
     }
 }

@@ -16,8 +16,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use kube::client::ClientBuilder;
 use tower::timeout::TimeoutLayer;
+use tower::util::MapErrLayer;
 
 use super::client_rate_limit::{RateLimit, RateLimitLayer};
+use crate::cluster::kubernetes::credential_errors;
 
 /// The default of `run --request-timeout-secs`. The API server ends a
 /// request it cannot serve after 60 s itself (its `--request-timeout`), so a
@@ -69,8 +71,13 @@ pub fn limited_client_from_config(
     request_timeout: Option<Duration>,
     rate: Option<RateLimit>,
 ) -> anyhow::Result<kube::Client> {
-    let builder = ClientBuilder::try_from(config).context("cannot build a Kubernetes client")?;
+    // Building runs a kubeconfig's exec command once: its failure is told
+    // without the command's environment or output, as every later one is.
+    let builder = ClientBuilder::try_from(config)
+        .map_err(|e| anyhow::anyhow!(credential_errors::kube_error_text(&e)))
+        .context("cannot build a Kubernetes client")?;
     Ok(builder
+        .with_layer(&MapErrLayer::new(credential_errors::hide_credentials))
         .with_layer(&tower::util::option_layer(
             request_timeout.map(TimeoutLayer::new),
         ))

@@ -269,8 +269,7 @@ pub struct RbacScope {
     /// `--no-plugin-resources`).
     pub plugin_resources: bool,
     /// Whether the host follows member clusters' kubeconfig Secrets in its
-    /// namespace (`run` does unless `--no-cluster-secrets`, and with
-    /// `--cluster-api`).
+    /// namespace (`run --cluster-secrets`, or `--cluster-api`).
     pub cluster_secrets: bool,
     /// For a member cluster (`rbac --member`): only what the plugins need
     /// there. The Lease, admission, Plugin resources, member Secrets and
@@ -293,7 +292,7 @@ impl RbacScope {
             admission_secret_namespace: None,
             webhook_configurations: BTreeSet::new(),
             plugin_resources: true,
-            cluster_secrets: true,
+            cluster_secrets: false,
             member: false,
         }
     }

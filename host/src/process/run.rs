@@ -363,6 +363,7 @@ pub async fn run(
             namespace: config.clusters.secrets_namespace.clone(),
             secrets: config.clusters.secrets,
             cluster_api: config.clusters.cluster_api,
+            secrets_allow: config.clusters.secrets_allow.clone(),
             clusters_dir: config.clusters.clusters_dir.clone(),
             request_timeout: config.clusters.request_timeout,
             member_rate: config.clusters.member_rate,

@@ -10,9 +10,11 @@
 //! - `apply`: server-side apply of objects and of their status;
 //! - `finalizers`: race-free adding and removing of one finalizer;
 //! - `events`: events.k8s.io/v1 Events;
+//! - `credential_errors`: auth failures told without the credentials;
 //! - `errors`: API failures -> `BackendError`, with RBAC-aware 403 messages.
 
 mod apply;
+pub mod credential_errors;
 mod discovery;
 mod errors;
 mod events;
