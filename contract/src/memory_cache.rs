@@ -513,6 +513,11 @@ impl MemoryCache {
         self.entries.get(&key as &dyn EntryKeyParts)
     }
 
+    /// Whether an object of that name is held.
+    pub fn contains(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> bool {
+        self.entry(kind, namespace, name).is_some()
+    }
+
     /// One object, parsed.
     pub fn get(&self, kind: &KindRef, namespace: Option<&str>, name: &str) -> Option<Value> {
         self.entry(kind, namespace, name).and_then(Entry::value)

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use reconciler_host::cluster::embedded::EmbeddedCluster;
 use reconciler_host::cluster::{BackendError, ClusterBackend, ObjectKey, RealClock};
-use reconciler_host::fleet::{Fleet, Identity, PluginClusters, Probe, Settings};
+use reconciler_host::fleet::{Fleet, Hooks, Identity, PluginClusters, Probe, Settings};
 use reconciler_host::plugin::hot_reload::PluginHost;
 use reconciler_sdk::KindRef;
 use reconciler_tests::intercepted::{Call, Intercepted};
@@ -79,9 +79,24 @@ async fn each_member_reconciles_its_own_objects_where_its_selector_admits_the_pl
     let east = cluster_with_podset("east-set", 2);
     let west = cluster_with_podset("west-set", 3);
     let north = cluster_with_podset("north-set", 1);
-    fleet.engage(member("east", "prod"), east.clone(), None, Duration::ZERO);
-    fleet.engage(member("west", "dev"), west.clone(), None, Duration::ZERO);
-    fleet.engage(member("north", "prod"), north.clone(), None, Duration::ZERO);
+    fleet.engage(
+        member("east", "prod"),
+        east.clone(),
+        Hooks::default(),
+        Duration::ZERO,
+    );
+    fleet.engage(
+        member("west", "dev"),
+        west.clone(),
+        Hooks::default(),
+        Duration::ZERO,
+    );
+    fleet.engage(
+        member("north", "prod"),
+        north.clone(),
+        Hooks::default(),
+        Duration::ZERO,
+    );
 
     let podset = Arc::new(sandbox().load(&example_plugin("podset")).unwrap());
     fleet.add_plugin(podset).await.unwrap();
@@ -185,7 +200,10 @@ async fn a_request_the_cluster_does_not_answer_has_it_probed_at_once() {
     fleet.engage(
         member("east", "prod"),
         flaky.clone(),
-        Some(probe),
+        Hooks {
+            probe: Some(probe),
+            announce: None,
+        },
         Duration::ZERO,
     );
     let podset = Arc::new(sandbox().load(&example_plugin("podset")).unwrap());
@@ -223,5 +241,128 @@ async fn a_request_the_cluster_does_not_answer_has_it_probed_at_once() {
         "{status:?}"
     );
     assert!(probes.load(Ordering::SeqCst) > first);
+    fleet.stop_all(Duration::from_secs(5)).await;
+}
+
+fn podset(name: &str, size: i64) -> serde_json::Value {
+    json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": name, "namespace": "default"}, "spec": {"size": size}})
+}
+
+/// Polls the fleet's view of member `name` until `done` says so, up to 20 s.
+async fn status_until(
+    fleet: &Fleet<EmbeddedCluster>,
+    name: &str,
+    what: &str,
+    done: impl Fn(&reconciler_host::fleet::MemberStatus) -> bool,
+) -> reconciler_host::fleet::MemberStatus {
+    let mut last = None;
+    for _ in 0..400 {
+        let status = fleet.statuses().into_iter().find(|s| s.name == name);
+        if let Some(status) = &status
+            && done(status)
+        {
+            return status.clone();
+        }
+        last = status;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("member {name} did not come to {what} within 20 s: {last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_past_its_cache_budget_pauses_while_the_others_serve() {
+    // Budget: 12 objects a member. `big` lists 20 PodSets at once; `grows`
+    // starts within it and passes it by watch events; `small` stays within.
+    let fleet = Fleet::new(
+        PluginClusters::default(),
+        Settings {
+            cache_max_objects: Some(12),
+            // Pauses of a second, so the test sees one end.
+            max_backoff: Duration::from_secs(1),
+            ..Settings::default()
+        },
+    );
+    let big = Arc::new(EmbeddedCluster::new(Arc::new(RealClock)));
+    for i in 0..20 {
+        big.apply_as_user(podset(&format!("set-{i}"), 0)).unwrap();
+    }
+    let grows = cluster_with_podset("grows-set", 1);
+    let small = cluster_with_podset("small-set", 2);
+    let said: Arc<std::sync::Mutex<Vec<(String, String)>>> = Arc::default();
+    for (name, cluster) in [("big", &big), ("grows", &grows), ("small", &small)] {
+        let said = said.clone();
+        let announce: reconciler_host::fleet::Announce = Arc::new(move |_, reason, note| {
+            said.lock()
+                .unwrap()
+                .push((name.to_string(), format!("{reason}: {note}")));
+        });
+        let hooks = Hooks {
+            probe: None,
+            announce: Some(announce),
+        };
+        fleet.engage(member(name, "prod"), cluster.clone(), hooks, Duration::ZERO);
+    }
+    let podset_plugin = Arc::new(sandbox().load(&example_plugin("podset")).unwrap());
+    fleet.add_plugin(podset_plugin).await.unwrap();
+
+    eventually(&small, "small-set", Some(2)).await;
+    eventually(&grows, "grows-set", Some(1)).await;
+    let paused = status_until(&fleet, "big", "a pause", |s| s.paused.is_some()).await;
+    assert!(!paused.ready, "{paused:?}");
+    assert!(
+        paused
+            .paused
+            .as_deref()
+            .is_some_and(|p| p.contains("--member-cache-max-objects (12)")),
+        "{paused:?}"
+    );
+    // Nothing of big is held: its first list was given up, not cached.
+    assert_eq!(paused.objects_cached, 0, "{paused:?}");
+
+    // `grows` passes the budget by its watch: paused, its cache freed.
+    for i in 0..20 {
+        grows
+            .apply_as_user(podset(&format!("more-{i}"), 0))
+            .unwrap();
+    }
+    let paused = status_until(&fleet, "grows", "a pause", |s| s.paused.is_some()).await;
+    assert!(paused.objects_cached <= 12, "{paused:?}");
+    // Meanwhile small keeps serving.
+    small.apply_as_user(podset("small-set", 3)).unwrap();
+    eventually(&small, "small-set", Some(3)).await;
+    assert!(
+        fleet
+            .statuses()
+            .iter()
+            .find(|s| s.name == "small")
+            .is_some_and(|s| s.ready && s.paused.is_none())
+    );
+
+    // Back within its budget, `grows` serves again after its pause.
+    for i in 0..20 {
+        grows
+            .delete_as_user(&ObjectKey::new(
+                KindRef::new("example.com", "v1alpha1", "PodSet"),
+                Some("default"),
+                &format!("more-{i}"),
+            ))
+            .unwrap();
+    }
+    grows.apply_as_user(podset("grows-set", 2)).unwrap();
+    eventually(&grows, "grows-set", Some(2)).await;
+    status_until(&fleet, "grows", "serving again", |s| {
+        s.paused.is_none() && s.ready
+    })
+    .await;
+    let said = said.lock().unwrap().clone();
+    for (member, reason) in [("big", "Paused"), ("grows", "Paused"), ("grows", "Resumed")] {
+        assert!(
+            said.iter()
+                .any(|(m, note)| m == member && note.starts_with(reason)),
+            "no {reason} said of {member}: {said:?}"
+        );
+    }
+    assert!(!said.iter().any(|(m, _)| m == "small"), "{said:?}");
     fleet.stop_all(Duration::from_secs(5)).await;
 }

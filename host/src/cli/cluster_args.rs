@@ -65,6 +65,13 @@ pub struct ClusterArgs {
     /// Requests each member cluster's client may send at once before --member-qps applies.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub member_burst: u32,
+    /// The most objects the host caches for one member cluster (the local one included): a
+    /// member past it pauses (its watches stop and its cache is freed; /clusters, an Event on
+    /// its Secret and reconciler_host_cluster_paused say so) and is tried again later, doubling
+    /// from 60 s to --kind-retry-secs, so one huge cluster cannot take the process, and every
+    /// other member, down with it. 0: no bound.
+    #[arg(long, value_name = "N", default_value_t = crate::fleet::member::DEFAULT_MEMBER_CACHE_MAX_OBJECTS)]
+    pub member_cache_max_objects: usize,
 }
 
 impl ClusterArgs {
@@ -106,6 +113,8 @@ impl ClusterArgs {
                 .unwrap_or_else(crate::process::leader_election::default_namespace),
             selection,
             request_timeout,
+            cache_max_objects: (self.member_cache_max_objects > 0)
+                .then_some(self.member_cache_max_objects),
             member_rate: crate::process::client_rate_limit::RateLimit::new(
                 self.member_qps,
                 self.member_burst,

@@ -192,6 +192,10 @@ pub struct WatchScope {
     /// Only objects whose labels match, selected by the API server (`run
     /// --sharding`: this replica's shard); `None`: every object.
     pub labels: Option<LabelSelector>,
+    /// The most objects the first list may hold before the watch is given
+    /// up with [`BackendError::OverBudget`] (the member's cache budget), so
+    /// a kind too large to cache is never held whole; `None`: no bound.
+    pub max_objects: Option<usize>,
 }
 
 impl WatchScope {
@@ -299,6 +303,11 @@ pub enum BackendError {
     NamespaceTerminating { key: String, namespace: String },
     #[error("transient error, will retry: {0}")]
     Transient(String),
+    /// The first list of a kind holds more objects than the cache may.
+    #[error(
+        "{kind} has more than {max} objects, more than this cluster's cache may hold (--member-cache-max-objects)"
+    )]
+    OverBudget { kind: String, max: usize },
 }
 
 /// What the engine needs from a cluster.

@@ -332,6 +332,17 @@ impl<B: ClusterBackend> Engine<B> {
         self
     }
 
+    /// Caches at most `max_objects` of this engine's cluster (see
+    /// [`SharedCache::with_budget`]); before any plugin is added.
+    pub fn with_cache_budget(mut self, max_objects: usize) -> Self {
+        debug_assert!(
+            self.cache.is_empty(),
+            "a budget is set before anything is cached"
+        );
+        self.cache = Arc::new(SharedCache::with_budget(max_objects));
+        self
+    }
+
     fn controllers(&self) -> Vec<(String, Arc<Controller>)> {
         let map = self.controllers.read().unwrap_or_else(|e| e.into_inner());
         map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -612,6 +623,7 @@ impl<B: ClusterBackend> Engine<B> {
             namespaces: self.scope.namespaces.clone(),
             metadata_only,
             labels: labels.clone(),
+            max_objects: self.cache.budget(),
         };
         let stream = match self.backend.watch(kind, &scope).await {
             Ok(stream) => stream,
@@ -1645,6 +1657,7 @@ fn backend_failure(step: &str, e: BackendError) -> (String, String) {
         BackendError::Invalid { .. } => "ApplyRejected",
         BackendError::NamespaceTerminating { .. } => "NamespaceTerminating",
         BackendError::Transient(_) => CLUSTER_UNAVAILABLE,
+        BackendError::OverBudget { .. } => "OverBudget",
         _ => "ApplyFailed",
     };
     (reason.to_string(), format!("{step}: {e}"))

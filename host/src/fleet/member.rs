@@ -36,6 +36,23 @@ const MIN_PROBE_GAP: Duration = Duration::from_secs(1);
 pub type Probe =
     Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
+/// Says something about a member where its source's readers see it (an
+/// Event on its Secret): whether it is a warning, the reason, the note.
+pub type Announce = Arc<dyn Fn(bool, &str, String) + Send + Sync>;
+
+/// What a member's source gives it beside its client.
+#[derive(Clone, Default)]
+pub struct Hooks {
+    /// Asks its API server whether it answers.
+    pub probe: Option<Probe>,
+    /// Tells its source's readers what became of it.
+    pub announce: Option<Announce>,
+}
+
+/// The default of `run --member-cache-max-objects`: far more than a
+/// healthy member caches, far less than takes a process down.
+pub const DEFAULT_MEMBER_CACHE_MAX_OBJECTS: usize = 500_000;
+
 /// Told of a finished reconcile: the member's name, the record, how long
 /// it took.
 pub type MemberFinished = Arc<dyn Fn(&str, &ReconcileRecord, Duration) + Send + Sync>;
@@ -75,6 +92,10 @@ pub struct Settings {
     /// Which of a member's primaries this replica may reconcile, given the
     /// member's name (`run --sharding`); `None`: all.
     pub ownership: Option<MemberOwnership>,
+    /// The most objects one member may cache (`None`: no bound). Past it
+    /// the member pauses (its watches stop and its cache is freed) and is
+    /// tried again after `max_backoff`, while the others keep serving.
+    pub cache_max_objects: Option<usize>,
 }
 
 /// Gives, for a member's name, which of its primaries this replica owns.
@@ -100,6 +121,7 @@ impl Default for Settings {
             gate: None,
             recorder: None,
             ownership: None,
+            cache_max_objects: Some(DEFAULT_MEMBER_CACHE_MAX_OBJECTS),
         }
     }
 }
@@ -121,6 +143,9 @@ pub struct MemberStatus {
     pub plugins_running: Vec<String>,
     /// Plugins meant for this member that do not serve yet, and why.
     pub plugins_waiting: BTreeMap<String, String>,
+    /// Why the member serves nothing for now (its cache outgrew
+    /// `--member-cache-max-objects`), and when it is tried again.
+    pub paused: Option<String>,
 }
 
 /// What the member's task shares with the fleet.
@@ -130,6 +155,7 @@ struct State {
     reachable: bool,
     last_error: Option<(String, i64)>,
     waiting: BTreeMap<String, String>,
+    paused: Option<String>,
 }
 
 /// The plugins the fleet wants this member to serve now.
@@ -139,7 +165,9 @@ pub type Wanted = Arc<dyn Fn(&BTreeMap<String, String>) -> Vec<Arc<LoadedPlugin>
 /// the reconciles in flight finish first.
 pub struct Member<B: ClusterBackend> {
     identity: Identity,
-    engine: Arc<Engine<B>>,
+    /// Replaced by a fresh one when the member pauses, so the old one's
+    /// watches and cache go.
+    engine: Arc<Mutex<Arc<Engine<B>>>>,
     engaged_at: i64,
     state: Arc<Mutex<State>>,
     nudge: mpsc::UnboundedSender<()>,
@@ -157,47 +185,29 @@ impl<B: ClusterBackend + 'static> Member<B> {
         backend: Arc<B>,
         settings: &Settings,
         wanted: Wanted,
-        probe: Option<Probe>,
+        hooks: Hooks,
     ) -> Self {
-        let mut engine = Engine::scoped(backend, Arc::new(RealClock), settings.scope.clone())
-            .with_instance_pool(settings.instances)
-            .with_coalescing(settings.coalesce)
-            .with_cluster(ClusterInfo::with_labels(
-                &identity.name,
-                identity.labels.clone(),
-            ));
-        if let Some(recorder) = &settings.recorder {
-            engine = engine.with_recorder(recorder.clone());
-        }
-        if let Some(ownership) = &settings.ownership {
-            let share = ownership(&identity.name);
-            engine = engine
-                .with_ownership(share.owns)
-                .with_shard_selection(share.selection);
-        }
-        let engine = Arc::new(engine);
+        let engine = Arc::new(Mutex::new(new_engine(&identity, &backend, settings)));
         let state = Arc::new(Mutex::new(State {
             aligned: false,
             reachable: true,
             last_error: None,
             waiting: BTreeMap::new(),
+            paused: None,
         }));
         let (nudge, nudged) = mpsc::unbounded_channel();
         let (stop, stopped) = oneshot::channel();
         let span = tracing::info_span!("cluster", cluster = %identity.name);
-        let task = tokio::spawn(
-            serve(
-                identity.clone(),
-                engine.clone(),
-                state.clone(),
-                settings.clone(),
-                wanted,
-                probe,
-                nudged,
-                stopped,
-            )
-            .instrument(span),
-        );
+        let serving = Serving {
+            identity: identity.clone(),
+            backend,
+            engine: engine.clone(),
+            state: state.clone(),
+            settings: settings.clone(),
+            wanted,
+            hooks,
+        };
+        let task = tokio::spawn(serve(serving, nudged, stopped).instrument(span));
         tracing::info!(
             cluster = %identity.name,
             source = %identity.source,
@@ -222,8 +232,12 @@ impl<B: ClusterBackend> Member<B> {
         &self.identity
     }
 
-    pub fn engine(&self) -> &Arc<Engine<B>> {
-        &self.engine
+    /// The engine serving the member now (a new one after a pause).
+    pub fn engine(&self) -> Arc<Engine<B>> {
+        self.engine
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The fleet's plugins changed: the task brings this member in line.
@@ -249,9 +263,9 @@ impl<B: ClusterBackend> Member<B> {
     }
 
     pub fn status(&self) -> MemberStatus {
+        let engine = self.engine();
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let running: Vec<String> = self
-            .engine
+        let running: Vec<String> = engine
             .plugins()
             .iter()
             .map(|p| p.name().to_string())
@@ -262,18 +276,13 @@ impl<B: ClusterBackend> Member<B> {
             server: self.identity.server.clone(),
             labels: self.identity.labels.clone(),
             engaged_since: rfc3339(self.engaged_at),
-            ready: state.reachable && state.waiting.is_empty(),
+            ready: state.reachable && state.waiting.is_empty() && state.paused.is_none(),
             last_error: state.last_error.as_ref().map(|(e, _)| e.clone()),
             last_error_at: state.last_error.as_ref().map(|(_, at)| rfc3339(*at)),
-            objects_cached: self
-                .engine
-                .cache()
-                .counts_by_kind()
-                .iter()
-                .map(|(_, n)| n)
-                .sum(),
+            objects_cached: engine.cache().counts_by_kind().iter().map(|(_, n)| n).sum(),
             plugins_running: running,
             plugins_waiting: state.waiting.clone(),
+            paused: state.paused.clone(),
         }
     }
 }
@@ -286,35 +295,137 @@ impl<B: ClusterBackend> Drop for Member<B> {
     }
 }
 
-/// The member's loop. See the module documentation.
-#[allow(clippy::too_many_arguments)]
-async fn serve<B: ClusterBackend + 'static>(
+/// A member's engine as `settings` say, empty.
+fn new_engine<B: ClusterBackend + 'static>(
+    identity: &Identity,
+    backend: &Arc<B>,
+    settings: &Settings,
+) -> Arc<Engine<B>> {
+    let mut engine = Engine::scoped(backend.clone(), Arc::new(RealClock), settings.scope.clone())
+        .with_instance_pool(settings.instances)
+        .with_coalescing(settings.coalesce)
+        .with_cluster(ClusterInfo::with_labels(
+            &identity.name,
+            identity.labels.clone(),
+        ));
+    if let Some(max) = settings.cache_max_objects {
+        engine = engine.with_cache_budget(max);
+    }
+    if let Some(recorder) = &settings.recorder {
+        engine = engine.with_recorder(recorder.clone());
+    }
+    if let Some(ownership) = &settings.ownership {
+        let share = ownership(&identity.name);
+        engine = engine
+            .with_ownership(share.owns)
+            .with_shard_selection(share.selection);
+    }
+    Arc::new(engine)
+}
+
+/// Everything the member's loop works with.
+struct Serving<B: ClusterBackend> {
     identity: Identity,
-    engine: Arc<Engine<B>>,
+    backend: Arc<B>,
+    engine: Arc<Mutex<Arc<Engine<B>>>>,
     state: Arc<Mutex<State>>,
     settings: Settings,
     wanted: Wanted,
-    probe: Option<Probe>,
+    hooks: Hooks,
+}
+
+impl<B: ClusterBackend + 'static> Serving<B> {
+    fn dispatcher(&self, engine: &Arc<Engine<B>>) -> Dispatcher<B> {
+        let mut dispatcher = Dispatcher::new(engine.clone());
+        if let Some(hook) = self.settings.on_finished.clone() {
+            let name = self.identity.name.clone();
+            let hook: OnFinished = Arc::new(move |record, took| hook(&name, record, took));
+            dispatcher = dispatcher.on_finished(hook);
+        }
+        dispatcher
+    }
+
+    fn announce(&self, warning: bool, reason: &str, note: String) {
+        if let Some(announce) = &self.hooks.announce {
+            announce(warning, reason, note);
+        }
+    }
+
+    /// The cache outgrew its budget: the reconciles in flight finish, then
+    /// the engine (its watches, queues and cache) is dropped for an empty
+    /// one, and the member serves nothing until `retry_in` has passed.
+    async fn pause(&self, dispatcher: &mut Dispatcher<B>, retry_in: Duration) -> Arc<Engine<B>> {
+        let max = self.settings.cache_max_objects.unwrap_or_default();
+        let name = &self.identity.name;
+        let note = format!(
+            "cluster {name} paused: it has more objects of the kinds its plugins watch than --member-cache-max-objects ({max}); its watches stopped and its cache was freed, the other clusters keep serving; tried again in {} s",
+            retry_in.as_secs()
+        );
+        tracing::warn!(cluster = %name, "{note}");
+        self.announce(true, "Paused", note.clone());
+        {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.paused = Some(note.clone());
+            state.last_error = Some((note, RealClock.now_millis()));
+        }
+        let (records, _) = dispatcher.drain(PAUSE_DRAIN).await;
+        records.iter().for_each(log_record);
+        let fresh = new_engine(&self.identity, &self.backend, &self.settings);
+        let old = std::mem::replace(
+            &mut *self.engine.lock().unwrap_or_else(|e| e.into_inner()),
+            fresh.clone(),
+        );
+        drop(old);
+        crate::process::heap_trim::release_freed_memory();
+        fresh
+    }
+
+    /// The pause is over: the plugins are tried again.
+    fn resume(&self) {
+        let name = &self.identity.name;
+        let note = format!("cluster {name} is tried again after its pause");
+        tracing::info!(cluster = %name, "{note}");
+        self.announce(false, "Resumed", note);
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).paused = None;
+    }
+}
+
+/// How long a pausing member's reconciles in flight may finish.
+const PAUSE_DRAIN: Duration = Duration::from_secs(10);
+
+/// The member's loop. See the module documentation.
+async fn serve<B: ClusterBackend + 'static>(
+    serving: Serving<B>,
     mut nudged: mpsc::UnboundedReceiver<()>,
     mut stopped: oneshot::Receiver<Duration>,
 ) {
-    let mut dispatcher = Dispatcher::new(engine.clone());
-    if let Some(hook) = settings.on_finished.clone() {
-        let name = identity.name.clone();
-        let hook: OnFinished = Arc::new(move |record, took| hook(&name, record, took));
-        dispatcher = dispatcher.on_finished(hook);
-    }
+    let Serving {
+        identity,
+        state,
+        settings,
+        wanted,
+        ..
+    } = &serving;
+    let probe = serving.hooks.probe.clone();
+    let mut engine = serving
+        .engine
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let mut dispatcher = serving.dispatcher(&engine);
     let mut backoff = Backoff::new(settings.max_backoff);
+    let mut pause_backoff =
+        Backoff::starting(settings.max_backoff.min(PAUSE_FIRST), settings.max_backoff);
     let mut retry_at: Option<tokio::time::Instant> = None;
+    let mut paused_until: Option<tokio::time::Instant> = None;
     let mut dirty = true;
     let mut probe_timer = tokio::time::interval(settings.probe_every);
     probe_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_probe = tokio::time::Instant::now();
     loop {
-        if dirty {
+        if dirty && paused_until.is_none() {
             dirty = false;
-            let waiting =
-                align_plugins(&engine, &wanted(&identity.labels), &settings, &state).await;
+            let waiting = align_plugins(&engine, &wanted(&identity.labels), settings, state).await;
             retry_at = if waiting {
                 Some(tokio::time::Instant::now() + backoff.next())
             } else {
@@ -322,16 +433,29 @@ async fn serve<B: ClusterBackend + 'static>(
                 None
             };
         }
+        if paused_until.is_none() && engine.cache().over_budget() {
+            let retry_in = pause_backoff.next();
+            engine = serving.pause(&mut dispatcher, retry_in).await;
+            dispatcher = serving.dispatcher(&engine);
+            paused_until = Some(tokio::time::Instant::now() + retry_in);
+            retry_at = None;
+            state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .waiting
+                .clear();
+        }
         let reachable = state.lock().unwrap_or_else(|e| e.into_inner()).reachable;
         // An unreachable member's reconciles would only fail and back off:
         // its queue waits until the probe sees the server again. Nothing
-        // starts once the Lease may be lost.
+        // starts once the Lease may be lost, or while the member is paused.
         let may_start = settings.gate.as_ref().is_none_or(|gate| gate());
-        if reachable && may_start {
+        let serving_now = reachable && paused_until.is_none();
+        if serving_now && may_start {
             dispatcher.dispatch();
         }
         tokio::select! {
-            woke = dispatcher.wake(), if reachable => {
+            woke = dispatcher.wake(), if serving_now => {
                 if let Wake::Finished(record) = woke {
                     log_record(&record);
                     // A request the cluster did not answer: ask now whether
@@ -344,12 +468,17 @@ async fn serve<B: ClusterBackend + 'static>(
             }
             Some(()) = nudged.recv() => dirty = true,
             () = sleep_until(retry_at) => dirty = true,
+            () = sleep_until(paused_until) => {
+                paused_until = None;
+                serving.resume();
+                dirty = true;
+            }
             _ = probe_timer.tick(), if probe.is_some() => {
                 last_probe = tokio::time::Instant::now();
                 let probe = probe.as_ref().expect("checked by the guard");
                 let result = tokio::time::timeout(settings.probe_every, probe()).await
                     .unwrap_or_else(|_| Err("the API server did not answer in time".into()));
-                if note_probe(&identity, &state, result) {
+                if note_probe(identity, state, result) {
                     // Back: plugins that waited on it are tried again now.
                     dirty = true;
                     backoff.reset();
@@ -367,6 +496,10 @@ async fn serve<B: ClusterBackend + 'static>(
         }
     }
 }
+
+/// The first pause of a member whose cache outgrew its budget; each pause
+/// after doubles it, up to `--kind-retry-secs`.
+const PAUSE_FIRST: Duration = Duration::from_secs(60);
 
 /// Adds, replaces and removes plugins so the engine serves exactly
 /// `wanted`; returns whether some could not start (to try again later).
@@ -408,7 +541,16 @@ async fn align_plugins<B: ClusterBackend>(
                 tracing::info!(plugin = %name, "serving plugin {name} here");
                 continue;
             }
-            Ok(Err(e)) => e.to_string(),
+            Ok(Err(e)) => {
+                if let crate::engine::EngineError::Watch {
+                    source: crate::cluster::BackendError::OverBudget { .. },
+                    ..
+                } = &e
+                {
+                    engine.cache().mark_over_budget();
+                }
+                e.to_string()
+            }
             Err(_) => format!(
                 "its kinds were not listed within {}s",
                 settings.start_timeout.as_secs()
@@ -474,10 +616,11 @@ impl Backoff {
     const FIRST: Duration = Duration::from_secs(1);
 
     fn new(max: Duration) -> Self {
-        Self {
-            next: Self::FIRST,
-            max,
-        }
+        Self::starting(Self::FIRST, max)
+    }
+
+    fn starting(first: Duration, max: Duration) -> Self {
+        Self { next: first, max }
     }
 
     fn next(&mut self) -> Duration {

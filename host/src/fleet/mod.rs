@@ -24,7 +24,7 @@ use crate::engine::{EngineError, Replaced};
 use crate::plugin::LoadedPlugin;
 use crate::plugin::hot_reload::{PluginHost, Standby};
 
-pub use self::member::{Identity, Member, MemberStatus, Probe, Settings};
+pub use self::member::{Announce, Hooks, Identity, Member, MemberStatus, Probe, Settings};
 pub use self::selection::PluginClusters;
 
 /// Which member clusters `run` engages, from its options.
@@ -49,6 +49,8 @@ pub struct ClustersConfig {
     /// Each member's client's request rate (`local` keeps the host's
     /// client, unlimited); `None`: no limit.
     pub member_rate: Option<crate::process::client_rate_limit::RateLimit>,
+    /// The most objects each member may cache; `None`: no bound.
+    pub cache_max_objects: Option<usize>,
 }
 
 impl ClustersConfig {
@@ -64,6 +66,7 @@ impl ClustersConfig {
             selection: PluginClusters::default(),
             request_timeout: None,
             member_rate: None,
+            cache_max_objects: Some(member::DEFAULT_MEMBER_CACHE_MAX_OBJECTS),
         }
     }
 }
@@ -90,13 +93,7 @@ impl<B: ClusterBackend + 'static> Fleet<B> {
     /// Starts serving a member, or serves it anew when its source changed
     /// (new credentials or address): the old member's reconciles in flight
     /// finish in the background, bounded by `drain`.
-    pub fn engage(
-        &self,
-        identity: Identity,
-        backend: Arc<B>,
-        probe: Option<Probe>,
-        drain: Duration,
-    ) {
+    pub fn engage(&self, identity: Identity, backend: Arc<B>, hooks: Hooks, drain: Duration) {
         let desired = self.desired.clone();
         let selection = self.selection.clone();
         let wanted: member::Wanted = Arc::new(move |labels| {
@@ -107,7 +104,7 @@ impl<B: ClusterBackend + 'static> Fleet<B> {
                 .collect()
         });
         let name = identity.name.clone();
-        let member = Member::engage(identity, backend, &self.settings, wanted, probe);
+        let member = Member::engage(identity, backend, &self.settings, wanted, hooks);
         let replaced = self.lock().insert(name.clone(), member);
         if let Some(old) = replaced {
             tracing::info!("re-engaged cluster {name}: its source changed");
@@ -164,13 +161,13 @@ impl<B: ClusterBackend + 'static> Fleet<B> {
     pub fn engines(&self) -> Vec<(String, Arc<crate::engine::Engine<B>>)> {
         self.lock()
             .iter()
-            .map(|(name, m)| (name.clone(), m.engine().clone()))
+            .map(|(name, m)| (name.clone(), m.engine()))
             .collect()
     }
 
     /// The engine serving member `name`, for tests and samplers.
     pub fn engine(&self, name: &str) -> Option<Arc<crate::engine::Engine<B>>> {
-        self.lock().get(name).map(|m| m.engine().clone())
+        self.lock().get(name).map(|m| m.engine())
     }
 
     /// Waits, up to `within`, until member `name` has brought its plugins

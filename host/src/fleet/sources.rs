@@ -325,7 +325,17 @@ impl Engagements {
                     let backend = Arc::new(KubernetesBackend::new(client.clone()));
                     let probe =
                         probe_of(client, announcer.clone(), described.secret.clone(), &name);
-                    fleet.engage(identity, backend, Some(probe), options.drain);
+                    let announce: super::Announce = {
+                        let (announcer, secret) = (announcer.clone(), described.secret.clone());
+                        Arc::new(move |warning, reason, note| {
+                            announcer.announce(secret.as_ref(), warning, reason, note)
+                        })
+                    };
+                    let hooks = super::Hooks {
+                        probe: Some(probe),
+                        announce: Some(announce),
+                    };
+                    fleet.engage(identity, backend, hooks, options.drain);
                     let (reason, what) = if again {
                         ("Reengaged", "engaged anew, its kubeconfig changed")
                     } else {

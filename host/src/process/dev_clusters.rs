@@ -102,7 +102,12 @@ pub async fn run(
             source: "embedded".into(),
             server: "embedded".into(),
         };
-        fleet.engage(identity, cluster.clone(), None, Duration::ZERO);
+        fleet.engage(
+            identity,
+            cluster.clone(),
+            crate::fleet::Hooks::default(),
+            Duration::ZERO,
+        );
         // Its plugins are in place before its objects arrive, so those
         // that serve admission admit them.
         fleet.wait_aligned(&name, Duration::from_secs(60)).await;

@@ -109,6 +109,7 @@ pub struct Metrics {
     cluster_ready: Family<ClusterLabels, Gauge>,
     cluster_last_error: Family<ClusterLabels, Gauge>,
     cluster_objects: Family<ClusterLabels, Gauge>,
+    cluster_paused: Family<ClusterLabels, Gauge>,
     shard_replicas: Gauge,
     shard_keys: Family<ShardKeyLabels, Gauge>,
     shard_moves: Family<ShardMoveLabels, Counter>,
@@ -226,6 +227,12 @@ impl Metrics {
             "Objects cached for a member cluster",
             cluster_objects.clone(),
         );
+        let cluster_paused = Family::default();
+        registry.register(
+            "reconciler_host_cluster_paused",
+            "1 while a member cluster is paused: it has more objects than --member-cache-max-objects",
+            cluster_paused.clone(),
+        );
         let shard_replicas = Gauge::default();
         registry.register(
             "reconciler_host_shard_replicas",
@@ -261,6 +268,7 @@ impl Metrics {
             cluster_ready,
             cluster_last_error,
             cluster_objects,
+            cluster_paused,
             reconcile_total,
             reconcile_errors,
             reconcile_time,
@@ -397,6 +405,7 @@ impl Metrics {
             &self.cluster_ready,
             &self.cluster_last_error,
             &self.cluster_objects,
+            &self.cluster_paused,
         ] {
             family.clear();
         }
@@ -420,6 +429,9 @@ impl Metrics {
             self.cluster_objects
                 .get_or_create(&labels)
                 .set(i64::try_from(member.objects_cached).unwrap_or(i64::MAX));
+            self.cluster_paused
+                .get_or_create(&labels)
+                .set(i64::from(member.paused.is_some()));
         }
         // Unloaded plugins and emptied kinds must not linger.
         self.active_workers.clear();
@@ -529,6 +541,7 @@ mod tests {
             objects_cached: 12,
             plugins_running: vec![],
             plugins_waiting: Default::default(),
+            paused: (!ready).then(|| "cluster west paused".into()),
         };
         let clusters = [
             member("east", true, None),
@@ -543,6 +556,8 @@ mod tests {
             "reconciler_host_cluster_ready{cluster=\"west\"} 0",
             "reconciler_host_cluster_last_error_timestamp_seconds{cluster=\"west\"} 1767225660",
             "reconciler_host_cluster_cache_objects{cluster=\"east\"} 12",
+            "reconciler_host_cluster_paused{cluster=\"east\"} 0",
+            "reconciler_host_cluster_paused{cluster=\"west\"} 1",
             "controller_runtime_reconcile_total{controller=\"podset\",result=\"success\"} 1",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");

@@ -330,6 +330,7 @@ pub async fn run(
         },
         ownership: coordinator.as_ref().map(|c| c.ownership()),
         recorder,
+        cache_max_objects: config.clusters.cache_max_objects,
         ..crate::fleet::Settings::default()
     };
     let fleet = Arc::new(Fleet::new(config.clusters.selection.clone(), settings));

@@ -397,7 +397,7 @@ impl ClusterBackend for EmbeddedCluster {
     async fn watch(&self, kind: &KindRef, scope: &WatchScope) -> Result<WatchStream, BackendError> {
         let (tx, rx) = unbounded_channel();
         let mut inner = self.lock_yielding().await;
-        let initial = if scope.metadata_only {
+        let initial: Vec<ListedObject> = if scope.metadata_only {
             inner
                 .store
                 .list(kind)
@@ -420,6 +420,14 @@ impl ClusterBackend for EmbeddedCluster {
                 .map(|(_, json)| ListedObject::from_json(json.clone()))
                 .collect()
         };
+        if let Some(max) = scope.max_objects
+            && initial.len() > max
+        {
+            return Err(BackendError::OverBudget {
+                kind: kind.to_string(),
+                max,
+            });
+        }
         // A client that watches again has usually dropped its last watch.
         inner.subscribers.retain(|s| !s.events.is_closed());
         inner.subscribers.push(Subscriber {

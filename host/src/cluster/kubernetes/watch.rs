@@ -104,6 +104,11 @@ impl Forwarder {
         self.initial.is_some()
     }
 
+    /// How many objects the first list holds so far.
+    fn listed_first(&self) -> usize {
+        self.initial.as_ref().map_or(0, Vec::len)
+    }
+
     /// Handles one watcher event; returns the events to send and, when the
     /// first list completes, that list.
     fn handle(&mut self, event: Event<Value>) -> (Vec<WatchEvent>, Option<Vec<ListedObject>>) {
@@ -241,7 +246,13 @@ pub(crate) async fn start(
         };
         let stream = watcher_events(&client, &resolved.resource, namespace, scope);
         let (ready, first_list) = oneshot::channel();
-        tokio::spawn(forward(stream, target, events.clone(), ready));
+        tokio::spawn(forward(
+            stream,
+            target,
+            scope.max_objects,
+            events.clone(),
+            ready,
+        ));
         lists.push(first_list);
     }
     let mut initial = Vec::new();
@@ -315,6 +326,7 @@ fn watcher_events(
 async fn forward(
     stream: Events,
     target: Target,
+    max_objects: Option<usize>,
     events: mpsc::UnboundedSender<WatchEvent>,
     ready: Ready,
 ) {
@@ -329,6 +341,18 @@ async fn forward(
         match item {
             Some(Ok(event)) => {
                 let (out, initial) = forwarder.handle(event);
+                // Given up page by page, before a list too large is held.
+                if let Some(max) = max_objects
+                    && forwarder.listed_first() > max
+                {
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(Err(BackendError::OverBudget {
+                            kind: target.kind.clone(),
+                            max,
+                        }));
+                    }
+                    return;
+                }
                 if let Some(initial) = initial
                     && let Some(ready) = ready.take()
                     && ready.send(Ok(initial)).is_err()
@@ -540,6 +564,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_first_list_past_the_budget_is_given_up_before_its_next_page() {
+        let (backend, mut api) = testing::backend();
+        let server = tokio::spawn(async move {
+            let mut page = list("5", &[item("a", "1"), item("b", "2"), item("c", "3")]);
+            page["metadata"]["continue"] = json!("more");
+            respond(&mut api, 200, page).await;
+            api
+        });
+        let scope = WatchScope {
+            max_objects: Some(2),
+            ..WatchScope::default()
+        };
+        let result = backend.watch(&testing::deployment_kind(), &scope).await;
+        let Err(crate::cluster::backend::BackendError::OverBudget { kind, max }) = result else {
+            panic!("expected OverBudget");
+        };
+        assert_eq!((kind.as_str(), max), ("apps/v1 Deployment", 2));
+        let mut api = server.await.unwrap();
+        // The next page was never asked for.
+        let next = tokio::time::timeout(Duration::from_millis(300), api.next_request()).await;
+        assert!(!matches!(next, Ok(Some(_))), "a second page was requested");
+    }
+
+    #[tokio::test]
     async fn forbidden_first_list_is_returned() {
         let (backend, mut api) = testing::backend();
         let server = tokio::spawn(async move {
@@ -583,6 +631,7 @@ mod tests {
             namespaces: ["a".to_string(), "b".to_string()].into(),
             metadata_only: false,
             labels: None,
+            max_objects: None,
         };
         let stream = backend
             .watch(&testing::deployment_kind(), &scope)
@@ -622,6 +671,7 @@ mod tests {
             namespaces: Default::default(),
             metadata_only: true,
             labels: None,
+            max_objects: None,
         };
         let stream = backend
             .watch(&testing::deployment_kind(), &scope)

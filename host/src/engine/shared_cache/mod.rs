@@ -9,6 +9,7 @@
 
 mod controller_index;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use reconciler_contract::KindRef;
@@ -27,6 +28,11 @@ use crate::plugin::ObjectReader;
 #[derive(Default)]
 pub struct SharedCache {
     objects: RwLock<Cached>,
+    /// The most objects it holds (`None`: no bound); see [`Self::with_budget`].
+    budget: Option<usize>,
+    /// An object was turned away for the budget: the cache no longer
+    /// mirrors its cluster, and its owner must stop using it.
+    over_budget: AtomicBool,
 }
 
 /// The objects and their index, changed together under one lock.
@@ -85,6 +91,53 @@ impl SharedCache {
         Self::default()
     }
 
+    /// A cache that holds at most `max_objects`. Why a bound: one cluster
+    /// with more objects of a watched kind than a process can hold would
+    /// otherwise take down every other cluster the process serves. Past the
+    /// bound a new object is not stored and [`Self::over_budget`] turns
+    /// true for good: a cache missing objects would have plugins decide on
+    /// a world that is not there, so its owner must drop it, not use it.
+    pub fn with_budget(max_objects: usize) -> Self {
+        Self {
+            budget: Some(max_objects),
+            ..Self::default()
+        }
+    }
+
+    /// Whether an object was turned away for the budget.
+    pub fn over_budget(&self) -> bool {
+        self.over_budget.load(Ordering::Relaxed)
+    }
+
+    /// Records that the cluster holds more than the budget (a first list
+    /// too large to take): the cache's owner must stop using it.
+    pub fn mark_over_budget(&self) {
+        self.over_budget.store(true, Ordering::Relaxed);
+    }
+
+    /// The bound of [`Self::with_budget`].
+    pub fn budget(&self) -> Option<usize> {
+        self.budget
+    }
+
+    /// Whether `object`, not yet held, would take the cache past its budget
+    /// (which it then records).
+    fn refuses(&self, object: &Value) -> bool {
+        let Some(max) = self.budget else {
+            return false;
+        };
+        let cache = self.read();
+        if cache.len() < max {
+            return false;
+        }
+        let held = ObjectKey::of(object)
+            .is_some_and(|k| cache.contains(&k.kind, k.namespace.as_deref(), &k.name));
+        if !held {
+            self.over_budget.store(true, Ordering::Relaxed);
+        }
+        !held
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Cached> {
         self.objects.read().unwrap_or_else(|e| e.into_inner())
     }
@@ -102,7 +155,7 @@ impl SharedCache {
             WatchEventType::Added | WatchEventType::Modified => {
                 // The event of a write whose result the engine cached
                 // already (a status write), or a re-list's copy.
-                if self.read().holds_version(&event.object) {
+                if self.read().holds_version(&event.object) || self.refuses(&event.object) {
                     return;
                 }
                 // Slim already (as the embedded store's objects are), the
