@@ -433,8 +433,15 @@ pub async fn client_for(
     request_timeout: Option<Duration>,
     rate: Option<crate::process::client_rate_limit::RateLimit>,
 ) -> Result<(kube::Client, String), EngageError> {
-    let mut parsed = kube::config::Kubeconfig::from_yaml(kubeconfig)
-        .map_err(|e| EngageError::NoClient(format!("not a kubeconfig: {e}")))?;
+    let mut parsed = kube::config::Kubeconfig::from_yaml(kubeconfig).map_err(|e| {
+        EngageError::NoClient(match trust {
+            KubeconfigTrust::Operator => format!("not a kubeconfig: {e}"),
+            // A parser's message can quote the value it tripped on, and a
+            // Secret's values are credentials; its Events are read by more
+            // people than the Secret itself.
+            KubeconfigTrust::FromCluster(_) => "not a kubeconfig: it does not parse as one (the parser's words are withheld, as they can quote the Secret's values; check it with `kubectl --kubeconfig FILE version`)".into(),
+        })
+    })?;
     kubeconfig_trust::check(&parsed, trust)?;
     for user in parsed
         .auth_infos
@@ -612,6 +619,14 @@ fn described_secret(secret: &Secret, kind: SourceKind) -> Option<Described> {
     };
     if let Err(why) = valid_member_name(&name) {
         tracing::warn!("Secret {secret_name} names cluster {name:?}, which is not usable: {why}");
+        return None;
+    }
+    // `local` means the cluster the host runs in, whether or not it is
+    // served: `--plugin-clusters` and sharding rely on it.
+    if name == LOCAL {
+        tracing::warn!(
+            "Secret {secret_name} names cluster {LOCAL}, which is reserved for the cluster the host runs in: it is not used"
+        );
         return None;
     }
     let data = secret.data.as_ref();
@@ -812,6 +827,8 @@ mod tests {
     fn secrets_without_a_usable_name_or_kubeconfig_describe_no_member() {
         let no_data = secret("m", &[(SECRET_LABEL, "east")], &[]);
         assert!(described_secret(&no_data, SourceKind::Secrets).is_none());
+        let reserved = secret("m", &[(SECRET_LABEL, LOCAL)], &[("kubeconfig", "x")]);
+        assert!(described_secret(&reserved, SourceKind::Secrets).is_none());
         let bad_name = secret("m", &[(SECRET_LABEL, "-east")], &[("kubeconfig", "x")]);
         assert!(described_secret(&bad_name, SourceKind::Secrets).is_none());
         // Cluster API labels several Secrets of a cluster: only
@@ -866,6 +883,24 @@ mod tests {
             panic!("a client from a broken kubeconfig");
         };
         assert!(err.to_string().contains("not a kubeconfig"), "{err}");
+        // From a Secret, the parser's words (which can quote a value) are
+        // withheld.
+        let quoting = "clusters: {token-abc123: [";
+        let Err(err) = client_for(
+            quoting,
+            &KubeconfigTrust::FromCluster(Default::default()),
+            None,
+            None,
+        )
+        .await
+        else {
+            panic!("a client from a broken kubeconfig");
+        };
+        let text = err.to_string();
+        assert!(
+            text.contains("not a kubeconfig") && !text.contains("abc123"),
+            "{text}"
+        );
         let empty = "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n";
         let Err(err) = client_for(empty, &KubeconfigTrust::Operator, None, None).await else {
             panic!("a client from an empty kubeconfig");
