@@ -276,7 +276,12 @@ async fn members(m: usize, podset: &Path, cache: &Path, crds: &Path) -> anyhow::
     for (i, cluster) in clusters.iter().enumerate() {
         let started = Instant::now();
         let name = member(i).name;
-        fleet.engage(member(i), cluster.clone(), None, Duration::ZERO);
+        fleet.engage(
+            member(i),
+            cluster.clone(),
+            reconciler_host::fleet::Hooks::default(),
+            Duration::ZERO,
+        );
         if i < 10 {
             // Polled every millisecond: the figure is tens of them.
             let serving = || fleet.engine(&name).is_some_and(|e| !e.plugins().is_empty());
@@ -307,7 +312,12 @@ async fn members(m: usize, podset: &Path, cache: &Path, crds: &Path) -> anyhow::
     disengage_all(&fleet, &clusters).await?;
     let rss_disengaged = proc_status_kb(&proc_status()?, "VmRSS")?;
     for (i, cluster) in clusters.iter().enumerate() {
-        fleet.engage(member(i), cluster.clone(), None, Duration::ZERO);
+        fleet.engage(
+            member(i),
+            cluster.clone(),
+            reconciler_host::fleet::Hooks::default(),
+            Duration::ZERO,
+        );
     }
     for (i, cluster) in clusters.iter().enumerate() {
         let name = member(i).name;
@@ -380,7 +390,12 @@ async fn converge(
     let (fleet, _sandbox) = fleet_with_podset(podset, cache).await?;
     let started = Instant::now();
     for (j, cluster) in clusters.iter().enumerate() {
-        fleet.engage(member(j), cluster.clone(), None, Duration::ZERO);
+        fleet.engage(
+            member(j),
+            cluster.clone(),
+            reconciler_host::fleet::Hooks::default(),
+            Duration::ZERO,
+        );
     }
     for (cluster, share) in clusters.iter().zip(&shares) {
         converged(cluster, share).await?;
