@@ -37,12 +37,10 @@ pub struct ClusterArgs {
     #[arg(long, hide = true)]
     pub no_cluster_secrets: bool,
     /// What kubeconfigs from Secrets (--cluster-secrets, --cluster-api) may ask beyond inline
-    /// credentials for an https server the host verifies, each refused with an Event on its
-    /// Secret unless named here: exec (run a credential command in the host, with a 30 s
-    /// limit), auth-provider (a provider that can run a command), files (tokenFile,
-    /// client-certificate, client-key, certificate-authority: read a file of the host's, such
-    /// as its own service-account token), insecure (insecure-skip-tls-verify), http (an
-    /// http:// server). Files in --clusters-dir may use all of them. Comma-separated.
+    /// credentials for an https server the host verifies; anything else is refused with an
+    /// Event on the Secret. Each widens what a Secret's writer can make the host do (files:
+    /// read the host's own service-account token, for one). Files in --clusters-dir may use
+    /// all of them. Comma-separated, e.g. `exec,files`.
     #[arg(long, value_name = "WHAT", value_delimiter = ',')]
     pub cluster_secrets_allow: Vec<Widening>,
     /// Where member clusters' kubeconfig Secrets (labelled, and Cluster API's) are read, and

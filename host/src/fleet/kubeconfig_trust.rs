@@ -27,7 +27,8 @@ use kube::config::Kubeconfig;
 /// a verified TLS server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum)]
 pub enum Widening {
-    /// `users[].user.exec`: run a credential command in the host.
+    /// `users[].user.exec`: run a credential command in the host (given up
+    /// after 30 s).
     Exec,
     /// `users[].user.auth-provider`: a provider that may run `cmd-path` or
     /// send the kubeconfig's secrets to an identity provider it names.
