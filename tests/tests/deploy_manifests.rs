@@ -1,6 +1,7 @@
 //! The manifests in deploy/ that are derived from code stay in step with it.
 
 use reconciler_host::admission::webhook_configs::{DEFAULT_WEBHOOK_PREFIX, configuration_name};
+use reconciler_host::process::http_server::REPORT_PATHS;
 use reconciler_host::process::rbac::{Plurals, RbacScope, rbac};
 use reconciler_tests::{example_plugin, load, root};
 
@@ -158,10 +159,15 @@ fn the_deployment_runs_the_host_with_flags_it_has() {
         .expect("the Service exposes the metrics port");
     assert_eq!(metrics["port"], 8444);
     let reader = manifest("metrics-reader.yaml");
-    assert_eq!(
-        reader["rules"][0]["nonResourceURLs"],
-        serde_json::json!(["/metrics", "/plugins"])
-    );
+    let granted = &reader["rules"][0]["nonResourceURLs"];
+    for path in REPORT_PATHS {
+        assert!(
+            granted
+                .as_array()
+                .is_some_and(|g| g.iter().any(|p| p == path)),
+            "deploy/metrics-reader.yaml does not grant {path}, which the metrics port serves: {granted}"
+        );
+    }
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     let security = &container["securityContext"];
@@ -312,6 +318,44 @@ async fn generated_rbac_grants_the_lease_and_webhook_configurations_by_name_on_a
     real_cluster::delete_webhook_configuration(&client, &other).await;
     real_cluster::delete_cluster_role(&client, &host).await;
     real_cluster::delete_namespace(&client, &host).await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
+/// deploy/metrics-reader.yaml, bound to a scraper's service account as the
+/// docs say, lets it read every report the metrics port serves: the API
+/// server's authorizer (the SubjectAccessReview the host sends for each
+/// request) allows `get` on each path, and refuses an account left unbound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_reader_role_lets_a_scraper_read_every_report_on_a_real_cluster() {
+    let Some(client) = real_cluster_client(
+        "the_metrics_reader_role_lets_a_scraper_read_every_report_on_a_real_cluster",
+    )
+    .await
+    else {
+        return;
+    };
+    let namespace = real_cluster::namespace(&client, "metrics-reader-e2e-")
+        .await
+        .expect("a namespace");
+    // The role is cluster-scoped: named after the test's namespace, so runs
+    // in parallel (or an installed host) keep their own.
+    let mut role = manifest("metrics-reader.yaml");
+    let name = format!("{namespace}-metrics-reader");
+    role["metadata"]["name"] = serde_json::json!(name);
+    let result = async {
+        let yaml = serde_yaml_ng::to_string(&role)?;
+        real_cluster::apply_cluster_role(&client, &yaml, (&namespace, "prometheus")).await?;
+        for path in REPORT_PATHS {
+            real_cluster::expect_can_get(&client, (&namespace, "prometheus"), path, true).await?;
+            real_cluster::expect_can_get(&client, (&namespace, "stranger"), path, false).await?;
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    real_cluster::delete_cluster_role(&client, &name).await;
+    real_cluster::delete_namespace(&client, &namespace).await;
     if let Err(e) = result {
         panic!("{e:#}");
     }
@@ -572,6 +616,59 @@ mod real_cluster {
         }))?;
         let answered = api.create(&PostParams::default(), &review).await?;
         Ok(answered.data["status"]["allowed"] == json!(true))
+    }
+
+    /// Whether the API server's authorizer lets `account` (namespace/name)
+    /// `get` the non-resource URL `path`, as the host asks before serving
+    /// a report.
+    pub async fn can_get(client: &Client, account: (&str, &str), path: &str) -> Result<bool> {
+        let api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &resource(
+                "authorization.k8s.io",
+                "v1",
+                "SubjectAccessReview",
+                "subjectaccessreviews",
+            ),
+        );
+        let (account_namespace, account_name) = account;
+        let review: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "metadata": {},
+            "spec": {
+                "user": format!("system:serviceaccount:{account_namespace}:{account_name}"),
+                "groups": ["system:serviceaccounts",
+                    format!("system:serviceaccounts:{account_namespace}"), "system:authenticated"],
+                "nonResourceAttributes": {"path": path, "verb": "get"}
+            }
+        }))?;
+        let answered = api.create(&PostParams::default(), &review).await?;
+        Ok(answered.data["status"]["allowed"] == json!(true))
+    }
+
+    /// [`can_get`] asked until the answer is `expected`, as [`expect_can`].
+    pub async fn expect_can_get(
+        client: &Client,
+        account: (&str, &str),
+        path: &str,
+        expected: bool,
+    ) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let allowed = can_get(client, account, path).await?;
+            if allowed == expected {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "service account {}/{} {} get {path}",
+                    account.0,
+                    account.1,
+                    if allowed { "may" } else { "may not" }
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 
     /// Asks until the answer is `expected` (RBAC reaches the authorizer
