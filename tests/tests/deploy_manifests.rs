@@ -179,6 +179,78 @@ fn the_deployment_runs_the_host_with_flags_it_has() {
     assert!(container["resources"]["limits"]["memory"].is_string());
 }
 
+/// The NetworkPolicy covers the host's pods and leaves each of their ports
+/// open to whom it must be, except the webhooks port, which no pod reaches
+/// (kube-system's tunnel agents aside): only addresses outside the pod
+/// network, the API server's.
+#[test]
+fn the_network_policy_keeps_pods_off_the_webhooks_port() {
+    let policy = manifest("network-policy.yaml");
+    let deployment = manifest("deployment.yaml");
+    assert_eq!(
+        policy["metadata"]["namespace"],
+        deployment["metadata"]["namespace"]
+    );
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"],
+        deployment["spec"]["template"]["metadata"]["labels"],
+        "the policy selects the host's pods"
+    );
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let ports: Vec<&str> = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    let rules = policy["spec"]["ingress"].as_array().unwrap();
+    let rule_of = |port: &str| {
+        let found: Vec<_> = rules
+            .iter()
+            .filter(|r| {
+                r["ports"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["port"] == port)
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "one rule for port {port}: {rules:?}");
+        found[0]
+    };
+    for port in &ports {
+        // A port no rule names would be closed to everyone: the probes
+        // would fail, or the scraper would.
+        rule_of(port);
+    }
+    for rule in rules {
+        for port in rule["ports"].as_array().unwrap() {
+            assert!(
+                ports.iter().any(|p| port["port"] == *p),
+                "the policy names a port the container does not have: {port}"
+            );
+        }
+    }
+    let webhooks = rule_of("webhooks");
+    let from = webhooks["from"]
+        .as_array()
+        .expect("the webhooks port says who may connect");
+    for peer in from {
+        if let Some(block) = peer.get("ipBlock") {
+            assert!(
+                block["except"].as_array().is_some_and(|e| !e.is_empty()),
+                "an address block that does not leave out the pod network: {peer}"
+            );
+        } else {
+            assert_eq!(
+                peer,
+                &serde_json::json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}),
+                "pods may reach the webhooks port only from kube-system"
+            );
+        }
+    }
+}
+
 /// Without --namespace, the host may touch its own Lease and webhook
 /// configurations by name: not kube-system's Leases, not a node's, not
 /// another webhook configuration.
@@ -361,6 +433,37 @@ async fn the_metrics_reader_role_lets_a_scraper_read_every_report_on_a_real_clus
     }
 }
 
+/// The API server takes deploy/network-policy.yaml as it is (in a
+/// namespace of the test's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_network_policy_in_deploy_is_accepted_by_a_real_api_server() {
+    let Some(client) =
+        real_cluster_client("the_network_policy_in_deploy_is_accepted_by_a_real_api_server").await
+    else {
+        return;
+    };
+    let namespace = real_cluster::namespace(&client, "network-policy-e2e-")
+        .await
+        .expect("a namespace");
+    let mut policy = manifest("network-policy.yaml");
+    policy["metadata"]["namespace"] = serde_json::json!(namespace);
+    let result = real_cluster::apply_namespaced(
+        &client,
+        &policy,
+        (
+            "networking.k8s.io",
+            "v1",
+            "NetworkPolicy",
+            "networkpolicies",
+        ),
+    )
+    .await;
+    real_cluster::delete_namespace(&client, &namespace).await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
 /// A client of the cluster in KUBECONFIG, or `None` after printing why
 /// `test` is skipped.
 async fn real_cluster_client(test: &str) -> Option<kube::Client> {
@@ -517,6 +620,24 @@ mod real_cluster {
             );
             let _ = api.delete(name, &DeleteParams::default()).await;
         }
+    }
+
+    /// Server-side applies `object`, of the kind `(group, version, kind,
+    /// plural)`, in its namespace.
+    pub async fn apply_namespaced(
+        client: &Client,
+        object: &Value,
+        (group, version, kind, plural): (&str, &str, &str, &str),
+    ) -> Result<()> {
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .context("a namespace")?;
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            namespace,
+            &resource(group, version, kind, plural),
+        );
+        apply(&api, object).await
     }
 
     async fn apply(api: &Api<DynamicObject>, object: &Value) -> Result<()> {
