@@ -22,6 +22,37 @@ pub struct ClientIdentity {
     pub key_pem: String,
 }
 
+impl ClientIdentity {
+    /// A new CA and a client certificate it signed for `name`: the CA's PEM
+    /// (what `--admission-client-ca` names) and the client's identity.
+    pub fn signed_by_new_ca(name: &str) -> Result<(String, Self)> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+            KeyPair,
+        };
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, format!("{name} CA"));
+        let ca_key = KeyPair::generate()?;
+        let ca_pem = ca_params.self_signed(&ca_key)?.pem();
+        let ca = Issuer::new(ca_params, ca_key);
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &ca)?;
+        Ok((
+            ca_pem,
+            Self {
+                cert_pem: cert.pem(),
+                key_pem: key.serialize_pem(),
+            },
+        ))
+    }
+}
+
 /// [`connector`] presenting `identity` when the server asks for a client
 /// certificate (none: it presents none).
 pub fn connector_as(

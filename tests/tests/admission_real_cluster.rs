@@ -313,6 +313,97 @@ fn an_object_labelled_to_opt_out_still_goes_through_admission() {
     );
 }
 
+/// With `--admission-client-ca`, a real API server given a client
+/// certificate for the webhook's host, by the AdmissionConfiguration and
+/// kubeconfig docs/cluster.md shows, is served: it gets defaults and the
+/// plugin's denial. A caller without that certificate gets no answer.
+#[test]
+fn an_api_server_presenting_the_client_certificate_is_served_and_no_one_else() {
+    let test = "an_api_server_presenting_the_client_certificate_is_served_and_no_one_else";
+    // The API server reads its admission configuration at start: written
+    // before its control plane comes up, for the port the host will take.
+    let files = tempfile::tempdir().expect("a directory for the API server's files");
+    let port = free_port().expect("a free port");
+    let (ca_pem, identity) =
+        https_client::ClientIdentity::signed_by_new_ca("kube-apiserver").expect("certificates");
+    let path = |name: &str| files.path().join(name).display().to_string();
+    let written = [
+        ("callers-ca.crt", ca_pem),
+        ("apiserver-webhooks.crt", identity.cert_pem.clone()),
+        ("apiserver-webhooks.key", identity.key_pem.clone()),
+        (
+            "config.yaml",
+            ["ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"]
+                .iter()
+                .fold(
+                    "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n"
+                        .to_string(),
+                    |yaml, plugin| {
+                        yaml + &format!(
+                            "  - name: {plugin}\n    configuration:\n      apiVersion: apiserver.config.k8s.io/v1\n      kind: WebhookAdmissionConfiguration\n      kubeConfigFile: {}\n",
+                            path("webhooks.kubeconfig")
+                        )
+                    },
+                ),
+        ),
+        (
+            "webhooks.kubeconfig",
+            format!(
+                "apiVersion: v1\nkind: Config\nusers:\n  - name: 127.0.0.1:{port}\n    user:\n      client-certificate: {}\n      client-key: {}\n",
+                path("apiserver-webhooks.crt"),
+                path("apiserver-webhooks.key")
+            ),
+        ),
+    ];
+    for (name, text) in &written {
+        std::fs::write(files.path().join(name), text).expect("writing the API server's files");
+    }
+    let flag = format!("--admission-control-config-file={}", path("config.yaml"));
+    SUITE.run_on_own_control_plane(test, &[("APISERVER_EXTRA", &flag)], async |cx| {
+        cx.install_crds(&root().join("crds/kubernetescluster.yaml"))
+            .await?;
+        let callers = path("callers-ca.crt");
+        let prefix = start_host_with_admission_on(
+            cx,
+            port,
+            &[example_plugin("kubernetescluster")],
+            &["--admission-client-ca", &callers],
+        )?;
+        wait_for_configuration(cx, &prefix, "kubernetescluster", "Fail").await?;
+        let created = match try_create(cx, &cluster("prod", 3)).await? {
+            Ok(created) => created,
+            Err(denied) => bail!("the API server's create was not admitted: {denied}"),
+        };
+        if created["spec"]["version"] != "1.33" {
+            bail!("defaulting did not fill spec.version: {}", created["spec"]);
+        }
+        let kind = KindRef::new("example.com", "v1alpha1", "KubernetesCluster");
+        let denied = cx
+            .merge_patch(&kind, "prod", json!({"spec": {"masters": 5}}))
+            .await
+            .err()
+            .context("an update of spec.masters was admitted")?;
+        let message = format!("{denied:#}");
+        if !message.contains("spec.masters cannot change after creation") {
+            bail!("not the plugin's message: {message}");
+        }
+        cx.step("the API server, presenting its certificate, got defaults and the denial");
+
+        let secret = KindRef::new("", "v1", "Secret");
+        let served = cx.must_get(&secret, "admission-tls").await?;
+        let bundle = secret_text(&served, "ca.crt");
+        let request = "POST /admission/kubernetescluster/validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        match https_client::send_as(addr, &bundle, None, request).await {
+            Ok((code, body)) => bail!("a caller without a certificate was answered: {code} {body}"),
+            Err(e) if format!("{e:#}").contains("alert") => {}
+            Err(e) => bail!("not refused by the TLS handshake: {e:#}"),
+        }
+        cx.step("a caller without the certificate was refused");
+        remove_configurations(cx, &prefix).await
+    });
+}
+
 /// Every replica serves admission, leader or not: a host that never gets
 /// the Lease (another holder keeps it for an hour) still answers the API
 /// server's webhook calls, and reconciles nothing.

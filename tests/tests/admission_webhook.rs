@@ -142,34 +142,6 @@ async fn a_change_of_masters_is_denied_and_a_missing_version_defaulted_over_http
     );
 }
 
-/// A CA and a client certificate it signed, as the API server's admission
-/// configuration would present: the CA's PEM, and the client's identity.
-fn client_ca_and_identity(name: &str) -> (String, https_client::ClientIdentity) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    };
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, format!("{name} CA"));
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_pem = ca_params.self_signed(&ca_key).unwrap().pem();
-    let ca = Issuer::new(ca_params, ca_key);
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let key = KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, &ca).unwrap();
-    (
-        ca_pem,
-        https_client::ClientIdentity {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        },
-    )
-}
-
 /// With --admission-client-ca, the webhook port serves only callers whose
 /// certificate that CA signed (the API server's): a pod connecting without
 /// one, or with one from another CA, is refused at the TLS handshake and
@@ -177,8 +149,9 @@ fn client_ca_and_identity(name: &str) -> (String, https_client::ClientIdentity) 
 /// server's call is answered by the plugin.
 #[tokio::test]
 async fn only_callers_with_a_certificate_from_the_client_ca_are_served() {
-    let (ca_pem, api_server) = client_ca_and_identity("kube-apiserver");
-    let (_, stranger) = client_ca_and_identity("a pod");
+    let (ca_pem, api_server) =
+        https_client::ClientIdentity::signed_by_new_ca("kube-apiserver").unwrap();
+    let (_, stranger) = https_client::ClientIdentity::signed_by_new_ca("a pod").unwrap();
     let callers = ClientCa::from_pem(ca_pem.as_bytes(), std::path::Path::new("client-ca.crt"))
         .expect("a CA the host accepts");
     let set = Arc::new(AdmissionPlugins::new());
