@@ -972,9 +972,10 @@ async fn try_dry_run(
 }
 
 /// The webhooks reach neither kube-system, nor the host's own namespace, nor
-/// a namespace labelled to opt out, even where the host serves them; and they are owned by the host's Namespace, so uninstalling (the
-/// Namespace goes with `kubectl delete -k deploy/`) removes them instead of
-/// leaving a Fail policy that denies its kind forever.
+/// a namespace labelled to opt out, even where the host serves them; and
+/// they are owned by the host's Namespace, so uninstalling (the Namespace
+/// goes with `kubectl delete -k deploy/`) removes them instead of leaving a
+/// Fail policy that denies its kind forever.
 #[test]
 fn the_webhooks_spare_kube_system_and_the_hosts_namespace_and_go_with_it() {
     SUITE.run(

@@ -367,7 +367,7 @@ mod tests {
     #[tokio::test]
     async fn the_open_port_serves_probes_and_no_reports() {
         let status = Arc::new(HostStatus::new());
-        for path in ["/metrics", "/plugins"] {
+        for path in REPORT_PATHS {
             let response = probes(status.clone())
                 .oneshot(Request::get(path).body(Body::empty()).unwrap())
                 .await
