@@ -6,9 +6,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use base64::Engine as _;
+use reconciler_host::admission::client_ca::ClientCa;
 use reconciler_host::admission::live_cert::LiveCert;
 use reconciler_host::admission::plugin_set::AdmissionPlugins;
-use reconciler_host::admission::server::serve;
+use reconciler_host::admission::server::{ServerLimits, serve, serve_with};
 use reconciler_host::admission::serving_cert::ServingCert;
 use reconciler_host::admission::webhook_configs::{WebhookEndpoint, WebhookSetup, configurations};
 use reconciler_host::cluster::VirtualClock;
@@ -138,6 +139,67 @@ async fn a_change_of_masters_is_denied_and_a_missing_version_defaulted_over_http
     assert_eq!(
         serde_json::from_slice::<Value>(&patch).unwrap(),
         json!([{"op": "add", "path": "/spec/version", "value": "1.33"}])
+    );
+}
+
+/// With --admission-client-ca, the webhook port serves only callers whose
+/// certificate that CA signed (the API server's): a pod connecting without
+/// one, or with one from another CA, is refused at the TLS handshake and
+/// gets no answer (so it cannot hold an admission call), while the API
+/// server's call is answered by the plugin.
+#[tokio::test]
+async fn only_callers_with_a_certificate_from_the_client_ca_are_served() {
+    let (ca_pem, api_server) =
+        https_client::ClientIdentity::signed_by_new_ca("kube-apiserver").unwrap();
+    let (_, stranger) = https_client::ClientIdentity::signed_by_new_ca("a pod").unwrap();
+    let callers = ClientCa::from_pem(ca_pem.as_bytes(), std::path::Path::new("client-ca.crt"))
+        .expect("a CA the host accepts");
+    let set = Arc::new(AdmissionPlugins::new());
+    set.replace([Arc::new(load(&plugin_path("kubernetescluster")))]);
+    let cert = ServingCert::generate(&["127.0.0.1".to_string()]).unwrap();
+    let addr = serve_with(
+        "127.0.0.1:0".parse().unwrap(),
+        LiveCert::new(&cert).unwrap(),
+        set,
+        Arc::new(VirtualClock::at(0)),
+        DEFAULT_ADMISSION_INSTANCES as usize,
+        ServerLimits::default(),
+        Some(&callers),
+    )
+    .await
+    .unwrap();
+    let body = review(
+        "UPDATE",
+        CLUSTER_KIND,
+        cluster(5, Some("1.33")),
+        Some(cluster(3, Some("1.33"))),
+    );
+    let request = format!(
+        "POST /admission/kubernetescluster/validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+
+    for (who, identity) in [("no certificate", None), ("another CA's", Some(&stranger))] {
+        let refused = https_client::send_as(addr, &cert.ca_bundle_pem, identity, &request).await;
+        let error = match refused {
+            Ok((code, body)) => panic!("a client with {who} was answered: {code} {body}"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(
+            error.contains("alert"),
+            "a client with {who} should be refused by a TLS alert: {error}"
+        );
+    }
+
+    let (code, body) =
+        https_client::send_as(addr, &cert.ca_bundle_pem, Some(&api_server), &request)
+            .await
+            .expect("the API server's certificate is accepted");
+    assert_eq!(code, 200, "{body}");
+    let response = answer(&body);
+    assert_eq!(
+        response["allowed"], false,
+        "the plugin answered: {response}"
     );
 }
 
@@ -410,9 +472,9 @@ fn the_configurations_name_the_kind_the_endpoint_and_the_policy() {
         "called only for the namespaces the host serves, never kube-system, the host's own or one that opted out"
     );
     assert_eq!(
-        hook["objectSelector"],
-        json!({"matchExpressions": [{"key": "reconciler-host.io/admission", "operator": "NotIn", "values": ["disabled"]}]}),
-        "never for an object that opted out"
+        hook.get("objectSelector"),
+        None,
+        "an object's own labels are its writer's: none of them may keep it from admission"
     );
     let mutating = mutating.expect("kubernetescluster defaults");
     assert_eq!(

@@ -1,6 +1,7 @@
 //! The manifests in deploy/ that are derived from code stay in step with it.
 
 use reconciler_host::admission::webhook_configs::{DEFAULT_WEBHOOK_PREFIX, configuration_name};
+use reconciler_host::process::http_server::REPORT_PATHS;
 use reconciler_host::process::rbac::{Plurals, RbacScope, rbac};
 use reconciler_tests::{example_plugin, load, root};
 
@@ -158,10 +159,15 @@ fn the_deployment_runs_the_host_with_flags_it_has() {
         .expect("the Service exposes the metrics port");
     assert_eq!(metrics["port"], 8444);
     let reader = manifest("metrics-reader.yaml");
-    assert_eq!(
-        reader["rules"][0]["nonResourceURLs"],
-        serde_json::json!(["/metrics", "/plugins"])
-    );
+    let granted = &reader["rules"][0]["nonResourceURLs"];
+    for path in REPORT_PATHS {
+        assert!(
+            granted
+                .as_array()
+                .is_some_and(|g| g.iter().any(|p| p == path)),
+            "deploy/metrics-reader.yaml does not grant {path}, which the metrics port serves: {granted}"
+        );
+    }
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     let security = &container["securityContext"];
@@ -171,6 +177,78 @@ fn the_deployment_runs_the_host_with_flags_it_has() {
         true
     );
     assert!(container["resources"]["limits"]["memory"].is_string());
+}
+
+/// The NetworkPolicy covers the host's pods and leaves each of their ports
+/// open to whom it must be, except the webhooks port, which no pod reaches
+/// (kube-system's tunnel agents aside): only addresses outside the pod
+/// network, the API server's.
+#[test]
+fn the_network_policy_keeps_pods_off_the_webhooks_port() {
+    let policy = manifest("network-policy.yaml");
+    let deployment = manifest("deployment.yaml");
+    assert_eq!(
+        policy["metadata"]["namespace"],
+        deployment["metadata"]["namespace"]
+    );
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"],
+        deployment["spec"]["template"]["metadata"]["labels"],
+        "the policy selects the host's pods"
+    );
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let ports: Vec<&str> = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    let rules = policy["spec"]["ingress"].as_array().unwrap();
+    let rule_of = |port: &str| {
+        let found: Vec<_> = rules
+            .iter()
+            .filter(|r| {
+                r["ports"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["port"] == port)
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "one rule for port {port}: {rules:?}");
+        found[0]
+    };
+    for port in &ports {
+        // A port no rule names would be closed to everyone: the probes
+        // would fail, or the scraper would.
+        rule_of(port);
+    }
+    for rule in rules {
+        for port in rule["ports"].as_array().unwrap() {
+            assert!(
+                ports.iter().any(|p| port["port"] == *p),
+                "the policy names a port the container does not have: {port}"
+            );
+        }
+    }
+    let webhooks = rule_of("webhooks");
+    let from = webhooks["from"]
+        .as_array()
+        .expect("the webhooks port says who may connect");
+    for peer in from {
+        if let Some(block) = peer.get("ipBlock") {
+            assert!(
+                block["except"].as_array().is_some_and(|e| !e.is_empty()),
+                "an address block that does not leave out the pod network: {peer}"
+            );
+        } else {
+            assert_eq!(
+                peer,
+                &serde_json::json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}),
+                "pods may reach the webhooks port only from kube-system"
+            );
+        }
+    }
 }
 
 /// Without --namespace, the host may touch its own Lease and webhook
@@ -312,6 +390,75 @@ async fn generated_rbac_grants_the_lease_and_webhook_configurations_by_name_on_a
     real_cluster::delete_webhook_configuration(&client, &other).await;
     real_cluster::delete_cluster_role(&client, &host).await;
     real_cluster::delete_namespace(&client, &host).await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
+/// deploy/metrics-reader.yaml, bound to a scraper's service account as the
+/// docs say, lets it read every report the metrics port serves: the API
+/// server's authorizer (the SubjectAccessReview the host sends for each
+/// request) allows `get` on each path, and refuses an account left unbound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_reader_role_lets_a_scraper_read_every_report_on_a_real_cluster() {
+    let Some(client) = real_cluster_client(
+        "the_metrics_reader_role_lets_a_scraper_read_every_report_on_a_real_cluster",
+    )
+    .await
+    else {
+        return;
+    };
+    let namespace = real_cluster::namespace(&client, "metrics-reader-e2e-")
+        .await
+        .expect("a namespace");
+    // The role is cluster-scoped: named after the test's namespace, so runs
+    // in parallel (or an installed host) keep their own.
+    let mut role = manifest("metrics-reader.yaml");
+    let name = format!("{namespace}-metrics-reader");
+    role["metadata"]["name"] = serde_json::json!(name);
+    let result = async {
+        let yaml = serde_yaml_ng::to_string(&role)?;
+        real_cluster::apply_cluster_role(&client, &yaml, (&namespace, "prometheus")).await?;
+        for path in REPORT_PATHS {
+            real_cluster::expect_can_get(&client, (&namespace, "prometheus"), path, true).await?;
+            real_cluster::expect_can_get(&client, (&namespace, "stranger"), path, false).await?;
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    real_cluster::delete_cluster_role(&client, &name).await;
+    real_cluster::delete_namespace(&client, &namespace).await;
+    if let Err(e) = result {
+        panic!("{e:#}");
+    }
+}
+
+/// The API server takes deploy/network-policy.yaml as it is (in a
+/// namespace of the test's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_network_policy_in_deploy_is_accepted_by_a_real_api_server() {
+    let Some(client) =
+        real_cluster_client("the_network_policy_in_deploy_is_accepted_by_a_real_api_server").await
+    else {
+        return;
+    };
+    let namespace = real_cluster::namespace(&client, "network-policy-e2e-")
+        .await
+        .expect("a namespace");
+    let mut policy = manifest("network-policy.yaml");
+    policy["metadata"]["namespace"] = serde_json::json!(namespace);
+    let result = real_cluster::apply_namespaced(
+        &client,
+        &policy,
+        (
+            "networking.k8s.io",
+            "v1",
+            "NetworkPolicy",
+            "networkpolicies",
+        ),
+    )
+    .await;
+    real_cluster::delete_namespace(&client, &namespace).await;
     if let Err(e) = result {
         panic!("{e:#}");
     }
@@ -475,6 +622,24 @@ mod real_cluster {
         }
     }
 
+    /// Server-side applies `object`, of the kind `(group, version, kind,
+    /// plural)`, in its namespace.
+    pub async fn apply_namespaced(
+        client: &Client,
+        object: &Value,
+        (group, version, kind, plural): (&str, &str, &str, &str),
+    ) -> Result<()> {
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .context("a namespace")?;
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            namespace,
+            &resource(group, version, kind, plural),
+        );
+        apply(&api, object).await
+    }
+
     async fn apply(api: &Api<DynamicObject>, object: &Value) -> Result<()> {
         let kind = object["kind"].as_str().unwrap_or("object");
         let name = object["metadata"]["name"].as_str().context("a name")?;
@@ -572,6 +737,59 @@ mod real_cluster {
         }))?;
         let answered = api.create(&PostParams::default(), &review).await?;
         Ok(answered.data["status"]["allowed"] == json!(true))
+    }
+
+    /// Whether the API server's authorizer lets `account` (namespace/name)
+    /// `get` the non-resource URL `path`, as the host asks before serving
+    /// a report.
+    pub async fn can_get(client: &Client, account: (&str, &str), path: &str) -> Result<bool> {
+        let api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &resource(
+                "authorization.k8s.io",
+                "v1",
+                "SubjectAccessReview",
+                "subjectaccessreviews",
+            ),
+        );
+        let (account_namespace, account_name) = account;
+        let review: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "metadata": {},
+            "spec": {
+                "user": format!("system:serviceaccount:{account_namespace}:{account_name}"),
+                "groups": ["system:serviceaccounts",
+                    format!("system:serviceaccounts:{account_namespace}"), "system:authenticated"],
+                "nonResourceAttributes": {"path": path, "verb": "get"}
+            }
+        }))?;
+        let answered = api.create(&PostParams::default(), &review).await?;
+        Ok(answered.data["status"]["allowed"] == json!(true))
+    }
+
+    /// [`can_get`] asked until the answer is `expected`, as [`expect_can`].
+    pub async fn expect_can_get(
+        client: &Client,
+        account: (&str, &str),
+        path: &str,
+        expected: bool,
+    ) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let allowed = can_get(client, account, path).await?;
+            if allowed == expected {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "service account {}/{} {} get {path}",
+                    account.0,
+                    account.1,
+                    if allowed { "may" } else { "may not" }
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 
     /// Asks until the answer is `expected` (RBAC reaches the authorizer

@@ -10,6 +10,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use super::client_ca::ClientCa;
 use super::serving_cert::ServingCert;
 
 /// The serving certificate in use.
@@ -50,14 +51,19 @@ impl LiveCert {
         Ok(true)
     }
 
-    /// The rustls configuration presenting whatever certificate is current.
-    pub fn server_config(self: &Arc<Self>) -> rustls::ServerConfig {
+    /// The rustls configuration presenting whatever certificate is current,
+    /// to any client, or with `callers` only to clients whose certificate
+    /// one of its CAs signed.
+    pub fn server_config(self: &Arc<Self>, callers: Option<&ClientCa>) -> rustls::ServerConfig {
         let provider = rustls::crypto::ring::default_provider();
-        rustls::ServerConfig::builder_with_provider(provider.into())
+        let builder = rustls::ServerConfig::builder_with_provider(provider.into())
             .with_safe_default_protocol_versions()
-            .expect("ring supports the default protocol versions")
-            .with_no_client_auth()
-            .with_cert_resolver(self.clone())
+            .expect("ring supports the default protocol versions");
+        match callers {
+            Some(callers) => builder.with_client_cert_verifier(callers.verifier()),
+            None => builder.with_no_client_auth(),
+        }
+        .with_cert_resolver(self.clone())
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Current> {

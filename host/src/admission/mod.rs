@@ -3,6 +3,7 @@
 //! AdmissionReviews.
 
 pub mod cert_secret;
+pub mod client_ca;
 pub mod live_cert;
 pub mod object_gate;
 pub mod plugin_set;

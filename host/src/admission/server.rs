@@ -36,6 +36,7 @@ use reconciler_contract::FailurePolicy;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::client_ca::ClientCa;
 use super::live_cert::LiveCert;
 use super::plugin_set::AdmissionPlugins;
 use super::review::{decide, parse, response};
@@ -299,10 +300,21 @@ pub async fn serve(
     clock: Arc<dyn Clock>,
     calls: usize,
 ) -> anyhow::Result<SocketAddr> {
-    serve_with(addr, cert, plugins, clock, calls, ServerLimits::default()).await
+    serve_with(
+        addr,
+        cert,
+        plugins,
+        clock,
+        calls,
+        ServerLimits::default(),
+        None,
+    )
+    .await
 }
 
-/// [`serve`] with limits other than the defaults.
+/// [`serve`] with limits other than the defaults, and with `callers` only
+/// to clients presenting a certificate one of its CAs signed (the API
+/// server's, `--admission-client-ca`); others fail the TLS handshake.
 pub async fn serve_with(
     addr: SocketAddr,
     cert: Arc<LiveCert>,
@@ -310,8 +322,9 @@ pub async fn serve_with(
     clock: Arc<dyn Clock>,
     calls: usize,
     limits: ServerLimits,
+    callers: Option<&ClientCa>,
 ) -> anyhow::Result<SocketAddr> {
-    let tls = cert.server_config();
+    let tls = cert.server_config(callers);
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen for admission on {addr}"))?;
@@ -320,11 +333,18 @@ pub async fn serve_with(
     let router = router_with(plugins, clock, calls, &limits);
     crate::process::tls_serving::spawn(listener, tls, router, limits.connections, "admission");
     tracing::info!(
-        "serving admission webhooks on https://{bound}/admission/<plugin>/{{mutate,validate}}{}",
+        "serving admission webhooks on https://{bound}/admission/<plugin>/{{mutate,validate}}{} to {}",
         if labels_shards {
             format!(" and https://{bound}{}", super::shard_labels::PATH)
         } else {
             String::new()
+        },
+        match callers {
+            Some(callers) => format!(
+                "clients with a certificate signed by {}",
+                callers.describe()
+            ),
+            None => "any client (no --admission-client-ca)".to_string(),
         }
     );
     Ok(bound)

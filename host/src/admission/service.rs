@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cert_secret::CertSecret;
+use super::client_ca::ClientCa;
 use super::live_cert::LiveCert;
 use super::plugin_set::AdmissionPlugins;
 use super::server::{ServerLimits, serve_with};
@@ -59,6 +60,9 @@ pub struct AdmissionConfig {
     pub resync_every: Duration,
     /// What the webhook server lets its clients hold at once.
     pub server: ServerLimits,
+    /// Serve only clients whose certificate these CAs signed (the API
+    /// server's); none: any client.
+    pub client_ca: Option<ClientCa>,
 }
 
 /// The names a generated certificate must carry for `endpoint`.
@@ -123,6 +127,7 @@ pub async fn start(
         Arc::new(RealClock),
         sandbox.admission_instances(),
         config.server,
+        config.client_ca.as_ref(),
     )
     .await?;
     let mut setup = WebhookSetup {

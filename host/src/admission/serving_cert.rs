@@ -161,7 +161,7 @@ impl ServingCert {
     /// The rustls configuration serving this certificate (and only it).
     pub fn server_config(&self) -> anyhow::Result<rustls::ServerConfig> {
         let resolver = super::live_cert::LiveCert::new(self)?;
-        Ok(resolver.server_config())
+        Ok(resolver.server_config(None))
     }
 }
 

@@ -15,8 +15,12 @@
 //! How far they reach: never into kube-system or the host's own namespace
 //! (a plugin whose primary is a built-in kind, such as a Deployment, would
 //! otherwise intercept the host's own Deployment, and a Fail policy could
-//! then keep the host from being repaired), and never into a namespace or
-//! object labelled [`OPT_OUT_LABEL`]`=`[`OPT_OUT_VALUE`].
+//! then keep the host from being repaired), and never into a namespace
+//! labelled [`OPT_OUT_LABEL`]`=`[`OPT_OUT_VALUE`]. The label counts on
+//! namespaces only: a namespace's labels are its owner's to set, but an
+//! object's labels are whoever writes the object, so an object-level opt-out
+//! would let any writer switch off the very checks meant for them (a
+//! KubernetesCluster created with it could then change `spec.masters`).
 //!
 //! How long they live: as long as the installation. They are made at run
 //! time, so `kubectl delete -k deploy/` does not list them; each is owned
@@ -45,8 +49,9 @@ pub const FIELD_MANAGER: &str = "reconciler-host-admission";
 pub const PREFIX_LABEL: &str = "reconciler-host.io/webhook-prefix";
 /// The label naming the plugin a configuration is for.
 pub const PLUGIN_LABEL: &str = "reconciler-host.io/plugin";
-/// A namespace or object with this label set to [`OPT_OUT_VALUE`] is never
-/// sent to a plugin's admission.
+/// Objects in a namespace with this label set to [`OPT_OUT_VALUE`] are never
+/// sent to a plugin's admission. On an object itself it means nothing (see
+/// the module's doc).
 pub const OPT_OUT_LABEL: &str = "reconciler-host.io/admission";
 pub const OPT_OUT_VALUE: &str = "disabled";
 /// Namespaces no configuration reaches, whatever the options.
@@ -153,8 +158,8 @@ fn namespace_selector(namespaces: &[String], excluded: &[String]) -> Value {
     json!({"matchExpressions": expressions})
 }
 
-/// Matches what does not carry the opt-out label (NotIn matches a missing
-/// label too).
+/// Matches namespaces that do not carry the opt-out label (NotIn matches a
+/// missing label too).
 fn opted_out() -> Value {
     json!({"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]})
 }
@@ -212,7 +217,6 @@ pub fn configurations(
             "matchPolicy": "Equivalent",
             "timeoutSeconds": timeout_seconds(settings),
             "namespaceSelector": namespace_selector(&setup.namespaces, &setup.excluded_namespaces),
-            "objectSelector": {"matchExpressions": [opted_out()]},
         })
     };
     let validating = json!({
@@ -282,7 +286,6 @@ fn shard_label_configuration(
             "reinvocationPolicy": "Never",
             "namespaceSelector": namespace_selector(&setup.namespaces, &setup.excluded_namespaces),
             "objectSelector": {"matchExpressions": [
-                opted_out(),
                 {"key": SHARD_LABEL, "operator": "DoesNotExist"},
             ]},
         }],

@@ -5,12 +5,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::Args;
 
 use super::SandboxArgs;
 use super::metrics_args::MetricsArgs;
 use super::record_args::RecordArgs;
 use super::registry_args::PluginRefArgs;
+use crate::admission::client_ca::ClientCa;
 use crate::admission::server::ServerLimits;
 use crate::admission::service::{AdmissionConfig, CertSource};
 use crate::admission::webhook_configs::WebhookEndpoint;
@@ -198,6 +200,12 @@ pub struct AdmissionArgs {
     /// [default: the certificate itself].
     #[arg(long, value_name = "FILE", requires = "admission_tls_cert")]
     pub admission_tls_ca: Option<PathBuf>,
+    /// Serve the webhooks only to clients presenting a certificate signed by a CA in this PEM
+    /// file: the API server, given a client certificate for the webhooks by its
+    /// --admission-control-config-file. Others fail the TLS handshake, so no other pod can hold
+    /// the admission calls [default: any client].
+    #[arg(long, value_name = "FILE")]
+    pub admission_client_ca: Option<PathBuf>,
     /// Without --admission-tls-cert: the Secret NAMESPACE/NAME the generated certificate is kept
     /// in, shared by every replica [default: <the host's namespace>/reconciler-host-admission-tls].
     #[arg(long, value_name = "NAMESPACE/NAME")]
@@ -272,6 +280,12 @@ impl AdmissionArgs {
                 CertSource::Secret { namespace, name }
             }
         };
+        let client_ca = self
+            .admission_client_ca
+            .as_deref()
+            .map(ClientCa::from_file)
+            .transpose()
+            .context("--admission-client-ca")?;
         // The host's own namespace: it is never sent to admission, and its
         // Namespace owns the configurations. Unknown outside a pod.
         let own_namespace = std::env::var("POD_NAMESPACE")
@@ -303,6 +317,7 @@ impl AdmissionArgs {
             },
             excluded_namespaces,
             owner_namespace: own_namespace,
+            client_ca,
         }))
     }
 }

@@ -1,7 +1,7 @@
 //! The host's HTTP endpoints: the probes `/healthz` and `/readyz`, open to
-//! anyone who can connect (the kubelet), and the reports `/plugins` and
-//! `/metrics`, served apart by `metrics_server.rs` (HTTPS, to clients the
-//! API server authorizes).
+//! anyone who can connect (the kubelet), and the reports ([`REPORT_PATHS`]:
+//! `/metrics`, `/plugins`, `/clusters`, `/shards`), served apart by
+//! `metrics_server.rs` (HTTPS, to clients the API server authorizes).
 //!
 //! They read a [`HostStatus`] that the run loop keeps up to date, so
 //! serving a request never waits on the loop, and a scrape sees the queues
@@ -124,14 +124,20 @@ pub fn probes(status: Arc<HostStatus>) -> Router {
         .with_state(status)
 }
 
-/// The reports (`/plugins`, `/metrics`) as a router, without access
-/// control: whoever serves it decides who may read them.
+/// The paths [`reports`] serves. A reader needs `get` on each of them as a
+/// non-resource URL (`deploy/metrics-reader.yaml` grants them all): a path
+/// added here and not there answers that reader 403.
+pub const REPORT_PATHS: [&str; 4] = ["/metrics", "/plugins", "/clusters", "/shards"];
+
+/// The reports ([`REPORT_PATHS`]) as a router, without access control:
+/// whoever serves it decides who may read them.
 pub fn reports(status: Arc<HostStatus>) -> Router {
+    let [metrics_path, plugins_path, clusters_path, shards_path] = REPORT_PATHS;
     Router::new()
-        .route("/plugins", get(plugins))
-        .route("/clusters", get(clusters))
-        .route("/shards", get(shards))
-        .route("/metrics", get(metrics))
+        .route(plugins_path, get(plugins))
+        .route(clusters_path, get(clusters))
+        .route(shards_path, get(shards))
+        .route(metrics_path, get(metrics))
         .with_state(status)
 }
 
@@ -361,7 +367,7 @@ mod tests {
     #[tokio::test]
     async fn the_open_port_serves_probes_and_no_reports() {
         let status = Arc::new(HostStatus::new());
-        for path in ["/metrics", "/plugins"] {
+        for path in REPORT_PATHS {
             let response = probes(status.clone())
                 .oneshot(Request::get(path).body(Body::empty()).unwrap())
                 .await

@@ -1,10 +1,12 @@
-//! Who may read `/metrics` and `/plugins`: the client's bearer token is
+//! Who may read the reports (`/metrics`, `/plugins`, `/clusters`, `/shards`:
+//! [`crate::process::http_server::REPORT_PATHS`]): the client's bearer token is
 //! authenticated by the API server (a TokenReview) and the user it names
 //! authorized for the request's verb on its path (a SubjectAccessReview of
 //! a non-resource URL), as controller-runtime's secure metrics filter does.
-//! Access is then granted the Kubernetes way, by a ClusterRole with
-//! `nonResourceURLs: ["/metrics"]` bound to the scraper's service account,
-//! and the host needs `create` on tokenreviews and subjectaccessreviews.
+//! Access is then granted the Kubernetes way, by a ClusterRole with those
+//! `nonResourceURLs` (`deploy/metrics-reader.yaml`) bound to the scraper's
+//! service account, and the host needs `create` on tokenreviews and
+//! subjectaccessreviews.
 //!
 //! Answers are kept per token and path ([`ALLOWED_TTL`], [`REFUSED_TTL`]),
 //! so a scraper repeating its requests costs no review each time, and at
