@@ -286,6 +286,8 @@ async fn generated_rbac_grants_the_lease_and_webhook_configurations_by_name_on_a
             lease_namespace: host.clone(),
             admission_secret_namespace: Some(host.clone()),
             webhook_configurations: BTreeSet::from([mine.clone()]),
+            // As `rbac --cluster-secrets`: member clusters from Secrets.
+            cluster_secrets: true,
             ..RbacScope::cluster_wide(&host)
         };
         let yaml = rbac(&metadata, &plurals, &scope);
