@@ -8,6 +8,7 @@
 
 pub mod artifact;
 pub mod artifact_cache;
+pub mod bounded_reads;
 pub mod client;
 pub mod credentials;
 pub mod fetch;
