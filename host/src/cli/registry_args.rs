@@ -101,7 +101,8 @@ pub struct PluginRefArgs {
     #[arg(long = "plugin", value_name = "REF")]
     pub plugins: Vec<PluginReference>,
     /// A cosign public key (PEM) that every --plugin must carry a signature by (repeatable: any
-    /// one of them will do). Without it, references run unsigned.
+    /// one of them will do); with `run --require-signatures`, every Plugin resource too. Without
+    /// it, references run unsigned.
     #[arg(long = "verify-key", value_name = "FILE")]
     pub verify_key: Vec<PathBuf>,
     #[command(flatten)]

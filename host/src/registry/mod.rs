@@ -15,6 +15,7 @@ pub mod fetch;
 pub mod reference;
 pub mod served_files;
 pub mod signatures;
+pub mod trust;
 
 pub use artifact_cache::ArtifactCache;
 pub use client::{RegistryClient, RegistryError, RegistryOptions};
