@@ -7,15 +7,17 @@
 //! run out of memory, whether signatures are required or not. So manifests
 //! and signature layers are read here, with their own request: the size is
 //! checked against a cap while the body streams, and the whole request has
-//! a deadline. oci-client still does what it does well: the token dance of
-//! the registry's auth.
+//! a deadline. The token dance of the registry's auth is done here too
+//! (oci-client reads a token answer whole, and the registry chooses where
+//! it comes from); the token is handed to oci-client for layer pulls, which
+//! stream to disk under their own cap.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use oci_client::RegistryOperation;
 use oci_client::secrets::RegistryAuth;
 
-use super::client::{RegistryError, RegistryOptions, classify};
+use super::client::{RegistryError, RegistryOptions};
 use super::reference::PluginReference;
 
 /// The largest manifest read: a Wasm artifact's is under 1 KiB and an
@@ -23,6 +25,8 @@ use super::reference::PluginReference;
 pub const MAX_MANIFEST_BYTES: usize = 1 << 20;
 /// How much of an error answer is read for its message.
 const MAX_ERROR_BYTES: usize = 4 << 10;
+/// The largest token answer read: a JWT of a few KiB.
+const MAX_TOKEN_BYTES: usize = 64 << 10;
 
 /// What a bounded read asks for.
 pub enum Target<'a> {
@@ -36,6 +40,8 @@ pub struct BoundedReader {
     http: reqwest::Client,
     insecure: Vec<String>,
     timeout: Duration,
+    /// What each repository was authorized with, for this reader's life.
+    authorized: tokio::sync::Mutex<HashMap<String, RegistryAuth>>,
 }
 
 impl BoundedReader {
@@ -56,6 +62,152 @@ impl BoundedReader {
             http,
             insecure: options.insecure.clone(),
             timeout: options.timeout,
+            authorized: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn scheme(&self, registry: &str) -> &'static str {
+        if self.insecure.iter().any(|h| h == registry) {
+            "http"
+        } else {
+            "https"
+        }
+    }
+
+    /// What requests for `reference` carry: a pull token when the registry
+    /// asks for one (read capped, within the deadline), else `auth` itself.
+    pub async fn authorize(
+        &self,
+        reference: &PluginReference,
+        auth: &RegistryAuth,
+    ) -> Result<RegistryAuth, RegistryError> {
+        let image = reference.oci();
+        let key = format!("{}/{}", image.resolve_registry(), image.repository());
+        if let Some(known) = self.authorized.lock().await.get(&key) {
+            return Ok(known.clone());
+        }
+        let name = reference.to_string();
+        let work = self.authorize_now(reference, auth);
+        let authorized = tokio::time::timeout(self.timeout, work)
+            .await
+            .unwrap_or_else(|_| Err(self.late(&name)))?;
+        self.authorized.lock().await.insert(key, authorized.clone());
+        Ok(authorized)
+    }
+
+    async fn authorize_now(
+        &self,
+        reference: &PluginReference,
+        auth: &RegistryAuth,
+    ) -> Result<RegistryAuth, RegistryError> {
+        if let RegistryAuth::Bearer(_) = auth {
+            return Ok(auth.clone());
+        }
+        let image = reference.oci();
+        let registry = image.resolve_registry();
+        let name = reference.to_string();
+        let unreachable = |message: String| RegistryError::Unreachable {
+            reference: name.clone(),
+            message,
+        };
+        // The version check names where a token comes from; its body is
+        // never read.
+        let url = format!("{}://{registry}/v2/", self.scheme(registry));
+        let answer = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| unreachable(super::client::error_chain(&e)))?;
+        let Some(challenge) = answer
+            .headers()
+            .get(http::header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+        else {
+            return Ok(auth.clone());
+        };
+        drop(answer);
+        let challenges = http_auth::parse_challenges(&challenge).unwrap_or_default();
+        let Some(bearer) = challenges
+            .iter()
+            .find(|c| c.scheme.eq_ignore_ascii_case("Bearer"))
+        else {
+            // Basic (or nothing this host speaks): the credentials as they are.
+            return Ok(auth.clone());
+        };
+        let param = |name: &str| {
+            bearer
+                .params
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.to_unescaped())
+        };
+        let Some(realm) = param("realm") else {
+            return Err(unreachable(format!(
+                "{url} asks for a token without saying where to get one ({challenge})"
+            )));
+        };
+        let mut query = vec![(
+            "scope".to_string(),
+            format!("repository:{}:pull", image.repository()),
+        )];
+        if let Some(service) = param("service") {
+            query.push(("service".to_string(), service));
+        }
+        let mut request = self.http.get(&realm).query(&query);
+        if let RegistryAuth::Basic(user, password) = auth {
+            request = request.basic_auth(user, Some(password));
+        }
+        let mut answer = request
+            .send()
+            .await
+            .map_err(|e| unreachable(super::client::error_chain(&e)))?;
+        let status = answer.status();
+        let body = read_capped(&mut answer, MAX_TOKEN_BYTES)
+            .await
+            .map_err(|e| match e {
+                ReadError::TooLarge => RegistryError::TooLarge {
+                    reference: name.clone(),
+                    what: format!("a token from {realm}"),
+                    cap: MAX_TOKEN_BYTES,
+                },
+                ReadError::Http(e) => unreachable(super::client::error_chain(&e)),
+            })?;
+        if !status.is_success() {
+            let message = format!(
+                "{realm}: {status} {}",
+                String::from_utf8_lossy(&body[..body.len().min(MAX_ERROR_BYTES)]).trim()
+            );
+            return Err(match status.as_u16() {
+                401 | 403 => RegistryError::Unauthorized {
+                    reference: name,
+                    message,
+                },
+                _ => unreachable(message),
+            });
+        }
+        #[derive(serde::Deserialize)]
+        struct Token {
+            token: Option<String>,
+            access_token: Option<String>,
+        }
+        let token: Token = serde_json::from_slice(&body)
+            .map_err(|e| unreachable(format!("{realm} sent no token: {e}")))?;
+        token
+            .token
+            .or(token.access_token)
+            .map(RegistryAuth::Bearer)
+            .ok_or_else(|| unreachable(format!("{realm} sent no token")))
+    }
+
+    fn late(&self, reference: &str) -> RegistryError {
+        RegistryError::Unreachable {
+            reference: reference.to_string(),
+            message: format!(
+                "the registry did not answer in full within {} s (--registry-timeout-secs)",
+                self.timeout.as_secs()
+            ),
         }
     }
 
@@ -63,30 +215,21 @@ impl BoundedReader {
     /// bytes, within the deadline; `accept` for a manifest's media types.
     pub async fn get(
         &self,
-        oci: &oci_client::Client,
         reference: &PluginReference,
         auth: &RegistryAuth,
         target: Target<'_>,
         accept: &[&str],
         cap: usize,
     ) -> Result<Vec<u8>, RegistryError> {
-        let name = reference.to_string();
-        let read = self.get_capped(oci, reference, auth, target, accept, cap);
-        match tokio::time::timeout(self.timeout, read).await {
-            Ok(result) => result,
-            Err(_) => Err(RegistryError::Unreachable {
-                reference: name,
-                message: format!(
-                    "the registry did not answer in full within {} s (--registry-timeout-secs)",
-                    self.timeout.as_secs()
-                ),
-            }),
-        }
+        let auth = self.authorize(reference, auth).await?;
+        let read = self.get_capped(reference, &auth, target, accept, cap);
+        tokio::time::timeout(self.timeout, read)
+            .await
+            .unwrap_or_else(|_| Err(self.late(&reference.to_string())))
     }
 
     async fn get_capped(
         &self,
-        oci: &oci_client::Client,
         reference: &PluginReference,
         auth: &RegistryAuth,
         target: Target<'_>,
@@ -94,16 +237,8 @@ impl BoundedReader {
         cap: usize,
     ) -> Result<Vec<u8>, RegistryError> {
         let image = reference.oci();
-        let token = oci
-            .auth(image, auth, RegistryOperation::Pull)
-            .await
-            .map_err(|e| classify(reference, e))?;
         let registry = image.resolve_registry();
-        let scheme = if self.insecure.iter().any(|h| h == registry) {
-            "http"
-        } else {
-            "https"
-        };
+        let scheme = self.scheme(registry);
         let (kind, what) = match target {
             Target::Manifest(what) => ("manifests", what),
             Target::Blob(what) => ("blobs", what),
@@ -116,10 +251,10 @@ impl BoundedReader {
         if !accept.is_empty() {
             request = request.header(http::header::ACCEPT, accept.join(", "));
         }
-        request = match (&token, auth) {
-            (Some(token), _) => request.bearer_auth(token),
-            (None, RegistryAuth::Basic(user, password)) => request.basic_auth(user, Some(password)),
-            _ => request,
+        request = match auth {
+            RegistryAuth::Bearer(token) => request.bearer_auth(token),
+            RegistryAuth::Basic(user, password) => request.basic_auth(user, Some(password)),
+            RegistryAuth::Anonymous => request,
         };
         let name = reference.to_string();
         let unreachable = |message: String| RegistryError::Unreachable {
@@ -200,19 +335,31 @@ pub(crate) mod hostile {
         Drip,
         /// This exact body (a JSON document), at once.
         Body(&'static str),
+        /// Asks for a token (a Bearer challenge naming its own `/token`),
+        /// and answers `/token` with an endless body.
+        EndlessToken,
     }
 
     /// Starts the registry; its `HOST:PORT`.
     pub async fn start(behaviour: Behaviour) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
+        let own = address.clone();
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
+                let address = own.clone();
                 tokio::spawn(async move {
                     let mut request = vec![0u8; 8192];
                     let n = stream.read(&mut request).await.unwrap_or(0);
                     let head = String::from_utf8_lossy(&request[..n]).to_string();
                     let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    if path == "/v2/" && matches!(behaviour, Behaviour::EndlessToken) {
+                        let answer = format!(
+                            "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: Bearer realm=\"http://{address}/token\",service=\"hostile\"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        );
+                        let _ = stream.write_all(answer.as_bytes()).await;
+                        return;
+                    }
                     if path == "/v2/" {
                         let _ = stream
                             .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
@@ -227,7 +374,7 @@ pub(crate) mod hostile {
                             );
                             let _ = stream.write_all(answer.as_bytes()).await;
                         }
-                        Behaviour::Endless | Behaviour::Drip => {
+                        Behaviour::Endless | Behaviour::Drip | Behaviour::EndlessToken => {
                             let head = "HTTP/1.1 200 OK\r\ncontent-type: application/vnd.oci.image.manifest.v1+json\r\ntransfer-encoding: chunked\r\n\r\n";
                             if stream.write_all(head.as_bytes()).await.is_err() {
                                 return;
@@ -296,6 +443,22 @@ mod tests {
         let e = within(client.resolve(&reference, &auth)).await.unwrap_err();
         assert!(matches!(e, RegistryError::TooLarge { .. }), "{e}");
         assert!(e.to_string().contains("more than 1048576 bytes"), "{e}");
+        let cache = crate::registry::ArtifactCache::new(tempfile::tempdir().unwrap().path());
+        let e = within(client.pull(&reference, &digest(), &auth, &cache))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, RegistryError::TooLarge { .. }), "{e}");
+    }
+
+    #[tokio::test]
+    async fn an_endless_token_answer_is_cut_off_at_its_cap() {
+        let host = start(Behaviour::EndlessToken).await;
+        let client = RegistryClient::new(options(&host, Duration::from_secs(60)));
+        let reference = PluginReference::parse(&format!("oci://{host}/podset:1")).unwrap();
+        let auth = oci_client::secrets::RegistryAuth::Anonymous;
+        let e = within(client.resolve(&reference, &auth)).await.unwrap_err();
+        assert!(matches!(e, RegistryError::TooLarge { .. }), "{e}");
+        assert!(e.to_string().contains("a token from"), "{e}");
         let cache = crate::registry::ArtifactCache::new(tempfile::tempdir().unwrap().path());
         let e = within(client.pull(&reference, &digest(), &auth, &cache))
             .await

@@ -216,7 +216,6 @@ impl RegistryClient {
         let bytes = self
             .reader
             .get(
-                &self.oci,
                 reference,
                 auth,
                 Target::Manifest(tag),
@@ -253,7 +252,6 @@ impl RegistryClient {
         let bytes = self
             .reader
             .get(
-                &self.oci,
                 &pinned,
                 auth,
                 Target::Manifest(digest.as_str()),
@@ -291,6 +289,12 @@ impl RegistryClient {
             written: 0,
             cap: layer.size as u64,
         };
+        // oci-client streams the layer to disk, checking its digest; it
+        // is handed the token read here, so it asks the registry for none.
+        let authorized = self.reader.authorize(&pinned, auth).await?;
+        self.oci
+            .store_auth_if_needed(pinned.oci().resolve_registry(), &authorized)
+            .await;
         let pulled = tokio::time::timeout(
             self.options.timeout,
             self.oci.pull_blob(pinned.oci(), &layer, &mut writer),

@@ -41,7 +41,7 @@ use sigstore::registry::{Auth, OciReference};
 use sigstore::trust::ManualTrustRoot;
 
 use super::bounded_reads::{BoundedReader, MAX_MANIFEST_BYTES, Target};
-use super::client::{RegistryError, RegistryOptions, error_chain, oci_config};
+use super::client::{RegistryError, RegistryOptions, error_chain};
 use super::reference::{Digest, PluginReference};
 
 /// The most signature layers read for one digest: cosign adds one per
@@ -385,7 +385,6 @@ async fn signature_layers(
     auth: &oci_client::secrets::RegistryAuth,
 ) -> Result<Option<Vec<SignatureLayer>>, VerifyError> {
     let pinned = reference.at_digest(digest).to_string();
-    let oci = oci_client::Client::new(oci_config(options));
     let reader = BoundedReader::new(options);
     let unreadable = |e: RegistryError| match e {
         RegistryError::TooLarge { .. } => VerifyError::TooLarge {
@@ -404,7 +403,6 @@ async fn signature_layers(
     ];
     let manifest = match reader
         .get(
-            &oci,
             reference,
             auth,
             Target::Manifest(&tag),
@@ -447,7 +445,6 @@ async fn signature_layers(
         }
         let bytes = reader
             .get(
-                &oci,
                 reference,
                 auth,
                 Target::Blob(&descriptor.digest),
