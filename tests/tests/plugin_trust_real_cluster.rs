@@ -4,8 +4,9 @@
 //! says; a host without it says so and never reports an unchecked digest
 //! as verified; and a change of policy (verification added, a key rotated
 //! in its Secret, the source moved to a repository holding the same
-//! digest) verifies the serving digest again, falling back to the last
-//! good digest that passes, or to nothing. `--registry-allow` keeps Plugins
+//! digest, the host's own key rotated in its file) verifies the serving
+//! digest again, falling back to the last good digest that passes, or to
+//! nothing. `--registry-allow` keeps Plugins
 //! to the registries it names.
 
 use std::path::Path;
@@ -151,7 +152,7 @@ fn require_signatures_holds_every_plugin_and_reference_to_the_hosts_keys() {
         let registry = Registry::start(Mode::Anonymous);
         cx.install_crds(&root().join("crds/podset.yaml")).await?;
         cx.install_crds(&root().join("crds/plugin.yaml")).await?;
-        let (host_key, host_public) = keygen(cx, "host")?;
+        let (host_key, _) = keygen(cx, "host")?;
         let (own_key, own_public) = keygen(cx, "own")?;
         let host_pub_file = cx.workdir().join("host.pub").display().to_string();
         cx.create(
@@ -159,7 +160,6 @@ fn require_signatures_holds_every_plugin_and_reference_to_the_hosts_keys() {
                          "stringData": {"cosign.pub": own_public}}),
         )
         .await?;
-        let _ = host_public;
 
         let signed = push(
             cx,
@@ -313,6 +313,33 @@ fn require_signatures_holds_every_plugin_and_reference_to_the_hosts_keys() {
             plugin["status"]
         );
         cx.step("a Plugin naming a registry outside --registry-allow is refused");
+
+        // The host's key rotated where it is mounted (as the kubelet swaps a
+        // ConfigMap's files): what it admitted is verified again and stops.
+        let rotated = cx.workdir().join("host.pub.new");
+        std::fs::write(&rotated, &own_public)?;
+        std::fs::rename(&rotated, cx.workdir().join("host.pub"))?;
+        let plugin = wait_for_status(
+            cx,
+            &good,
+            "nothing serving after the host's key rotated",
+            |p| {
+                p["status"].get("digest").is_none()
+                    && is(p, "Verified", "False", "SignatureNotTrusted")
+                    && is(p, "Ready", "False", "SignatureNotTrusted")
+            },
+        )
+        .await?;
+        ensure!(
+            condition(&plugin, "Verified").is_some_and(|c| c["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&signed) && m.contains("stops serving"))),
+            "{}",
+            plugin["status"]
+        );
+        cx.wait_for_log(&["unloaded plugin podset"], TIMEOUT)
+            .await?;
+        cx.step("the host's key rotated in its file: the digest it admitted stopped serving");
         Ok(())
     });
 }

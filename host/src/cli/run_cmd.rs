@@ -22,8 +22,8 @@ use crate::process::leader_election::{
 use crate::process::run::PulledConfig;
 use crate::process::run::{RunConfig, ShardingConfig, run, shutdown_signal};
 use crate::process::tls_serving::ConnectionLimits;
-use crate::registry::TrustPolicy;
 use crate::registry::signatures::{KeylessIdentity, TrustRootFiles};
+use crate::registry::trust::HostPolicy;
 use crate::sharding::coordinator::ShardBy;
 use crate::sharding::membership::MembershipConfig;
 
@@ -379,7 +379,7 @@ fn pulled_config(sandbox: &SandboxArgs, args: &RunArgs) -> anyhow::Result<Pulled
     };
     // Read now so a typo stops the start, not the first pull.
     let verify_keys = args.references.policy()?;
-    let required = host_policy(args, &verify_keys, trust_root.as_ref())?;
+    let required = host_policy(args, trust_root.as_ref())?;
     let allowed_registries = registry_allow(args)?;
     let pulls = !args.no_plugin_resources || !args.references.plugins.is_empty();
     if required.is_none() && pulls {
@@ -410,13 +410,13 @@ fn pulled_config(sandbox: &SandboxArgs, args: &RunArgs) -> anyhow::Result<Pulled
     })
 }
 
-/// The host-wide trust policy of `--require-signatures`: its keys and
-/// identities, or `None` when unsigned plugins are allowed.
+/// The host-wide trust policy of `--require-signatures`: its key files and
+/// identities (read once now, so a typo stops the start), or `None` when
+/// unsigned plugins are allowed.
 fn host_policy(
     args: &RunArgs,
-    verify_keys: &TrustPolicy,
     trust_root: Option<&TrustRootFiles>,
-) -> anyhow::Result<Option<TrustPolicy>> {
+) -> anyhow::Result<Option<HostPolicy>> {
     if !args.require_signatures {
         return Ok(None);
     }
@@ -440,16 +440,12 @@ fn host_policy(
             "--verify-identity needs --sigstore-trust-root (Fulcio certificates and Rekor keys as files) to check keyless signatures against"
         );
     }
-    let policy = TrustPolicy {
-        keys: verify_keys.keys.clone(),
+    let policy = HostPolicy {
+        key_files: args.references.verify_key.clone(),
         keyless,
         trust_root: trust_root.cloned(),
     };
-    if policy.is_empty() {
-        anyhow::bail!(
-            "--require-signatures names nothing a signature could verify against: give --verify-key FILE (a cosign public key) or --verify-identity SUBJECT,ISSUER"
-        );
-    }
+    policy.load()?;
     Ok(Some(policy))
 }
 
@@ -692,18 +688,14 @@ mod trust_tests {
     fn require_signatures_needs_something_to_verify_against_and_covers_the_keys() {
         let dir = tempfile::tempdir().unwrap();
         let key = public_key(dir.path());
-        let policy = |args: &[&str]| {
-            let args = run_args(args);
-            let keys = args.references.policy().unwrap();
-            super::host_policy(&args, &keys, None)
-        };
+        let policy = |args: &[&str]| super::host_policy(&run_args(args), None);
         assert!(policy(&[]).unwrap().is_none(), "off unless asked for");
         let e = policy(&["--require-signatures"]).unwrap_err();
         assert!(e.to_string().contains("--verify-key"), "{e}");
         let required = policy(&["--require-signatures", "--verify-key", &key])
             .unwrap()
             .unwrap();
-        assert_eq!(required.keys.len(), 1);
+        assert_eq!(required.load().unwrap().keys.len(), 1);
         let e = policy(&[
             "--require-signatures",
             "--verify-identity",

@@ -36,7 +36,7 @@ use self::spec::{PluginSpec, ValidSpec};
 use crate::plugin::hot_reload::PluginStatus;
 use crate::registry::served_files::ServedFiles;
 use crate::registry::signatures::{KeylessIdentity, TrustRootFiles, TrustedKey};
-use crate::registry::trust::Requirements;
+use crate::registry::trust::{HostPolicy, Requirements};
 use crate::registry::{
     ArtifactCache, Credentials, PluginReference, RegistryClient, RegistryOptions, TrustPolicy,
 };
@@ -66,7 +66,7 @@ pub struct Shared {
     pub trust_root: Option<TrustRootFiles>,
     /// `--require-signatures`: what every Plugin and `--plugin` must be
     /// signed by, beside its own verification; `None` allows unsigned ones.
-    pub required: Option<TrustPolicy>,
+    pub required: Option<HostPolicy>,
     /// `--registry-allow`: the only registries sources may name.
     pub allowed_registries: Option<Vec<String>>,
     pub recorder: Recorder,
@@ -186,8 +186,12 @@ impl Shared {
                 );
             }
         }
+        let host = match &self.required {
+            Some(required) => Some(required.load().map_err(|e| e.to_string())?),
+            None => None,
+        };
         let requirements = Requirements {
-            host: self.required.clone(),
+            host,
             own: (!policy.is_empty()).then_some(policy),
         };
         Ok((RegistryClient::new(options), credentials, requirements))
@@ -217,7 +221,9 @@ pub async fn follow(
                 },
             }),
             object: None,
-            policy: Some(verify_keys.clone()),
+            // With --require-signatures the host's policy, read afresh at
+            // every attempt, is the one these references meet.
+            policy: shared.required.is_none().then(|| verify_keys.clone()),
         }));
         let follower = Follower::new(
             shared.clone(),

@@ -104,7 +104,7 @@ pub struct PulledConfig {
     pub verify_keys: crate::registry::TrustPolicy,
     pub trust_root: Option<crate::registry::signatures::TrustRootFiles>,
     /// `--require-signatures`: what every pulled plugin must be signed by.
-    pub required: Option<crate::registry::TrustPolicy>,
+    pub required: Option<crate::registry::trust::HostPolicy>,
     /// `--registry-allow`: the only registries sources may name.
     pub allowed_registries: Option<Vec<String>>,
     /// The host's namespace, where Plugins' keys and pull secrets are read.

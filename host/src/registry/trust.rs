@@ -8,9 +8,47 @@
 //! does not let an unsigned or foreign digest through.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use super::reference::{Digest, PluginReference};
-use super::signatures::{self, Signer, TrustPolicy, VerifyError};
+use super::signatures::{
+    self, KeylessIdentity, Signer, TrustPolicy, TrustRootFiles, TrustedKey, VerifyError,
+};
+
+/// The host's policy as the operator gave it (`--require-signatures`).
+/// Its key files are read again at every use: a key rotated in a mounted
+/// ConfigMap (the kubelet swaps the files in) takes effect, and has what
+/// serves verified again, without a restart.
+#[derive(Clone, Debug)]
+pub struct HostPolicy {
+    pub key_files: Vec<PathBuf>,
+    pub keyless: Vec<KeylessIdentity>,
+    pub trust_root: Option<TrustRootFiles>,
+}
+
+impl HostPolicy {
+    /// The policy as its files say now.
+    pub fn load(&self) -> Result<TrustPolicy, VerifyError> {
+        let mut keys = Vec::new();
+        for file in &self.key_files {
+            let pem = std::fs::read(file).map_err(|e| {
+                VerifyError::Unusable(format!("--verify-key {}: {e}", file.display()))
+            })?;
+            keys.push(TrustedKey::from_pem(file.display().to_string(), &pem)?);
+        }
+        let policy = TrustPolicy {
+            keys,
+            keyless: self.keyless.clone(),
+            trust_root: self.trust_root.clone(),
+        };
+        if policy.is_empty() {
+            return Err(VerifyError::Unusable(
+                "--require-signatures names nothing a signature could verify against: give --verify-key FILE (a cosign public key) or --verify-identity SUBJECT,ISSUER".into(),
+            ));
+        }
+        Ok(policy)
+    }
+}
 
 /// The policies a digest must each verify under; none means nothing is
 /// checked.
