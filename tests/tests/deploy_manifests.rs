@@ -177,6 +177,30 @@ fn the_deployment_runs_the_host_with_flags_it_has() {
         true
     );
     assert!(container["resources"]["limits"]["memory"].is_string());
+    // Plugins from registries run only when signed by the installer's key,
+    // mounted from a ConfigMap the pod cannot start without.
+    assert!(args.contains(&"--require-signatures"), "{args:?}");
+    let key = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--verify-key="))
+        .expect("--require-signatures names the key");
+    let mount = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| key.starts_with(m["mountPath"].as_str().unwrap()))
+        .expect("the key's directory is mounted");
+    let volume = deployment["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    assert_eq!(
+        volume["configMap"]["name"], "reconciler-host-trust",
+        "{volume}"
+    );
+    assert_ne!(volume["configMap"]["optional"], true, "{volume}");
 }
 
 /// The NetworkPolicy covers the host's pods and leaves each of their ports

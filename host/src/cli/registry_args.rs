@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::Args;
 
-use crate::registry::client::DEFAULT_MAX_BYTES;
+use crate::registry::client::{DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT};
 use crate::registry::fetch::{FetchedPlugin, fetch_once};
 use crate::registry::served_files::ServedFiles;
 use crate::registry::{
@@ -32,6 +32,10 @@ pub struct RegistryAccessArgs {
     /// registry sending more than its manifest says is cut off.
     #[arg(long, value_name = "MIB", default_value_t = (DEFAULT_MAX_BYTES >> 20) as u32)]
     pub registry_max_mib: u32,
+    /// How long any one registry request (a manifest, a signature, a plugin's layer) may take,
+    /// from its start to its last byte: a registry that answers slowly or never is given up.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub registry_timeout_secs: u64,
 }
 
 impl RegistryAccessArgs {
@@ -61,6 +65,7 @@ impl RegistryAccessArgs {
             insecure: self.insecure_registry.clone(),
             credentials: Credentials::from_user_config().context("reading the docker config")?,
             max_bytes: u64::from(self.registry_max_mib) << 20,
+            timeout: std::time::Duration::from_secs(self.registry_timeout_secs),
         })
     }
 
@@ -96,7 +101,8 @@ pub struct PluginRefArgs {
     #[arg(long = "plugin", value_name = "REF")]
     pub plugins: Vec<PluginReference>,
     /// A cosign public key (PEM) that every --plugin must carry a signature by (repeatable: any
-    /// one of them will do). Without it, references run unsigned.
+    /// one of them will do); with `run --require-signatures`, every Plugin resource too. Without
+    /// it, references run unsigned.
     #[arg(long = "verify-key", value_name = "FILE")]
     pub verify_key: Vec<PathBuf>,
     #[command(flatten)]

@@ -24,7 +24,8 @@ use crate::process::leader_election::{
 use crate::process::run::PulledConfig;
 use crate::process::run::{RunConfig, ShardingConfig, run, shutdown_signal};
 use crate::process::tls_serving::ConnectionLimits;
-use crate::registry::signatures::TrustRootFiles;
+use crate::registry::signatures::{KeylessIdentity, TrustRootFiles};
+use crate::registry::trust::HostPolicy;
 use crate::sharding::coordinator::ShardBy;
 use crate::sharding::membership::MembershipConfig;
 
@@ -97,6 +98,30 @@ pub struct RunArgs {
     /// verification is refused, never run unchecked.
     #[arg(long, value_name = "DIR")]
     pub sigstore_trust_root: Option<PathBuf>,
+    /// Run no plugin from a registry unless a signature on its exact digest verifies against a
+    /// --verify-key or a --verify-identity: every Plugin resource and every --plugin, in addition
+    /// to what a Plugin's own spec.verification asks (which can narrow this, never widen it).
+    /// Without it, a Plugin without spec.verification runs unsigned, and the host says so at start.
+    #[arg(long, help_heading = "Registries")]
+    pub require_signatures: bool,
+    /// A keyless signer --require-signatures accepts: a certificate's subject (email or URI) and
+    /// its OIDC issuer, checked against --sigstore-trust-root (repeatable).
+    #[arg(
+        long,
+        value_name = "SUBJECT,ISSUER",
+        requires = "require_signatures",
+        help_heading = "Registries"
+    )]
+    pub verify_identity: Vec<String>,
+    /// The only registries (HOST[:PORT], comma-separated or repeated) Plugin sources and --plugin
+    /// references may name; any other is refused, nothing of it fetched [default: any registry].
+    #[arg(
+        long,
+        value_name = "HOST[,HOST]",
+        value_delimiter = ',',
+        help_heading = "Registries"
+    )]
+    pub registry_allow: Vec<String>,
     /// Do not watch Plugin resources (reconciler-host.io/v1alpha1): serve only the plugins
     /// directory and --plugin references.
     #[arg(long)]
@@ -367,17 +392,30 @@ fn pulled_config(sandbox: &SandboxArgs, args: &RunArgs) -> anyhow::Result<Pulled
         None => None,
         Some(dir) => Some(read_trust_root(dir)?),
     };
-    if !args.references.verify_key.is_empty() {
-        // Checked now so a typo stops the start, not the first pull.
-        args.references.policy()?;
+    // Read now so a typo stops the start, not the first pull.
+    let verify_keys = args.references.policy()?;
+    let required = host_policy(args, trust_root.as_ref())?;
+    let allowed_registries = registry_allow(args)?;
+    let pulls = !args.no_plugin_resources || !args.references.plugins.is_empty();
+    if required.is_none() && pulls {
+        tracing::warn!(
+            "unsigned plugins are allowed: a Plugin without spec.verification{} runs whatever its source names; start with --require-signatures and --verify-key to refuse them",
+            if args.references.verify_key.is_empty() {
+                ", and every --plugin,"
+            } else {
+                ""
+            }
+        );
     }
     Ok(PulledConfig {
         options: args.references.access.options()?,
         cache,
         keep_cache: keep,
         references: args.references.plugins.clone(),
-        verify_keys: args.references.policy()?,
+        verify_keys,
         trust_root,
+        required,
+        allowed_registries,
         namespace: args
             .plugin_secrets_namespace
             .clone()
@@ -385,6 +423,73 @@ fn pulled_config(sandbox: &SandboxArgs, args: &RunArgs) -> anyhow::Result<Pulled
         watch_resources: !args.no_plugin_resources,
         selector: args.plugin_selector.clone(),
     })
+}
+
+/// The host-wide trust policy of `--require-signatures`: its key files and
+/// identities (read once now, so a typo stops the start), or `None` when
+/// unsigned plugins are allowed.
+fn host_policy(
+    args: &RunArgs,
+    trust_root: Option<&TrustRootFiles>,
+) -> anyhow::Result<Option<HostPolicy>> {
+    if !args.require_signatures {
+        return Ok(None);
+    }
+    let mut keyless = Vec::new();
+    for text in &args.verify_identity {
+        let Some((subject, issuer)) = text
+            .rsplit_once(',')
+            .filter(|(s, i)| !s.trim().is_empty() && !i.trim().is_empty())
+        else {
+            anyhow::bail!(
+                "--verify-identity {text:?}: give SUBJECT,ISSUER (e.g. ci@example.com,https://accounts.example.com)"
+            );
+        };
+        keyless.push(KeylessIdentity {
+            subject: subject.trim().to_string(),
+            issuer: issuer.trim().to_string(),
+        });
+    }
+    if !keyless.is_empty() && trust_root.is_none() {
+        anyhow::bail!(
+            "--verify-identity needs --sigstore-trust-root (Fulcio certificates and Rekor keys as files) to check keyless signatures against"
+        );
+    }
+    let policy = HostPolicy {
+        key_files: args.references.verify_key.clone(),
+        keyless,
+        trust_root: trust_root.cloned(),
+    };
+    policy.load()?;
+    Ok(Some(policy))
+}
+
+/// `--registry-allow`, checked: `None` allows any registry. A `--plugin`
+/// outside it is the operator's own contradiction, refused at start.
+fn registry_allow(args: &RunArgs) -> anyhow::Result<Option<Vec<String>>> {
+    if args.registry_allow.is_empty() {
+        return Ok(None);
+    }
+    let mut allowed = Vec::new();
+    for host in &args.registry_allow {
+        let host = host.trim();
+        if host.is_empty() || host.contains('/') {
+            anyhow::bail!(
+                "--registry-allow {host:?}: give registries as HOST or HOST:PORT, without a scheme or path"
+            );
+        }
+        allowed.push(host.to_ascii_lowercase());
+    }
+    for reference in &args.references.plugins {
+        if !allowed.contains(&reference.registry().to_ascii_lowercase()) {
+            anyhow::bail!(
+                "--plugin {reference} is in registry {}, which --registry-allow {} leaves out",
+                reference.registry(),
+                allowed.join(",")
+            );
+        }
+    }
+    Ok(Some(allowed))
 }
 
 fn read_trust_root(dir: &std::path::Path) -> anyhow::Result<TrustRootFiles> {
@@ -570,5 +675,69 @@ mod tests {
             run_args(&["--admission-tls-cert", "tls.crt"]).is_err(),
             "a cert needs its key"
         );
+    }
+}
+
+#[cfg(test)]
+mod trust_tests {
+    use clap::Parser;
+
+    use crate::cli::{Cli, Command};
+
+    fn run_args(args: &[&str]) -> super::RunArgs {
+        let cli = Cli::try_parse_from(["reconciler-host", "run"].iter().chain(args)).unwrap();
+        match cli.command {
+            Command::Run(args) => *args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn public_key(dir: &std::path::Path) -> String {
+        let (_, public) = crate::registry::signatures::generate_key_pair(b"").unwrap();
+        let path = dir.join("host.pub");
+        std::fs::write(&path, public).unwrap();
+        path.display().to_string()
+    }
+
+    #[test]
+    fn require_signatures_needs_something_to_verify_against_and_covers_the_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = public_key(dir.path());
+        let policy = |args: &[&str]| super::host_policy(&run_args(args), None);
+        assert!(policy(&[]).unwrap().is_none(), "off unless asked for");
+        let e = policy(&["--require-signatures"]).unwrap_err();
+        assert!(e.to_string().contains("--verify-key"), "{e}");
+        let required = policy(&["--require-signatures", "--verify-key", &key])
+            .unwrap()
+            .unwrap();
+        assert_eq!(required.load().unwrap().keys.len(), 1);
+        let e = policy(&[
+            "--require-signatures",
+            "--verify-identity",
+            "ci@example.com,https://issuer.example",
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("--sigstore-trust-root"), "{e}");
+        let e = policy(&["--require-signatures", "--verify-identity", "no-issuer"]).unwrap_err();
+        assert!(e.to_string().contains("SUBJECT,ISSUER"), "{e}");
+    }
+
+    #[test]
+    fn registry_allow_refuses_a_plugin_reference_outside_it() {
+        let allowed = |args: &[&str]| super::registry_allow(&run_args(args));
+        assert_eq!(allowed(&[]).unwrap(), None);
+        assert_eq!(
+            allowed(&["--registry-allow", "R.example,127.0.0.1:5000"]).unwrap(),
+            Some(vec!["r.example".to_string(), "127.0.0.1:5000".to_string()])
+        );
+        let e = allowed(&[
+            "--registry-allow",
+            "r.example",
+            "--plugin",
+            "oci://evil.example/podset:1",
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("evil.example"), "{e}");
+        assert!(allowed(&["--registry-allow", "https://r.example"]).is_err());
     }
 }

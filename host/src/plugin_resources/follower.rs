@@ -7,8 +7,17 @@
 //! not. A version the directory refuses is taken back out of the served
 //! file, so a restart serves the last good one too. Failures are retried
 //! with backoff (5 s doubling to 5 min); a digest refused for what it is
-//! (signature, content, load) is not pulled again until the spec changes
-//! or the source names another digest.
+//! (signature, content, load) is not pulled again until the spec changes,
+//! the trust policy changes or the source names another digest.
+//!
+//! A digest serves under the trust it was admitted with: the policies
+//! (the host's `--require-signatures`, the Plugin's `spec.verification`,
+//! keys by content) and the repository its signatures were read from.
+//! When any of these changes (verification added, a key rotated in its
+//! Secret, the source moved to another repository holding the same digest)
+//! the serving digest is verified again before anything settles; one that
+//! fails stops serving, and the last good digest that passes the new policy
+//! serves instead, or nothing.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,11 +31,19 @@ use super::Shared;
 use super::conditions::{self, PluginResourceStatus, State};
 use super::spec::ValidSpec;
 use crate::plugin::hot_reload::PluginStatus;
-use crate::registry::fetch::{FetchError, fetch_digest, resolve};
+use crate::registry::fetch::{FetchError, fetch_digest, resolve, signers_text};
+use crate::registry::signatures::Signer;
+use crate::registry::trust::{Admission, Requirements};
 use crate::registry::{Credentials, Digest, RegistryClient, TrustPolicy};
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// How often a settled follower without `spec.interval` reads its keys
+/// again, so a key rotated in its Secret or ConfigMap is noticed without
+/// an edit of the Plugin. Only the API server is asked unless they changed.
+const POLICY_RECHECK: Duration = Duration::from_secs(30);
+/// How many earlier digests are kept to fall back to.
+const HISTORY: usize = 4;
 
 /// What a follower is asked to serve.
 #[derive(Clone, Debug)]
@@ -45,6 +62,13 @@ pub struct Desired {
 struct Serving {
     digest: Digest,
     component: PathBuf,
+    /// The component's SHA-256 (hex), checked when it loads.
+    sha256: String,
+    signers: Vec<Signer>,
+    /// The trust it was admitted under.
+    admitted: Admission,
+    /// What the directory reported when it loaded.
+    entry: PluginStatus,
     /// The conditions it was served with, set again when a failure of a
     /// newer digest is over.
     verified: State,
@@ -64,8 +88,10 @@ pub struct Follower {
     /// What logs call it: `Plugin podset` or the reference.
     label: String,
     serving: Option<Serving>,
-    /// A digest refused for what it is, at this generation.
-    refused: Option<(Digest, i64)>,
+    /// Digests that served before the one serving, oldest first.
+    history: Vec<Serving>,
+    /// Digests refused for what they are, each at a generation and trust.
+    refused: Vec<(Digest, i64, Admission)>,
     status: PluginResourceStatus,
     written: Option<PluginResourceStatus>,
 }
@@ -77,7 +103,8 @@ impl Follower {
             file_name,
             label,
             serving: None,
-            refused: None,
+            history: Vec::new(),
+            refused: Vec::new(),
             status: PluginResourceStatus::default(),
             written: None,
         }
@@ -87,16 +114,21 @@ impl Follower {
     /// then stops serving the file.
     pub async fn run(mut self, mut desired: watch::Receiver<Option<Desired>>) {
         let mut backoff = FIRST_BACKOFF;
+        // The next wake-up only reads the trust policy again (no interval).
+        let mut recheck_only = false;
         loop {
             let Some(current) = desired.borrow_and_update().clone() else {
                 break;
             };
-            let attempt = self.attempt(&current).await;
+            let attempt = self.attempt(&current, !recheck_only).await;
             self.publish(&current).await;
+            let mut policy_wake = false;
             let wait = match attempt {
                 Attempt::Settled => {
                     backoff = FIRST_BACKOFF;
-                    current.spec.as_ref().ok().and_then(|s| s.interval)
+                    let interval = current.spec.as_ref().ok().and_then(|s| s.interval);
+                    policy_wake = interval.is_none();
+                    Some(interval.unwrap_or(POLICY_RECHECK))
                 }
                 Attempt::Failed => {
                     // Never later than the interval: a tag fixed upstream
@@ -119,8 +151,9 @@ impl Follower {
                         break;
                     }
                     backoff = FIRST_BACKOFF;
+                    recheck_only = false;
                 }
-                _ = sleep => {}
+                _ = sleep => recheck_only = policy_wake,
             }
         }
         if let Err(e) = self.shared.served.remove(&self.file_name) {
@@ -133,7 +166,10 @@ impl Follower {
         );
     }
 
-    async fn attempt(&mut self, desired: &Desired) -> Attempt {
+    /// One pass: the serving digest checked against the trust in force,
+    /// then (when `resolve_source`, or when nothing serves) the source
+    /// resolved and a new digest verified, pulled and loaded.
+    async fn attempt(&mut self, desired: &Desired, resolve_source: bool) -> Attempt {
         let generation = desired.generation;
         self.status.observed_generation = generation;
         let spec = match &desired.spec {
@@ -144,7 +180,12 @@ impl Follower {
                     .await;
             }
         };
-        let (client, credentials, policy) =
+        if let Err(why) = self.shared.registry_allowed(spec) {
+            return self
+                .fail(desired, "Loaded", "RegistryNotAllowed", why)
+                .await;
+        }
+        let (client, credentials, requirements) =
             match self.shared.access(spec, desired.policy.as_ref()).await {
                 Ok(access) => access,
                 Err(why) => {
@@ -153,6 +194,23 @@ impl Follower {
                         .await;
                 }
             };
+        let admission = requirements.admission(&spec.reference);
+        if let Some(failed) = self
+            .readmit(
+                desired,
+                spec,
+                &client,
+                &credentials,
+                &requirements,
+                &admission,
+            )
+            .await
+        {
+            return failed;
+        }
+        if !resolve_source && self.serving.is_some() {
+            return Attempt::Settled;
+        }
         // Only when nothing serves may a tag fall back to the digest it
         // named last (a restart while the registry is down); otherwise an
         // outage is reported, not hidden.
@@ -181,18 +239,14 @@ impl Follower {
             self.set(desired, "Loaded", serving.loaded).await;
             return Attempt::Settled;
         }
-        if self
-            .refused
-            .as_ref()
-            .is_some_and(|(d, g)| *d == digest && *g == generation)
-        {
+        if self.is_refused(&digest, generation, &admission) {
             return Attempt::Failed;
         }
         self.status.latest_digest = Some(digest.to_string());
-        let (pulled, signer) = match fetch_digest(
+        let (pulled, signers) = match fetch_digest(
             &client,
             &self.shared.cache,
-            &policy,
+            &requirements,
             &spec.reference,
             &digest,
             Some(&credentials),
@@ -205,7 +259,7 @@ impl Follower {
                     &e,
                     FetchError::Registry(crate::registry::RegistryError::Unreachable { .. })
                 ) {
-                    self.refused = Some((digest.clone(), generation));
+                    self.refuse(&digest, generation, &admission);
                 }
                 let condition = if e.is_verification() {
                     "Verified"
@@ -217,62 +271,30 @@ impl Follower {
                     .await;
             }
         };
-        let verified = match &signer {
-            Some(signer) => State::yes(
-                "SignatureVerified",
-                format!("{digest} is signed by {signer}"),
-            ),
-            None => State::yes(
-                "NotRequired",
-                "spec.verification is not set: the plugin runs unsigned",
-            ),
-        };
+        let verified = verified_state(&digest, &signers, desired);
         self.set(desired, "Verified", verified.clone()).await;
-        let file_sha = match std::fs::read(&pulled.path) {
-            Ok(bytes) => crate::plugin::sandbox::content_hash(&bytes),
-            Err(e) => {
-                return self
-                    .fail(
-                        desired,
-                        "Loaded",
-                        "PullFailed",
-                        format!("cannot read the pulled plugin: {e}"),
-                    )
-                    .await;
-            }
-        };
+        // What was checked against the manifest is what must load.
+        let file_sha = pulled.sha256.clone();
         match self.load(&pulled.path, &file_sha).await {
             Ok(entry) => {
-                self.serving = Some(Serving {
+                let loaded = loaded_state(&digest, &entry);
+                if let Some(previous) = self.serving.take() {
+                    self.remember(previous);
+                }
+                self.history.retain(|s| s.digest != digest);
+                self.serve(Serving {
                     digest: digest.clone(),
                     component: pulled.path.clone(),
+                    sha256: file_sha.clone(),
+                    signers,
+                    admitted: admission,
+                    entry,
                     verified,
-                    loaded: State::unknown("", ""),
+                    loaded: loaded.clone(),
                 });
-                self.status.digest = Some(digest.to_string());
                 self.status.latest_digest = None;
-                self.status.signer = signer.map(|s| s.to_string());
-                self.status.plugin_name = entry.name.clone();
-                self.status.plugin_version = entry.version.clone();
-                self.status.primary_kind = entry.kinds.as_ref().map(|k| k.primary.clone());
                 self.status.last_error = None;
-                let loaded = State::yes(
-                    "Loaded",
-                    format!(
-                        "{} {} serves {} from {digest}",
-                        entry.name.as_deref().unwrap_or("?"),
-                        entry.version.as_deref().unwrap_or("?"),
-                        entry
-                            .kinds
-                            .as_ref()
-                            .map(|k| k.primary.as_str())
-                            .unwrap_or("?")
-                    ),
-                );
                 tracing::info!("{}: {}", self.label, loaded.message);
-                if let Some(serving) = &mut self.serving {
-                    serving.loaded = loaded.clone();
-                }
                 // Every new digest serving is an Event, an upgrade too
                 // (Loaded to Loaded is no transition of the condition).
                 if !conditions::set(
@@ -292,7 +314,7 @@ impl Follower {
             }
             Err((reason, message, waiting)) => {
                 if !waiting {
-                    self.refused = Some((digest.clone(), generation));
+                    self.refuse(&digest, generation, &admission);
                     self.restore();
                 }
                 let reason: &'static str = reason;
@@ -300,6 +322,160 @@ impl Follower {
                     .await
             }
         }
+    }
+
+    fn is_refused(&self, digest: &Digest, generation: i64, admission: &Admission) -> bool {
+        self.refused
+            .iter()
+            .any(|(d, g, a)| d == digest && *g == generation && a == admission)
+    }
+
+    /// Remembers that `digest` failed for what it is under this generation
+    /// and trust; refusals under others are forgotten (they may pass now).
+    fn refuse(&mut self, digest: &Digest, generation: i64, admission: &Admission) {
+        self.refused
+            .retain(|(d, g, a)| d != digest && *g == generation && a == admission);
+        self.refused
+            .push((digest.clone(), generation, admission.clone()));
+    }
+
+    /// Keeps `earlier` to fall back to, the most recent last.
+    fn remember(&mut self, earlier: Serving) {
+        self.history.retain(|s| s.digest != earlier.digest);
+        self.history.push(earlier);
+        if self.history.len() > HISTORY {
+            self.history.remove(0);
+        }
+    }
+
+    /// Makes `serving` what serves, in memory and in the status.
+    fn serve(&mut self, serving: Serving) {
+        self.status.digest = Some(serving.digest.to_string());
+        self.status.signer = (!serving.signers.is_empty()).then(|| signers_text(&serving.signers));
+        self.status.plugin_name = serving.entry.name.clone();
+        self.status.plugin_version = serving.entry.version.clone();
+        self.status.primary_kind = serving.entry.kinds.as_ref().map(|k| k.primary.clone());
+        self.serving = Some(serving);
+    }
+
+    /// Checks the serving digest against the trust in force when it was
+    /// admitted under another; on failure it stops serving, the last good
+    /// digest that passes serves instead (or nothing), and the failure is
+    /// the attempt's outcome.
+    async fn readmit(
+        &mut self,
+        desired: &Desired,
+        spec: &ValidSpec,
+        client: &RegistryClient,
+        credentials: &Credentials,
+        requirements: &Requirements,
+        admission: &Admission,
+    ) -> Option<Attempt> {
+        let serving = self.serving.clone()?;
+        if serving.admitted == *admission {
+            return None;
+        }
+        let auth = client.auth_for(&spec.reference, Some(credentials));
+        let checked = requirements
+            .verify(client.options(), &spec.reference, &serving.digest, &auth)
+            .await;
+        match checked {
+            Ok(signers) => {
+                let verified = verified_state(&serving.digest, &signers, desired);
+                tracing::info!(
+                    "{}: the trust policy changed; {} still meets it",
+                    self.label,
+                    serving.digest
+                );
+                self.serve(Serving {
+                    signers,
+                    admitted: admission.clone(),
+                    verified: verified.clone(),
+                    ..serving
+                });
+                self.set(desired, "Verified", verified).await;
+                None
+            }
+            Err(e) => {
+                self.refuse(&serving.digest, desired.generation, admission);
+                self.serving = None;
+                self.remember(serving.clone());
+                let fallback = self
+                    .fall_back(desired, spec, client, credentials, requirements, admission)
+                    .await;
+                let instead = match &fallback {
+                    Some(digest) => {
+                        format!("{digest}, the last good digest that does, serves instead")
+                    }
+                    None => "nothing of this Plugin serves".to_string(),
+                };
+                if fallback.is_none() {
+                    self.status.digest = None;
+                    self.status.signer = None;
+                    self.restore();
+                }
+                let message = format!(
+                    "{} no longer meets the trust policy and stops serving ({instead}): {e}",
+                    serving.digest
+                );
+                Some(self.fail(desired, "Verified", e.reason(), message).await)
+            }
+        }
+    }
+
+    /// Serves the most recent earlier digest that verifies under
+    /// `requirements` and whose cached component is still intact; which
+    /// one, if any.
+    async fn fall_back(
+        &mut self,
+        desired: &Desired,
+        spec: &ValidSpec,
+        client: &RegistryClient,
+        credentials: &Credentials,
+        requirements: &Requirements,
+        admission: &Admission,
+    ) -> Option<Digest> {
+        let auth = client.auth_for(&spec.reference, Some(credentials));
+        let candidates: Vec<Serving> = self
+            .history
+            .iter()
+            .rev()
+            .filter(|s| !self.is_refused(&s.digest, desired.generation, admission))
+            .cloned()
+            .collect();
+        for candidate in candidates {
+            let Ok(signers) = requirements
+                .verify(client.options(), &spec.reference, &candidate.digest, &auth)
+                .await
+            else {
+                continue;
+            };
+            if !self
+                .shared
+                .cache
+                .is_intact(&candidate.digest, &candidate.sha256)
+            {
+                continue;
+            }
+            let Ok(entry) = self.load(&candidate.component, &candidate.sha256).await else {
+                continue;
+            };
+            let verified = verified_state(&candidate.digest, &signers, desired);
+            let loaded = loaded_state(&candidate.digest, &entry);
+            tracing::warn!("{}: falling back to {}", self.label, candidate.digest);
+            self.history.retain(|s| s.digest != candidate.digest);
+            self.serve(Serving {
+                signers,
+                admitted: admission.clone(),
+                entry,
+                verified,
+                loaded: loaded.clone(),
+                ..candidate.clone()
+            });
+            self.set(desired, "Loaded", loaded).await;
+            return Some(candidate.digest);
+        }
+        None
     }
 
     /// Serves `component` and waits for the directory's verdict on it.
@@ -488,7 +664,7 @@ impl Follower {
         if let Some(object) = &desired.object
             && let Some(name) = &object.name
         {
-            let patch = serde_json::json!({ "status": self.status });
+            let patch = serde_json::json!({ "status": status_patch(&self.status) });
             match self
                 .shared
                 .api
@@ -530,6 +706,65 @@ impl Follower {
     }
 }
 
+/// `status` as a merge patch: what is no longer set is written as null, so
+/// a Plugin that stops serving no longer shows the digest it served.
+fn status_patch(status: &PluginResourceStatus) -> serde_json::Value {
+    let mut patch = serde_json::to_value(status).unwrap_or_default();
+    if let Some(fields) = patch.as_object_mut() {
+        for field in [
+            "digest",
+            "latestDigest",
+            "pluginName",
+            "pluginVersion",
+            "primaryKind",
+            "signer",
+            "lastError",
+        ] {
+            fields.entry(field).or_insert(serde_json::Value::Null);
+        }
+    }
+    patch
+}
+
+/// The Verified condition of `digest` checked by `signers`: Unknown when
+/// nothing was checked, never True.
+fn verified_state(digest: &Digest, signers: &[Signer], desired: &Desired) -> State {
+    if signers.is_empty() {
+        let why = if desired.object.is_some() {
+            "the Plugin sets no spec.verification"
+        } else {
+            "no --verify-key is given"
+        };
+        State::unknown(
+            "NotChecked",
+            format!(
+                "no signature of {digest} was checked: {why} and the host allows unsigned plugins (run --require-signatures to require them)"
+            ),
+        )
+    } else {
+        State::yes(
+            "SignatureVerified",
+            format!("{digest} is signed by {}", signers_text(signers)),
+        )
+    }
+}
+
+fn loaded_state(digest: &Digest, entry: &PluginStatus) -> State {
+    State::yes(
+        "Loaded",
+        format!(
+            "{} {} serves {} from {digest}",
+            entry.name.as_deref().unwrap_or("?"),
+            entry.version.as_deref().unwrap_or("?"),
+            entry
+                .kinds
+                .as_ref()
+                .map(|k| k.primary.as_str())
+                .unwrap_or("?")
+        ),
+    )
+}
+
 fn now() -> String {
     k8s_openapi::jiff::Timestamp::now()
         .round(k8s_openapi::jiff::Unit::Second)
@@ -538,4 +773,4 @@ fn now() -> String {
 }
 
 /// Reads what a spec's access needs from the cluster.
-pub(super) type Access = (RegistryClient, Credentials, TrustPolicy);
+pub(super) type Access = (RegistryClient, Credentials, Requirements);

@@ -36,6 +36,7 @@ use self::spec::{PluginSpec, ValidSpec};
 use crate::plugin::hot_reload::PluginStatus;
 use crate::registry::served_files::ServedFiles;
 use crate::registry::signatures::{KeylessIdentity, TrustRootFiles, TrustedKey};
+use crate::registry::trust::{HostPolicy, Requirements};
 use crate::registry::{
     ArtifactCache, Credentials, PluginReference, RegistryClient, RegistryOptions, TrustPolicy,
 };
@@ -63,6 +64,11 @@ pub struct Shared {
     /// Where keys and pull secrets are read from.
     pub namespace: String,
     pub trust_root: Option<TrustRootFiles>,
+    /// `--require-signatures`: what every Plugin and `--plugin` must be
+    /// signed by, beside its own verification; `None` allows unsigned ones.
+    pub required: Option<HostPolicy>,
+    /// `--registry-allow`: the only registries sources may name.
+    pub allowed_registries: Option<Vec<String>>,
     pub recorder: Recorder,
     pub load_timeout: Duration,
     /// Whether this replica writes Plugins' status and Events now (one of
@@ -86,7 +92,24 @@ impl Shared {
         rest(Api::all_with(client, &api_resource()), recorder)
     }
 
-    /// The client, credentials and trust policy a spec asks for.
+    /// Whether `--registry-allow` lets sources name `spec`'s registry; why
+    /// not, when it does not.
+    fn registry_allowed(&self, spec: &ValidSpec) -> Result<(), String> {
+        let Some(allowed) = &self.allowed_registries else {
+            return Ok(());
+        };
+        let registry = spec.reference.registry();
+        if allowed.iter().any(|a| a.eq_ignore_ascii_case(registry)) {
+            return Ok(());
+        }
+        Err(format!(
+            "{} is in registry {registry}, which the host does not pull from (--registry-allow {})",
+            spec.reference,
+            allowed.join(",")
+        ))
+    }
+
+    /// The client, credentials and trust requirements a spec asks for.
     async fn access(
         &self,
         spec: &ValidSpec,
@@ -123,6 +146,7 @@ impl Shared {
                 .map_err(|e| e.to_string())?;
         }
         let mut policy = fixed_policy.cloned().unwrap_or_default();
+        policy.trust_root = self.trust_root.clone();
         if let Some(verification) = &spec.raw.verification {
             for key in &verification.public_keys {
                 let location = key.location();
@@ -161,9 +185,16 @@ impl Shared {
                     "spec.verification.keyless needs the host's --sigstore-trust-root (Fulcio certificates and Rekor keys as files); the host refuses to run it unchecked".into(),
                 );
             }
-            policy.trust_root = self.trust_root.clone();
         }
-        Ok((RegistryClient::new(options), credentials, policy))
+        let host = match &self.required {
+            Some(required) => Some(required.load().map_err(|e| e.to_string())?),
+            None => None,
+        };
+        let requirements = Requirements {
+            host,
+            own: (!policy.is_empty()).then_some(policy),
+        };
+        Ok((RegistryClient::new(options), credentials, requirements))
     }
 }
 
@@ -190,7 +221,9 @@ pub async fn follow(
                 },
             }),
             object: None,
-            policy: Some(verify_keys.clone()),
+            // With --require-signatures the host's policy, read afresh at
+            // every attempt, is the one these references meet.
+            policy: shared.required.is_none().then(|| verify_keys.clone()),
         }));
         let follower = Follower::new(
             shared.clone(),

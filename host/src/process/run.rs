@@ -103,6 +103,10 @@ pub struct PulledConfig {
     /// `--verify-key`: what `--plugin` references must be signed by.
     pub verify_keys: crate::registry::TrustPolicy,
     pub trust_root: Option<crate::registry::signatures::TrustRootFiles>,
+    /// `--require-signatures`: what every pulled plugin must be signed by.
+    pub required: Option<crate::registry::trust::HostPolicy>,
+    /// `--registry-allow`: the only registries sources may name.
+    pub allowed_registries: Option<Vec<String>>,
     /// The host's namespace, where Plugins' keys and pull secrets are read.
     pub namespace: String,
     /// Watch Plugin resources.
@@ -123,6 +127,8 @@ impl PulledConfig {
             references: Vec::new(),
             verify_keys: crate::registry::TrustPolicy::default(),
             trust_root: None,
+            required: None,
+            allowed_registries: None,
             namespace: "default".into(),
             watch_resources: false,
             selector: None,
@@ -493,6 +499,8 @@ fn start_pulled(
             feed,
             namespace: pulled.namespace.clone(),
             trust_root: pulled.trust_root.clone(),
+            required: pulled.required.clone(),
+            allowed_registries: pulled.allowed_registries.clone(),
             recorder,
             load_timeout,
             writes_status,

@@ -5,7 +5,10 @@
 //! The manifest's bytes are hashed here and compared with the digest asked
 //! for, and the component's layer is hashed while it streams to disk, with
 //! its size capped, so neither a registry nor anything between can hand
-//! the host other bytes than the digest names.
+//! the host other bytes than the digest names. Manifests are read with a
+//! size cap ([`super::bounded_reads`]), and every request has a deadline
+//! (`--registry-timeout-secs`), so a registry cannot make the host hold or
+//! wait without bound either.
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -24,6 +27,7 @@ use super::artifact::{
     ArtifactError, ComponentInterfaces, WASM_CONFIG, WASM_LAYER, WasmConfig, component_layer,
 };
 use super::artifact_cache::ArtifactCache;
+use super::bounded_reads::{BoundedReader, MAX_MANIFEST_BYTES, Target};
 use super::credentials::Credentials;
 use super::reference::{Digest, PluginReference};
 
@@ -31,6 +35,10 @@ use super::reference::{Digest, PluginReference};
 /// the Python podset is about 19 MB, so this leaves room for plugins in
 /// heavier languages without letting a registry fill the disk.
 pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
+/// How long any one registry request may take unless
+/// `--registry-timeout-secs` says otherwise: a 256 MiB layer at about
+/// 1 MiB/s, and far longer than a manifest or a signature needs.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How the host reaches registries.
 #[derive(Clone, Debug)]
@@ -43,6 +51,9 @@ pub struct RegistryOptions {
     pub credentials: Credentials,
     /// The largest component pulled, in bytes.
     pub max_bytes: u64,
+    /// How long any one request (a manifest, a signature, a layer) may
+    /// take, from its start to its last byte.
+    pub timeout: Duration,
 }
 
 impl Default for RegistryOptions {
@@ -52,6 +63,7 @@ impl Default for RegistryOptions {
             insecure: Vec::new(),
             credentials: Credentials::default(),
             max_bytes: DEFAULT_MAX_BYTES,
+            timeout: DEFAULT_TIMEOUT,
         }
     }
 }
@@ -85,6 +97,14 @@ pub enum RegistryError {
         "{reference}: the component's bytes do not match its digest ({detail}): the registry's copy is corrupt or was tampered with, and nothing of it is kept"
     )]
     ContentMismatch { reference: String, detail: String },
+    #[error(
+        "{reference}: the registry sent more than {cap} bytes for {what}; nothing of it is kept"
+    )]
+    TooLarge {
+        reference: String,
+        what: String,
+        cap: usize,
+    },
     #[error("{reference}: the manifest is not an OCI image manifest: {message}")]
     BadManifest { reference: String, message: String },
     #[error("{reference}: cannot write the pulled plugin to {dir}: {error}")]
@@ -102,7 +122,9 @@ impl RegistryError {
             RegistryError::Unreachable { .. } | RegistryError::Cache { .. } => "PullFailed",
             RegistryError::Unauthorized { .. } => "PullUnauthorized",
             RegistryError::NotFound { .. } => "NotFound",
-            RegistryError::NotAPlugin { .. } | RegistryError::BadManifest { .. } => "NotAPlugin",
+            RegistryError::NotAPlugin { .. }
+            | RegistryError::BadManifest { .. }
+            | RegistryError::TooLarge { .. } => "NotAPlugin",
             RegistryError::DigestMismatch { .. } | RegistryError::ContentMismatch { .. } => {
                 "DigestMismatch"
             }
@@ -114,6 +136,7 @@ impl RegistryError {
 pub struct RegistryClient {
     options: RegistryOptions,
     oci: oci_client::Client,
+    reader: BoundedReader,
 }
 
 /// A pulled plugin: the manifest digest it was pulled by and its file in
@@ -122,6 +145,9 @@ pub struct RegistryClient {
 pub struct Pulled {
     pub digest: Digest,
     pub path: PathBuf,
+    /// The component's SHA-256 (hex), checked against its manifest: what
+    /// the file must still hash to when it loads.
+    pub sha256: String,
     /// Served from the cache without a request.
     pub cached: bool,
 }
@@ -129,7 +155,31 @@ pub struct Pulled {
 impl RegistryClient {
     pub fn new(options: RegistryOptions) -> Self {
         let oci = oci_client::Client::new(oci_config(&options));
-        Self { options, oci }
+        let reader = BoundedReader::new(&options);
+        Self {
+            options,
+            oci,
+            reader,
+        }
+    }
+
+    /// `work`, or an Unreachable error once the deadline passed.
+    async fn in_time<T>(
+        &self,
+        reference: &PluginReference,
+        work: impl std::future::Future<Output = Result<T, RegistryError>>,
+    ) -> Result<T, RegistryError> {
+        tokio::time::timeout(self.options.timeout, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(RegistryError::Unreachable {
+                    reference: reference.to_string(),
+                    message: format!(
+                        "the registry did not answer in full within {} s (--registry-timeout-secs)",
+                        self.options.timeout.as_secs()
+                    ),
+                })
+            })
     }
 
     pub fn options(&self) -> &RegistryOptions {
@@ -160,11 +210,20 @@ impl RegistryClient {
         if let Some(digest) = reference.digest() {
             return Ok(digest);
         }
-        let text = self
-            .oci
-            .fetch_manifest_digest(reference.oci(), auth)
-            .await
-            .map_err(|e| classify(reference, e))?;
+        // The manifest itself, hashed here: its digest is what its bytes
+        // hash to, whatever a header says.
+        let tag = reference.oci().tag().unwrap_or("latest");
+        let bytes = self
+            .reader
+            .get(
+                reference,
+                auth,
+                Target::Manifest(tag),
+                &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
+                MAX_MANIFEST_BYTES,
+            )
+            .await?;
+        let text = format!("sha256:{}", hex(&sha2::Sha256::digest(&bytes)));
         Digest::parse(&text).map_err(|message| RegistryError::BadManifest {
             reference: reference.to_string(),
             message,
@@ -180,24 +239,26 @@ impl RegistryClient {
         auth: &RegistryAuth,
         cache: &ArtifactCache,
     ) -> Result<Pulled, RegistryError> {
-        if let Some(path) = cache.component(digest) {
+        if let Some(cached) = cache.component(digest) {
             return Ok(Pulled {
                 digest: digest.clone(),
-                path,
+                path: cached.path,
+                sha256: cached.sha256,
                 cached: true,
             });
         }
         let pinned = reference.at_digest(digest);
         let name = pinned.to_string();
-        let (bytes, _) = self
-            .oci
-            .pull_manifest_raw(
-                pinned.oci(),
+        let bytes = self
+            .reader
+            .get(
+                &pinned,
                 auth,
+                Target::Manifest(digest.as_str()),
                 &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
+                MAX_MANIFEST_BYTES,
             )
-            .await
-            .map_err(|e| classify(&pinned, e))?;
+            .await?;
         let actual = format!("sha256:{}", hex(&sha2::Sha256::digest(&bytes)));
         if actual != digest.as_str() {
             return Err(RegistryError::DigestMismatch {
@@ -228,8 +289,29 @@ impl RegistryClient {
             written: 0,
             cap: layer.size as u64,
         };
-        let pulled = self.oci.pull_blob(pinned.oci(), &layer, &mut writer).await;
+        // oci-client streams the layer to disk, checking its digest; it
+        // is handed the token read here, so it asks the registry for none.
+        let authorized = self.reader.authorize(&pinned, auth).await?;
+        self.oci
+            .store_auth_if_needed(pinned.oci().resolve_registry(), &authorized)
+            .await;
+        let pulled = tokio::time::timeout(
+            self.options.timeout,
+            self.oci.pull_blob(pinned.oci(), &layer, &mut writer),
+        )
+        .await;
         let written = writer.written;
+        let Ok(pulled) = pulled else {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(RegistryError::Unreachable {
+                reference: name,
+                message: format!(
+                    "the registry did not send the plugin's {} bytes within {} s (--registry-timeout-secs)",
+                    layer.size,
+                    self.options.timeout.as_secs()
+                ),
+            });
+        };
         if let Err(e) = pulled {
             let _ = std::fs::remove_file(&tmp);
             return Err(match e {
@@ -257,10 +339,18 @@ impl RegistryClient {
                 detail: format!("{written} bytes, not the {} its manifest says", layer.size),
             });
         }
-        let path = cache.keep_component(&tmp, digest).map_err(cache_error)?;
+        let path = cache
+            .keep_component(&tmp, digest, &bytes)
+            .map_err(cache_error)?;
+        let sha256 = layer
+            .digest
+            .strip_prefix("sha256:")
+            .unwrap_or(&layer.digest)
+            .to_string();
         Ok(Pulled {
             digest: digest.clone(),
             path,
+            sha256,
             cached: false,
         })
     }
@@ -283,10 +373,14 @@ impl RegistryClient {
         );
         let manifest = OciImageManifest::build(std::slice::from_ref(&layer), &config, None);
         let manifest_bytes = serde_json::to_vec(&manifest).expect("a manifest serializes");
-        self.oci
-            .push(reference.oci(), &[layer], config, auth, Some(manifest))
-            .await
-            .map_err(|e| classify(reference, e))?;
+        let layers = [layer];
+        let pushed = self
+            .oci
+            .push(reference.oci(), &layers, config, auth, Some(manifest));
+        self.in_time(reference, async {
+            pushed.await.map_err(|e| classify(reference, e))
+        })
+        .await?;
         // What oci-client sent is the manifest serialized the same way.
         let digest = format!("sha256:{}", hex(&sha2::Sha256::digest(&manifest_bytes)));
         let resolved = self.resolve(reference, auth).await?;

@@ -14,7 +14,8 @@ use super::ArtifactCache;
 use super::client::{Pulled, RegistryClient, RegistryError};
 use super::credentials::Credentials;
 use super::reference::{Digest, PluginReference};
-use super::signatures::{self, Signer, TrustPolicy, VerifyError};
+use super::signatures::{Signer, TrustPolicy, VerifyError};
+use super::trust::Requirements;
 
 /// A reference pulled, and verified when the policy asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,7 +23,9 @@ pub struct FetchedPlugin {
     pub reference: PluginReference,
     pub digest: Digest,
     pub path: PathBuf,
-    pub signer: Option<Signer>,
+    /// Who signed it, for each policy it was checked under; empty when
+    /// nothing was checked.
+    pub signers: Vec<Signer>,
     /// The file came from the cache without a pull.
     pub cached: bool,
     /// The registry could not be asked what the tag names now: this is the
@@ -39,8 +42,8 @@ impl fmt::Display for FetchedPlugin {
             self.digest,
             if self.cached { "cached" } else { "pulled" }
         )?;
-        if let Some(signer) = &self.signer {
-            write!(f, ", signed by {signer}")?;
+        if !self.signers.is_empty() {
+            write!(f, ", signed by {}", signers_text(&self.signers))?;
         }
         if self.stale_tag {
             write!(
@@ -105,23 +108,31 @@ pub async fn resolve(
     }
 }
 
-/// Verifies (when `policy` asks) and pulls `reference` at `digest`.
+/// Signers as status shows them: `key a.pub and key b.pub`.
+pub fn signers_text(signers: &[Signer]) -> String {
+    signers
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+/// Verifies (under every policy of `requirements`) and pulls `reference`
+/// at `digest`.
 pub async fn fetch_digest(
     client: &RegistryClient,
     cache: &ArtifactCache,
-    policy: &TrustPolicy,
+    requirements: &Requirements,
     reference: &PluginReference,
     digest: &Digest,
     pull_secrets: Option<&Credentials>,
-) -> Result<(Pulled, Option<Signer>), FetchError> {
+) -> Result<(Pulled, Vec<Signer>), FetchError> {
     let auth = client.auth_for(reference, pull_secrets);
-    let signer = if policy.is_empty() {
-        None
-    } else {
-        Some(signatures::verify(client.options(), policy, reference, digest, &auth).await?)
-    };
+    let signers = requirements
+        .verify(client.options(), reference, digest, &auth)
+        .await?;
     let pulled = client.pull(reference, digest, &auth, cache).await?;
-    Ok((pulled, signer))
+    Ok((pulled, signers))
 }
 
 /// [`resolve`] then [`fetch_digest`].
@@ -133,13 +144,20 @@ pub async fn fetch_once(
     pull_secrets: Option<&Credentials>,
 ) -> Result<FetchedPlugin, FetchError> {
     let (digest, stale_tag) = resolve(client, cache, reference, pull_secrets, true).await?;
-    let (pulled, signer) =
-        fetch_digest(client, cache, policy, reference, &digest, pull_secrets).await?;
+    let (pulled, signers) = fetch_digest(
+        client,
+        cache,
+        &Requirements::own(policy),
+        reference,
+        &digest,
+        pull_secrets,
+    )
+    .await?;
     Ok(FetchedPlugin {
         reference: reference.clone(),
         digest,
         path: pulled.path,
-        signer,
+        signers,
         cached: pulled.cached,
         stale_tag,
     })

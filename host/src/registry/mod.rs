@@ -8,12 +8,14 @@
 
 pub mod artifact;
 pub mod artifact_cache;
+pub mod bounded_reads;
 pub mod client;
 pub mod credentials;
 pub mod fetch;
 pub mod reference;
 pub mod served_files;
 pub mod signatures;
+pub mod trust;
 
 pub use artifact_cache::ArtifactCache;
 pub use client::{RegistryClient, RegistryError, RegistryOptions};

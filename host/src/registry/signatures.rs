@@ -11,15 +11,25 @@
 //! against a trust root given as files: nothing is fetched from the public
 //! Sigstore instance, so an air-gapped cluster verifies as any other.
 //!
-//! The payload names the digest; sigstore refuses a layer whose payload
-//! names another, so a signature made for one build never vouches for
-//! another pushed under the same tag.
+//! The payload names the digest; a layer whose payload names another is
+//! ignored, so a signature made for one build never vouches for another
+//! pushed under the same tag.
+//!
+//! The signature manifest and its layers are read here, capped (at most
+//! [`MAX_SIGNATURES`] layers of at most [`MAX_SIGNATURE_BYTES`] each) and
+//! within the request deadline, rather than by sigstore's client, which
+//! pulls whatever the manifest lists into memory. Keys are checked on
+//! those layers. Keyless identities still need sigstore's own read (it
+//! checks the certificate chain and Rekor bundle as it builds its layers);
+//! it runs only once the capped read has found the signatures within the
+//! caps, and within the deadline.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use sha2::Digest as _;
 
+use sigstore::cosign::simple_signing::SimpleSigning;
 use sigstore::cosign::verification_constraint::cert_subject_email_verifier::StringVerifier;
 use sigstore::cosign::verification_constraint::{
     CertSubjectEmailVerifier, CertSubjectUrlVerifier, PublicKeyVerifier, VerificationConstraint,
@@ -30,8 +40,19 @@ use sigstore::crypto::{SigStoreSigner, SigningScheme};
 use sigstore::registry::{Auth, OciReference};
 use sigstore::trust::ManualTrustRoot;
 
-use super::client::{RegistryOptions, error_chain};
+use super::bounded_reads::{BoundedReader, MAX_MANIFEST_BYTES, Target};
+use super::client::{RegistryError, RegistryOptions, error_chain};
 use super::reference::{Digest, PluginReference};
+
+/// The most signature layers read for one digest: cosign adds one per
+/// signing, and a handful of signers is the most a plugin has.
+pub const MAX_SIGNATURES: usize = 16;
+/// The largest signature layer read: a simple-signing payload is a few
+/// hundred bytes.
+pub const MAX_SIGNATURE_BYTES: usize = 64 << 10;
+/// cosign's signature layer media type and its signature annotation.
+const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 
 /// Environment variable holding a private key's password, as cosign names it.
 pub const PASSWORD_ENV: &str = "COSIGN_PASSWORD";
@@ -101,6 +122,31 @@ impl TrustPolicy {
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty() && self.keyless.is_empty()
     }
+
+    /// A digest of everything the policy trusts (keys by content, not only
+    /// by name, identities and the trust root): equal fingerprints admit the
+    /// same signatures, so a key rotated under the same name changes it.
+    pub fn fingerprint(&self) -> String {
+        let mut hash = sha2::Sha256::new();
+        let mut add = |part: &[u8]| {
+            hash.update((part.len() as u64).to_le_bytes());
+            hash.update(part);
+        };
+        for key in &self.keys {
+            add(key.name.as_bytes());
+            add(&key.pem);
+        }
+        for identity in &self.keyless {
+            add(identity.subject.as_bytes());
+            add(identity.issuer.as_bytes());
+        }
+        if let Some(root) = &self.trust_root {
+            for pem in root.fulcio_pem.iter().chain(&root.rekor_pem) {
+                add(pem);
+            }
+        }
+        super::client::hex(&hash.finalize())
+    }
 }
 
 /// Who signed the digest that runs, as status shows it.
@@ -133,6 +179,8 @@ pub enum VerifyError {
     },
     #[error("{reference}: cannot read its signatures: {message}")]
     Unreachable { reference: String, message: String },
+    #[error("{reference}: its signatures are refused unread: {message}")]
+    TooLarge { reference: String, message: String },
     #[error("the signature check cannot be performed: {0}")]
     Unusable(String),
 }
@@ -144,6 +192,7 @@ impl VerifyError {
             VerifyError::Missing { .. } => "SignatureMissing",
             VerifyError::NotTrusted { .. } => "SignatureNotTrusted",
             VerifyError::Unreachable { .. } => "SignatureUnreadable",
+            VerifyError::TooLarge { .. } => "SignatureTooLarge",
             VerifyError::Unusable(_) => "VerificationUnavailable",
         }
     }
@@ -237,24 +286,12 @@ pub async fn verify(
         rekor_keys,
         ctfe_keys: BTreeMap::new(),
     };
-    let mut client = ClientBuilder::default()
-        .with_oci_client_config(sigstore_config(options))
-        .with_trust_repository(&root)
-        .and_then(|b| b.build())
-        .map_err(|e| VerifyError::Unusable(format!("cannot set up the signature check: {e}")))?;
-    let layers = client
-        .trusted_signature_layers(&sigstore_auth(auth), &sigstore_reference(reference, digest))
-        .await
-        .map_err(|e| VerifyError::Unreachable {
-            reference: pinned.clone(),
-            message: error_chain(&e),
-        })?;
-    if layers.is_empty() {
+    let Some(layers) = signature_layers(options, reference, digest, auth).await? else {
         return Err(VerifyError::Missing {
             reference: pinned,
             tag: signature_tag(digest),
         });
-    }
+    };
     for key in &policy.keys {
         let verifier = PublicKeyVerifier::try_from(key.pem.as_slice())
             .map_err(|e| VerifyError::Unusable(format!("{}: {e}", key.name)))?;
@@ -265,6 +302,39 @@ pub async fn verify(
             return Ok(Signer::Key(key.name.clone()));
         }
     }
+    // Keyless: sigstore reads the layers again, verifying certificates and
+    // bundles as it builds them; only after the capped read passed.
+    let certified = if policy.keyless.is_empty() || layers.is_empty() {
+        Vec::new()
+    } else {
+        let mut client = ClientBuilder::default()
+            .with_oci_client_config(sigstore_config(options))
+            .with_trust_repository(&root)
+            .and_then(|b| b.build())
+            .map_err(|e| {
+                VerifyError::Unusable(format!("cannot set up the signature check: {e}"))
+            })?;
+        let (sigstore_auth, source) = (sigstore_auth(auth), sigstore_reference(reference, digest));
+        let read = client.trusted_signature_layers(&sigstore_auth, &source);
+        match tokio::time::timeout(options.timeout, read).await {
+            Ok(Ok(layers)) => layers,
+            Ok(Err(e)) => {
+                return Err(VerifyError::Unreachable {
+                    reference: pinned.clone(),
+                    message: error_chain(&e),
+                });
+            }
+            Err(_) => {
+                return Err(VerifyError::Unreachable {
+                    reference: pinned.clone(),
+                    message: format!(
+                        "the registry did not answer in full within {} s (--registry-timeout-secs)",
+                        options.timeout.as_secs()
+                    ),
+                });
+            }
+        }
+    };
     for identity in &policy.keyless {
         let matches = |layer: &SignatureLayer| -> bool {
             let email = CertSubjectEmailVerifier {
@@ -282,7 +352,7 @@ pub async fn verify(
             // that certificate's key is checked here.
             identity_matches && signed_by_certificate(layer)
         };
-        if layers.iter().any(matches) {
+        if certified.iter().any(matches) {
             return Ok(Signer::Keyless {
                 subject: identity.subject.clone(),
                 issuer: identity.issuer.clone(),
@@ -301,6 +371,123 @@ pub async fn verify(
         count: layers.len(),
         trusted: trusted.join(", "),
     })
+}
+
+/// The signature layers of `digest` that are what their descriptors say
+/// and name `digest`, read capped; `None` when it has no signature tag.
+///
+/// The layers are built here rather than by sigstore's client, which reads
+/// without a cap; they carry no certificate, which only keys need.
+async fn signature_layers(
+    options: &RegistryOptions,
+    reference: &PluginReference,
+    digest: &Digest,
+    auth: &oci_client::secrets::RegistryAuth,
+) -> Result<Option<Vec<SignatureLayer>>, VerifyError> {
+    let pinned = reference.at_digest(digest).to_string();
+    let reader = BoundedReader::new(options);
+    let unreadable = |e: RegistryError| match e {
+        RegistryError::TooLarge { .. } => VerifyError::TooLarge {
+            reference: pinned.clone(),
+            message: e.to_string(),
+        },
+        e => VerifyError::Unreachable {
+            reference: pinned.clone(),
+            message: e.to_string(),
+        },
+    };
+    let tag = signature_tag(digest);
+    let accept = [
+        oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
+        oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
+    ];
+    let manifest = match reader
+        .get(
+            reference,
+            auth,
+            Target::Manifest(&tag),
+            &accept,
+            MAX_MANIFEST_BYTES,
+        )
+        .await
+    {
+        Ok(bytes) => bytes,
+        Err(RegistryError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(unreadable(e)),
+    };
+    let manifest: oci_client::manifest::OciImageManifest = serde_json::from_slice(&manifest)
+        .map_err(|e| VerifyError::Unreachable {
+            reference: pinned.clone(),
+            message: format!("its {tag} manifest is not an image manifest: {e}"),
+        })?;
+    if manifest.layers.len() > MAX_SIGNATURES {
+        return Err(VerifyError::TooLarge {
+            reference: pinned,
+            message: format!(
+                "{tag} lists {} layers, more than the {MAX_SIGNATURES} read",
+                manifest.layers.len()
+            ),
+        });
+    }
+    let mut layers = Vec::new();
+    for descriptor in &manifest.layers {
+        if descriptor.media_type != SIMPLE_SIGNING {
+            continue;
+        }
+        if descriptor.size < 0 || descriptor.size as usize > MAX_SIGNATURE_BYTES {
+            return Err(VerifyError::TooLarge {
+                reference: pinned,
+                message: format!(
+                    "a layer of {tag} is {} bytes, more than the {MAX_SIGNATURE_BYTES} read",
+                    descriptor.size
+                ),
+            });
+        }
+        let bytes = reader
+            .get(
+                reference,
+                auth,
+                Target::Blob(&descriptor.digest),
+                &[],
+                MAX_SIGNATURE_BYTES,
+            )
+            .await
+            .map_err(unreadable)?;
+        let actual = format!(
+            "sha256:{}",
+            super::client::hex(&sha2::Sha256::digest(&bytes))
+        );
+        if actual != descriptor.digest {
+            tracing::warn!(
+                "{pinned}: a signature layer is not the {} its manifest names; ignored",
+                descriptor.digest
+            );
+            continue;
+        }
+        let Ok(simple_signing) = serde_json::from_slice::<SimpleSigning>(&bytes) else {
+            continue;
+        };
+        if !simple_signing.satisfies_manifest_digest(digest.as_str()) {
+            continue;
+        }
+        let Some(signature) = descriptor
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SIGNATURE_ANNOTATION))
+            .cloned()
+        else {
+            continue;
+        };
+        layers.push(SignatureLayer {
+            simple_signing,
+            oci_digest: descriptor.digest.clone(),
+            certificate_signature: None,
+            bundle: None,
+            signature: Some(signature),
+            raw_data: bytes,
+        });
+    }
+    Ok(Some(layers))
 }
 
 /// Whether `layer`'s signature verifies under the key of its (verified)
