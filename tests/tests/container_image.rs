@@ -61,7 +61,10 @@ fn layer_entries(layout: &Path, digest: &str) -> BTreeMap<PathBuf, (u32, u64, u6
 
 /// The libraries BINARY loads, as `ldd` names them.
 fn loaded_libraries() -> Vec<PathBuf> {
-    let out = Command::new("ldd").arg(BINARY).output().expect("running ldd");
+    let out = Command::new("ldd")
+        .arg(BINARY)
+        .output()
+        .expect("running ldd");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|line| {
@@ -107,23 +110,42 @@ fn the_image_is_reproducible_self_contained_and_runs_as_the_manifest_says() {
     // and the non-root user need.
     let libraries = loaded_libraries();
     assert!(
-        libraries.iter().any(|l| l.to_string_lossy().contains("libssl")),
+        libraries
+            .iter()
+            .any(|l| l.to_string_lossy().contains("libssl")),
         "ldd lists no libssl: {libraries:?}"
     );
-    for wanted in libraries.iter().map(|l| l.strip_prefix("/").unwrap().to_path_buf()).chain(
-        [
-            "usr/local/bin/reconciler-host",
-            "etc/ssl/certs/ca-certificates.crt",
-            "etc/passwd",
-            "etc/group",
-        ]
-        .map(PathBuf::from),
-    ) {
-        assert!(entries.contains_key(&wanted), "the image lacks /{}", wanted.display());
+    for wanted in libraries
+        .iter()
+        .map(|l| l.strip_prefix("/").unwrap().to_path_buf())
+        .chain(
+            [
+                "usr/local/bin/reconciler-host",
+                "etc/ssl/certs/ca-certificates.crt",
+                "etc/passwd",
+                "etc/group",
+            ]
+            .map(PathBuf::from),
+        )
+    {
+        assert!(
+            entries.contains_key(&wanted),
+            "the image lacks /{}",
+            wanted.display()
+        );
     }
     for (path, (mode, uid, gid, mtime)) in &entries {
-        assert_eq!((*uid, *gid, *mtime), (0, 0, 1_700_000_000), "{}", path.display());
-        assert!(*mode == 0o755 || *mode == 0o644, "{} has mode {mode:o}", path.display());
+        assert_eq!(
+            (*uid, *gid, *mtime),
+            (0, 0, 1_700_000_000),
+            "{}",
+            path.display()
+        );
+        assert!(
+            *mode == 0o755 || *mode == 0o644,
+            "{} has mode {mode:o}",
+            path.display()
+        );
     }
     assert_eq!(entries[Path::new("usr/local/bin/reconciler-host")].0, 0o755);
 
@@ -131,24 +153,39 @@ fn the_image_is_reproducible_self_contained_and_runs_as_the_manifest_says() {
     let deployment = std::fs::read_to_string(root().join("deploy/deployment.yaml")).unwrap();
     assert!(deployment.contains("runAsUser: 65532") && deployment.contains("runAsGroup: 65532"));
     assert_eq!(config["config"]["User"], "65532:65532", "{config}");
-    assert_eq!(config["config"]["Entrypoint"][0], "/usr/local/bin/reconciler-host");
+    assert_eq!(
+        config["config"]["Entrypoint"][0],
+        "/usr/local/bin/reconciler-host"
+    );
     assert_eq!(config["created"], "2023-11-14T22:13:20Z");
 
     // deploy/Dockerfile's image is the same root filesystem, made by the
     // same script, with the same user, entrypoint and arguments.
     let dockerfile = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
     assert!(
-        dockerfile.contains("scripts/build-image --binary target/release/reconciler-host --rootfs /rootfs"),
+        dockerfile.contains(
+            "scripts/build-image --binary target/release/reconciler-host --rootfs /rootfs"
+        ),
         "deploy/Dockerfile does not assemble its root filesystem with scripts/build-image"
     );
     let final_stage = dockerfile.rsplit("\nFROM ").next().unwrap();
     assert!(final_stage.starts_with("scratch"), "{final_stage}");
-    assert!(final_stage.contains("COPY --from=build /rootfs /"), "{final_stage}");
-    let quoted = |key: &str| serde_json::to_string(&config["config"][key]).unwrap().replace(',', ", ");
+    assert!(
+        final_stage.contains("COPY --from=build /rootfs /"),
+        "{final_stage}"
+    );
+    let quoted = |key: &str| {
+        serde_json::to_string(&config["config"][key])
+            .unwrap()
+            .replace(',', ", ")
+    };
     assert!(final_stage.contains("USER 65532:65532"), "{final_stage}");
     assert!(
         final_stage.contains(&format!("ENTRYPOINT {}", quoted("Entrypoint"))),
         "{final_stage}"
     );
-    assert!(final_stage.contains(&format!("CMD {}", quoted("Cmd"))), "{final_stage}");
+    assert!(
+        final_stage.contains(&format!("CMD {}", quoted("Cmd"))),
+        "{final_stage}"
+    );
 }
