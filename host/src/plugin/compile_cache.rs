@@ -7,9 +7,16 @@
 //! generation), so a changed plugin or a changed host never loads stale code.
 //!
 //! Loading precompiled code is `unsafe` in wasmtime: the bytes are trusted to
-//! be wasmtime's own output. Only files this cache wrote are read (written
-//! atomically under a name no one else chooses), and an entry that fails to
-//! load is recompiled and replaced rather than trusted further.
+//! be wasmtime's own output, and are run as native code. So only files the
+//! host's own user could have written are read: the cache lives in a
+//! directory that user owns and no one else may write (when the directory
+//! given is shared, such as a volume writable by all, a private
+//! `host-<uid>` directory inside it), and an entry is loaded only if it is a
+//! regular file owned by that user and writable by no one else. An entry
+//! that fails any of that, or fails to load, is recompiled and replaced
+//! rather than trusted. What this cannot tell apart is another process
+//! running as the same user: a volume shared with such a process is shared
+//! with the host itself.
 //!
 //! Every new plugin build adds an entry (a compiled Python plugin is about
 //! 36 MB), and nothing else ever removes one, so the cache is bounded: after
@@ -41,6 +48,9 @@ const ABANDONED_WRITE_AGE: Duration = Duration::from_secs(3600);
 pub struct CompileCache {
     dir: PathBuf,
     max_bytes: u64,
+    /// Where entries are read and written, found on first use: `dir`, or
+    /// a private directory inside it; `None` when neither can be trusted.
+    private: std::sync::Arc<std::sync::OnceLock<Option<PathBuf>>>,
 }
 
 /// Where a component came from, for the load log line and benchmarks.
@@ -64,6 +74,7 @@ impl CompileCache {
         Self {
             dir: dir.into(),
             max_bytes,
+            private: Default::default(),
         }
     }
 
@@ -79,24 +90,47 @@ impl CompileCache {
         &self.dir
     }
 
-    fn entry(&self, engine: &Engine, wasm_sha256: &str) -> PathBuf {
-        let mut h = DefaultHasher::new();
-        engine.precompile_compatibility_hash().hash(&mut h);
-        self.dir
-            .join(format!("{wasm_sha256}-{:016x}.cwasm", h.finish()))
+    /// The directory entries live in (see the module documentation), or
+    /// `None` when no directory there can be trusted (said once).
+    fn private_dir(&self) -> Option<&Path> {
+        self.private
+            .get_or_init(|| match private_dir(&self.dir) {
+                Ok(dir) => Some(dir),
+                Err(why) => {
+                    tracing::warn!(dir = %self.dir.display(), "the compile cache is not used: {why}; plugins are compiled at every start");
+                    None
+                }
+            })
+            .as_deref()
     }
 
-    /// Whether the compiled code of `wasm_sha256` for `engine` is cached.
+    fn entry(&self, engine: &Engine, wasm_sha256: &str) -> Option<PathBuf> {
+        let mut h = DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut h);
+        Some(
+            self.private_dir()?
+                .join(format!("{wasm_sha256}-{:016x}.cwasm", h.finish())),
+        )
+    }
+
+    /// Whether the compiled code of `wasm_sha256` for `engine` is cached,
+    /// in an entry the host may trust.
     pub fn holds(&self, engine: &Engine, wasm_sha256: &str) -> bool {
-        self.entry(engine, wasm_sha256).is_file()
+        self.entry(engine, wasm_sha256)
+            .is_some_and(|entry| trusted_entry(&entry).is_ok())
     }
 
     /// The cached component of `wasm_sha256` loaded again: a copy with a
     /// module identity of its own (idle_release.rs).
     pub(crate) fn reload(&self, engine: &Engine, wasm_sha256: &str) -> wasmtime::Result<Component> {
-        // SAFETY: as in `load_or_compile`: only this cache writes the entry,
-        // under a name that carries the engine's compatibility hash.
-        unsafe { Component::deserialize_file(engine, self.entry(engine, wasm_sha256)) }
+        let entry = self
+            .entry(engine, wasm_sha256)
+            .ok_or_else(|| wasmtime::format_err!("the compile cache is not used"))?;
+        trusted_entry(&entry).map_err(|why| wasmtime::format_err!("{}: {why}", entry.display()))?;
+        // SAFETY: as in `load_or_compile`: the entry is a file of the host's
+        // own user, in a directory no one else may write, under a name that
+        // carries the engine's compatibility hash.
+        unsafe { Component::deserialize_file(engine, entry) }
     }
 
     /// The component for these bytes: from the cache, or compiled (by
@@ -110,20 +144,32 @@ impl CompileCache {
         wasm: &[u8],
         wasm_sha256: &str,
     ) -> wasmtime::Result<(Component, CompileSource)> {
-        let entry = self.entry(engine, wasm_sha256);
-        if entry.is_file() {
-            // SAFETY: the file was written by `store` below from
-            // `Component::serialize` of an engine with the same compatibility
-            // hash (part of the file name), in a directory only this host
-            // writes. A file that fails validation is recompiled.
-            match unsafe { Component::deserialize_file(engine, &entry) } {
-                Ok(component) => {
-                    mark_used(&entry);
-                    return Ok((component, CompileSource::Cached));
+        let Some(entry) = self.entry(engine, wasm_sha256) else {
+            return Ok((
+                compiler.precompile(wasm)?.load(engine)?,
+                CompileSource::Compiled,
+            ));
+        };
+        match trusted_entry(&entry) {
+            Ok(()) => {
+                // SAFETY: the file is the host's own user's, in a directory
+                // no one else may write (checked just now), written by
+                // `store` below from `Component::serialize` of an engine with
+                // the same compatibility hash (part of the file name). A file
+                // that fails validation is recompiled.
+                match unsafe { Component::deserialize_file(engine, &entry) } {
+                    Ok(component) => {
+                        mark_used(&entry);
+                        return Ok((component, CompileSource::Cached));
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %entry.display(), "compile cache entry unusable, recompiling: {e:#}")
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(path = %entry.display(), "compile cache entry unusable, recompiling: {e:#}")
-                }
+            }
+            Err(EntryDistrust::Missing) => {}
+            Err(why) => {
+                tracing::warn!(path = %entry.display(), "compile cache entry not trusted, recompiling: {why}")
             }
         }
         let artifact = compiler.precompile(wasm)?;
@@ -145,8 +191,10 @@ impl CompileCache {
     }
 
     fn store(&self, entry: &Path, artifact: &[u8]) -> anyhow::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
-        let (tmp, mut file) = tempfile_in(&self.dir)?;
+        let dir = entry
+            .parent()
+            .expect("an entry lies in the cache's directory");
+        let (tmp, mut file) = tempfile_in(dir)?;
         let written = file
             .write_all(artifact)
             .and_then(|()| file.sync_all())
@@ -164,7 +212,10 @@ impl CompileCache {
     /// the bound, never `keep`; and partial writes a dead process left.
     /// A failure here only leaves the cache larger, so it is logged.
     fn trim(&self, keep: &Path) {
-        let entries = match std::fs::read_dir(&self.dir) {
+        let Some(dir) = self.private_dir() else {
+            return;
+        };
+        let entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,
             Err(e) => {
                 tracing::debug!(dir = %self.dir.display(), "cannot list the compile cache: {e}");
@@ -221,6 +272,81 @@ impl CompileCache {
     }
 }
 
+/// Why an entry is not loaded.
+#[derive(Debug, thiserror::Error)]
+enum EntryDistrust {
+    #[error("no such entry")]
+    Missing,
+    #[error("not a regular file")]
+    NotAFile,
+    #[error("owned by uid {owner}, not the host's {host}")]
+    Owner { owner: u32, host: u32 },
+    #[error("writable by others (mode {0:o})")]
+    Writable(u32),
+}
+
+/// Whether `entry` may be loaded: a regular file (not a link) of the host's
+/// own user that no one else may write.
+fn trusted_entry(entry: &Path) -> Result<(), EntryDistrust> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = match std::fs::symlink_metadata(entry) {
+        Ok(meta) => meta,
+        Err(_) => return Err(EntryDistrust::Missing),
+    };
+    if !meta.file_type().is_file() {
+        return Err(EntryDistrust::NotAFile);
+    }
+    let host = effective_uid();
+    if meta.uid() != host {
+        return Err(EntryDistrust::Owner {
+            owner: meta.uid(),
+            host,
+        });
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(EntryDistrust::Writable(meta.mode() & 0o7777));
+    }
+    Ok(())
+}
+
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// `dir` if the host's user owns it and no one else may write it;
+/// otherwise `dir/host-<uid>`, made private if it is not there. Shared
+/// directories (a volume writable by all) are common, and a file planted in
+/// one must not be run as compiled code.
+fn private_dir(dir: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+    let uid = effective_uid();
+    let private = |path: &Path| -> Result<bool, String> {
+        let meta = std::fs::symlink_metadata(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Ok(meta.file_type().is_dir() && meta.uid() == uid && meta.mode() & 0o022 == 0)
+    };
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    if private(dir)? {
+        return Ok(dir.to_path_buf());
+    }
+    let inner = dir.join(format!("host-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&inner) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", inner.display())),
+    }
+    if private(&inner)? {
+        Ok(inner)
+    } else {
+        Err(format!(
+            "{} is writable by others, and so is {}, which is not the host's own private directory",
+            dir.display(),
+            inner.display()
+        ))
+    }
+}
+
 /// Records a load as a use, for [`CompileCache::trim`]'s order.
 fn mark_used(entry: &Path) {
     let touched = std::fs::File::options()
@@ -239,10 +365,13 @@ fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let path = dir.join(format!(".tmp-{}-{n}", std::process::id()));
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
+    // Writable by the host's user alone, whatever the umask: a group-writable
+    // entry would not be trusted again.
+    let file = std::os::unix::fs::OpenOptionsExt::mode(
+        std::fs::OpenOptions::new().write(true).create_new(true),
+        0o600,
+    )
+    .open(&path)?;
     Ok((path, file))
 }
 
@@ -308,6 +437,57 @@ mod tests {
         CompileCache::bounded(dir.path(), 1000).trim(&new);
 
         assert_eq!(names(dir.path()), [".tmp-2-0", "a.cwasm", "b.cwasm"]);
+    }
+
+    #[test]
+    fn a_shared_directory_holds_a_private_one_and_entries_others_could_write_are_not_loaded() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let shared = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let cache = CompileCache::new(shared.path());
+        let private = cache.private_dir().unwrap().to_path_buf();
+        assert_eq!(
+            private,
+            shared.path().join(format!("host-{}", effective_uid()))
+        );
+        let mode = std::fs::metadata(&private).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+
+        // Written as `store` writes: trusted.
+        let (tmp, mut file) = tempfile_in(&private).unwrap();
+        file.write_all(b"code").unwrap();
+        let ours = private.join("ours.cwasm");
+        std::fs::rename(&tmp, &ours).unwrap();
+        assert!(trusted_entry(&ours).is_ok());
+        // Made writable by others: not loaded.
+        std::fs::set_permissions(&ours, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(matches!(
+            trusted_entry(&ours),
+            Err(EntryDistrust::Writable(0o666))
+        ));
+        // A link to a file elsewhere: not loaded.
+        let planted = shared.path().join("planted.cwasm");
+        std::fs::write(&planted, b"code").unwrap();
+        let link = private.join("link.cwasm");
+        std::os::unix::fs::symlink(&planted, &link).unwrap();
+        assert!(matches!(trusted_entry(&link), Err(EntryDistrust::NotAFile)));
+        assert!(matches!(
+            trusted_entry(&private.join("absent.cwasm")),
+            Err(EntryDistrust::Missing)
+        ));
+    }
+
+    #[test]
+    fn a_private_directory_someone_else_made_writable_is_not_used() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let shared = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let inner = shared.path().join(format!("host-{}", effective_uid()));
+        std::fs::create_dir(&inner).unwrap();
+        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let why = private_dir(shared.path()).unwrap_err();
+        assert!(why.contains("writable by others"), "{why}");
+        assert!(CompileCache::new(shared.path()).private_dir().is_none());
     }
 
     #[test]
