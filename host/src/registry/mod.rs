@@ -14,6 +14,7 @@ pub mod credentials;
 pub mod fetch;
 pub mod reference;
 pub mod served_files;
+mod signature_replay;
 pub mod signatures;
 pub mod trust;
 

@@ -40,6 +40,8 @@ use sigstore::crypto::{SigStoreSigner, SigningScheme};
 use sigstore::registry::{Auth, OciReference};
 use sigstore::trust::ManualTrustRoot;
 
+use super::signature_replay::{Replay, Replayed};
+
 use super::bounded_reads::{BoundedReader, MAX_MANIFEST_BYTES, Target};
 use super::client::{RegistryError, RegistryOptions, error_chain};
 use super::reference::{Digest, PluginReference};
@@ -286,7 +288,7 @@ pub async fn verify(
         rekor_keys,
         ctfe_keys: BTreeMap::new(),
     };
-    let Some(layers) = signature_layers(options, reference, digest, auth).await? else {
+    let Some((layers, replayed)) = signature_layers(options, reference, digest, auth).await? else {
         return Err(VerifyError::Missing {
             reference: pinned,
             tag: signature_tag(digest),
@@ -302,20 +304,32 @@ pub async fn verify(
             return Ok(Signer::Key(key.name.clone()));
         }
     }
-    // Keyless: sigstore reads the layers again, verifying certificates and
-    // bundles as it builds them; only after the capped read passed.
+    // Keyless: sigstore verifies certificates and bundles only as it reads
+    // the layers itself, so it reads them again, from a replay of what the
+    // capped read took (signature_replay.rs), never from the registry.
     let certified = if policy.keyless.is_empty() || layers.is_empty() {
         Vec::new()
     } else {
+        let replay = Replay::start(replayed).await.map_err(|e| {
+            VerifyError::Unusable(format!("cannot set up the signature check: {e}"))
+        })?;
+        let config = sigstore::registry::ClientConfig {
+            protocol: sigstore::registry::ClientProtocol::HttpsExcept(vec![replay.host()]),
+            ..Default::default()
+        };
         let mut client = ClientBuilder::default()
-            .with_oci_client_config(sigstore_config(options))
+            .with_oci_client_config(config)
             .with_trust_repository(&root)
             .and_then(|b| b.build())
             .map_err(|e| {
                 VerifyError::Unusable(format!("cannot set up the signature check: {e}"))
             })?;
-        let (sigstore_auth, source) = (sigstore_auth(auth), sigstore_reference(reference, digest));
-        let read = client.trusted_signature_layers(&sigstore_auth, &source);
+        let source = OciReference::with_digest(
+            replay.host(),
+            reference.repository().to_string(),
+            digest.to_string(),
+        );
+        let read = client.trusted_signature_layers(&Auth::Anonymous, &source);
         match tokio::time::timeout(options.timeout, read).await {
             Ok(Ok(layers)) => layers,
             Ok(Err(e)) => {
@@ -374,7 +388,8 @@ pub async fn verify(
 }
 
 /// The signature layers of `digest` that are what their descriptors say
-/// and name `digest`, read capped; `None` when it has no signature tag.
+/// and name `digest`, read capped, and the same as a replay for sigstore's
+/// keyless check; `None` when it has no signature tag.
 ///
 /// The layers are built here rather than by sigstore's client, which reads
 /// without a cap; they carry no certificate, which only keys need.
@@ -383,7 +398,7 @@ async fn signature_layers(
     reference: &PluginReference,
     digest: &Digest,
     auth: &oci_client::secrets::RegistryAuth,
-) -> Result<Option<Vec<SignatureLayer>>, VerifyError> {
+) -> Result<Option<(Vec<SignatureLayer>, Replayed)>, VerifyError> {
     let pinned = reference.at_digest(digest).to_string();
     let reader = BoundedReader::new(options);
     let unreadable = |e: RegistryError| match e {
@@ -430,6 +445,8 @@ async fn signature_layers(
         });
     }
     let mut layers = Vec::new();
+    let mut replayed_layers = Vec::new();
+    let mut blobs = BTreeMap::new();
     for descriptor in &manifest.layers {
         if descriptor.media_type != SIMPLE_SIGNING {
             continue;
@@ -478,6 +495,8 @@ async fn signature_layers(
         else {
             continue;
         };
+        replayed_layers.push(descriptor.clone());
+        blobs.insert(descriptor.digest.clone(), bytes.clone());
         layers.push(SignatureLayer {
             simple_signing,
             oci_digest: descriptor.digest.clone(),
@@ -487,7 +506,46 @@ async fn signature_layers(
             raw_data: bytes,
         });
     }
-    Ok(Some(layers))
+    // sigstore pulls the signature image whole, its config too: read capped
+    // and checked as the layers are.
+    if !layers.is_empty() {
+        let config = reader
+            .get(
+                reference,
+                auth,
+                Target::Blob(&manifest.config.digest),
+                &[],
+                MAX_SIGNATURE_BYTES,
+            )
+            .await
+            .map_err(unreadable)?;
+        let actual = format!(
+            "sha256:{}",
+            super::client::hex(&sha2::Sha256::digest(&config))
+        );
+        if actual == manifest.config.digest {
+            blobs.insert(actual, config);
+        }
+    }
+    // The replay holds the layers that passed here, and nothing else.
+    let mut replayed_manifest = manifest.clone();
+    replayed_manifest.layers = replayed_layers;
+    let replayed = Replayed {
+        repository: reference.repository().to_string(),
+        source_digest: digest.to_string(),
+        tag,
+        manifest: serde_json::to_vec(&replayed_manifest).map_err(|e| {
+            VerifyError::Unusable(format!(
+                "cannot keep the signature manifest for the check: {e}"
+            ))
+        })?,
+        manifest_media_type: replayed_manifest
+            .media_type
+            .clone()
+            .unwrap_or_else(|| oci_client::manifest::OCI_IMAGE_MEDIA_TYPE.to_string()),
+        blobs,
+    };
+    Ok(Some((layers, replayed)))
 }
 
 /// Whether `layer`'s signature verifies under the key of its (verified)
