@@ -223,7 +223,7 @@ impl RegistryClient {
                 MAX_MANIFEST_BYTES,
             )
             .await?;
-        let text = format!("sha256:{}", hex(&sha2::Sha256::digest(&bytes)));
+        let text = sha256_digest(&bytes);
         Digest::parse(&text).map_err(|message| RegistryError::BadManifest {
             reference: reference.to_string(),
             message,
@@ -259,7 +259,7 @@ impl RegistryClient {
                 MAX_MANIFEST_BYTES,
             )
             .await?;
-        let actual = format!("sha256:{}", hex(&sha2::Sha256::digest(&bytes)));
+        let actual = sha256_digest(&bytes);
         if actual != digest.as_str() {
             return Err(RegistryError::DigestMismatch {
                 reference: name,
@@ -382,7 +382,7 @@ impl RegistryClient {
         })
         .await?;
         // What oci-client sent is the manifest serialized the same way.
-        let digest = format!("sha256:{}", hex(&sha2::Sha256::digest(&manifest_bytes)));
+        let digest = sha256_digest(&manifest_bytes);
         let resolved = self.resolve(reference, auth).await?;
         if resolved.as_str() != digest {
             tracing::debug!(%reference, "the registry names the pushed manifest {resolved}, computed {digest}");
@@ -484,6 +484,11 @@ pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `sha256:<hex>` of `bytes`: the digest a registry names them by.
+pub(crate) fn sha256_digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex(&sha2::Sha256::digest(bytes)))
 }
 
 /// Writes to a file, failing once more than `cap` bytes arrive: a registry

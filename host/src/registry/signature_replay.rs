@@ -150,12 +150,7 @@ impl Replayed {
                     status: "200 OK",
                     body: &self.manifest,
                     content_type: &self.manifest_media_type,
-                    digest: Some(format!(
-                        "sha256:{}",
-                        super::client::hex(&sha2::Digest::finalize(
-                            <sha2::Sha256 as sha2::Digest>::new_with_prefix(&self.manifest)
-                        ))
-                    )),
+                    digest: Some(super::client::sha256_digest(&self.manifest)),
                 };
             }
             return Answer::not_found();

@@ -470,11 +470,7 @@ async fn signature_layers(
             )
             .await
             .map_err(unreadable)?;
-        let actual = format!(
-            "sha256:{}",
-            super::client::hex(&sha2::Sha256::digest(&bytes))
-        );
-        if actual != descriptor.digest {
+        if super::client::sha256_digest(&bytes) != descriptor.digest {
             tracing::warn!(
                 "{pinned}: a signature layer is not the {} its manifest names; ignored",
                 descriptor.digest
@@ -519,12 +515,8 @@ async fn signature_layers(
             )
             .await
             .map_err(unreadable)?;
-        let actual = format!(
-            "sha256:{}",
-            super::client::hex(&sha2::Sha256::digest(&config))
-        );
-        if actual == manifest.config.digest {
-            blobs.insert(actual, config);
+        if super::client::sha256_digest(&config) == manifest.config.digest {
+            blobs.insert(manifest.config.digest.clone(), config);
         }
     }
     // The replay holds the layers that passed here, and nothing else.

@@ -120,22 +120,21 @@ impl SharedCache {
         self.budget
     }
 
-    /// Whether `object`, not yet held, would take the cache past its budget
-    /// (which it then records).
-    fn refuses(&self, object: &Value) -> bool {
-        let Some(max) = self.budget else {
-            return false;
-        };
-        let cache = self.read();
-        if cache.len() < max {
-            return false;
-        }
-        let held = ObjectKey::of(object)
-            .is_some_and(|k| cache.contains(&k.kind, k.namespace.as_deref(), &k.name));
-        if !held {
+    /// Inserts `prepared` unless it is a new object past the budget (which
+    /// is then recorded): checked under the insert's own lock.
+    fn insert_within_budget(&self, prepared: Prepared) {
+        let mut cache = self.write();
+        if let Some(max) = self.budget
+            && cache.len() >= max
+            && !prepared
+                .key
+                .as_ref()
+                .is_some_and(|(kind, ns, name)| cache.contains(kind, ns.as_deref(), name))
+        {
             self.over_budget.store(true, Ordering::Relaxed);
+            return;
         }
-        !held
+        cache.insert(prepared);
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Cached> {
@@ -155,7 +154,7 @@ impl SharedCache {
             WatchEventType::Added | WatchEventType::Modified => {
                 // The event of a write whose result the engine cached
                 // already (a status write), or a re-list's copy.
-                if self.read().holds_version(&event.object) || self.refuses(&event.object) {
+                if self.read().holds_version(&event.object) {
                     return;
                 }
                 // Slim already (as the embedded store's objects are), the
@@ -170,7 +169,7 @@ impl SharedCache {
                 // Made ready before the write lock: readers (plugin calls,
                 // plans) wait only for the insert itself.
                 match Cached::prepare(object, json) {
-                    Ok(prepared) => self.write().insert(prepared),
+                    Ok(prepared) => self.insert_within_budget(prepared),
                     Err(e) => {
                         if let Some(key) = ObjectKey::of(&event.object) {
                             self.write().remove(&key);
