@@ -364,7 +364,7 @@ async fn disengage_all(
         forgotten >= clusters.len(),
         "the disengaged members left no watch to end"
     );
-    reconciler_host::process::heap_trim::release_freed_memory();
+    reconciler_host::support::heap_trim::release_freed_memory();
     tokio::time::sleep(Duration::from_secs(1)).await;
     Ok(())
 }

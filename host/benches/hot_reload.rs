@@ -18,7 +18,7 @@ use reconciler_host::cluster::{ClusterBackend, ObjectKey, RealClock};
 use reconciler_host::engine::Engine;
 use reconciler_host::plugin::hot_reload::PluginDirectory;
 use reconciler_host::plugin::{Sandbox, SandboxConfig};
-use reconciler_host::process::dir_watch::{DEBOUNCE, watch_dir};
+use reconciler_host::support::dir_watch::{DEBOUNCE, watch_dir};
 use reconciler_sdk::KindRef;
 use serde_json::json;
 

@@ -18,3 +18,4 @@ pub mod process;
 pub mod registry;
 pub mod scaffold;
 pub mod sharding;
+pub mod support;

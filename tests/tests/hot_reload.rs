@@ -374,7 +374,7 @@ async fn two_plugins_racing_for_one_primary_kind() {
 async fn the_directory_watcher_reports_a_rename_into_place() {
     let dir = tempfile::tempdir().unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let _watch = reconciler_host::process::dir_watch::watch_dir(dir.path(), tx)
+    let _watch = reconciler_host::support::dir_watch::watch_dir(dir.path(), tx)
         .expect("watching works here");
     let tmp = dir.path().join(".podset.wasm.tmp");
     std::fs::write(&tmp, b"bytes").unwrap();

@@ -10,7 +10,7 @@
 //!     handshake, the headers and the body of a request must each arrive
 //!     within [`ConnectionLimits::read_timeout`], and when every
 //!     connection slot is taken a new connection closes the oldest one not
-//!     in a plugin call ([`crate::process::connection_slots`], shared with the metrics endpoint in `tls_serving.rs`);
+//!     in a plugin call ([`crate::support::connection_slots`], shared with the metrics endpoint in `tls_serving.rs`);
 //!   - memory stays bounded whatever the bodies hold: a body is at most
 //!     [`MAX_BODY_BYTES`]; bodies past [`SMALL_BODY_BYTES`] share a budget
 //!     of bytes held at once ([`ServerLimits::large_body_budget`]), and a
@@ -42,7 +42,7 @@ use super::plugin_set::AdmissionPlugins;
 use super::review::{decide, parse, response};
 use crate::cluster::Clock;
 use crate::plugin::{AdmissionDecision, AdmissionPhase};
-use crate::process::tls_serving::{ConnectionLimits, ConnectionSlot};
+use crate::support::tls_serving::{ConnectionLimits, ConnectionSlot};
 
 /// Largest AdmissionReview accepted: an object and its old version, each
 /// at most the API server's own limit of about 1.5 MiB, plus the envelope.
@@ -331,7 +331,7 @@ pub async fn serve_with(
     let bound = listener.local_addr()?;
     let labels_shards = plugins.shard_labels().is_some();
     let router = router_with(plugins, clock, calls, &limits);
-    crate::process::tls_serving::spawn(listener, tls, router, limits.connections, "admission");
+    crate::support::tls_serving::spawn(listener, tls, router, limits.connections, "admission");
     tracing::info!(
         "serving admission webhooks on https://{bound}/admission/<plugin>/{{mutate,validate}}{} to {}",
         if labels_shards {

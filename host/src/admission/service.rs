@@ -21,7 +21,7 @@ use super::serving_cert::ServingCert;
 use super::webhook_configs::{WebhookEndpoint, WebhookSetup, sync_with_shard_labels};
 use crate::cluster::RealClock;
 use crate::plugin::Sandbox;
-use crate::process::duties::DutyHolder;
+use crate::support::duty_holder::DutyHolder;
 
 /// Where the serving certificate comes from.
 #[derive(Clone, Debug)]

@@ -7,7 +7,7 @@ use clap::Args;
 use reconciler_contract::selector::LabelSelector;
 
 use crate::cluster::embedded::builtins::BuiltinConfig;
-use crate::golden::duration_text::parse_duration;
+use crate::support::duration_text::parse_duration;
 
 #[derive(Debug, Args)]
 pub struct BuiltinArgs {

@@ -113,7 +113,7 @@ impl ClusterArgs {
             request_timeout,
             cache_max_objects: (self.member_cache_max_objects > 0)
                 .then_some(self.member_cache_max_objects),
-            member_rate: crate::process::client_rate_limit::RateLimit::new(
+            member_rate: crate::cluster::kubernetes::client_rate_limit::RateLimit::new(
                 self.member_qps,
                 self.member_burst,
             ),

@@ -58,7 +58,7 @@ pub fn push(sandbox: &SandboxArgs, args: PushArgs) -> anyhow::Result<ExitCode> {
         .build()?;
     let digest = runtime.block_on(async {
         let digest = client
-            .push(&args.reference, wasm, interfaces, &auth)
+            .push(&args.reference, wasm, interfaces.into(), &auth)
             .await?;
         if let Some(key) = key {
             signatures::sign(client.options(), &args.reference, &digest, key, &auth).await?;

@@ -16,18 +16,18 @@ use crate::admission::client_ca::ClientCa;
 use crate::admission::server::ServerLimits;
 use crate::admission::service::{AdmissionConfig, CertSource};
 use crate::admission::webhook_configs::WebhookEndpoint;
+use crate::cluster::kubernetes::api_client::{DEFAULT_REQUEST_TIMEOUT, connect};
 use crate::engine::{PrimarySelectors, ServeScope};
-use crate::process::api_client::{DEFAULT_REQUEST_TIMEOUT, connect};
 use crate::process::leader_election::{
     DEFAULT_LEASE_NAME, LeaderElectionConfig, default_namespace,
 };
 use crate::process::run::PulledConfig;
 use crate::process::run::{RunConfig, ShardingConfig, run, shutdown_signal};
-use crate::process::tls_serving::ConnectionLimits;
 use crate::registry::signatures::{KeylessIdentity, TrustRootFiles};
 use crate::registry::trust::HostPolicy;
 use crate::sharding::coordinator::ShardBy;
 use crate::sharding::membership::MembershipConfig;
+use crate::support::tls_serving::ConnectionLimits;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {

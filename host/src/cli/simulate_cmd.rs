@@ -10,9 +10,9 @@ use super::builtins_args::BuiltinArgs;
 use super::embedded_clusters_args::EmbeddedClustersArgs;
 use super::record_args::RecordArgs;
 use super::registry_args::PluginRefArgs;
-use crate::golden::duration_text::parse_duration;
 use crate::plugin::RandomKey;
 use crate::process::simulate::{SimulatedCluster, SimulationConfig, simulate_clusters};
+use crate::support::duration_text::parse_duration;
 use reconciler_contract::ClusterInfo;
 
 #[derive(Debug, Args)]

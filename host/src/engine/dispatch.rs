@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::cluster::{Clock, ClusterBackend, RealClock};
 use crate::engine::{Engine, PrimaryKey, ReconcileRecord};
-use crate::process::heap_trim::{TrimPacer, release_freed_memory};
+use crate::support::heap_trim::{TrimPacer, release_freed_memory};
 
 /// How often counts of repeated Events that are behind are written (each
 /// series at most once per its own refresh interval).
@@ -195,7 +195,7 @@ impl<B: ClusterBackend> Dispatcher<B> {
 }
 
 /// Hands the memory a run of reconciles freed back to the kernel (see
-/// [`crate::process::heap_trim`]), off the dispatcher's thread.
+/// [`crate::support::heap_trim`]), off the dispatcher's thread.
 fn trim_off_thread() {
     tokio::task::spawn_blocking(release_freed_memory);
 }

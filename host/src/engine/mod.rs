@@ -30,7 +30,6 @@ pub mod event_mapping;
 pub mod event_recorder;
 pub mod finalizer_handover;
 pub mod instance_share;
-pub mod panic_guard;
 pub mod plan;
 pub mod record;
 pub mod requeue;
@@ -59,7 +58,6 @@ use self::call_placement::{CallPlacement, Placed};
 use self::call_slots::CallSlots;
 use self::event_recorder::EventRecorder;
 use self::finalizer_handover::{FinalizerHandover, FinalizerHold, Handover, handover_event};
-use self::panic_guard::catch_panic;
 use self::plan::{DeleteReason, Observed, has_finalizer};
 pub use self::record::{Change, Outcome, ReconcileRecord};
 use self::requeue::{Requeue, RequeuePolicy, at};
@@ -73,6 +71,7 @@ use crate::cluster::{
 };
 use crate::golden::recorder::{CaseRecorder, Recording, RecordingReader};
 use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput, ValidResponse, WriteRole};
+use crate::support::panic_guard::catch_panic;
 
 /// Why an engine cannot start.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,7 @@ use reconciler_contract::EventType;
 
 use super::work_queue::PrimaryKey;
 use crate::cluster::ObjectKey;
-use crate::golden::duration_text::format_duration_for_people;
+use crate::support::duration_text::format_duration_for_people;
 
 /// One change the host made to the cluster on a plugin's behalf.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,5 +131,17 @@ impl fmt::Display for ReconcileRecord {
             Outcome::Gone => f.write_str("gone"),
             Outcome::Unloaded => f.write_str("skipped: the plugin was unloaded"),
         }
+    }
+}
+
+/// Logs what a reconcile changed, at info; a reconcile that changed nothing
+/// only at debug, so a converged host is quiet.
+pub fn log_record(record: &ReconcileRecord) {
+    // Failures are logged by the engine, in the reconcile's span; here the
+    // changes a reconcile made. Reconciles that changed nothing are quiet.
+    match &record.outcome {
+        Outcome::Applied { changes, .. } if !changes.is_empty() => tracing::info!("{record}"),
+        Outcome::Failed { .. } => {}
+        _ => tracing::debug!("{record}"),
     }
 }

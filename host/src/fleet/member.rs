@@ -23,11 +23,11 @@ use crate::cluster::ClusterBackend;
 use crate::cluster::clock::rfc3339;
 use crate::cluster::{Clock, RealClock};
 use crate::engine::dispatch::{Dispatcher, OnFinished, Wake};
+use crate::engine::record::log_record;
 use crate::engine::shard_selection::ShardSelection;
 use crate::engine::{Engine, KeyFilter, ReconcileRecord, ServeScope};
 use crate::golden::recorder::CaseRecorder;
 use crate::plugin::LoadedPlugin;
-use crate::process::run::log_record;
 
 /// The shortest time between two probes that failed requests ask for.
 const MIN_PROBE_GAP: Duration = Duration::from_secs(1);
@@ -376,7 +376,7 @@ impl<B: ClusterBackend + 'static> Serving<B> {
             fresh.clone(),
         );
         drop(old);
-        crate::process::heap_trim::release_freed_memory();
+        crate::support::heap_trim::release_freed_memory();
         fresh
     }
 

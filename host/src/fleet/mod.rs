@@ -48,7 +48,7 @@ pub struct ClustersConfig {
     pub request_timeout: Option<Duration>,
     /// Each member's client's request rate (`local` keeps the host's
     /// client, unlimited); `None`: no limit.
-    pub member_rate: Option<crate::process::client_rate_limit::RateLimit>,
+    pub member_rate: Option<crate::cluster::kubernetes::client_rate_limit::RateLimit>,
     /// The most objects each member may cache; `None`: no bound.
     pub cache_max_objects: Option<usize>,
 }
@@ -128,7 +128,7 @@ impl<B: ClusterBackend + 'static> Fleet<B> {
                 member.stop(drain).await;
                 // A member's cache is its largest allocation: give it back
                 // to the kernel now, not at the next burst of reconciles.
-                crate::process::heap_trim::release_freed_memory();
+                crate::support::heap_trim::release_freed_memory();
                 tracing::info!(
                     "disengaged cluster {name}: its watches stopped and its {cached} objects cached freed"
                 );

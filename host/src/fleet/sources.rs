@@ -151,7 +151,7 @@ pub struct SourceOptions {
     /// The request deadline of members' clients (as `run`'s own client).
     pub request_timeout: Option<Duration>,
     /// Each member's client's own request rate.
-    pub member_rate: Option<crate::process::client_rate_limit::RateLimit>,
+    pub member_rate: Option<crate::cluster::kubernetes::client_rate_limit::RateLimit>,
     /// How long a disengaged member's reconciles in flight may finish.
     pub drain: Duration,
 }
@@ -431,7 +431,7 @@ pub async fn client_for(
     kubeconfig: &str,
     trust: &KubeconfigTrust,
     request_timeout: Option<Duration>,
-    rate: Option<crate::process::client_rate_limit::RateLimit>,
+    rate: Option<crate::cluster::kubernetes::client_rate_limit::RateLimit>,
 ) -> Result<(kube::Client, String), EngageError> {
     let mut parsed = kube::config::Kubeconfig::from_yaml(kubeconfig).map_err(|e| {
         EngageError::NoClient(match trust {
@@ -460,8 +460,12 @@ pub async fn client_for(
             })?;
     let server = config.cluster_url.to_string();
     let build = tokio::task::spawn_blocking(move || {
-        crate::process::api_client::limited_client_from_config(config, request_timeout, rate)
-            .map_err(|e| EngageError::NoClient(format!("{e:#}")))
+        crate::cluster::kubernetes::api_client::limited_client_from_config(
+            config,
+            request_timeout,
+            rate,
+        )
+        .map_err(|e| EngageError::NoClient(format!("{e:#}")))
     });
     let client = match tokio::time::timeout(CREDENTIAL_TIMEOUT, build).await {
         Ok(Ok(built)) => built?,
@@ -676,7 +680,7 @@ fn described_secret(secret: &Secret, kind: SourceKind) -> Option<Described> {
 /// name up to its first dot.
 async fn follow_dir(dir: PathBuf, tx: mpsc::UnboundedSender<(SourceKind, Vec<Described>)>) {
     let (changes_tx, mut changes) = mpsc::unbounded_channel();
-    let _watch = crate::process::dir_watch::watch_dir(&dir, changes_tx);
+    let _watch = crate::support::dir_watch::watch_dir(&dir, changes_tx);
     loop {
         let _ = tx.send((SourceKind::Files, read_dir_members(&dir)));
         if changes.recv().await.is_none() {

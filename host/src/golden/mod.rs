@@ -3,7 +3,6 @@
 
 pub mod admission_case;
 pub mod case;
-pub mod duration_text;
 pub mod record_dir;
 pub mod recorder;
 pub mod redact;

@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use super::admission_case::check_admission;
 use super::case::{Case, Expectation};
-use super::duration_text::format_duration;
 use crate::plugin::{LoadedPlugin, ReconcileInput, ValidResponse};
+use crate::support::duration_text::format_duration;
 
 /// The result of one case file.
 #[derive(Debug)]
@@ -207,7 +207,7 @@ fn normalise(mut e: Expectation, primary_namespace: Option<&str>) -> Expectation
     if let Some(d) = e
         .requeue_after
         .as_deref()
-        .and_then(|t| super::duration_text::parse_duration(t).ok())
+        .and_then(|t| crate::support::duration_text::parse_duration(t).ok())
     {
         e.requeue_after = Some(format_duration(d));
     }

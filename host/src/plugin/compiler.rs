@@ -10,7 +10,7 @@
 //! short-lived engine's memory is freed with it and handed back to the
 //! kernel.
 
-use crate::process::heap_trim::release_freed_memory;
+use crate::support::heap_trim::release_freed_memory;
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine};
 

@@ -506,14 +506,11 @@ impl Sandbox {
     /// The interfaces a component imports and exports, by name, as the Wasm
     /// OCI artifact's config lists them. Cheap after [`Self::load`] of the
     /// same bytes: the compiled code comes from the cache.
-    pub fn interfaces(
-        &self,
-        bytes: &[u8],
-    ) -> anyhow::Result<crate::registry::artifact::ComponentInterfaces> {
+    pub fn interfaces(&self, bytes: &[u8]) -> anyhow::Result<ComponentInterfaces> {
         let (component, _) =
             self.component(Path::new("the component"), bytes, &content_hash(bytes))?;
         let component_type = component.component_type();
-        Ok(crate::registry::artifact::ComponentInterfaces {
+        Ok(ComponentInterfaces {
             imports: component_type
                 .imports(&self.engine)
                 .map(|(name, _)| name.to_string())
@@ -524,6 +521,14 @@ impl Sandbox {
                 .collect(),
         })
     }
+}
+
+/// What a component imports and exports, by interface name: what `push`
+/// writes into a plugin artifact's config (`registry::artifact`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ComponentInterfaces {
+    pub exports: Vec<String>,
+    pub imports: Vec<String>,
 }
 
 /// Components this large get a line before they compile.

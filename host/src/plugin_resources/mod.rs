@@ -73,7 +73,7 @@ pub struct Shared {
     pub load_timeout: Duration,
     /// Whether this replica writes Plugins' status and Events now (one of
     /// several sharding replicas does).
-    pub writes_status: crate::process::duties::DutyHolder,
+    pub writes_status: crate::support::duty_holder::DutyHolder,
 }
 
 impl Shared {

@@ -124,7 +124,7 @@ impl PluginSpec {
         let interval = match &self.interval {
             None => None,
             Some(text) => {
-                let d = crate::golden::duration_text::parse_duration(text)
+                let d = crate::support::duration_text::parse_duration(text)
                     .map_err(|e| format!("spec.interval: {e}"))?;
                 if d < MIN_INTERVAL {
                     return Err(format!(

@@ -26,8 +26,8 @@ use crate::golden::recorder::{CaseRecorder, RecordOptions};
 use crate::plugin::Sandbox;
 use crate::plugin::background_reload::BackgroundReload;
 use crate::plugin::hot_reload::{PluginDirectory, PluginHost};
-use crate::process::dir_watch::watch_dir;
 use crate::process::manifests::{manifest_files, read_crds, read_objects};
+use crate::support::dir_watch::watch_dir;
 use reconciler_contract::Operation;
 
 /// The objects of a manifest directory as last read, per file, so a rescan

@@ -30,7 +30,7 @@ use crate::process::dev::{
     DevConfig, ManifestDir, clusters_table, follow_object_plugins, say_if_none_serve, seed_crds,
     serve_plugins, stamp, start_embedded,
 };
-use crate::process::dir_watch::watch_dir;
+use crate::support::dir_watch::watch_dir;
 
 /// One embedded member cluster of `dev` or `simulate`: who it is, and the
 /// directory of its own objects (`--cluster-objects`).

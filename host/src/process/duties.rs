@@ -15,32 +15,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 use crate::process::leader_election::{LeaderElectionConfig, acquire};
-
-/// Whether this replica holds the duties now; always yes without sharding.
-#[derive(Clone)]
-pub struct DutyHolder(watch::Receiver<bool>);
-
-impl DutyHolder {
-    /// A single replica, or one leader: it does every duty.
-    pub fn always() -> Self {
-        let (tx, rx) = watch::channel(true);
-        // The receiver keeps the last value once the sender is gone.
-        drop(tx);
-        Self(rx)
-    }
-
-    pub fn holds(&self) -> bool {
-        *self.0.borrow()
-    }
-
-    /// Resolves when this replica gains or loses the duties; pending for
-    /// ever once that can no longer happen.
-    pub async fn changed(&mut self) {
-        if self.0.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
+pub use crate::support::duty_holder::DutyHolder;
 
 /// The contention for the duties: stops when dropped; [`Self::release`]
 /// also lets go of the Lease, on a clean stop.
@@ -128,7 +103,7 @@ where
         }
     });
     (
-        DutyHolder(rx),
+        DutyHolder::following(rx),
         Duties {
             stop: Some(stop_tx),
             task,

@@ -73,11 +73,11 @@ pub async fn serve_metrics(
                 ApiServerAuth::new(client),
                 require_token,
             ));
-            crate::process::tls_serving::spawn(
+            crate::support::tls_serving::spawn(
                 listener,
                 cert.server_config()?,
                 router,
-                crate::process::tls_serving::ConnectionLimits::default(),
+                crate::support::tls_serving::ConnectionLimits::default(),
                 "metrics",
             );
             tracing::info!(

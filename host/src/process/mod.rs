@@ -4,15 +4,10 @@
 //! generated RBAC and deploy manifests, the Kubernetes client's settings,
 //! and the process's memory and threads.
 
-pub mod api_client;
-pub mod client_rate_limit;
-pub mod connection_slots;
 pub mod crd_install;
 pub mod dev;
 pub mod dev_clusters;
-pub mod dir_watch;
 pub mod duties;
-pub mod heap_trim;
 pub mod http_server;
 pub mod leader_election;
 pub mod main_task;
@@ -23,4 +18,3 @@ pub mod metrics_server;
 pub mod rbac;
 pub mod run;
 pub mod simulate;
-pub mod tls_serving;

@@ -34,19 +34,19 @@ use tokio::sync::mpsc;
 use crate::admission::plugin_set::AdmissionPlugins;
 use crate::admission::shard_labels::ShardLabels;
 use crate::cluster::kubernetes::KubernetesBackend;
-use crate::engine::{Outcome, ReconcileRecord, ServeScope};
+use crate::engine::ServeScope;
 use crate::fleet::{ClustersConfig, Fleet};
 use crate::golden::recorder::{CaseRecorder, RecordOptions};
 use crate::plugin::Sandbox;
 use crate::plugin::background_reload::BackgroundReload;
 use crate::plugin::hot_reload::{PluginDirectory, ReloadEvent, Standby};
 use crate::process::crd_install::install_crds;
-use crate::process::dir_watch::watch_dir;
-use crate::process::duties::DutyHolder;
 use crate::process::http_server::{HostStatus, serve};
 use crate::process::leader_election::{LeaderElectionConfig, Leadership, LeadershipLost, acquire};
 use crate::process::metrics_server::{MetricsServing, serve_metrics};
 use crate::sharding::coordinator::{Coordinator, OnShards, ShardBy};
+use crate::support::dir_watch::watch_dir;
+use crate::support::duty_holder::DutyHolder;
 
 /// Options of one `run`.
 pub struct RunConfig {
@@ -561,16 +561,6 @@ async fn release(leadership: Option<Leadership>) {
 fn publish(status: &HostStatus, plugins: &PluginDirectory, events: &[ReloadEvent]) {
     status.metrics.reloaded(events);
     status.set_plugins(plugins.status());
-}
-
-pub(crate) fn log_record(record: &ReconcileRecord) {
-    // Failures are logged by the engine, in the reconcile's span; here the
-    // changes a reconcile made. Reconciles that changed nothing are quiet.
-    match &record.outcome {
-        Outcome::Applied { changes, .. } if !changes.is_empty() => tracing::info!("{record}"),
-        Outcome::Failed { .. } => {}
-        _ => tracing::debug!("{record}"),
-    }
 }
 
 /// Resolves with the name of the first of SIGTERM or SIGINT to arrive.

@@ -19,9 +19,9 @@ use crate::cluster::embedded::builtins::{BuiltinChange, BuiltinConfig, group_cha
 use crate::cluster::embedded::{EmbeddedCluster, RecordedEvent};
 use crate::cluster::{Clock, ClusterBackend, VirtualClock};
 use crate::engine::{Engine, ReconcileRecord};
-use crate::golden::duration_text::format_duration;
 use crate::golden::recorder::{CaseRecorder, RecordOptions};
 use crate::plugin::LoadedPlugin;
+use crate::support::duration_text::format_duration;
 use reconciler_contract::ClusterInfo;
 
 /// How a simulation is run.

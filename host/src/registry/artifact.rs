@@ -46,6 +46,15 @@ pub struct ComponentInterfaces {
     pub imports: Vec<String>,
 }
 
+impl From<crate::plugin::sandbox::ComponentInterfaces> for ComponentInterfaces {
+    fn from(found: crate::plugin::sandbox::ComponentInterfaces) -> Self {
+        Self {
+            exports: found.exports,
+            imports: found.imports,
+        }
+    }
+}
+
 impl WasmConfig {
     pub fn new(layer_digest: String, component: ComponentInterfaces) -> Self {
         Self {

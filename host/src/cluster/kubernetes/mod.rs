@@ -11,9 +11,13 @@
 //! - `finalizers`: race-free adding and removing of one finalizer;
 //! - `events`: events.k8s.io/v1 Events;
 //! - `credential_errors`: auth failures told without the credentials;
+//! - `api_client`, `client_rate_limit`: the client every part of the host
+//!   builds, with its timeouts, rate limit and credential-safe errors;
 //! - `errors`: API failures -> `BackendError`, with RBAC-aware 403 messages.
 
+pub mod api_client;
 mod apply;
+pub mod client_rate_limit;
 pub mod credential_errors;
 mod discovery;
 mod errors;

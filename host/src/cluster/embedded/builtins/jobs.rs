@@ -11,7 +11,7 @@ use super::{Round, Timer, controlled, str_at, write_status};
 use crate::cluster::backend::ObjectKey;
 use crate::cluster::clock::rfc3339;
 use crate::cluster::embedded::store::{finalizers, is_deleting};
-use crate::golden::duration_text::parse_duration;
+use crate::support::duration_text::parse_duration;
 
 /// How long a Job's Pod runs (`30s`, `2m`), overriding `--job-duration`.
 pub const JOB_DURATION_ANNOTATION: &str = "embedded.reconciler-host.io/job-duration";

@@ -20,7 +20,7 @@ use serde_json::Value;
 use super::prune_default::join;
 use super::schema::{RuleSpec, Schema};
 use super::validate::FieldError;
-use crate::engine::panic_guard::panic_message;
+use crate::support::panic_guard::panic_message;
 
 /// One rule, parsed.
 #[derive(Debug)]

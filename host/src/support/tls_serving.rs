@@ -6,7 +6,7 @@
 //!   same deadline);
 //! - at most [`ConnectionLimits::max_connections`] are open at once, and
 //!   when all are taken a new connection closes the oldest one not in a
-//!   call ([`crate::process::connection_slots`]) instead of waiting behind it.
+//!   call ([`crate::support::connection_slots`]) instead of waiting behind it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::process::connection_slots::{ConnectionSlots, SlotHandle};
+use crate::support::connection_slots::{ConnectionSlots, SlotHandle};
 
 /// How long a client has, by default, to finish the TLS handshake, and
 /// then to send a request's headers.
@@ -42,7 +42,7 @@ impl Default for ConnectionLimits {
 }
 
 /// The connection a request came on, as a request extension: a handler
-/// marks it as in a call (see [`crate::process::connection_slots`]) once it has
+/// marks it as in a call (see [`crate::support::connection_slots`]) once it has
 /// read the request, so it is not closed to make room while it answers.
 #[derive(Clone)]
 pub struct ConnectionSlot(pub Arc<SlotHandle>);
