@@ -24,7 +24,7 @@ use reconciler_contract::{AdmissionRequest, Operation, UserInfo};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::runner::CaseOutcome;
+use super::outcome::{CaseOutcome, diff_yaml};
 use crate::plugin::{AdmissionDecision, LoadedPlugin};
 
 /// The request half of an admission case, named as in an AdmissionReview.
@@ -113,6 +113,6 @@ pub fn check_admission(
     if expected == actual {
         CaseOutcome::Passed
     } else {
-        CaseOutcome::Failed(super::runner::diff_yaml(&expected, &actual))
+        CaseOutcome::Failed(diff_yaml(&expected, &actual))
     }
 }

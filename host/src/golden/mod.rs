@@ -3,9 +3,11 @@
 
 pub mod admission_case;
 pub mod case;
+pub mod outcome;
 pub mod record_dir;
 pub mod recorder;
 pub mod redact;
 pub mod runner;
 
-pub use runner::{CaseOutcome, CaseResult, discover, run_case};
+pub use outcome::{CaseOutcome, CaseResult};
+pub use runner::{discover, run_case};

@@ -3,7 +3,7 @@
 use reconciler_contract::object_meta::MetadataField;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::jiff::Timestamp;
 use reconciler_contract::memory_cache::MemoryCache;
@@ -12,32 +12,9 @@ use serde_json::Value;
 
 use super::admission_case::check_admission;
 use super::case::{Case, Expectation};
+use super::outcome::{CaseOutcome, CaseResult, diff_yaml, to_yaml};
 use crate::plugin::{LoadedPlugin, ReconcileInput, ValidResponse};
 use crate::support::duration_text::format_duration;
-
-/// The result of one case file.
-#[derive(Debug)]
-pub struct CaseResult {
-    pub file: PathBuf,
-    pub description: Option<String>,
-    pub elapsed: Duration,
-    pub outcome: CaseOutcome,
-}
-
-#[derive(Debug)]
-pub enum CaseOutcome {
-    Passed,
-    /// The plugin answered differently: a readable explanation or diff.
-    Failed(String),
-    /// The case file itself is wrong.
-    Broken(String),
-}
-
-impl CaseResult {
-    pub fn passed(&self) -> bool {
-        matches!(self.outcome, CaseOutcome::Passed)
-    }
-}
 
 /// Case files in `path` (`*.yaml`, `*.yml`, sorted), or `path` itself if it
 /// is a file.
@@ -234,23 +211,6 @@ fn sort(e: &mut Expectation) {
     e.delete.sort();
 }
 
-fn to_yaml(e: &impl serde::Serialize) -> String {
-    serde_yaml_ng::to_string(e).unwrap_or_else(|err| format!("<cannot print: {err}>"))
-}
-
 fn diff(expected: &Expectation, actual: &Expectation) -> String {
     diff_yaml(expected, actual)
-}
-
-/// A unified diff of two expectations printed as YAML.
-pub(crate) fn diff_yaml(
-    expected: &impl serde::Serialize,
-    actual: &impl serde::Serialize,
-) -> String {
-    let (expected, actual) = (to_yaml(expected), to_yaml(actual));
-    similar::TextDiff::from_lines(&expected, &actual)
-        .unified_diff()
-        .context_radius(3)
-        .header("expected", "actual")
-        .to_string()
 }

@@ -24,15 +24,11 @@ use super::admission_rules::{InvalidDefaults, bounded_verdict, defaults_patch};
 use super::bindings::{PluginPre, admission as wit};
 use super::call_random::{CallRandom, CallSubject};
 use super::call_state::CallState;
+use super::epoch_ticker::EpochTicker;
 use super::errors::CallError;
 use super::limits::SandboxLimits;
 use super::loaded::{Call, LoadedPlugin, call_fresh};
 use super::memory_budget::MemoryCharge;
-use super::sandbox::EpochTicker;
-
-/// Longest admission deadline a plugin may declare: the API server's own
-/// webhook timeout is at most 30 s, and it waits for every webhook in turn.
-pub const MAX_ADMISSION_TIMEOUT_MS: u32 = 10_000;
 
 /// Which of a plugin's admission calls one request runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,25 +105,6 @@ pub enum AdmissionError {
     NotExported,
     #[error("the admitted object is not JSON: {0}")]
     BadObject(String),
-}
-
-/// A declaration the host refuses at load.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "admission settings: timeoutMs is {asked}, outside 1..={MAX_ADMISSION_TIMEOUT_MS} (the API server waits for admission)"
-)]
-pub struct InvalidAdmissionSettings {
-    pub asked: u32,
-}
-
-/// Checks a declaration before the host serves it.
-pub fn check_settings(settings: &AdmissionSettings) -> Result<(), InvalidAdmissionSettings> {
-    match settings.timeout_ms {
-        Some(ms) if ms == 0 || ms > MAX_ADMISSION_TIMEOUT_MS => {
-            Err(InvalidAdmissionSettings { asked: ms })
-        }
-        _ => Ok(()),
-    }
 }
 
 impl LoadedPlugin {

@@ -39,7 +39,7 @@ use wasmtime_wasi::p2::{DynPollable, subscribe};
 use wasmtime_wasi::runtime::{in_tokio, poll_noop, with_ambient_tokio_runtime};
 
 use super::call_state::CallState;
-use super::worker_safe_io::NeedsBlockingThread;
+use super::call_traps::NeedsBlockingThread;
 
 /// The interfaces shadowed, at the version wasmtime-wasi defines them. A
 /// wasmtime-wasi that moves to another version makes the sleep tests fail
@@ -50,12 +50,6 @@ const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
 /// How many times one wait moves the clock before it stops trusting timers
 /// to become ready (each move makes at least one ready, so one suffices).
 const MAX_ADVANCES: usize = 4;
-
-/// The marker a refused wait traps with; `classify` turns the call's failure
-/// into `CallError::Timeout`.
-#[derive(Debug, thiserror::Error)]
-#[error("the plugin waited past its deadline")]
-pub(crate) struct WaitedPastDeadline;
 
 /// Replaces wasmtime-wasi's waiting functions in `linker` (which must have
 /// WASI added already) with bounded ones.
@@ -115,7 +109,7 @@ fn wait(state: &mut CallState, pollables: &[u32]) -> wasmtime::Result<Vec<u32>> 
         }
         match clock.earliest_pending() {
             Some(due) if clock.advance_to(due) => continue,
-            Some(_) => return Err(waited_past_deadline(state)),
+            Some(_) => return Err(state.past_deadline()),
             None => break,
         }
     }
@@ -143,7 +137,7 @@ fn wait_in_real_time(state: &mut CallState, pollables: &[u32]) -> wasmtime::Resu
     });
     match waited {
         Ok(ready) => ready,
-        Err(_elapsed) => Err(waited_past_deadline(state)),
+        Err(_elapsed) => Err(state.past_deadline()),
     }
 }
 
@@ -152,10 +146,4 @@ fn borrowed(pollables: &[u32]) -> Vec<Resource<DynPollable>> {
         .iter()
         .map(|rep| Resource::new_borrow(*rep))
         .collect()
-}
-
-/// Ends the call: it would wait (or work) past its deadline.
-pub(super) fn waited_past_deadline(state: &mut CallState) -> wasmtime::Error {
-    state.waited_past_deadline = true;
-    wasmtime::Error::new(WaitedPastDeadline)
 }

@@ -13,12 +13,11 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::kind_from_wit;
 use super::bindings::reconciler::plugin::{cache, clock, cluster, log, types};
-use super::bounded_waits::waited_past_deadline;
 use super::call_clock::CallClock;
+use super::call_traps::{NeedsBlockingThread, WaitedPastDeadline};
 use super::guest_output::OutputBudget;
 use super::memory_budget::MemoryCharge;
 use super::object_reader::ObjectReader;
-use super::worker_safe_io::NeedsBlockingThread;
 
 /// What the imports may see during a reconcile. Absent during `metadata`.
 pub(crate) struct ReconcileScope {
@@ -113,6 +112,12 @@ struct Permitted<'a> {
 }
 
 impl CallState {
+    /// Ends the call: it would wait (or work) past its deadline.
+    pub(super) fn past_deadline(&mut self) -> wasmtime::Error {
+        self.waited_past_deadline = true;
+        wasmtime::Error::new(WaitedPastDeadline)
+    }
+
     /// The reader, projection and namespace for a read of `kind` in
     /// `namespace`, if the plugin may make it.
     fn readable<'a>(
@@ -193,7 +198,7 @@ impl cache::Host for CallState {
             Err(ListJsonError::TooMuchWork { .. }) => {
                 Err(wasmtime::Error::new(NeedsBlockingThread))
             }
-            Err(ListJsonError::PastDeadline { .. }) => Err(waited_past_deadline(self)),
+            Err(ListJsonError::PastDeadline { .. }) => Err(self.past_deadline()),
             Err(ListJsonError::TooLarge { listed, max_bytes }) => Ok(Err(list_too_large(
                 &kind,
                 read.namespace,

@@ -52,7 +52,7 @@ pub enum LoadFailure {
     #[error("calling admission settings failed: {0}")]
     AdmissionSettingsCall(#[source] CallError),
     #[error(transparent)]
-    AdmissionSettings(#[from] super::admission_call::InvalidAdmissionSettings),
+    AdmissionSettings(#[from] super::admission_settings::InvalidAdmissionSettings),
     /// Two files of one plugin set hold plugins of the same name; the
     /// later file (by name) is refused.
     #[error("plugin name {name} is already used by {}", first.display())]

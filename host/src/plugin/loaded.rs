@@ -17,6 +17,8 @@ use super::bindings::{PluginPre, guest, kind_from_wit, types};
 use super::call_clock::{CallClock, MonotonicClock, WallClock};
 use super::call_random::{CallRandom, CallSubject, ObjectVersion, RandomKey};
 use super::call_state::{CallState, MemoryCap, ReconcileScope};
+use super::call_traps::NeedsBlockingThread;
+use super::epoch_ticker::{EPOCH_TICK, EpochTicker};
 use super::errors::CallError;
 use super::guest_output::{GuestOutput, OutputBudget};
 use super::idle_release::{ForCall, Prepared};
@@ -25,8 +27,6 @@ use super::memory_budget::{MemoryAccount, MemoryCharge};
 use super::object_reader::ObjectReader;
 use super::response_limits::{ResponseCounts, check_counts, check_response_limits};
 use super::response_rules::{ValidResponse, validate_response};
-use super::sandbox::{EPOCH_TICK, EpochTicker};
-use super::worker_safe_io::NeedsBlockingThread;
 
 /// A loaded plugin. Cheap to share; every call is independent.
 pub struct LoadedPlugin {

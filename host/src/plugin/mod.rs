@@ -3,16 +3,19 @@
 
 pub mod admission_call;
 pub mod admission_rules;
+pub mod admission_settings;
 pub mod background_reload;
 mod bindings;
 mod bounded_waits;
 mod call_clock;
 pub mod call_random;
 mod call_state;
+mod call_traps;
 pub mod compile_cache;
 mod compiler;
 pub mod contract_version;
 pub mod directory;
+mod epoch_ticker;
 pub mod errors;
 mod guest_output;
 pub mod hot_reload;

@@ -39,6 +39,7 @@ use wasmtime_wasi::runtime::{in_tokio, poll_noop, with_ambient_tokio_runtime};
 use wasmtime_wasi::sockets::WasiSocketsView;
 
 use super::call_state::CallState;
+use super::call_traps::NeedsBlockingThread;
 
 /// The interfaces shadowed, at the version wasmtime-wasi defines them (as
 /// in bounded_waits.rs; the tests of brief calls that print fail if they
@@ -46,12 +47,6 @@ use super::call_state::CallState;
 const STREAMS: &str = "wasi:io/streams@0.2.12";
 const POLL: &str = "wasi:io/poll@0.2.12";
 const UDP_CREATE_SOCKET: &str = "wasi:sockets/udp-create-socket@0.2.12";
-
-/// The marker a call that may not block traps with when a WASI function
-/// would have to wait; the call is then made again where it may.
-#[derive(Debug, thiserror::Error)]
-#[error("the plugin called a WASI function that had to wait, on a thread that may not block")]
-pub(crate) struct NeedsBlockingThread;
 
 /// `future`'s output if it is ready at once; else, where the call may
 /// block, its output after waiting for it, and where it may not, the
