@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use oci_client::secrets::RegistryAuth;
 
-use super::client::{RegistryError, RegistryOptions};
+use super::error::RegistryError;
+use super::options::RegistryOptions;
 use super::reference::PluginReference;
 
 /// The largest manifest read: a Wasm artifact's is under 1 KiB and an
@@ -118,7 +119,7 @@ impl BoundedReader {
             .get(&url)
             .send()
             .await
-            .map_err(|e| unreachable(super::client::error_chain(&e)))?;
+            .map_err(|e| unreachable(super::error::error_chain(&e)))?;
         let Some(challenge) = answer
             .headers()
             .get(http::header::WWW_AUTHENTICATE)
@@ -162,7 +163,7 @@ impl BoundedReader {
         let mut answer = request
             .send()
             .await
-            .map_err(|e| unreachable(super::client::error_chain(&e)))?;
+            .map_err(|e| unreachable(super::error::error_chain(&e)))?;
         let status = answer.status();
         let body = read_capped(&mut answer, MAX_TOKEN_BYTES)
             .await
@@ -172,7 +173,7 @@ impl BoundedReader {
                     what: format!("a token from {realm}"),
                     cap: MAX_TOKEN_BYTES,
                 },
-                ReadError::Http(e) => unreachable(super::client::error_chain(&e)),
+                ReadError::Http(e) => unreachable(super::error::error_chain(&e)),
             })?;
         if !status.is_success() {
             let message = format!(
@@ -264,7 +265,7 @@ impl BoundedReader {
         let mut response = request
             .send()
             .await
-            .map_err(|e| unreachable(super::client::error_chain(&e)))?;
+            .map_err(|e| unreachable(super::error::error_chain(&e)))?;
         let status = response.status();
         if !status.is_success() {
             let body = read_capped(&mut response, MAX_ERROR_BYTES)
@@ -295,7 +296,7 @@ impl BoundedReader {
         match read_capped(&mut response, cap).await {
             Ok(body) => Ok(body),
             Err(ReadError::TooLarge) => Err(too_large()),
-            Err(ReadError::Http(e)) => Err(unreachable(super::client::error_chain(&e))),
+            Err(ReadError::Http(e)) => Err(unreachable(super::error::error_chain(&e))),
         }
     }
 }

@@ -21,116 +21,15 @@ use oci_client::client::{
 use oci_client::errors::OciDistributionError;
 use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
-use sha2::Digest as _;
 
-use super::artifact::{
-    ArtifactError, ComponentInterfaces, WASM_CONFIG, WASM_LAYER, WasmConfig, component_layer,
-};
+use super::artifact::{ComponentInterfaces, WASM_CONFIG, WASM_LAYER, WasmConfig, component_layer};
 use super::artifact_cache::ArtifactCache;
 use super::bounded_reads::{BoundedReader, MAX_MANIFEST_BYTES, Target};
+use super::content_digest::sha256_digest;
 use super::credentials::Credentials;
+use super::error::{RegistryError, classify};
+use super::options::RegistryOptions;
 use super::reference::{Digest, PluginReference};
-
-/// The largest plugin pulled unless `--registry-max-mib` says otherwise:
-/// the Python podset is about 19 MB, so this leaves room for plugins in
-/// heavier languages without letting a registry fill the disk.
-pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
-/// How long any one registry request may take unless
-/// `--registry-timeout-secs` says otherwise: a 256 MiB layer at about
-/// 1 MiB/s, and far longer than a manifest or a signature needs.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// How the host reaches registries.
-#[derive(Clone, Debug)]
-pub struct RegistryOptions {
-    /// PEM certificates trusted beside the system's roots (`--registry-ca`).
-    pub extra_ca_pem: Vec<Vec<u8>>,
-    /// `HOST:PORT`s reached over plain HTTP (`--insecure-registry`).
-    pub insecure: Vec<String>,
-    /// Credentials from the user's docker config.
-    pub credentials: Credentials,
-    /// The largest component pulled, in bytes.
-    pub max_bytes: u64,
-    /// How long any one request (a manifest, a signature, a layer) may
-    /// take, from its start to its last byte.
-    pub timeout: Duration,
-}
-
-impl Default for RegistryOptions {
-    fn default() -> Self {
-        Self {
-            extra_ca_pem: Vec::new(),
-            insecure: Vec::new(),
-            credentials: Credentials::default(),
-            max_bytes: DEFAULT_MAX_BYTES,
-            timeout: DEFAULT_TIMEOUT,
-        }
-    }
-}
-
-/// Why a registry operation failed; [`RegistryError::reason`] is the
-/// condition reason a Plugin's status shows.
-#[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
-    #[error("{reference}: the registry cannot be reached or refused the request: {message}")]
-    Unreachable { reference: String, message: String },
-    #[error(
-        "{reference}: the registry refused the credentials ({message}); give them in a docker config (pull secret, or ~/.docker/config.json)"
-    )]
-    Unauthorized { reference: String, message: String },
-    #[error("{reference}: not found in the registry ({message})")]
-    NotFound { reference: String, message: String },
-    #[error("{reference} is not a plugin: {error}")]
-    NotAPlugin {
-        reference: String,
-        error: ArtifactError,
-    },
-    #[error(
-        "{reference}: the registry sent content whose digest is {actual}, not the {expected} asked for"
-    )]
-    DigestMismatch {
-        reference: String,
-        expected: String,
-        actual: String,
-    },
-    #[error(
-        "{reference}: the component's bytes do not match its digest ({detail}): the registry's copy is corrupt or was tampered with, and nothing of it is kept"
-    )]
-    ContentMismatch { reference: String, detail: String },
-    #[error(
-        "{reference}: the registry sent more than {cap} bytes for {what}; nothing of it is kept"
-    )]
-    TooLarge {
-        reference: String,
-        what: String,
-        cap: usize,
-    },
-    #[error("{reference}: the manifest is not an OCI image manifest: {message}")]
-    BadManifest { reference: String, message: String },
-    #[error("{reference}: cannot write the pulled plugin to {dir}: {error}")]
-    Cache {
-        reference: String,
-        dir: PathBuf,
-        error: std::io::Error,
-    },
-}
-
-impl RegistryError {
-    /// A word for `kubectl get plugins` and Events.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            RegistryError::Unreachable { .. } | RegistryError::Cache { .. } => "PullFailed",
-            RegistryError::Unauthorized { .. } => "PullUnauthorized",
-            RegistryError::NotFound { .. } => "NotFound",
-            RegistryError::NotAPlugin { .. }
-            | RegistryError::BadManifest { .. }
-            | RegistryError::TooLarge { .. } => "NotAPlugin",
-            RegistryError::DigestMismatch { .. } | RegistryError::ContentMismatch { .. } => {
-                "DigestMismatch"
-            }
-        }
-    }
-}
 
 /// A client for the registries one set of options reaches.
 pub struct RegistryClient {
@@ -413,82 +312,6 @@ pub fn oci_config(options: &RegistryOptions) -> ClientConfig {
         user_agent: concat!("reconciler-host/", env!("CARGO_PKG_VERSION")),
         ..ClientConfig::default()
     }
-}
-
-/// Sorts an oci-client error into what a user can act on.
-pub(crate) fn classify(reference: &PluginReference, error: OciDistributionError) -> RegistryError {
-    let reference = reference.to_string();
-    let message = error_chain(&error);
-    match &error {
-        OciDistributionError::AuthenticationFailure(_)
-        | OciDistributionError::UnauthorizedError { .. } => {
-            RegistryError::Unauthorized { reference, message }
-        }
-        OciDistributionError::ImageManifestNotFoundError(_) => {
-            RegistryError::NotFound { reference, message }
-        }
-        OciDistributionError::ServerError {
-            code: 401 | 403, ..
-        } => RegistryError::Unauthorized { reference, message },
-        OciDistributionError::ServerError { code: 404, .. } => {
-            RegistryError::NotFound { reference, message }
-        }
-        OciDistributionError::RegistryError { envelope, .. }
-            if envelope.errors.iter().any(|e| {
-                matches!(
-                    e.code,
-                    oci_client::errors::OciErrorCode::Unauthorized
-                        | oci_client::errors::OciErrorCode::Denied
-                )
-            }) =>
-        {
-            RegistryError::Unauthorized { reference, message }
-        }
-        OciDistributionError::RegistryError { envelope, .. }
-            if envelope.errors.iter().any(|e| {
-                matches!(
-                    e.code,
-                    oci_client::errors::OciErrorCode::ManifestUnknown
-                        | oci_client::errors::OciErrorCode::NameUnknown
-                        | oci_client::errors::OciErrorCode::BlobUnknown
-                )
-            }) =>
-        {
-            RegistryError::NotFound { reference, message }
-        }
-        _ if message.contains("UnknownIssuer") || message.contains("invalid peer certificate") => {
-            RegistryError::Unreachable {
-                reference,
-                message: format!("{message} (give the registry's CA with --registry-ca)"),
-            }
-        }
-        _ => RegistryError::Unreachable { reference, message },
-    }
-}
-
-/// An error and its causes on one line: reqwest's own text says only
-/// "error sending request".
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = cause.source();
-    }
-    text
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// `sha256:<hex>` of `bytes`: the digest a registry names them by.
-pub(crate) fn sha256_digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex(&sha2::Sha256::digest(bytes)))
 }
 
 /// Writes to a file, failing once more than `cap` bytes arrive: a registry

@@ -150,7 +150,7 @@ impl Replayed {
                     status: "200 OK",
                     body: &self.manifest,
                     content_type: &self.manifest_media_type,
-                    digest: Some(super::client::sha256_digest(&self.manifest)),
+                    digest: Some(super::content_digest::sha256_digest(&self.manifest)),
                 };
             }
             return Answer::not_found();

@@ -43,7 +43,8 @@ use sigstore::trust::ManualTrustRoot;
 use super::signature_replay::{Replay, Replayed};
 
 use super::bounded_reads::{BoundedReader, MAX_MANIFEST_BYTES, Target};
-use super::client::{RegistryError, RegistryOptions, error_chain};
+use super::error::{RegistryError, error_chain};
+use super::options::RegistryOptions;
 use super::reference::{Digest, PluginReference};
 
 /// The most signature layers read for one digest: cosign adds one per
@@ -147,7 +148,7 @@ impl TrustPolicy {
                 add(pem);
             }
         }
-        super::client::hex(&hash.finalize())
+        super::content_digest::hex(&hash.finalize())
     }
 }
 
@@ -280,7 +281,8 @@ pub async fn verify(
         .iter()
         .flat_map(|r| r.rekor_pem.iter())
         .map(|pem| {
-            pem_to_der(pem).map(|der| (super::client::hex(&sha2::Sha256::digest(&der)), der))
+            pem_to_der(pem)
+                .map(|der| (super::content_digest::hex(&sha2::Sha256::digest(&der)), der))
         })
         .collect::<Result<_, _>>()?;
     let root = ManualTrustRoot {
@@ -470,7 +472,7 @@ async fn signature_layers(
             )
             .await
             .map_err(unreadable)?;
-        if super::client::sha256_digest(&bytes) != descriptor.digest {
+        if super::content_digest::sha256_digest(&bytes) != descriptor.digest {
             tracing::warn!(
                 "{pinned}: a signature layer is not the {} its manifest names; ignored",
                 descriptor.digest
@@ -515,7 +517,7 @@ async fn signature_layers(
             )
             .await
             .map_err(unreadable)?;
-        if super::client::sha256_digest(&config) == manifest.config.digest {
+        if super::content_digest::sha256_digest(&config) == manifest.config.digest {
             blobs.insert(manifest.config.digest.clone(), config);
         }
     }
