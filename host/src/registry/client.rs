@@ -19,7 +19,9 @@ use oci_client::client::{
     Certificate, CertificateEncoding, ClientConfig, ClientProtocol, Config, ImageLayer,
 };
 use oci_client::errors::OciDistributionError;
-use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciImageManifest};
+use oci_client::manifest::{
+    IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest,
+};
 use oci_client::secrets::RegistryAuth;
 
 use super::artifact::{ComponentInterfaces, WASM_CONFIG, WASM_LAYER, WasmConfig, component_layer};
@@ -147,11 +149,41 @@ impl RegistryClient {
             });
         }
         let pinned = reference.at_digest(digest);
+        let (bytes, layer) = self.component_manifest(&pinned, digest, auth).await?;
+        let tmp = self.download(&pinned, &layer, auth, cache).await?;
+        let path = cache
+            .keep_component(&tmp, digest, &bytes)
+            .map_err(|error| RegistryError::Cache {
+                reference: pinned.to_string(),
+                dir: cache.dir().to_path_buf(),
+                error,
+            })?;
+        let sha256 = layer
+            .digest
+            .strip_prefix("sha256:")
+            .unwrap_or(&layer.digest)
+            .to_string();
+        Ok(Pulled {
+            digest: digest.clone(),
+            path,
+            sha256,
+            cached: false,
+        })
+    }
+
+    /// The manifest of `pinned` (its bytes, checked to hash to `digest`)
+    /// and the component layer it names, within the size cap.
+    async fn component_manifest(
+        &self,
+        pinned: &PluginReference,
+        digest: &Digest,
+        auth: &RegistryAuth,
+    ) -> Result<(Vec<u8>, OciDescriptor), RegistryError> {
         let name = pinned.to_string();
         let bytes = self
             .reader
             .get(
-                &pinned,
+                pinned,
                 auth,
                 Target::Manifest(digest.as_str()),
                 &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
@@ -177,12 +209,25 @@ impl RegistryClient {
                 error,
             })?
             .clone();
-        let cache_error = |error| RegistryError::Cache {
+        Ok((bytes, layer))
+    }
+
+    /// Streams `layer` of `pinned` into a new scratch file of `cache`,
+    /// capped at the layer's size and within the deadline; the file's path.
+    /// A file that fails a check is removed.
+    async fn download(
+        &self,
+        pinned: &PluginReference,
+        layer: &OciDescriptor,
+        auth: &RegistryAuth,
+        cache: &ArtifactCache,
+    ) -> Result<PathBuf, RegistryError> {
+        let name = pinned.to_string();
+        let (tmp, file) = cache.new_temp().map_err(|error| RegistryError::Cache {
             reference: name.clone(),
             dir: cache.dir().to_path_buf(),
             error,
-        };
-        let (tmp, file) = cache.new_temp().map_err(cache_error)?;
+        })?;
         let mut writer = CappedWriter {
             file: tokio::fs::File::from_std(file),
             written: 0,
@@ -190,13 +235,13 @@ impl RegistryClient {
         };
         // oci-client streams the layer to disk, checking its digest; it
         // is handed the token read here, so it asks the registry for none.
-        let authorized = self.reader.authorize(&pinned, auth).await?;
+        let authorized = self.reader.authorize(pinned, auth).await?;
         self.oci
             .store_auth_if_needed(pinned.oci().resolve_registry(), &authorized)
             .await;
         let pulled = tokio::time::timeout(
             self.options.timeout,
-            self.oci.pull_blob(pinned.oci(), &layer, &mut writer),
+            self.oci.pull_blob(pinned.oci(), layer, &mut writer),
         )
         .await;
         let written = writer.written;
@@ -213,23 +258,7 @@ impl RegistryClient {
         };
         if let Err(e) = pulled {
             let _ = std::fs::remove_file(&tmp);
-            return Err(match e {
-                OciDistributionError::DigestError(e) => RegistryError::DigestMismatch {
-                    reference: name,
-                    expected: layer.digest.clone(),
-                    actual: e.to_string(),
-                },
-                OciDistributionError::IoError(e)
-                    if e.kind() == std::io::ErrorKind::FileTooLarge =>
-                {
-                    RegistryError::DigestMismatch {
-                        reference: name,
-                        expected: format!("{} ({} bytes)", layer.digest, layer.size),
-                        actual: format!("more than {} bytes", layer.size),
-                    }
-                }
-                e => classify(&pinned, e),
-            });
+            return Err(blob_error(pinned, layer, e));
         }
         if written != layer.size as u64 {
             let _ = std::fs::remove_file(&tmp);
@@ -238,20 +267,7 @@ impl RegistryClient {
                 detail: format!("{written} bytes, not the {} its manifest says", layer.size),
             });
         }
-        let path = cache
-            .keep_component(&tmp, digest, &bytes)
-            .map_err(cache_error)?;
-        let sha256 = layer
-            .digest
-            .strip_prefix("sha256:")
-            .unwrap_or(&layer.digest)
-            .to_string();
-        Ok(Pulled {
-            digest: digest.clone(),
-            path,
-            sha256,
-            cached: false,
-        })
+        Ok(tmp)
     }
 
     /// Pushes `wasm` as a plugin artifact to `reference`; the manifest's
@@ -311,6 +327,31 @@ pub fn oci_config(options: &RegistryOptions) -> ClientConfig {
         read_timeout: Some(Duration::from_secs(60)),
         user_agent: concat!("reconciler-host/", env!("CARGO_PKG_VERSION")),
         ..ClientConfig::default()
+    }
+}
+
+/// Why streaming `layer` of `pinned` failed: a digest that does not match
+/// and more bytes than the manifest said are both a mismatch.
+fn blob_error(
+    pinned: &PluginReference,
+    layer: &OciDescriptor,
+    error: OciDistributionError,
+) -> RegistryError {
+    let name = pinned.to_string();
+    match error {
+        OciDistributionError::DigestError(e) => RegistryError::DigestMismatch {
+            reference: name,
+            expected: layer.digest.clone(),
+            actual: e.to_string(),
+        },
+        OciDistributionError::IoError(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            RegistryError::DigestMismatch {
+                reference: name,
+                expected: format!("{} ({} bytes)", layer.digest, layer.size),
+                actual: format!("more than {} bytes", layer.size),
+            }
+        }
+        e => classify(pinned, e),
     }
 }
 
