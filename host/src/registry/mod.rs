@@ -17,7 +17,6 @@ pub mod fetch;
 pub mod options;
 pub mod reference;
 pub mod served_files;
-mod signature_replay;
 pub mod signatures;
 pub mod trust;
 
