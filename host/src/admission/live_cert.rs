@@ -71,6 +71,18 @@ impl LiveCert {
     }
 }
 
+// This impl block of ServingCert lives here, not in serving_cert.rs: a
+// configuration for one fixed certificate is a LiveCert never replaced,
+// and serving_cert.rs (making and judging certificates) does not depend on
+// how they are served.
+impl ServingCert {
+    /// The rustls configuration serving this certificate (and only it).
+    pub fn server_config(&self) -> anyhow::Result<rustls::ServerConfig> {
+        let resolver = LiveCert::new(self)?;
+        Ok(resolver.server_config(None))
+    }
+}
+
 impl ResolvesServerCert for LiveCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.read().key.clone())

@@ -157,12 +157,6 @@ impl ServingCert {
         let secs = u64::try_from(parsed.validity().not_after.timestamp()).ok()?;
         Some(UNIX_EPOCH + Duration::from_secs(secs))
     }
-
-    /// The rustls configuration serving this certificate (and only it).
-    pub fn server_config(&self) -> anyhow::Result<rustls::ServerConfig> {
-        let resolver = super::live_cert::LiveCert::new(self)?;
-        Ok(resolver.server_config(None))
-    }
 }
 
 /// A CA bundle (PEM) of `new_ca` first, then those certificates of

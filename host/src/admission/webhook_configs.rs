@@ -331,125 +331,181 @@ pub async fn sync_with_shard_labels(
     shard_kinds: &BTreeSet<KindRef>,
     setup: &WebhookSetup,
 ) -> SyncReport {
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let params = PatchParams::apply(FIELD_MANAGER).force();
     let mut report = SyncReport::default();
     // Without the owner, applying would strip the ownerReference this field
     // manager set: the configurations are then left as they are (and not
     // removed as stale) until the owner can be read.
-    let owner = match &setup.owner_namespace {
-        Some(name) => {
-            let namespaces: Api<Namespace> = Api::all(client.clone());
-            match namespaces.get_opt(name).await {
-                Ok(Some(found)) => match found.metadata.uid {
-                    Some(uid) => Ok(Some(ConfigOwner {
-                        name: name.clone(),
-                        uid,
-                    })),
-                    None => Err(format!("Namespace {name} has no uid yet")),
-                },
-                Ok(None) => Err(format!(
-                    "Namespace {name}, which owns the webhook configurations, does not exist: set POD_NAMESPACE to the host's namespace"
-                )),
-                Err(e) => Err(format!(
-                    "cannot read Namespace {name}, which owns the webhook configurations (the host's ClusterRole needs get on namespaces): {e}"
-                )),
-            }
-        }
-        None => Ok(None),
-    };
-    let owner = match owner {
+    let owner = match config_owner(client, setup).await {
         Ok(owner) => owner,
         Err(e) => {
             report.errors.push(e);
             None
         }
     };
-    let owner_missing = setup.owner_namespace.is_some() && owner.is_none();
-    let mut wanted_validating = Vec::new();
-    let mut wanted_mutating = Vec::new();
+    let mut run = SyncRun {
+        client,
+        setup,
+        validating: Api::all(client.clone()),
+        mutating: Api::all(client.clone()),
+        params: PatchParams::apply(FIELD_MANAGER).force(),
+        owner_missing: setup.owner_namespace.is_some() && owner.is_none(),
+        owner,
+        report,
+        wanted_validating: Vec::new(),
+        wanted_mutating: Vec::new(),
+    };
     for plugin in plugins {
+        run.apply_plugin(plugin).await;
+    }
+    if !shard_kinds.is_empty() {
+        run.apply_shard_labels(shard_kinds).await;
+    }
+    let mine = ListParams::default().labels(&format!("{PREFIX_LABEL}={}", setup.prefix));
+    let mut report = run.report;
+    remove_stale(&run.validating, &mine, &run.wanted_validating, &mut report).await;
+    remove_stale(&run.mutating, &mine, &run.wanted_mutating, &mut report).await;
+    report
+}
+
+/// The Namespace the configurations are owned by, as `setup` names it;
+/// why it cannot be read, for the report.
+async fn config_owner(
+    client: &kube::Client,
+    setup: &WebhookSetup,
+) -> Result<Option<ConfigOwner>, String> {
+    let Some(name) = &setup.owner_namespace else {
+        return Ok(None);
+    };
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    match namespaces.get_opt(name).await {
+        Ok(Some(found)) => match found.metadata.uid {
+            Some(uid) => Ok(Some(ConfigOwner {
+                name: name.clone(),
+                uid,
+            })),
+            None => Err(format!("Namespace {name} has no uid yet")),
+        },
+        Ok(None) => Err(format!(
+            "Namespace {name}, which owns the webhook configurations, does not exist: set POD_NAMESPACE to the host's namespace"
+        )),
+        Err(e) => Err(format!(
+            "cannot read Namespace {name}, which owns the webhook configurations (the host's ClusterRole needs get on namespaces): {e}"
+        )),
+    }
+}
+
+/// One sync under way: what it applies with, what it has found wanted so
+/// far (never removed as stale), and its report.
+struct SyncRun<'a> {
+    client: &'a kube::Client,
+    setup: &'a WebhookSetup,
+    validating: Api<ValidatingWebhookConfiguration>,
+    mutating: Api<MutatingWebhookConfiguration>,
+    params: PatchParams,
+    owner: Option<ConfigOwner>,
+    /// The owner is named but could not be read: nothing is applied, and
+    /// what would be is kept.
+    owner_missing: bool,
+    report: SyncReport,
+    wanted_validating: Vec<String>,
+    wanted_mutating: Vec<String>,
+}
+
+impl SyncRun<'_> {
+    /// Applies `plugin`'s configurations, if it serves admission and its
+    /// kind is served.
+    async fn apply_plugin(&mut self, plugin: &LoadedPlugin) {
         let Some(settings) = plugin.admission() else {
-            continue;
+            return;
         };
         let primary = &plugin.metadata().primary;
         let gvk = kube::api::GroupVersionKind::gvk(&primary.group, &primary.version, &primary.kind);
-        let (resource, caps) = match discovery::pinned_kind(client, &gvk).await {
+        let (resource, caps) = match discovery::pinned_kind(self.client, &gvk).await {
             Ok(found) => found,
             Err(e) => {
-                report.changes.push(format!(
+                self.report.changes.push(format!(
                     "admission of plugin {} not registered yet: its kind {primary} is not served ({e})",
                     plugin.name()
                 ));
-                continue;
+                return;
             }
         };
         let namespaced = matches!(caps.scope, Scope::Namespaced);
-        let name = configuration_name(&setup.prefix, plugin.name());
-        if owner_missing {
-            wanted_validating.push(name.clone());
-            wanted_mutating.push(name);
-            continue;
+        let name = configuration_name(&self.setup.prefix, plugin.name());
+        if self.owner_missing {
+            self.wanted_validating.push(name.clone());
+            self.wanted_mutating.push(name);
+            return;
         }
         let (v, m) = configurations(
             plugin,
             settings,
             &resource.plural,
             namespaced,
-            setup,
-            owner.as_ref(),
+            self.setup,
+            self.owner.as_ref(),
         );
-        if let Err(e) = validating.patch(&name, &params, &Patch::Apply(&v)).await {
-            report.errors.push(format!(
+        if let Err(e) = self
+            .validating
+            .patch(&name, &self.params, &Patch::Apply(&v))
+            .await
+        {
+            self.report.errors.push(format!(
                 "cannot apply ValidatingWebhookConfiguration {name} of plugin {}: {e}",
                 plugin.name()
             ));
         }
-        wanted_validating.push(name.clone());
+        self.wanted_validating.push(name.clone());
         if let Some(m) = m {
-            if let Err(e) = mutating.patch(&name, &params, &Patch::Apply(&m)).await {
-                report.errors.push(format!(
+            if let Err(e) = self
+                .mutating
+                .patch(&name, &self.params, &Patch::Apply(&m))
+                .await
+            {
+                self.report.errors.push(format!(
                     "cannot apply MutatingWebhookConfiguration {name} of plugin {}: {e}",
                     plugin.name()
                 ));
             }
-            wanted_mutating.push(name.clone());
+            self.wanted_mutating.push(name.clone());
         }
     }
-    if !shard_kinds.is_empty() {
-        let name = shard_labels::configuration_name(&setup.prefix);
+
+    /// Applies the configuration labelling new primaries of `shard_kinds`
+    /// with their shard, for those of the kinds that are served.
+    async fn apply_shard_labels(&mut self, shard_kinds: &BTreeSet<KindRef>) {
+        let name = shard_labels::configuration_name(&self.setup.prefix);
         let mut rules = Vec::new();
         for kind in shard_kinds {
             let gvk = kube::api::GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
-            match discovery::pinned_kind(client, &gvk).await {
+            match discovery::pinned_kind(self.client, &gvk).await {
                 Ok((resource, caps)) => rules.push(shard_rule(
                     kind,
                     &resource.plural,
                     matches!(caps.scope, Scope::Namespaced),
                 )),
-                Err(e) => report.changes.push(format!(
+                Err(e) => self.report.changes.push(format!(
                     "new {kind} not labelled with their shard yet: the kind is not served ({e})"
                 )),
             }
         }
-        let wanted = !rules.is_empty() || owner_missing;
-        if !rules.is_empty() && !owner_missing {
-            let config = shard_label_configuration(&name, rules, setup, owner.as_ref());
-            if let Err(e) = mutating.patch(&name, &params, &Patch::Apply(&config)).await {
-                report.errors.push(format!(
+        let wanted = !rules.is_empty() || self.owner_missing;
+        if !rules.is_empty() && !self.owner_missing {
+            let config = shard_label_configuration(&name, rules, self.setup, self.owner.as_ref());
+            if let Err(e) = self
+                .mutating
+                .patch(&name, &self.params, &Patch::Apply(&config))
+                .await
+            {
+                self.report.errors.push(format!(
                     "cannot apply MutatingWebhookConfiguration {name}, which labels new primaries with their shard (their owners label them instead): {e}"
                 ));
             }
         }
         if wanted {
-            wanted_mutating.push(name);
+            self.wanted_mutating.push(name);
         }
     }
-    let mine = ListParams::default().labels(&format!("{PREFIX_LABEL}={}", setup.prefix));
-    remove_stale(&validating, &mine, &wanted_validating, &mut report).await;
-    remove_stale(&mutating, &mine, &wanted_mutating, &mut report).await;
-    report
 }
 
 /// Deletes this prefix's configurations of `api`'s kind not in `wanted`;

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::Args;
 
-use crate::registry::client::{DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT};
 use crate::registry::fetch::{FetchedPlugin, fetch_once};
+use crate::registry::options::{DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT};
 use crate::registry::served_files::ServedFiles;
 use crate::registry::{
     ArtifactCache, Credentials, PluginReference, RegistryClient, RegistryOptions, TrustPolicy,

@@ -26,7 +26,7 @@
 use std::future::Future;
 
 use wasmtime::StoreContextMut;
-use wasmtime::component::{Linker, Resource, ResourceType};
+use wasmtime::component::{Linker, LinkerInstance, Resource, ResourceType};
 use wasmtime_wasi::p2::bindings::io::poll::HostPollable as AsyncPollable;
 use wasmtime_wasi::p2::bindings::io::streams::{
     Host as AsyncStreams, HostInputStream as AsyncInput, HostOutputStream as AsyncOutput,
@@ -80,6 +80,7 @@ fn lowered<T>(
 }
 
 type Store<'a> = StoreContextMut<'a, CallState>;
+type Streams<'a> = LinkerInstance<'a, CallState>;
 
 /// Replaces wasmtime-wasi's functions that block on tokio in `linker`
 /// (which must have WASI added already).
@@ -87,96 +88,122 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
     linker.allow_shadowing(true);
     {
         let mut streams = linker.instance(STREAMS)?;
-        streams.resource(
-            "output-stream",
-            ResourceType::host::<DynOutputStream>(),
-            |mut store: Store<'_>, rep| {
-                let state = store.data_mut();
-                now_or_elsewhere(
-                    state.blocking_allowed,
-                    AsyncOutput::drop(&mut state.table, Resource::new_own(rep)),
-                )?
-            },
-        )?;
-        streams.resource(
-            "input-stream",
-            ResourceType::host::<DynInputStream>(),
-            |mut store: Store<'_>, rep| {
-                let state = store.data_mut();
-                now_or_elsewhere(
-                    state.blocking_allowed,
-                    AsyncInput::drop(&mut state.table, Resource::new_own(rep)),
-                )?
-            },
-        )?;
-        streams.func_wrap(
-            "[method]output-stream.blocking-write-and-flush",
-            |mut store: Store<'_>, (stream, bytes): (Resource<DynOutputStream>, Vec<u8>)| {
-                let state = store.data_mut();
-                let done = now_or_elsewhere(
-                    state.blocking_allowed,
-                    AsyncOutput::blocking_write_and_flush(&mut state.table, stream, bytes),
-                )?;
-                Ok((lowered(state, done)?,))
-            },
-        )?;
-        streams.func_wrap(
-            "[method]output-stream.blocking-write-zeroes-and-flush",
-            |mut store: Store<'_>, (stream, len): (Resource<DynOutputStream>, u64)| {
-                let state = store.data_mut();
-                let done = now_or_elsewhere(
-                    state.blocking_allowed,
-                    AsyncOutput::blocking_write_zeroes_and_flush(&mut state.table, stream, len),
-                )?;
-                Ok((lowered(state, done)?,))
-            },
-        )?;
-        streams.func_wrap(
-            "[method]output-stream.blocking-flush",
-            |mut store: Store<'_>, (stream,): (Resource<DynOutputStream>,)| {
-                let state = store.data_mut();
-                let done = now_or_elsewhere(
-                    state.blocking_allowed,
-                    AsyncOutput::blocking_flush(&mut state.table, stream),
-                )?;
-                Ok((lowered(state, done)?,))
-            },
-        )?;
-        streams.func_wrap(
-            "[method]output-stream.blocking-splice",
-            |mut store: Store<'_>,
-             (stream, from, len): (Resource<DynOutputStream>, Resource<DynInputStream>, u64)| {
-                let state = store.data_mut();
-                let done = now_or_elsewhere(
-                    state.blocking_allowed,
-                    AsyncOutput::blocking_splice(&mut state.table, stream, from, len),
-                )?;
-                Ok((lowered(state, done)?,))
-            },
-        )?;
-        streams.func_wrap(
-            "[method]input-stream.blocking-read",
-            |mut store: Store<'_>, (stream, len): (Resource<DynInputStream>, u64)| {
-                let state = store.data_mut();
-                let done = now_or_elsewhere(
-                    state.blocking_allowed,
-                    AsyncInput::blocking_read(&mut state.table, stream, len),
-                )?;
-                Ok((lowered(state, done)?,))
-            },
-        )?;
-        streams.func_wrap(
-            "[method]input-stream.blocking-skip",
-            |mut store: Store<'_>, (stream, len): (Resource<DynInputStream>, u64)| {
-                let state = store.data_mut();
-                let done = now_or_elsewhere(
-                    state.blocking_allowed,
-                    AsyncInput::blocking_skip(&mut state.table, stream, len),
-                )?;
-                Ok((lowered(state, done)?,))
-            },
-        )?;
+        shadow_stream_drops(&mut streams)?;
+        shadow_blocking_writes(&mut streams)?;
+        shadow_blocking_reads(&mut streams)?;
     }
+    shadow_pollable_ready(linker)?;
+    shadow_udp_create(linker)?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// The drop of an output or input stream, which may flush or wait.
+fn shadow_stream_drops(streams: &mut Streams<'_>) -> wasmtime::Result<()> {
+    streams.resource(
+        "output-stream",
+        ResourceType::host::<DynOutputStream>(),
+        |mut store: Store<'_>, rep| {
+            let state = store.data_mut();
+            now_or_elsewhere(
+                state.blocking_allowed,
+                AsyncOutput::drop(&mut state.table, Resource::new_own(rep)),
+            )?
+        },
+    )?;
+    streams.resource(
+        "input-stream",
+        ResourceType::host::<DynInputStream>(),
+        |mut store: Store<'_>, rep| {
+            let state = store.data_mut();
+            now_or_elsewhere(
+                state.blocking_allowed,
+                AsyncInput::drop(&mut state.table, Resource::new_own(rep)),
+            )?
+        },
+    )?;
+    Ok(())
+}
+
+/// The blocking writes, flushes and splice of an output stream.
+fn shadow_blocking_writes(streams: &mut Streams<'_>) -> wasmtime::Result<()> {
+    streams.func_wrap(
+        "[method]output-stream.blocking-write-and-flush",
+        |mut store: Store<'_>, (stream, bytes): (Resource<DynOutputStream>, Vec<u8>)| {
+            let state = store.data_mut();
+            let done = now_or_elsewhere(
+                state.blocking_allowed,
+                AsyncOutput::blocking_write_and_flush(&mut state.table, stream, bytes),
+            )?;
+            Ok((lowered(state, done)?,))
+        },
+    )?;
+    streams.func_wrap(
+        "[method]output-stream.blocking-write-zeroes-and-flush",
+        |mut store: Store<'_>, (stream, len): (Resource<DynOutputStream>, u64)| {
+            let state = store.data_mut();
+            let done = now_or_elsewhere(
+                state.blocking_allowed,
+                AsyncOutput::blocking_write_zeroes_and_flush(&mut state.table, stream, len),
+            )?;
+            Ok((lowered(state, done)?,))
+        },
+    )?;
+    streams.func_wrap(
+        "[method]output-stream.blocking-flush",
+        |mut store: Store<'_>, (stream,): (Resource<DynOutputStream>,)| {
+            let state = store.data_mut();
+            let done = now_or_elsewhere(
+                state.blocking_allowed,
+                AsyncOutput::blocking_flush(&mut state.table, stream),
+            )?;
+            Ok((lowered(state, done)?,))
+        },
+    )?;
+    streams.func_wrap(
+        "[method]output-stream.blocking-splice",
+        |mut store: Store<'_>,
+         (stream, from, len): (Resource<DynOutputStream>, Resource<DynInputStream>, u64)| {
+            let state = store.data_mut();
+            let done = now_or_elsewhere(
+                state.blocking_allowed,
+                AsyncOutput::blocking_splice(&mut state.table, stream, from, len),
+            )?;
+            Ok((lowered(state, done)?,))
+        },
+    )?;
+    Ok(())
+}
+
+/// The blocking reads and skips of an input stream.
+fn shadow_blocking_reads(streams: &mut Streams<'_>) -> wasmtime::Result<()> {
+    streams.func_wrap(
+        "[method]input-stream.blocking-read",
+        |mut store: Store<'_>, (stream, len): (Resource<DynInputStream>, u64)| {
+            let state = store.data_mut();
+            let done = now_or_elsewhere(
+                state.blocking_allowed,
+                AsyncInput::blocking_read(&mut state.table, stream, len),
+            )?;
+            Ok((lowered(state, done)?,))
+        },
+    )?;
+    streams.func_wrap(
+        "[method]input-stream.blocking-skip",
+        |mut store: Store<'_>, (stream, len): (Resource<DynInputStream>, u64)| {
+            let state = store.data_mut();
+            let done = now_or_elsewhere(
+                state.blocking_allowed,
+                AsyncInput::blocking_skip(&mut state.table, stream, len),
+            )?;
+            Ok((lowered(state, done)?,))
+        },
+    )?;
+    Ok(())
+}
+
+/// `pollable.ready`.
+fn shadow_pollable_ready(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
     linker.instance(POLL)?.func_wrap(
         "[method]pollable.ready",
         |mut store: Store<'_>, (pollable,): (Resource<DynPollable>,)| {
@@ -188,6 +215,11 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
             Ok((ready,))
         },
     )?;
+    Ok(())
+}
+
+/// `create-udp-socket`, refused before any I/O.
+fn shadow_udp_create(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
     linker.instance(UDP_CREATE_SOCKET)?.func_wrap(
         "create-udp-socket",
         |mut store: Store<'_>, (family,): (IpAddressFamily,)| {
@@ -205,6 +237,5 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
             Ok((lowered,))
         },
     )?;
-    linker.allow_shadowing(false);
     Ok(())
 }

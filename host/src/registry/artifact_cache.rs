@@ -92,7 +92,7 @@ impl ArtifactCache {
         }
         let manifest = std::fs::read(&manifest_path)
             .map_err(|e| format!("its manifest cannot be read: {e}"))?;
-        if super::client::hex(&sha2::Sha256::digest(&manifest)) != digest.hex() {
+        if super::content_digest::hex(&sha2::Sha256::digest(&manifest)) != digest.hex() {
             return Err("its manifest does not hash to the digest".into());
         }
         let manifest: oci_client::manifest::OciImageManifest = serde_json::from_slice(&manifest)
@@ -150,7 +150,9 @@ impl ArtifactCache {
 
     fn tag_file(&self, reference: &PluginReference) -> PathBuf {
         let hash = sha2::Sha256::digest(reference.to_string().as_bytes());
-        self.dir.join("tags").join(super::client::hex(&hash[..16]))
+        self.dir
+            .join("tags")
+            .join(super::content_digest::hex(&hash[..16]))
     }
 
     /// Remembers that `reference` (a tag) resolved to `digest`.
@@ -186,7 +188,7 @@ fn sha256_of_file(path: &Path) -> std::io::Result<String> {
     let mut file = std::fs::File::open(path)?;
     let mut hash = sha2::Sha256::new();
     std::io::copy(&mut file, &mut hash)?;
-    Ok(super::client::hex(&hash.finalize()))
+    Ok(super::content_digest::hex(&hash.finalize()))
 }
 
 #[cfg(test)]
@@ -207,7 +209,7 @@ mod tests {
         );
         let manifest = oci_client::manifest::OciImageManifest::build(&[layer], &config, None);
         let bytes = serde_json::to_vec(&manifest).unwrap();
-        let hash = super::super::client::hex(&sha2::Sha256::digest(&bytes));
+        let hash = super::super::content_digest::hex(&sha2::Sha256::digest(&bytes));
         (bytes, Digest::parse(&format!("sha256:{hash}")).unwrap())
     }
 
@@ -237,7 +239,7 @@ mod tests {
         assert_eq!(found.path, kept);
         assert_eq!(
             found.sha256,
-            super::super::client::hex(&sha2::Sha256::digest(b"\0asm"))
+            super::super::content_digest::hex(&sha2::Sha256::digest(b"\0asm"))
         );
         assert_eq!(std::fs::read(kept).unwrap(), b"\0asm");
 

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use oci_client::secrets::RegistryAuth;
 
-use super::client::{RegistryError, RegistryOptions};
+use super::error::RegistryError;
+use super::options::RegistryOptions;
 use super::reference::PluginReference;
 
 /// The largest manifest read: a Wasm artifact's is under 1 KiB and an
@@ -103,31 +104,11 @@ impl BoundedReader {
         if let RegistryAuth::Bearer(_) = auth {
             return Ok(auth.clone());
         }
-        let image = reference.oci();
-        let registry = image.resolve_registry();
-        let name = reference.to_string();
-        let unreachable = |message: String| RegistryError::Unreachable {
-            reference: name.clone(),
-            message,
-        };
-        // The version check names where a token comes from; its body is
-        // never read.
+        let registry = reference.oci().resolve_registry();
         let url = format!("{}://{registry}/v2/", self.scheme(registry));
-        let answer = self
-            .http
-            .get(&url)
-            .send()
-            .await
-            .map_err(|e| unreachable(super::client::error_chain(&e)))?;
-        let Some(challenge) = answer
-            .headers()
-            .get(http::header::WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-        else {
+        let Some(challenge) = self.challenge(reference, &url).await? else {
             return Ok(auth.clone());
         };
-        drop(answer);
         let challenges = http_auth::parse_challenges(&challenge).unwrap_or_default();
         let Some(bearer) = challenges
             .iter()
@@ -144,25 +125,69 @@ impl BoundedReader {
                 .map(|(_, v)| v.to_unescaped())
         };
         let Some(realm) = param("realm") else {
-            return Err(unreachable(format!(
-                "{url} asks for a token without saying where to get one ({challenge})"
-            )));
+            return Err(RegistryError::Unreachable {
+                reference: reference.to_string(),
+                message: format!(
+                    "{url} asks for a token without saying where to get one ({challenge})"
+                ),
+            });
+        };
+        self.token(reference, auth, &realm, param("service")).await
+    }
+
+    /// The registry's auth challenge (`WWW-Authenticate`) at its version
+    /// check `url`, if it sends one. The version check names where a token
+    /// comes from; its body is never read.
+    async fn challenge(
+        &self,
+        reference: &PluginReference,
+        url: &str,
+    ) -> Result<Option<String>, RegistryError> {
+        let answer = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| RegistryError::Unreachable {
+                reference: reference.to_string(),
+                message: super::error::error_chain(&e),
+            })?;
+        Ok(answer
+            .headers()
+            .get(http::header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string))
+    }
+
+    /// A pull token for `reference`'s repository from `realm`, asked for
+    /// with `auth`'s credentials; its answer read capped.
+    async fn token(
+        &self,
+        reference: &PluginReference,
+        auth: &RegistryAuth,
+        realm: &str,
+        service: Option<String>,
+    ) -> Result<RegistryAuth, RegistryError> {
+        let name = reference.to_string();
+        let unreachable = |message: String| RegistryError::Unreachable {
+            reference: name.clone(),
+            message,
         };
         let mut query = vec![(
             "scope".to_string(),
-            format!("repository:{}:pull", image.repository()),
+            format!("repository:{}:pull", reference.oci().repository()),
         )];
-        if let Some(service) = param("service") {
+        if let Some(service) = service {
             query.push(("service".to_string(), service));
         }
-        let mut request = self.http.get(&realm).query(&query);
+        let mut request = self.http.get(realm).query(&query);
         if let RegistryAuth::Basic(user, password) = auth {
             request = request.basic_auth(user, Some(password));
         }
         let mut answer = request
             .send()
             .await
-            .map_err(|e| unreachable(super::client::error_chain(&e)))?;
+            .map_err(|e| unreachable(super::error::error_chain(&e)))?;
         let status = answer.status();
         let body = read_capped(&mut answer, MAX_TOKEN_BYTES)
             .await
@@ -172,7 +197,7 @@ impl BoundedReader {
                     what: format!("a token from {realm}"),
                     cap: MAX_TOKEN_BYTES,
                 },
-                ReadError::Http(e) => unreachable(super::client::error_chain(&e)),
+                ReadError::Http(e) => unreachable(super::error::error_chain(&e)),
             })?;
         if !status.is_success() {
             let message = format!(
@@ -264,7 +289,7 @@ impl BoundedReader {
         let mut response = request
             .send()
             .await
-            .map_err(|e| unreachable(super::client::error_chain(&e)))?;
+            .map_err(|e| unreachable(super::error::error_chain(&e)))?;
         let status = response.status();
         if !status.is_success() {
             let body = read_capped(&mut response, MAX_ERROR_BYTES)
@@ -295,7 +320,7 @@ impl BoundedReader {
         match read_capped(&mut response, cap).await {
             Ok(body) => Ok(body),
             Err(ReadError::TooLarge) => Err(too_large()),
-            Err(ReadError::Http(e)) => Err(unreachable(super::client::error_chain(&e))),
+            Err(ReadError::Http(e)) => Err(unreachable(super::error::error_chain(&e))),
         }
     }
 }

@@ -19,118 +19,19 @@ use oci_client::client::{
     Certificate, CertificateEncoding, ClientConfig, ClientProtocol, Config, ImageLayer,
 };
 use oci_client::errors::OciDistributionError;
-use oci_client::manifest::{IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciImageManifest};
-use oci_client::secrets::RegistryAuth;
-use sha2::Digest as _;
-
-use super::artifact::{
-    ArtifactError, ComponentInterfaces, WASM_CONFIG, WASM_LAYER, WasmConfig, component_layer,
+use oci_client::manifest::{
+    IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest,
 };
+use oci_client::secrets::RegistryAuth;
+
+use super::artifact::{ComponentInterfaces, WASM_CONFIG, WASM_LAYER, WasmConfig, component_layer};
 use super::artifact_cache::ArtifactCache;
 use super::bounded_reads::{BoundedReader, MAX_MANIFEST_BYTES, Target};
+use super::content_digest::sha256_digest;
 use super::credentials::Credentials;
+use super::error::{RegistryError, classify};
+use super::options::RegistryOptions;
 use super::reference::{Digest, PluginReference};
-
-/// The largest plugin pulled unless `--registry-max-mib` says otherwise:
-/// the Python podset is about 19 MB, so this leaves room for plugins in
-/// heavier languages without letting a registry fill the disk.
-pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
-/// How long any one registry request may take unless
-/// `--registry-timeout-secs` says otherwise: a 256 MiB layer at about
-/// 1 MiB/s, and far longer than a manifest or a signature needs.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// How the host reaches registries.
-#[derive(Clone, Debug)]
-pub struct RegistryOptions {
-    /// PEM certificates trusted beside the system's roots (`--registry-ca`).
-    pub extra_ca_pem: Vec<Vec<u8>>,
-    /// `HOST:PORT`s reached over plain HTTP (`--insecure-registry`).
-    pub insecure: Vec<String>,
-    /// Credentials from the user's docker config.
-    pub credentials: Credentials,
-    /// The largest component pulled, in bytes.
-    pub max_bytes: u64,
-    /// How long any one request (a manifest, a signature, a layer) may
-    /// take, from its start to its last byte.
-    pub timeout: Duration,
-}
-
-impl Default for RegistryOptions {
-    fn default() -> Self {
-        Self {
-            extra_ca_pem: Vec::new(),
-            insecure: Vec::new(),
-            credentials: Credentials::default(),
-            max_bytes: DEFAULT_MAX_BYTES,
-            timeout: DEFAULT_TIMEOUT,
-        }
-    }
-}
-
-/// Why a registry operation failed; [`RegistryError::reason`] is the
-/// condition reason a Plugin's status shows.
-#[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
-    #[error("{reference}: the registry cannot be reached or refused the request: {message}")]
-    Unreachable { reference: String, message: String },
-    #[error(
-        "{reference}: the registry refused the credentials ({message}); give them in a docker config (pull secret, or ~/.docker/config.json)"
-    )]
-    Unauthorized { reference: String, message: String },
-    #[error("{reference}: not found in the registry ({message})")]
-    NotFound { reference: String, message: String },
-    #[error("{reference} is not a plugin: {error}")]
-    NotAPlugin {
-        reference: String,
-        error: ArtifactError,
-    },
-    #[error(
-        "{reference}: the registry sent content whose digest is {actual}, not the {expected} asked for"
-    )]
-    DigestMismatch {
-        reference: String,
-        expected: String,
-        actual: String,
-    },
-    #[error(
-        "{reference}: the component's bytes do not match its digest ({detail}): the registry's copy is corrupt or was tampered with, and nothing of it is kept"
-    )]
-    ContentMismatch { reference: String, detail: String },
-    #[error(
-        "{reference}: the registry sent more than {cap} bytes for {what}; nothing of it is kept"
-    )]
-    TooLarge {
-        reference: String,
-        what: String,
-        cap: usize,
-    },
-    #[error("{reference}: the manifest is not an OCI image manifest: {message}")]
-    BadManifest { reference: String, message: String },
-    #[error("{reference}: cannot write the pulled plugin to {dir}: {error}")]
-    Cache {
-        reference: String,
-        dir: PathBuf,
-        error: std::io::Error,
-    },
-}
-
-impl RegistryError {
-    /// A word for `kubectl get plugins` and Events.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            RegistryError::Unreachable { .. } | RegistryError::Cache { .. } => "PullFailed",
-            RegistryError::Unauthorized { .. } => "PullUnauthorized",
-            RegistryError::NotFound { .. } => "NotFound",
-            RegistryError::NotAPlugin { .. }
-            | RegistryError::BadManifest { .. }
-            | RegistryError::TooLarge { .. } => "NotAPlugin",
-            RegistryError::DigestMismatch { .. } | RegistryError::ContentMismatch { .. } => {
-                "DigestMismatch"
-            }
-        }
-    }
-}
 
 /// A client for the registries one set of options reaches.
 pub struct RegistryClient {
@@ -248,11 +149,41 @@ impl RegistryClient {
             });
         }
         let pinned = reference.at_digest(digest);
+        let (bytes, layer) = self.component_manifest(&pinned, digest, auth).await?;
+        let tmp = self.download(&pinned, &layer, auth, cache).await?;
+        let path = cache
+            .keep_component(&tmp, digest, &bytes)
+            .map_err(|error| RegistryError::Cache {
+                reference: pinned.to_string(),
+                dir: cache.dir().to_path_buf(),
+                error,
+            })?;
+        let sha256 = layer
+            .digest
+            .strip_prefix("sha256:")
+            .unwrap_or(&layer.digest)
+            .to_string();
+        Ok(Pulled {
+            digest: digest.clone(),
+            path,
+            sha256,
+            cached: false,
+        })
+    }
+
+    /// The manifest of `pinned` (its bytes, checked to hash to `digest`)
+    /// and the component layer it names, within the size cap.
+    async fn component_manifest(
+        &self,
+        pinned: &PluginReference,
+        digest: &Digest,
+        auth: &RegistryAuth,
+    ) -> Result<(Vec<u8>, OciDescriptor), RegistryError> {
         let name = pinned.to_string();
         let bytes = self
             .reader
             .get(
-                &pinned,
+                pinned,
                 auth,
                 Target::Manifest(digest.as_str()),
                 &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
@@ -278,12 +209,25 @@ impl RegistryClient {
                 error,
             })?
             .clone();
-        let cache_error = |error| RegistryError::Cache {
+        Ok((bytes, layer))
+    }
+
+    /// Streams `layer` of `pinned` into a new scratch file of `cache`,
+    /// capped at the layer's size and within the deadline; the file's path.
+    /// A file that fails a check is removed.
+    async fn download(
+        &self,
+        pinned: &PluginReference,
+        layer: &OciDescriptor,
+        auth: &RegistryAuth,
+        cache: &ArtifactCache,
+    ) -> Result<PathBuf, RegistryError> {
+        let name = pinned.to_string();
+        let (tmp, file) = cache.new_temp().map_err(|error| RegistryError::Cache {
             reference: name.clone(),
             dir: cache.dir().to_path_buf(),
             error,
-        };
-        let (tmp, file) = cache.new_temp().map_err(cache_error)?;
+        })?;
         let mut writer = CappedWriter {
             file: tokio::fs::File::from_std(file),
             written: 0,
@@ -291,13 +235,13 @@ impl RegistryClient {
         };
         // oci-client streams the layer to disk, checking its digest; it
         // is handed the token read here, so it asks the registry for none.
-        let authorized = self.reader.authorize(&pinned, auth).await?;
+        let authorized = self.reader.authorize(pinned, auth).await?;
         self.oci
             .store_auth_if_needed(pinned.oci().resolve_registry(), &authorized)
             .await;
         let pulled = tokio::time::timeout(
             self.options.timeout,
-            self.oci.pull_blob(pinned.oci(), &layer, &mut writer),
+            self.oci.pull_blob(pinned.oci(), layer, &mut writer),
         )
         .await;
         let written = writer.written;
@@ -314,23 +258,7 @@ impl RegistryClient {
         };
         if let Err(e) = pulled {
             let _ = std::fs::remove_file(&tmp);
-            return Err(match e {
-                OciDistributionError::DigestError(e) => RegistryError::DigestMismatch {
-                    reference: name,
-                    expected: layer.digest.clone(),
-                    actual: e.to_string(),
-                },
-                OciDistributionError::IoError(e)
-                    if e.kind() == std::io::ErrorKind::FileTooLarge =>
-                {
-                    RegistryError::DigestMismatch {
-                        reference: name,
-                        expected: format!("{} ({} bytes)", layer.digest, layer.size),
-                        actual: format!("more than {} bytes", layer.size),
-                    }
-                }
-                e => classify(&pinned, e),
-            });
+            return Err(blob_error(pinned, layer, e));
         }
         if written != layer.size as u64 {
             let _ = std::fs::remove_file(&tmp);
@@ -339,20 +267,7 @@ impl RegistryClient {
                 detail: format!("{written} bytes, not the {} its manifest says", layer.size),
             });
         }
-        let path = cache
-            .keep_component(&tmp, digest, &bytes)
-            .map_err(cache_error)?;
-        let sha256 = layer
-            .digest
-            .strip_prefix("sha256:")
-            .unwrap_or(&layer.digest)
-            .to_string();
-        Ok(Pulled {
-            digest: digest.clone(),
-            path,
-            sha256,
-            cached: false,
-        })
+        Ok(tmp)
     }
 
     /// Pushes `wasm` as a plugin artifact to `reference`; the manifest's
@@ -415,80 +330,29 @@ pub fn oci_config(options: &RegistryOptions) -> ClientConfig {
     }
 }
 
-/// Sorts an oci-client error into what a user can act on.
-pub(crate) fn classify(reference: &PluginReference, error: OciDistributionError) -> RegistryError {
-    let reference = reference.to_string();
-    let message = error_chain(&error);
-    match &error {
-        OciDistributionError::AuthenticationFailure(_)
-        | OciDistributionError::UnauthorizedError { .. } => {
-            RegistryError::Unauthorized { reference, message }
-        }
-        OciDistributionError::ImageManifestNotFoundError(_) => {
-            RegistryError::NotFound { reference, message }
-        }
-        OciDistributionError::ServerError {
-            code: 401 | 403, ..
-        } => RegistryError::Unauthorized { reference, message },
-        OciDistributionError::ServerError { code: 404, .. } => {
-            RegistryError::NotFound { reference, message }
-        }
-        OciDistributionError::RegistryError { envelope, .. }
-            if envelope.errors.iter().any(|e| {
-                matches!(
-                    e.code,
-                    oci_client::errors::OciErrorCode::Unauthorized
-                        | oci_client::errors::OciErrorCode::Denied
-                )
-            }) =>
-        {
-            RegistryError::Unauthorized { reference, message }
-        }
-        OciDistributionError::RegistryError { envelope, .. }
-            if envelope.errors.iter().any(|e| {
-                matches!(
-                    e.code,
-                    oci_client::errors::OciErrorCode::ManifestUnknown
-                        | oci_client::errors::OciErrorCode::NameUnknown
-                        | oci_client::errors::OciErrorCode::BlobUnknown
-                )
-            }) =>
-        {
-            RegistryError::NotFound { reference, message }
-        }
-        _ if message.contains("UnknownIssuer") || message.contains("invalid peer certificate") => {
-            RegistryError::Unreachable {
-                reference,
-                message: format!("{message} (give the registry's CA with --registry-ca)"),
+/// Why streaming `layer` of `pinned` failed: a digest that does not match
+/// and more bytes than the manifest said are both a mismatch.
+fn blob_error(
+    pinned: &PluginReference,
+    layer: &OciDescriptor,
+    error: OciDistributionError,
+) -> RegistryError {
+    let name = pinned.to_string();
+    match error {
+        OciDistributionError::DigestError(e) => RegistryError::DigestMismatch {
+            reference: name,
+            expected: layer.digest.clone(),
+            actual: e.to_string(),
+        },
+        OciDistributionError::IoError(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            RegistryError::DigestMismatch {
+                reference: name,
+                expected: format!("{} ({} bytes)", layer.digest, layer.size),
+                actual: format!("more than {} bytes", layer.size),
             }
         }
-        _ => RegistryError::Unreachable { reference, message },
+        e => classify(pinned, e),
     }
-}
-
-/// An error and its causes on one line: reqwest's own text says only
-/// "error sending request".
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = cause.source();
-    }
-    text
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// `sha256:<hex>` of `bytes`: the digest a registry names them by.
-pub(crate) fn sha256_digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex(&sha2::Sha256::digest(bytes)))
 }
 
 /// Writes to a file, failing once more than `cap` bytes arrive: a registry

@@ -11,8 +11,9 @@ use std::fmt;
 use std::path::PathBuf;
 
 use super::ArtifactCache;
-use super::client::{Pulled, RegistryClient, RegistryError};
+use super::client::{Pulled, RegistryClient};
 use super::credentials::Credentials;
+use super::error::RegistryError;
 use super::reference::{Digest, PluginReference};
 use super::signatures::{Signer, TrustPolicy, VerifyError};
 use super::trust::Requirements;

@@ -6,7 +6,7 @@
 //! answer that second read with anything, as large as it likes. So sigstore
 //! reads from here instead: a server on loopback, for the one check, that
 //! answers with exactly the signature manifest and layers the capped read
-//! took ([`super::signatures`]), and with nothing else. Whatever the
+//! took ([`super::capped_read`]), and with nothing else. Whatever the
 //! registry does, what sigstore sees is at most what the caps let through.
 
 use std::collections::BTreeMap;
@@ -150,7 +150,7 @@ impl Replayed {
                     status: "200 OK",
                     body: &self.manifest,
                     content_type: &self.manifest_media_type,
-                    digest: Some(super::client::sha256_digest(&self.manifest)),
+                    digest: Some(super::super::content_digest::sha256_digest(&self.manifest)),
                 };
             }
             return Answer::not_found();
