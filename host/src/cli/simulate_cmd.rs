@@ -5,11 +5,11 @@ use std::sync::Arc;
 use clap::Args;
 use k8s_openapi::jiff::Timestamp;
 
-use super::SandboxArgs;
 use super::builtins_args::BuiltinArgs;
 use super::embedded_clusters_args::EmbeddedClustersArgs;
 use super::record_args::RecordArgs;
 use super::registry_args::PluginRefArgs;
+use super::sandbox_args::SandboxArgs;
 use crate::plugin::RandomKey;
 use crate::process::simulate::{SimulatedCluster, SimulationConfig, simulate_clusters};
 use crate::support::duration_text::parse_duration;
