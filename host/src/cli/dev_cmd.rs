@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::SandboxArgs;
 use super::builtins_args::BuiltinArgs;
 use super::embedded_clusters_args::EmbeddedClustersArgs;
 use super::record_args::RecordArgs;
 use super::registry_args::PluginRefArgs;
+use super::sandbox_args::SandboxArgs;
 use crate::process::dev::{DevConfig, run};
 
 #[derive(Debug, Args)]

@@ -10,7 +10,7 @@ use clap::Args;
 use reconciler_contract::ClusterInfo;
 
 use crate::fleet::sources::valid_member_name;
-pub use crate::process::dev_clusters::MemberSeed;
+pub use crate::process::dev::MemberSeed;
 
 #[derive(Debug, Args, Default)]
 pub struct EmbeddedClustersArgs {

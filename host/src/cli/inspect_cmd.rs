@@ -6,8 +6,8 @@ use reconciler_contract::PluginMetadata;
 use reconciler_contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 use serde::Serialize;
 
-use super::SandboxArgs;
 use super::registry_args::PluginRefArgs;
+use super::sandbox_args::SandboxArgs;
 use crate::plugin::LoadedPlugin;
 use crate::plugin::directory::{load_files, plugin_files};
 use crate::registry::PluginReference;

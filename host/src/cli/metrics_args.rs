@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::run_cmd::{Listen, parse_listen};
+use super::listen::{Listen, parse_listen};
 use crate::process::metrics_server::{MetricsAccess, MetricsServing};
 
 /// Where and to whom `run` serves /metrics and /plugins.

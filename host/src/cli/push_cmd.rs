@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 
-use super::SandboxArgs;
 use super::registry_args::RegistryAccessArgs;
+use super::sandbox_args::SandboxArgs;
 use crate::registry::signatures::{self, PASSWORD_ENV};
 use crate::registry::{PluginReference, RegistryClient};
 

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use super::SandboxArgs;
+use super::sandbox_args::SandboxArgs;
 use crate::admission::shard_labels;
 use crate::admission::webhook_configs::{DEFAULT_WEBHOOK_PREFIX, configuration_name};
 use crate::plugin::directory::load_dir;

@@ -1,5 +1,4 @@
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,10 +7,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
-use super::SandboxArgs;
+use super::listen::{Listen, parse_listen};
 use super::metrics_args::MetricsArgs;
 use super::record_args::RecordArgs;
 use super::registry_args::PluginRefArgs;
+use super::sandbox_args::SandboxArgs;
 use crate::admission::client_ca::ClientCa;
 use crate::admission::server::ServerLimits;
 use crate::admission::service::{AdmissionConfig, CertSource};
@@ -362,22 +362,6 @@ fn parse_service(text: &str) -> anyhow::Result<WebhookEndpoint> {
     parsed.ok_or_else(|| {
         anyhow::anyhow!("--admission-service must be NAMESPACE/NAME:PORT (reconciler-system/reconciler-host:8443), got {text}")
     })
-}
-
-/// `--http-listen`: an address, or `off`.
-#[derive(Clone, Debug)]
-pub enum Listen {
-    Off,
-    At(SocketAddr),
-}
-
-pub(super) fn parse_listen(text: &str) -> Result<Listen, String> {
-    if text == "off" {
-        return Ok(Listen::Off);
-    }
-    text.parse()
-        .map(Listen::At)
-        .map_err(|e| format!("{e}: give HOST:PORT (e.g. 0.0.0.0:8080) or off"))
 }
 
 /// How `run` pulls plugins: its --plugin references and Plugin resources.

@@ -4,13 +4,14 @@ use std::sync::Arc;
 
 use clap::Args;
 use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
 
-use super::SandboxArgs;
 use super::builtins_args::BuiltinArgs;
-use super::embedded_clusters_args::EmbeddedClustersArgs;
+use super::embedded_clusters_args::{EmbeddedClustersArgs, MemberSeed};
 use super::record_args::RecordArgs;
 use super::registry_args::PluginRefArgs;
-use crate::plugin::RandomKey;
+use super::sandbox_args::SandboxArgs;
+use crate::plugin::{LoadedPlugin, RandomKey, Sandbox};
 use crate::process::simulate::{SimulatedCluster, SimulationConfig, simulate_clusters};
 use crate::support::duration_text::parse_duration;
 use reconciler_contract::ClusterInfo;
@@ -62,10 +63,63 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
     // on the plugin and the object (plugin/call_random.rs).
     let sandbox = sandbox.sandbox_with(RandomKey::fixed())?;
     let members = args.clusters.members()?;
+    // Holds the pulled plugins' files until the simulation is over.
     let mut keep = None;
+    let loaded = load_plugins(&sandbox, &args, &mut keep)?;
+    let clusters = clusters(&args, members, &loaded.seeded)?;
+    let config = SimulationConfig {
+        start_millis: args.start.as_millisecond(),
+        advance: args.advance,
+        max_rounds: args.max_rounds,
+        record: args.record.options(),
+        builtins: args.builtins.config(),
+        ..SimulationConfig::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let plugins = loaded.plugins.into_iter().map(Arc::new).collect();
+    let (report, _) = runtime.block_on(simulate_clusters(plugins, clusters, &config))?;
+    for refused in &report.refused {
+        eprintln!("error: {refused}");
+    }
+    print!("{}", report.render());
+    Ok(
+        if report.unsettled.is_some()
+            || loaded.failed
+            || !report.refused.is_empty()
+            || loaded.fetch_failed
+        {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
+}
+
+/// The plugins a simulation runs, and the objects it starts from.
+struct Loaded {
+    plugins: Vec<LoadedPlugin>,
+    /// Some plugin file did not load (each is reported).
+    failed: bool,
+    /// Some Plugin object among the objects could not be pulled (each is
+    /// reported).
+    fetch_failed: bool,
+    /// `--objects`, as read.
+    seeded: Vec<Value>,
+}
+
+/// Pulls the --plugin references and the Plugin objects among the objects,
+/// then loads them after the directory's files, as dev and run serve them;
+/// what fails is reported on stderr. `keep` holds the pulled files.
+fn load_plugins(
+    sandbox: &Sandbox,
+    args: &SimulateArgs,
+    keep: &mut Option<tempfile::TempDir>,
+) -> anyhow::Result<Loaded> {
     let mut fetched =
         args.references
-            .fetch_all(&[], sandbox.compile_cache().map(|c| c.dir()), &mut keep)?;
+            .fetch_all(&[], sandbox.compile_cache().map(|c| c.dir()), keep)?;
     // Plugin objects among the objects: pulled as references are.
     let seeded: Vec<_> = match &args.objects {
         Some(objects) => crate::process::manifests::read_all(objects)?
@@ -74,11 +128,9 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
             .collect(),
         None => Vec::new(),
     };
-    let (more, fetch_failures) = args.references.fetch_objects(
-        &seeded,
-        sandbox.compile_cache().map(|c| c.dir()),
-        &mut keep,
-    )?;
+    let (more, fetch_failures) =
+        args.references
+            .fetch_objects(&seeded, sandbox.compile_cache().map(|c| c.dir()), keep)?;
     for why in &fetch_failures {
         eprintln!("error: {why}");
     }
@@ -95,69 +147,53 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
         Vec::new()
     };
     files.extend(fetched.iter().map(|f| f.path.clone()));
-    let (plugins, failures) = crate::plugin::directory::load_files(&sandbox, &files);
+    let (plugins, failures) = crate::plugin::directory::load_files(sandbox, &files);
     for failure in &failures {
         eprintln!("error: {failure}");
     }
     if plugins.is_empty() {
         anyhow::bail!("no plugin loaded from {}", args.plugins_dir.display());
     }
+    Ok(Loaded {
+        plugins,
+        failed: !failures.is_empty(),
+        fetch_failed: !fetch_failures.is_empty(),
+        seeded,
+    })
+}
+
+/// Each cluster and what it starts from: the CRDs, the shared objects,
+/// then its own.
+fn clusters(
+    args: &SimulateArgs,
+    members: Option<Vec<MemberSeed>>,
+    seeded: &[Value],
+) -> anyhow::Result<Vec<SimulatedCluster>> {
     let mut objects = match &args.crds {
         Some(dir) => crate::process::manifests::read_crds(dir)?,
         None => Vec::new(),
     };
     objects.extend(seeded.iter().cloned());
-    // Each cluster: the shared objects, then its own.
-    let clusters = match members {
-        None => vec![SimulatedCluster {
+    let Some(members) = members else {
+        return Ok(vec![SimulatedCluster {
             info: ClusterInfo::local(),
             objects,
-        }],
-        Some(members) => {
-            let mut clusters = Vec::new();
-            for member in members {
-                let mut own = objects.clone();
-                if let Some(dir) = &member.objects_dir {
-                    own.extend(
-                        crate::process::manifests::read_all(dir)?
-                            .into_iter()
-                            .map(|(_, o)| o),
-                    );
-                }
-                clusters.push(SimulatedCluster {
-                    info: member.info,
-                    objects: own,
-                });
-            }
-            clusters
+        }]);
+    };
+    let mut clusters = Vec::new();
+    for member in members {
+        let mut own = objects.clone();
+        if let Some(dir) = &member.objects_dir {
+            own.extend(
+                crate::process::manifests::read_all(dir)?
+                    .into_iter()
+                    .map(|(_, o)| o),
+            );
         }
-    };
-    let config = SimulationConfig {
-        start_millis: args.start.as_millisecond(),
-        advance: args.advance,
-        max_rounds: args.max_rounds,
-        record: args.record.options(),
-        builtins: args.builtins.config(),
-        ..SimulationConfig::default()
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let plugins = plugins.into_iter().map(Arc::new).collect();
-    let (report, _) = runtime.block_on(simulate_clusters(plugins, clusters, &config))?;
-    for refused in &report.refused {
-        eprintln!("error: {refused}");
+        clusters.push(SimulatedCluster {
+            info: member.info,
+            objects: own,
+        });
     }
-    print!("{}", report.render());
-    Ok(
-        if report.unsettled.is_some()
-            || !failures.is_empty()
-            || !report.refused.is_empty()
-            || !fetch_failures.is_empty()
-        {
-            ExitCode::FAILURE
-        } else {
-            ExitCode::SUCCESS
-        },
-    )
+    Ok(clusters)
 }

@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::SandboxArgs;
 use super::registry_args::PluginRefArgs;
+use super::sandbox_args::SandboxArgs;
 use crate::golden::{CaseOutcome, discover, run_case};
 use crate::plugin::RandomKey;
 use crate::registry::PluginReference;

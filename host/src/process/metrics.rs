@@ -14,7 +14,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use reconciler_contract::KindRef;
 
 use crate::engine::{Outcome, QueueStats, ReconcileRecord};
@@ -91,29 +91,248 @@ fn reconcile_histogram() -> Histogram {
     Histogram::new(RECONCILE_BUCKETS)
 }
 
-pub struct Metrics {
-    registry: Registry,
+/// Registers `metric` under `name` and hands it back to be kept.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// What controller-runtime exports, under its names and labels.
+struct ControllerRuntime {
     reconcile_total: Family<ResultLabels, Counter>,
     reconcile_errors: Family<ControllerLabels, Counter>,
     reconcile_time: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     active_workers: Family<ControllerLabels, Gauge>,
     max_concurrent: Family<ControllerLabels, Gauge>,
     queue_depth: Family<QueueLabels, Gauge>,
+}
+
+impl ControllerRuntime {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            reconcile_total: registered(
+                registry,
+                "controller_runtime_reconcile",
+                "Reconciles per plugin (controller) and result: success, error, requeue_after",
+                Family::default(),
+            ),
+            reconcile_errors: registered(
+                registry,
+                "controller_runtime_reconcile_errors",
+                "Reconciles that failed, per plugin",
+                Family::default(),
+            ),
+            reconcile_time: registered(
+                registry,
+                "controller_runtime_reconcile_time_seconds",
+                "Time of one reconcile (plugin call and API requests), per plugin",
+                Family::<ControllerLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                    reconcile_histogram,
+                ),
+            ),
+            active_workers: registered(
+                registry,
+                "controller_runtime_active_workers",
+                "Reconciles running now, per plugin",
+                Family::default(),
+            ),
+            max_concurrent: registered(
+                registry,
+                "controller_runtime_max_concurrent_reconciles",
+                "The most reconciles a plugin runs at once",
+                Family::default(),
+            ),
+            queue_depth: registered(
+                registry,
+                "workqueue_depth",
+                "Objects waiting to be reconciled (now or after a delay), per plugin",
+                Family::default(),
+            ),
+        }
+    }
+}
+
+/// What only this host has: plugin loads, the sandbox's traps and
+/// timeouts, the shared cache.
+struct HostFamilies {
     plugin_loads: Family<PluginLabels, Counter>,
     reload_failures: Family<FileLabels, Counter>,
     traps: Family<ControllerLabels, Counter>,
     timeouts: Family<ControllerLabels, Counter>,
     cache_objects: Family<KindLabels, Gauge>,
-    cluster_reconciles: Family<ClusterResultLabels, Counter>,
-    cluster_engaged: Family<ClusterLabels, Gauge>,
-    cluster_ready: Family<ClusterLabels, Gauge>,
-    cluster_last_error: Family<ClusterLabels, Gauge>,
-    cluster_objects: Family<ClusterLabels, Gauge>,
-    cluster_paused: Family<ClusterLabels, Gauge>,
-    shard_replicas: Gauge,
-    shard_keys: Family<ShardKeyLabels, Gauge>,
-    shard_moves: Family<ShardMoveLabels, Counter>,
-    shard_rebalances: Counter,
+}
+
+impl HostFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            plugin_loads: registered(
+                registry,
+                "reconciler_host_plugin_loads",
+                "Plugin versions loaded or reloaded into service, per plugin",
+                Family::default(),
+            ),
+            reload_failures: registered(
+                registry,
+                "reconciler_host_plugin_reload_failures",
+                "Plugin versions refused (broken, conflicting, or kinds not watchable), per file",
+                Family::default(),
+            ),
+            traps: registered(
+                registry,
+                "reconciler_host_sandbox_traps",
+                "Reconciles a plugin ended by trapping (a panic, or its memory cap)",
+                Family::default(),
+            ),
+            timeouts: registered(
+                registry,
+                "reconciler_host_sandbox_timeouts",
+                "Reconciles stopped at the plugin's deadline",
+                Family::default(),
+            ),
+            cache_objects: registered(
+                registry,
+                "reconciler_host_cache_objects",
+                "Objects in the shared cache, per kind",
+                Family::default(),
+            ),
+        }
+    }
+}
+
+/// The member clusters: reconciles in each, and each one's state.
+struct ClusterFamilies {
+    reconciles: Family<ClusterResultLabels, Counter>,
+    engaged: Family<ClusterLabels, Gauge>,
+    ready: Family<ClusterLabels, Gauge>,
+    last_error: Family<ClusterLabels, Gauge>,
+    objects: Family<ClusterLabels, Gauge>,
+    paused: Family<ClusterLabels, Gauge>,
+}
+
+impl ClusterFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            reconciles: registered(
+                registry,
+                "reconciler_host_cluster_reconciles",
+                "Reconciles per member cluster, plugin and result (the controller_runtime_ families sum over clusters)",
+                Family::default(),
+            ),
+            engaged: registered(
+                registry,
+                "reconciler_host_cluster_engaged",
+                "1 for each engaged member cluster",
+                Family::default(),
+            ),
+            ready: registered(
+                registry,
+                "reconciler_host_cluster_ready",
+                "1 when a member cluster answers and every plugin meant for it serves",
+                Family::default(),
+            ),
+            last_error: registered(
+                registry,
+                "reconciler_host_cluster_last_error_timestamp_seconds",
+                "When a member cluster last failed (unreachable, or a plugin that could not start there)",
+                Family::default(),
+            ),
+            objects: registered(
+                registry,
+                "reconciler_host_cluster_cache_objects",
+                "Objects cached for a member cluster",
+                Family::default(),
+            ),
+            paused: registered(
+                registry,
+                "reconciler_host_cluster_paused",
+                "1 while a member cluster is paused: it has more objects than --member-cache-max-objects",
+                Family::default(),
+            ),
+        }
+    }
+
+    /// Sets the gauges from `clusters`, the members engaged now.
+    fn set(&self, clusters: &[crate::fleet::MemberStatus]) {
+        // Disengaged members must not linger either.
+        for family in [
+            &self.engaged,
+            &self.ready,
+            &self.last_error,
+            &self.objects,
+            &self.paused,
+        ] {
+            family.clear();
+        }
+        for member in clusters {
+            let labels = ClusterLabels {
+                cluster: member.name.clone(),
+            };
+            self.engaged.get_or_create(&labels).set(1);
+            self.ready
+                .get_or_create(&labels)
+                .set(i64::from(member.ready));
+            if let Some(at) = member
+                .last_error_at
+                .as_deref()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            {
+                self.last_error.get_or_create(&labels).set(at.timestamp());
+            }
+            self.objects
+                .get_or_create(&labels)
+                .set(i64::try_from(member.objects_cached).unwrap_or(i64::MAX));
+            self.paused
+                .get_or_create(&labels)
+                .set(i64::from(member.paused.is_some()));
+        }
+    }
+}
+
+/// The shard ring as this replica sees it (`run --sharding`).
+struct ShardFamilies {
+    replicas: Gauge,
+    keys: Family<ShardKeyLabels, Gauge>,
+    moves: Family<ShardMoveLabels, Counter>,
+    rebalances: Counter,
+}
+
+impl ShardFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        Self {
+            replicas: registered(
+                registry,
+                "reconciler_host_shard_replicas",
+                "Live replicas in the shard ring, as this replica sees it (run --sharding)",
+                Gauge::default(),
+            ),
+            keys: registered(
+                registry,
+                "reconciler_host_shard_keys",
+                "Primaries of this replica: owned (reconciled here), arriving (waiting for their old owner to settle), leaving (given up, still reconciling)",
+                Family::default(),
+            ),
+            moves: registered(
+                registry,
+                "reconciler_host_shard_keys_moved",
+                "Primaries that moved to this replica (in) or away from it (out) on rebalances",
+                Family::default(),
+            ),
+            rebalances: registered(
+                registry,
+                "reconciler_host_shard_rebalances",
+                "Changes of the shard ring this replica saw",
+                Counter::default(),
+            ),
+        }
+    }
+}
+
+pub struct Metrics {
+    registry: Registry,
+    runtime: ControllerRuntime,
+    host: HostFamilies,
+    clusters: ClusterFamilies,
+    shards: ShardFamilies,
     /// Encoding reads every family; one scrape at a time keeps gauges that
     /// are refreshed just before it consistent.
     scrape: Mutex<()>,
@@ -126,174 +345,35 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Every family, registered in the order a scrape lists them.
     pub fn new() -> Self {
         let mut registry = Registry::default();
-        let reconcile_total = Family::default();
-        registry.register(
-            "controller_runtime_reconcile",
-            "Reconciles per plugin (controller) and result: success, error, requeue_after",
-            reconcile_total.clone(),
-        );
-        let reconcile_errors = Family::default();
-        registry.register(
-            "controller_runtime_reconcile_errors",
-            "Reconciles that failed, per plugin",
-            reconcile_errors.clone(),
-        );
-        let reconcile_time =
-            Family::<ControllerLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-                reconcile_histogram,
-            );
-        registry.register(
-            "controller_runtime_reconcile_time_seconds",
-            "Time of one reconcile (plugin call and API requests), per plugin",
-            reconcile_time.clone(),
-        );
-        let active_workers = Family::default();
-        registry.register(
-            "controller_runtime_active_workers",
-            "Reconciles running now, per plugin",
-            active_workers.clone(),
-        );
-        let max_concurrent = Family::default();
-        registry.register(
-            "controller_runtime_max_concurrent_reconciles",
-            "The most reconciles a plugin runs at once",
-            max_concurrent.clone(),
-        );
-        let queue_depth = Family::default();
-        registry.register(
-            "workqueue_depth",
-            "Objects waiting to be reconciled (now or after a delay), per plugin",
-            queue_depth.clone(),
-        );
-        let plugin_loads = Family::default();
-        registry.register(
-            "reconciler_host_plugin_loads",
-            "Plugin versions loaded or reloaded into service, per plugin",
-            plugin_loads.clone(),
-        );
-        let reload_failures = Family::default();
-        registry.register(
-            "reconciler_host_plugin_reload_failures",
-            "Plugin versions refused (broken, conflicting, or kinds not watchable), per file",
-            reload_failures.clone(),
-        );
-        let traps = Family::default();
-        registry.register(
-            "reconciler_host_sandbox_traps",
-            "Reconciles a plugin ended by trapping (a panic, or its memory cap)",
-            traps.clone(),
-        );
-        let timeouts = Family::default();
-        registry.register(
-            "reconciler_host_sandbox_timeouts",
-            "Reconciles stopped at the plugin's deadline",
-            timeouts.clone(),
-        );
-        let cache_objects = Family::default();
-        registry.register(
-            "reconciler_host_cache_objects",
-            "Objects in the shared cache, per kind",
-            cache_objects.clone(),
-        );
-        let cluster_reconciles = Family::default();
-        registry.register(
-            "reconciler_host_cluster_reconciles",
-            "Reconciles per member cluster, plugin and result (the controller_runtime_ families sum over clusters)",
-            cluster_reconciles.clone(),
-        );
-        let cluster_engaged = Family::default();
-        registry.register(
-            "reconciler_host_cluster_engaged",
-            "1 for each engaged member cluster",
-            cluster_engaged.clone(),
-        );
-        let cluster_ready = Family::default();
-        registry.register(
-            "reconciler_host_cluster_ready",
-            "1 when a member cluster answers and every plugin meant for it serves",
-            cluster_ready.clone(),
-        );
-        let cluster_last_error = Family::default();
-        registry.register(
-            "reconciler_host_cluster_last_error_timestamp_seconds",
-            "When a member cluster last failed (unreachable, or a plugin that could not start there)",
-            cluster_last_error.clone(),
-        );
-        let cluster_objects = Family::default();
-        registry.register(
-            "reconciler_host_cluster_cache_objects",
-            "Objects cached for a member cluster",
-            cluster_objects.clone(),
-        );
-        let cluster_paused = Family::default();
-        registry.register(
-            "reconciler_host_cluster_paused",
-            "1 while a member cluster is paused: it has more objects than --member-cache-max-objects",
-            cluster_paused.clone(),
-        );
-        let shard_replicas = Gauge::default();
-        registry.register(
-            "reconciler_host_shard_replicas",
-            "Live replicas in the shard ring, as this replica sees it (run --sharding)",
-            shard_replicas.clone(),
-        );
-        let shard_keys = Family::default();
-        registry.register(
-            "reconciler_host_shard_keys",
-            "Primaries of this replica: owned (reconciled here), arriving (waiting for their old owner to settle), leaving (given up, still reconciling)",
-            shard_keys.clone(),
-        );
-        let shard_moves = Family::default();
-        registry.register(
-            "reconciler_host_shard_keys_moved",
-            "Primaries that moved to this replica (in) or away from it (out) on rebalances",
-            shard_moves.clone(),
-        );
-        let shard_rebalances = Counter::default();
-        registry.register(
-            "reconciler_host_shard_rebalances",
-            "Changes of the shard ring this replica saw",
-            shard_rebalances.clone(),
-        );
+        let runtime = ControllerRuntime::register(&mut registry);
+        let host = HostFamilies::register(&mut registry);
+        let clusters = ClusterFamilies::register(&mut registry);
+        let shards = ShardFamilies::register(&mut registry);
         Self {
             registry,
-            shard_replicas,
-            shard_keys,
-            shard_moves,
-            shard_rebalances,
-            cluster_reconciles,
-            cluster_engaged,
-            cluster_ready,
-            cluster_last_error,
-            cluster_objects,
-            cluster_paused,
-            reconcile_total,
-            reconcile_errors,
-            reconcile_time,
-            active_workers,
-            max_concurrent,
-            queue_depth,
-            plugin_loads,
-            reload_failures,
-            traps,
-            timeouts,
-            cache_objects,
+            runtime,
+            host,
+            clusters,
+            shards,
             scrape: Mutex::new(()),
         }
     }
 
     /// Takes in the shard ring's state after a rebalance or a settle.
     pub fn shards(&self, status: &crate::sharding::coordinator::ShardsStatus) {
+        let shards = &self.shards;
         let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        self.shard_replicas.set(gauge(status.members.len()));
+        shards.replicas.set(gauge(status.members.len()));
         for (state, n) in [
             ("owned", status.keys_owned),
             ("arriving", status.keys_arriving),
             ("leaving", status.keys_leaving),
         ] {
-            self.shard_keys
+            shards
+                .keys
                 .get_or_create(&ShardKeyLabels { state })
                 .set(gauge(n));
         }
@@ -302,22 +382,21 @@ impl Metrics {
             ("in", status.moved_in_total),
             ("out", status.moved_out_total),
         ] {
-            let counter = self
-                .shard_moves
-                .get_or_create(&ShardMoveLabels { direction });
+            let counter = shards.moves.get_or_create(&ShardMoveLabels { direction });
             counter.inc_by(total.saturating_sub(counter.get()));
         }
-        self.shard_rebalances.inc_by(
+        shards.rebalances.inc_by(
             status
                 .rebalances_total
-                .saturating_sub(self.shard_rebalances.get()),
+                .saturating_sub(shards.rebalances.get()),
         );
     }
 
     /// Counts one finished reconcile in member `cluster` that took `took`.
     pub fn reconciled_in(&self, cluster: &str, record: &ReconcileRecord, took: Duration) {
         if let Some(result) = result_of(record) {
-            self.cluster_reconciles
+            self.clusters
+                .reconciles
                 .get_or_create(&ClusterResultLabels {
                     cluster: cluster.to_string(),
                     controller: record.plugin.clone(),
@@ -338,24 +417,29 @@ impl Metrics {
             return;
         };
         if let Outcome::Failed { reason, .. } = &record.outcome {
-            self.reconcile_errors.get_or_create(&controller).inc();
+            self.runtime
+                .reconcile_errors
+                .get_or_create(&controller)
+                .inc();
             match reason.as_str() {
                 "Trap" | "MemoryLimit" => {
-                    self.traps.get_or_create(&controller).inc();
+                    self.host.traps.get_or_create(&controller).inc();
                 }
                 "Timeout" => {
-                    self.timeouts.get_or_create(&controller).inc();
+                    self.host.timeouts.get_or_create(&controller).inc();
                 }
                 _ => {}
             }
         }
-        self.reconcile_total
+        self.runtime
+            .reconcile_total
             .get_or_create(&ResultLabels {
                 controller: controller.controller.clone(),
                 result,
             })
             .inc();
-        self.reconcile_time
+        self.runtime
+            .reconcile_time
             .get_or_create(&controller)
             .observe(took.as_secs_f64());
     }
@@ -365,7 +449,8 @@ impl Metrics {
         for event in events {
             match event {
                 ReloadEvent::Loaded { name, .. } | ReloadEvent::Reloaded { name, .. } => {
-                    self.plugin_loads
+                    self.host
+                        .plugin_loads
                         .get_or_create(&PluginLabels {
                             plugin: name.clone(),
                         })
@@ -376,7 +461,8 @@ impl Metrics {
                         .file_name()
                         .map(|n| n.to_string_lossy().into_owned())
                         .unwrap_or_default();
-                    self.reload_failures
+                    self.host
+                        .reload_failures
                         .get_or_create(&FileLabels { file })
                         .inc();
                 }
@@ -399,57 +485,28 @@ impl Metrics {
         clusters: &[crate::fleet::MemberStatus],
     ) -> String {
         let _one_at_a_time = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
-        // Disengaged members must not linger either.
-        for family in [
-            &self.cluster_engaged,
-            &self.cluster_ready,
-            &self.cluster_last_error,
-            &self.cluster_objects,
-            &self.cluster_paused,
-        ] {
-            family.clear();
-        }
-        for member in clusters {
-            let labels = ClusterLabels {
-                cluster: member.name.clone(),
-            };
-            self.cluster_engaged.get_or_create(&labels).set(1);
-            self.cluster_ready
-                .get_or_create(&labels)
-                .set(i64::from(member.ready));
-            if let Some(at) = member
-                .last_error_at
-                .as_deref()
-                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            {
-                self.cluster_last_error
-                    .get_or_create(&labels)
-                    .set(at.timestamp());
-            }
-            self.cluster_objects
-                .get_or_create(&labels)
-                .set(i64::try_from(member.objects_cached).unwrap_or(i64::MAX));
-            self.cluster_paused
-                .get_or_create(&labels)
-                .set(i64::from(member.paused.is_some()));
-        }
+        self.clusters.set(clusters);
+        let runtime = &self.runtime;
         // Unloaded plugins and emptied kinds must not linger.
-        self.active_workers.clear();
-        self.max_concurrent.clear();
-        self.queue_depth.clear();
-        self.cache_objects.clear();
+        runtime.active_workers.clear();
+        runtime.max_concurrent.clear();
+        runtime.queue_depth.clear();
+        self.host.cache_objects.clear();
         for queue in queues {
             let controller = ControllerLabels {
                 controller: queue.plugin.clone(),
             };
             let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-            self.active_workers
+            runtime
+                .active_workers
                 .get_or_create(&controller)
                 .set(gauge(queue.in_flight));
-            self.max_concurrent
+            runtime
+                .max_concurrent
                 .get_or_create(&controller)
                 .set(gauge(queue.concurrency));
-            self.queue_depth
+            runtime
+                .queue_depth
                 .get_or_create(&QueueLabels {
                     name: queue.plugin.clone(),
                     controller: queue.plugin.clone(),
@@ -457,7 +514,8 @@ impl Metrics {
                 .set(gauge(queue.depth));
         }
         for (kind, count) in cache {
-            self.cache_objects
+            self.host
+                .cache_objects
                 .get_or_create(&KindLabels {
                     group: kind.group.clone(),
                     version: kind.version.clone(),

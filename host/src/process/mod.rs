@@ -6,7 +6,6 @@
 
 pub mod crd_install;
 pub mod dev;
-pub mod dev_clusters;
 pub mod duties;
 pub mod http_server;
 pub mod leader_election;

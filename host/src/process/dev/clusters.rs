@@ -13,8 +13,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reconciler_contract::ClusterInfo;
 use tokio::sync::mpsc;
+
+use super::config::{DevConfig, MemberSeed};
+use super::embedded::{seed_crds, start_embedded};
+use super::manifest_dir::ManifestDir;
+use super::plugins::{follow_object_plugins, say_if_none_serve, serve_plugins};
+use super::stamp::stamp;
+use super::tables::clusters_table;
 
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::cluster::embedded::builtins::group_changes;
@@ -26,19 +32,7 @@ use crate::fleet::selection::PluginClusters;
 use crate::golden::recorder::CaseRecorder;
 use crate::plugin::Sandbox;
 use crate::plugin::background_reload::BackgroundReload;
-use crate::process::dev::{
-    DevConfig, ManifestDir, clusters_table, follow_object_plugins, say_if_none_serve, seed_crds,
-    serve_plugins, stamp, start_embedded,
-};
 use crate::support::dir_watch::watch_dir;
-
-/// One embedded member cluster of `dev` or `simulate`: who it is, and the
-/// directory of its own objects (`--cluster-objects`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MemberSeed {
-    pub info: ClusterInfo,
-    pub objects_dir: Option<PathBuf>,
-}
 
 /// How often the loop looks for built-in changes and for quiet.
 const TICK: Duration = Duration::from_millis(100);
@@ -59,69 +53,15 @@ struct Member {
 
 /// Runs the dev loop over `members` until Ctrl-C (or until settled, if
 /// asked). Returns how many plugin versions were refused.
-pub async fn run(
+pub(super) async fn run(
     sandbox: Arc<Sandbox>,
     mut config: DevConfig,
     members: Vec<MemberSeed>,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<u64> {
-    let (finished_tx, mut finished) = mpsc::unbounded_channel::<(String, ReconcileRecord)>();
-    let recorder = match &config.record {
-        Some(record) => Some(Arc::new(CaseRecorder::new(record, "dev").map_err(|e| {
-            anyhow::anyhow!("cannot record into {}: {e}", record.dir.display())
-        })?)),
-        None => None,
-    };
-    let settings = Settings {
-        instances: sandbox.reconcile_instances(),
-        recorder,
-        on_finished: Some(Arc::new(move |name: &str, record: &ReconcileRecord, _| {
-            let _ = finished_tx.send((name.to_string(), record.clone()));
-        })),
-        ..Settings::default()
-    };
-    let fleet = Arc::new(Fleet::<EmbeddedCluster>::new(
-        PluginClusters::default(),
-        settings,
-    ));
-
+    let (fleet, mut finished) = member_fleet(&sandbox, &config)?;
     let plugins = serve_plugins(sandbox, &mut config, fleet.as_ref(), out).await?;
-
-    let mut running = Vec::new();
-    for seed in members {
-        let name = seed.info.name.clone();
-        let cluster = start_embedded(&config);
-        if let Some(dir) = &config.crds_dir {
-            for line in seed_crds(dir, &cluster) {
-                writeln!(out, "{}", stamp(&format!("{name}: {line}")))?;
-            }
-        }
-        let identity = Identity {
-            name: name.clone(),
-            labels: seed.info.labels.clone(),
-            source: "embedded".into(),
-            server: "embedded".into(),
-        };
-        fleet.engage(
-            identity,
-            cluster.clone(),
-            crate::fleet::Hooks::default(),
-            Duration::ZERO,
-        );
-        // Its plugins are in place before its objects arrive, so those
-        // that serve admission admit them.
-        fleet.wait_aligned(&name, Duration::from_secs(60)).await;
-        let engine = fleet
-            .engine(&name)
-            .ok_or_else(|| anyhow::anyhow!("cluster {name} stopped while starting"))?;
-        running.push(Member {
-            name,
-            cluster,
-            engine,
-            shared: ManifestDir::default(),
-            own: seed.objects_dir.map(|dir| (dir, ManifestDir::default())),
-        });
-    }
+    let mut running = engage(&fleet, &config, members, out).await?;
     for member in &mut running {
         for line in member.sync(&config.objects_dir, &fleet.plugins()) {
             writeln!(out, "{}", stamp(&line))?;
@@ -176,14 +116,7 @@ pub async fn run(
                 quiet_ticks = 0;
             }
             _ = tick.tick() => {
-                let mut changed = false;
-                for member in &running {
-                    for line in group_changes(&member.cluster.take_builtin_changes()) {
-                        writeln!(out, "{}", stamp(&format!("  (cluster {}) {line}", member.name)))?;
-                        changed = true;
-                    }
-                }
-                if changed || !quiet(&fleet, &running) {
+                if write_builtin_changes(&running, out)? || !quiet(&fleet, &running) {
                     quiet_ticks = 0;
                     continue;
                 }
@@ -212,6 +145,104 @@ pub async fn run(
         writeln!(out, "{}", stamp(&format!("{name}: {record}")))?;
     }
     Ok(failures + config.object_plugins.as_ref().map_or(0, |p| p.failures()))
+}
+
+/// The fleet the members are engaged in, recording if asked, and the
+/// reconciles it finishes, named by cluster, for the loop to print.
+fn member_fleet(
+    sandbox: &Sandbox,
+    config: &DevConfig,
+) -> anyhow::Result<(Arc<Fleet<EmbeddedCluster>>, Finished)> {
+    let (finished_tx, finished) = mpsc::unbounded_channel::<(String, ReconcileRecord)>();
+    let recorder = match &config.record {
+        Some(record) => Some(Arc::new(CaseRecorder::new(record, "dev").map_err(|e| {
+            anyhow::anyhow!("cannot record into {}: {e}", record.dir.display())
+        })?)),
+        None => None,
+    };
+    let settings = Settings {
+        instances: sandbox.reconcile_instances(),
+        recorder,
+        on_finished: Some(Arc::new(move |name: &str, record: &ReconcileRecord, _| {
+            let _ = finished_tx.send((name.to_string(), record.clone()));
+        })),
+        ..Settings::default()
+    };
+    let fleet = Arc::new(Fleet::<EmbeddedCluster>::new(
+        PluginClusters::default(),
+        settings,
+    ));
+    Ok((fleet, finished))
+}
+
+/// Reconciles finished in any member, with the member's name.
+type Finished = mpsc::UnboundedReceiver<(String, ReconcileRecord)>;
+
+/// Starts an embedded cluster per seed, with the CRDs, and engages it in
+/// `fleet`, one after the other: each member's plugins serve before the
+/// next starts.
+async fn engage(
+    fleet: &Fleet<EmbeddedCluster>,
+    config: &DevConfig,
+    members: Vec<MemberSeed>,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<Vec<Member>> {
+    let mut running = Vec::new();
+    for seed in members {
+        let name = seed.info.name.clone();
+        let cluster = start_embedded(config);
+        if let Some(dir) = &config.crds_dir {
+            for line in seed_crds(dir, &cluster) {
+                writeln!(out, "{}", stamp(&format!("{name}: {line}")))?;
+            }
+        }
+        let identity = Identity {
+            name: name.clone(),
+            labels: seed.info.labels.clone(),
+            source: "embedded".into(),
+            server: "embedded".into(),
+        };
+        fleet.engage(
+            identity,
+            cluster.clone(),
+            crate::fleet::Hooks::default(),
+            Duration::ZERO,
+        );
+        // Its plugins are in place before its objects arrive, so those
+        // that serve admission admit them.
+        fleet.wait_aligned(&name, Duration::from_secs(60)).await;
+        let engine = fleet
+            .engine(&name)
+            .ok_or_else(|| anyhow::anyhow!("cluster {name} stopped while starting"))?;
+        running.push(Member {
+            name,
+            cluster,
+            engine,
+            shared: ManifestDir::default(),
+            own: seed.objects_dir.map(|dir| (dir, ManifestDir::default())),
+        });
+    }
+    Ok(running)
+}
+
+/// Prints what the built-in controllers changed in each member since the
+/// last tick, naming the member; whether there was anything.
+fn write_builtin_changes(
+    members: &[Member],
+    out: &mut (dyn Write + Send),
+) -> std::io::Result<bool> {
+    let mut changed = false;
+    for member in members {
+        for line in group_changes(&member.cluster.take_builtin_changes()) {
+            writeln!(
+                out,
+                "{}",
+                stamp(&format!("  (cluster {}) {line}", member.name))
+            )?;
+            changed = true;
+        }
+    }
+    Ok(changed)
 }
 
 impl Member {
