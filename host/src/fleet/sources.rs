@@ -23,12 +23,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::mpsc;
 
 use super::Fleet;
@@ -36,6 +35,7 @@ use super::kubeconfig_trust::{self, KubeconfigTrust, Widening};
 use super::member::{Identity, Probe};
 use super::selection::{CLUSTER_LABEL, FILE_LABEL};
 use crate::cluster::kubernetes::KubernetesBackend;
+use crate::cluster::kubernetes::relist_watch::{Change, relist_watch};
 
 /// The label that makes a Secret a member's kubeconfig.
 pub const SECRET_LABEL: &str = CLUSTER_LABEL;
@@ -543,46 +543,27 @@ async fn follow_secrets(
         _ => SECRET_LABEL,
     };
     let config = watcher::Config::default().labels(label);
-    let stream = watcher::watcher(api, config).default_backoff();
-    tokio::pin!(stream);
     // By Secret name: two Secrets may claim one member, and the
     // engagements decide which keeps it.
     let mut members: BTreeMap<String, Described> = BTreeMap::new();
-    let mut relist: Option<BTreeMap<String, Described>> = None;
     let report = |members: &BTreeMap<String, Described>| {
         let _ = tx.send((kind, members.values().cloned().collect()));
     };
-    let mut warned = false;
-    while let Some(event) = stream.next().await {
-        let event = match event {
-            Ok(event) => {
-                warned = false;
-                event
+    let warn = |e: &watcher::Error| {
+        tracing::warn!("cannot watch cluster kubeconfig Secrets ({label}): {e}; retrying");
+    };
+    relist_watch(api, config, warn, |change| {
+        match change {
+            Change::Relisted(secrets) => {
+                members = secrets
+                    .iter()
+                    .filter_map(|secret| {
+                        let described = described_secret(secret, kind)?;
+                        Some((secret.metadata.name.clone().unwrap_or_default(), described))
+                    })
+                    .collect();
             }
-            Err(e) => {
-                if !warned {
-                    tracing::warn!(
-                        "cannot watch cluster kubeconfig Secrets ({label}): {e}; retrying"
-                    );
-                    warned = true;
-                }
-                continue;
-            }
-        };
-        match event {
-            watcher::Event::Init => relist = Some(BTreeMap::new()),
-            watcher::Event::InitApply(secret) => {
-                if let (Some(relist), Some(described)) =
-                    (&mut relist, described_secret(&secret, kind))
-                {
-                    relist.insert(secret.metadata.name.clone().unwrap_or_default(), described);
-                }
-            }
-            watcher::Event::InitDone => {
-                members = relist.take().unwrap_or_default();
-                report(&members);
-            }
-            watcher::Event::Apply(secret) => {
+            Change::Applied(secret) => {
                 // A Secret that stopped describing a member (its data gone)
                 // is removed.
                 let secret_name = secret.metadata.name.clone().unwrap_or_default();
@@ -590,14 +571,14 @@ async fn follow_secrets(
                     Some(described) => members.insert(secret_name, described),
                     None => members.remove(&secret_name),
                 };
-                report(&members);
             }
-            watcher::Event::Delete(secret) => {
+            Change::Deleted(secret) => {
                 members.remove(&secret.metadata.name.clone().unwrap_or_default());
-                report(&members);
             }
         }
-    }
+        report(&members);
+    })
+    .await;
 }
 
 fn secret_source(name: &str) -> String {
