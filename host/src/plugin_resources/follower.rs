@@ -27,8 +27,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
 use tokio::sync::watch;
 
-use super::Shared;
+use super::api_error::api_error_text;
 use super::conditions::{self, PluginResourceStatus, State};
+use super::shared::Shared;
 use super::spec::ValidSpec;
 use crate::plugin::hot_reload::PluginStatus;
 use crate::registry::fetch::{FetchError, fetch_digest, resolve, signers_text};
@@ -679,7 +680,7 @@ impl Follower {
                 Err(e) => tracing::warn!(
                     "{}: cannot write its status: {}",
                     self.label,
-                    super::api_error_text(&e)
+                    api_error_text(&e)
                 ),
             }
         }
@@ -700,7 +701,7 @@ impl Follower {
             tracing::warn!(
                 "{}: cannot record Event {reason}: {}",
                 self.label,
-                super::api_error_text(&e)
+                api_error_text(&e)
             );
         }
     }
@@ -771,6 +772,3 @@ fn now() -> String {
         .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now())
         .to_string()
 }
-
-/// Reads what a spec's access needs from the cluster.
-pub(super) type Access = (RegistryClient, Credentials, Requirements);
