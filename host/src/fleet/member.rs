@@ -377,7 +377,34 @@ impl<B: ClusterBackend + 'static> Serving<B> {
         );
         drop(old);
         crate::support::heap_trim::release_freed_memory();
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .waiting
+            .clear();
         fresh
+    }
+
+    /// Asks the API server whether it answers, within one probe period;
+    /// returns whether the member came back.
+    async fn probe_once(&self, probe: &Probe) -> bool {
+        let result = tokio::time::timeout(self.settings.probe_every, probe())
+            .await
+            .unwrap_or_else(|_| Err("the API server did not answer in time".into()));
+        note_probe(&self.identity, &self.state, result)
+    }
+
+    /// Disengaged: the reconciles in flight finish, up to `within`; those
+    /// still running then are abandoned, and said so.
+    async fn finish(&self, dispatcher: &mut Dispatcher<B>, within: Duration) {
+        let (records, abandoned) = dispatcher.drain(within).await;
+        records.iter().for_each(log_record);
+        if abandoned > 0 {
+            tracing::warn!(
+                "{abandoned} reconcile(s) in cluster {} abandoned on disengage",
+                self.identity.name
+            );
+        }
     }
 
     /// The pause is over: the plugins are tried again.
@@ -439,11 +466,6 @@ async fn serve<B: ClusterBackend + 'static>(
             dispatcher = serving.dispatcher(&engine);
             paused_until = Some(tokio::time::Instant::now() + retry_in);
             retry_at = None;
-            state
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .waiting
-                .clear();
         }
         let reachable = state.lock().unwrap_or_else(|e| e.into_inner()).reachable;
         // An unreachable member's reconciles would only fail and back off:
@@ -476,21 +498,14 @@ async fn serve<B: ClusterBackend + 'static>(
             _ = probe_timer.tick(), if probe.is_some() => {
                 last_probe = tokio::time::Instant::now();
                 let probe = probe.as_ref().expect("checked by the guard");
-                let result = tokio::time::timeout(settings.probe_every, probe()).await
-                    .unwrap_or_else(|_| Err("the API server did not answer in time".into()));
-                if note_probe(identity, state, result) {
+                if serving.probe_once(probe).await {
                     // Back: plugins that waited on it are tried again now.
                     dirty = true;
                     backoff.reset();
                 }
             }
             within = &mut stopped => {
-                let within = within.unwrap_or(Duration::ZERO);
-                let (records, abandoned) = dispatcher.drain(within).await;
-                records.iter().for_each(log_record);
-                if abandoned > 0 {
-                    tracing::warn!("{abandoned} reconcile(s) in cluster {} abandoned on disengage", identity.name);
-                }
+                serving.finish(&mut dispatcher, within.unwrap_or(Duration::ZERO)).await;
                 return;
             }
         }

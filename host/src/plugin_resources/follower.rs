@@ -27,10 +27,12 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
 use tokio::sync::watch;
 
-use super::Shared;
+use super::api_error::api_error_text;
 use super::conditions::{self, PluginResourceStatus, State};
+use super::shared::Shared;
 use super::spec::ValidSpec;
 use crate::plugin::hot_reload::PluginStatus;
+use crate::registry::client::Pulled;
 use crate::registry::fetch::{FetchError, fetch_digest, resolve, signers_text};
 use crate::registry::signatures::Signer;
 use crate::registry::trust::{Admission, Requirements};
@@ -73,6 +75,25 @@ struct Serving {
     /// newer digest is over.
     verified: State,
     loaded: State,
+}
+
+/// A valid spec with the registry access and trust it asks for: what the
+/// steps of an attempt work with.
+struct SpecAccess<'a> {
+    spec: &'a ValidSpec,
+    client: RegistryClient,
+    credentials: Credentials,
+    requirements: Requirements,
+    /// The trust a digest is admitted under now.
+    admission: Admission,
+}
+
+/// A verified digest's signers, the trust it was verified under, and its
+/// Verified condition.
+struct Admitted {
+    signers: Vec<Signer>,
+    admission: Admission,
+    verified: State,
 }
 
 /// The outcome of one attempt, for the next wait.
@@ -170,65 +191,20 @@ impl Follower {
     /// then (when `resolve_source`, or when nothing serves) the source
     /// resolved and a new digest verified, pulled and loaded.
     async fn attempt(&mut self, desired: &Desired, resolve_source: bool) -> Attempt {
-        let generation = desired.generation;
-        self.status.observed_generation = generation;
-        let spec = match &desired.spec {
-            Ok(spec) => spec,
-            Err(why) => {
-                return self
-                    .fail(desired, "Ready", "InvalidSpec", why.clone())
-                    .await;
-            }
+        self.status.observed_generation = desired.generation;
+        let access = match self.spec_access(desired).await {
+            Ok(access) => access,
+            Err(failed) => return failed,
         };
-        if let Err(why) = self.shared.registry_allowed(spec) {
-            return self
-                .fail(desired, "Loaded", "RegistryNotAllowed", why)
-                .await;
-        }
-        let (client, credentials, requirements) =
-            match self.shared.access(spec, desired.policy.as_ref()).await {
-                Ok(access) => access,
-                Err(why) => {
-                    return self
-                        .fail(desired, "Verified", "VerificationUnavailable", why)
-                        .await;
-                }
-            };
-        let admission = requirements.admission(&spec.reference);
-        if let Some(failed) = self
-            .readmit(
-                desired,
-                spec,
-                &client,
-                &credentials,
-                &requirements,
-                &admission,
-            )
-            .await
-        {
+        if let Some(failed) = self.readmit(desired, &access).await {
             return failed;
         }
         if !resolve_source && self.serving.is_some() {
             return Attempt::Settled;
         }
-        // Only when nothing serves may a tag fall back to the digest it
-        // named last (a restart while the registry is down); otherwise an
-        // outage is reported, not hidden.
-        let (digest, _) = match resolve(
-            &client,
-            &self.shared.cache,
-            &spec.reference,
-            Some(&credentials),
-            self.serving.is_none(),
-        )
-        .await
-        {
-            Ok(resolved) => resolved,
-            Err(e) => {
-                return self
-                    .fail(desired, "Loaded", e.reason(), e.to_string())
-                    .await;
-            }
+        let digest = match self.resolve_digest(desired, &access).await {
+            Ok(digest) => digest,
+            Err(failed) => return failed,
         };
         if let Some(serving) = self.serving.clone()
             && serving.digest == digest
@@ -239,89 +215,175 @@ impl Follower {
             self.set(desired, "Loaded", serving.loaded).await;
             return Attempt::Settled;
         }
-        if self.is_refused(&digest, generation, &admission) {
+        if self.is_refused(&digest, desired.generation, &access.admission) {
             return Attempt::Failed;
         }
         self.status.latest_digest = Some(digest.to_string());
-        let (pulled, signers) = match fetch_digest(
-            &client,
-            &self.shared.cache,
-            &requirements,
-            &spec.reference,
-            &digest,
-            Some(&credentials),
-        )
-        .await
-        {
+        let (pulled, signers) = match self.pull(desired, &access, &digest).await {
             Ok(fetched) => fetched,
-            Err(e) => {
-                if !matches!(
-                    &e,
-                    FetchError::Registry(crate::registry::RegistryError::Unreachable { .. })
-                ) {
-                    self.refuse(&digest, generation, &admission);
-                }
-                let condition = if e.is_verification() {
-                    "Verified"
-                } else {
-                    "Loaded"
-                };
-                return self
-                    .fail(desired, condition, e.reason(), e.to_string())
-                    .await;
-            }
+            Err(failed) => return failed,
         };
         let verified = verified_state(&digest, &signers, desired);
         self.set(desired, "Verified", verified.clone()).await;
+        let admitted = Admitted {
+            signers,
+            admission: access.admission,
+            verified,
+        };
+        self.install(desired, digest, pulled, admitted).await
+    }
+
+    /// The spec, if valid and in an allowed registry, with the registry
+    /// access and trust it asks for; otherwise the failed attempt.
+    async fn spec_access<'d>(&mut self, desired: &'d Desired) -> Result<SpecAccess<'d>, Attempt> {
+        let spec = match &desired.spec {
+            Ok(spec) => spec,
+            Err(why) => {
+                return Err(self
+                    .fail(desired, "Ready", "InvalidSpec", why.clone())
+                    .await);
+            }
+        };
+        if let Err(why) = self.shared.registry_allowed(spec) {
+            return Err(self
+                .fail(desired, "Loaded", "RegistryNotAllowed", why)
+                .await);
+        }
+        match self.shared.access(spec, desired.policy.as_ref()).await {
+            Ok((client, credentials, requirements)) => Ok(SpecAccess {
+                spec,
+                admission: requirements.admission(&spec.reference),
+                client,
+                credentials,
+                requirements,
+            }),
+            Err(why) => Err(self
+                .fail(desired, "Verified", "VerificationUnavailable", why)
+                .await),
+        }
+    }
+
+    /// The digest the source names now.
+    async fn resolve_digest(
+        &mut self,
+        desired: &Desired,
+        access: &SpecAccess<'_>,
+    ) -> Result<Digest, Attempt> {
+        // Only when nothing serves may a tag fall back to the digest it
+        // named last (a restart while the registry is down); otherwise an
+        // outage is reported, not hidden.
+        match resolve(
+            &access.client,
+            &self.shared.cache,
+            &access.spec.reference,
+            Some(&access.credentials),
+            self.serving.is_none(),
+        )
+        .await
+        {
+            Ok((digest, _)) => Ok(digest),
+            Err(e) => Err(self
+                .fail(desired, "Loaded", e.reason(), e.to_string())
+                .await),
+        }
+    }
+
+    /// Verifies and pulls `digest`; a digest refused for what it is (not
+    /// for an unreachable registry) is remembered as refused.
+    async fn pull(
+        &mut self,
+        desired: &Desired,
+        access: &SpecAccess<'_>,
+        digest: &Digest,
+    ) -> Result<(Pulled, Vec<Signer>), Attempt> {
+        let fetched = fetch_digest(
+            &access.client,
+            &self.shared.cache,
+            &access.requirements,
+            &access.spec.reference,
+            digest,
+            Some(&access.credentials),
+        )
+        .await;
+        let e = match fetched {
+            Ok(fetched) => return Ok(fetched),
+            Err(e) => e,
+        };
+        if !matches!(
+            &e,
+            FetchError::Registry(crate::registry::RegistryError::Unreachable { .. })
+        ) {
+            self.refuse(digest, desired.generation, &access.admission);
+        }
+        let condition = if e.is_verification() {
+            "Verified"
+        } else {
+            "Loaded"
+        };
+        Err(self
+            .fail(desired, condition, e.reason(), e.to_string())
+            .await)
+    }
+
+    /// Loads the pulled `digest` and, once the directory serves it, makes
+    /// it what serves (the one before kept to fall back to); one that does
+    /// not load is refused, unless it only waits for its kinds.
+    async fn install(
+        &mut self,
+        desired: &Desired,
+        digest: Digest,
+        pulled: Pulled,
+        admitted: Admitted,
+    ) -> Attempt {
         // What was checked against the manifest is what must load.
         let file_sha = pulled.sha256.clone();
-        match self.load(&pulled.path, &file_sha).await {
-            Ok(entry) => {
-                let loaded = loaded_state(&digest, &entry);
-                if let Some(previous) = self.serving.take() {
-                    self.remember(previous);
-                }
-                self.history.retain(|s| s.digest != digest);
-                self.serve(Serving {
-                    digest: digest.clone(),
-                    component: pulled.path.clone(),
-                    sha256: file_sha.clone(),
-                    signers,
-                    admitted: admission,
-                    entry,
-                    verified,
-                    loaded: loaded.clone(),
-                });
-                self.status.latest_digest = None;
-                self.status.last_error = None;
-                tracing::info!("{}: {}", self.label, loaded.message);
-                // Every new digest serving is an Event, an upgrade too
-                // (Loaded to Loaded is no transition of the condition).
-                if !conditions::set(
-                    &mut self.status.conditions,
-                    "Loaded",
-                    &loaded,
-                    desired.generation,
-                    &now(),
-                ) {
-                    self.event(desired, EventType::Normal, "Loaded", &loaded.message)
-                        .await;
-                } else {
-                    self.event(desired, EventType::Normal, &loaded.reason, &loaded.message)
-                        .await;
-                }
-                Attempt::Settled
-            }
+        let entry = match self.load(&pulled.path, &file_sha).await {
+            Ok(entry) => entry,
             Err((reason, message, waiting)) => {
                 if !waiting {
-                    self.refuse(&digest, generation, &admission);
+                    self.refuse(&digest, desired.generation, &admitted.admission);
                     self.restore();
                 }
                 let reason: &'static str = reason;
-                self.fail(desired, "Loaded", reason, format!("{digest}: {message}"))
-                    .await
+                return self
+                    .fail(desired, "Loaded", reason, format!("{digest}: {message}"))
+                    .await;
             }
+        };
+        let loaded = loaded_state(&digest, &entry);
+        if let Some(previous) = self.serving.take() {
+            self.remember(previous);
         }
+        self.history.retain(|s| s.digest != digest);
+        self.serve(Serving {
+            digest: digest.clone(),
+            component: pulled.path.clone(),
+            sha256: file_sha.clone(),
+            signers: admitted.signers,
+            admitted: admitted.admission,
+            entry,
+            verified: admitted.verified,
+            loaded: loaded.clone(),
+        });
+        self.status.latest_digest = None;
+        self.status.last_error = None;
+        tracing::info!("{}: {}", self.label, loaded.message);
+        // Every new digest serving is an Event, an upgrade too
+        // (Loaded to Loaded is no transition of the condition).
+        if !conditions::set(
+            &mut self.status.conditions,
+            "Loaded",
+            &loaded,
+            desired.generation,
+            &now(),
+        ) {
+            self.event(desired, EventType::Normal, "Loaded", &loaded.message)
+                .await;
+        } else {
+            self.event(desired, EventType::Normal, &loaded.reason, &loaded.message)
+                .await;
+        }
+        Attempt::Settled
     }
 
     fn is_refused(&self, digest: &Digest, generation: i64, admission: &Admission) -> bool {
@@ -362,15 +424,14 @@ impl Follower {
     /// admitted under another; on failure it stops serving, the last good
     /// digest that passes serves instead (or nothing), and the failure is
     /// the attempt's outcome.
-    async fn readmit(
-        &mut self,
-        desired: &Desired,
-        spec: &ValidSpec,
-        client: &RegistryClient,
-        credentials: &Credentials,
-        requirements: &Requirements,
-        admission: &Admission,
-    ) -> Option<Attempt> {
+    async fn readmit(&mut self, desired: &Desired, access: &SpecAccess<'_>) -> Option<Attempt> {
+        let SpecAccess {
+            spec,
+            client,
+            credentials,
+            requirements,
+            admission,
+        } = access;
         let serving = self.serving.clone()?;
         if serving.admitted == *admission {
             return None;
@@ -400,9 +461,7 @@ impl Follower {
                 self.refuse(&serving.digest, desired.generation, admission);
                 self.serving = None;
                 self.remember(serving.clone());
-                let fallback = self
-                    .fall_back(desired, spec, client, credentials, requirements, admission)
-                    .await;
+                let fallback = self.fall_back(desired, access).await;
                 let instead = match &fallback {
                     Some(digest) => {
                         format!("{digest}, the last good digest that does, serves instead")
@@ -426,15 +485,14 @@ impl Follower {
     /// Serves the most recent earlier digest that verifies under
     /// `requirements` and whose cached component is still intact; which
     /// one, if any.
-    async fn fall_back(
-        &mut self,
-        desired: &Desired,
-        spec: &ValidSpec,
-        client: &RegistryClient,
-        credentials: &Credentials,
-        requirements: &Requirements,
-        admission: &Admission,
-    ) -> Option<Digest> {
+    async fn fall_back(&mut self, desired: &Desired, access: &SpecAccess<'_>) -> Option<Digest> {
+        let SpecAccess {
+            spec,
+            client,
+            credentials,
+            requirements,
+            admission,
+        } = access;
         let auth = client.auth_for(&spec.reference, Some(credentials));
         let candidates: Vec<Serving> = self
             .history
@@ -679,7 +737,7 @@ impl Follower {
                 Err(e) => tracing::warn!(
                     "{}: cannot write its status: {}",
                     self.label,
-                    super::api_error_text(&e)
+                    api_error_text(&e)
                 ),
             }
         }
@@ -700,7 +758,7 @@ impl Follower {
             tracing::warn!(
                 "{}: cannot record Event {reason}: {}",
                 self.label,
-                super::api_error_text(&e)
+                api_error_text(&e)
             );
         }
     }
@@ -771,6 +829,3 @@ fn now() -> String {
         .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now())
         .to_string()
 }
-
-/// Reads what a spec's access needs from the cluster.
-pub(super) type Access = (RegistryClient, Credentials, Requirements);

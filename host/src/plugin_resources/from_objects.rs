@@ -9,8 +9,8 @@
 use base64::Engine as _;
 use serde_json::Value;
 
+use super::kind::{GROUP, KIND, VERSION};
 use super::spec::{PluginSpec, ValidSpec};
-use super::{GROUP, KIND, VERSION};
 use crate::registry::{TrustPolicy, TrustedKey};
 
 /// A Plugin object read from files: its name, spec and trust policy.

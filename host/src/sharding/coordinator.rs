@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::assignment::ShardKey;
 use super::handover::Handover;
-use super::membership::{Membership, MembershipConfig, MembershipError};
+use super::membership::{Membership, MembershipConfig, MembershipError, RingView};
 use crate::cluster::ClusterBackend;
 use crate::engine::KeyFilter;
 use crate::engine::shard_selection::{Buckets, ShardSelection};
@@ -88,6 +88,19 @@ pub struct ShardsStatus {
     pub moved_in_total: u64,
     pub moved_out_total: u64,
     pub rebalances_total: u64,
+}
+
+/// What one look at the ring found, summed over every member cluster.
+#[derive(Default)]
+struct Moves {
+    /// Keys this replica may reconcile now and could not before (queued).
+    arrived: usize,
+    /// Keys it gave up.
+    left: usize,
+    /// Keys it may reconcile now.
+    owned: usize,
+    /// Keys it owns but waits for their old owner to let go of.
+    waiting: usize,
 }
 
 /// Told after every rebalance and every settle (metrics).
@@ -231,49 +244,10 @@ impl Coordinator {
         let mut settled_on: Option<String> = None;
         loop {
             let view = changes.borrow_and_update().clone();
-            let before = read(&self.handover).clone();
-            let mut after = before.clone();
-            after.observe(view.ring, view.settled);
+            let (before, after) = self.observe(view);
             let ring_changed = before.version_to_settle() != after.version_to_settle();
-            *self.handover.write().unwrap_or_else(|e| e.into_inner()) = after.clone();
-            // Watch the buckets of the ring seen now: keys arriving are
-            // listed into the cache (they wait there for their old owner to
-            // settle), keys given up leave it.
-            let buckets = buckets_of(after.ring(), &self.config.identity);
-            *self.buckets.write().unwrap_or_else(|e| e.into_inner()) = buckets;
-            for (cluster, engine) in fleet.engines() {
-                if let Err(e) = engine.reselect().await {
-                    tracing::warn!(
-                        cluster = %cluster,
-                        "cannot watch this replica's shard of cluster {cluster} (retried on the next look at the ring): {e}"
-                    );
-                }
-            }
-
-            // Keys that this replica could not reconcile before and may now:
-            // they were dropped from its queues, so queue them.
-            let mut arrived = 0;
-            let mut left = 0;
-            let mut owned = 0;
-            let mut waiting = 0;
-            for (cluster, engine) in fleet.engines() {
-                let bucket = |k: &PrimaryKey| self.by.key(&cluster, k).bucket();
-                arrived += engine.queue_where(|k| {
-                    let b = bucket(k);
-                    after.may_reconcile_bucket(b) && !before.may_reconcile_bucket(b)
-                });
-                if ring_changed {
-                    left += engine.count_where(|k| {
-                        let b = bucket(k);
-                        before.owns_bucket(b) && !after.owns_bucket(b)
-                    });
-                }
-                owned += engine.count_where(|k| after.may_reconcile_bucket(bucket(k)));
-                waiting += engine.count_where(|k| {
-                    let b = bucket(k);
-                    after.owns_bucket(b) && !after.may_reconcile_bucket(b)
-                });
-            }
+            self.reselect(&fleet).await;
+            let moves = self.moves(&fleet, &before, &after, ring_changed);
             let leaving = self.leaving(&fleet, &after);
             let version = after.version_to_settle();
             // Settle once nothing given up is still running here.
@@ -283,50 +257,8 @@ impl Coordinator {
                 }
                 settled_on = Some(version.clone());
             }
-            if ring_changed {
-                tracing::info!(
-                    ring = %self.config.ring,
-                    version = %version,
-                    "rebalanced shard ring {} over {} replica(s): {} key(s) owned here now, {} arriving (waiting for their old owner to settle), {} given up ({} still reconciling)",
-                    self.config.ring,
-                    after.ring().replicas().len(),
-                    owned,
-                    waiting,
-                    left,
-                    leaving
-                );
-            }
-            if after.all_settled() && !before.all_settled() {
-                tracing::info!(
-                    ring = %self.config.ring,
-                    version = %version,
-                    "every one of the {} replica(s) of shard ring {} settled on version {version}: {owned} key(s) owned here, {arrived} of them arrived now",
-                    after.ring().replicas().len(),
-                    self.config.ring
-                );
-            }
-            let status = {
-                let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
-                status.version = version;
-                status.settled = after.all_settled();
-                status.members = after
-                    .ring()
-                    .replicas()
-                    .iter()
-                    .map(|r| ShardMember {
-                        identity: r.id.clone(),
-                        settled: after.settled().get(&r.id).cloned(),
-                    })
-                    .collect();
-                status.keys_owned = owned;
-                status.keys_arriving = waiting;
-                status.keys_leaving = leaving;
-                status.moved_in_total += arrived as u64;
-                status.moved_out_total += left as u64;
-                status.rebalances_total += u64::from(ring_changed);
-                status.live = self.is_live();
-                status.clone()
-            };
+            self.say(&before, &after, &version, ring_changed, &moves, leaving);
+            let status = self.record(&after, version, ring_changed, &moves, leaving);
             if let Some(hook) = &on_change {
                 hook(&status);
             }
@@ -344,6 +276,134 @@ impl Coordinator {
                 return;
             }
         }
+    }
+
+    /// Takes the ring seen now: the handover before and after it, with the
+    /// engines' buckets those of the ring seen now.
+    fn observe(&self, view: RingView) -> (Handover, Handover) {
+        let before = read(&self.handover).clone();
+        let mut after = before.clone();
+        after.observe(view.ring, view.settled);
+        *self.handover.write().unwrap_or_else(|e| e.into_inner()) = after.clone();
+        let buckets = buckets_of(after.ring(), &self.config.identity);
+        *self.buckets.write().unwrap_or_else(|e| e.into_inner()) = buckets;
+        (before, after)
+    }
+
+    /// Watch the buckets of the ring seen now: keys arriving are listed
+    /// into the cache (they wait there for their old owner to settle), keys
+    /// given up leave it.
+    async fn reselect<B: ClusterBackend + 'static>(&self, fleet: &Fleet<B>) {
+        for (cluster, engine) in fleet.engines() {
+            if let Err(e) = engine.reselect().await {
+                tracing::warn!(
+                    cluster = %cluster,
+                    "cannot watch this replica's shard of cluster {cluster} (retried on the next look at the ring): {e}"
+                );
+            }
+        }
+    }
+
+    /// Queues the keys that this replica could not reconcile before and may
+    /// now (they were dropped from its queues), and counts what moved.
+    fn moves<B: ClusterBackend + 'static>(
+        &self,
+        fleet: &Fleet<B>,
+        before: &Handover,
+        after: &Handover,
+        ring_changed: bool,
+    ) -> Moves {
+        let mut moves = Moves::default();
+        for (cluster, engine) in fleet.engines() {
+            let bucket = |k: &PrimaryKey| self.by.key(&cluster, k).bucket();
+            moves.arrived += engine.queue_where(|k| {
+                let b = bucket(k);
+                after.may_reconcile_bucket(b) && !before.may_reconcile_bucket(b)
+            });
+            if ring_changed {
+                moves.left += engine.count_where(|k| {
+                    let b = bucket(k);
+                    before.owns_bucket(b) && !after.owns_bucket(b)
+                });
+            }
+            moves.owned += engine.count_where(|k| after.may_reconcile_bucket(bucket(k)));
+            moves.waiting += engine.count_where(|k| {
+                let b = bucket(k);
+                after.owns_bucket(b) && !after.may_reconcile_bucket(b)
+            });
+        }
+        moves
+    }
+
+    /// Logs a rebalance, and the moment every replica has settled.
+    fn say(
+        &self,
+        before: &Handover,
+        after: &Handover,
+        version: &str,
+        ring_changed: bool,
+        moves: &Moves,
+        leaving: usize,
+    ) {
+        let Moves {
+            arrived,
+            left,
+            owned,
+            waiting,
+        } = moves;
+        if ring_changed {
+            tracing::info!(
+                ring = %self.config.ring,
+                version = %version,
+                "rebalanced shard ring {} over {} replica(s): {} key(s) owned here now, {} arriving (waiting for their old owner to settle), {} given up ({} still reconciling)",
+                self.config.ring,
+                after.ring().replicas().len(),
+                owned,
+                waiting,
+                left,
+                leaving
+            );
+        }
+        if after.all_settled() && !before.all_settled() {
+            tracing::info!(
+                ring = %self.config.ring,
+                version = %version,
+                "every one of the {} replica(s) of shard ring {} settled on version {version}: {owned} key(s) owned here, {arrived} of them arrived now",
+                after.ring().replicas().len(),
+                self.config.ring
+            );
+        }
+    }
+
+    /// Brings `/shards` up to date with this look at the ring.
+    fn record(
+        &self,
+        after: &Handover,
+        version: String,
+        ring_changed: bool,
+        moves: &Moves,
+        leaving: usize,
+    ) -> ShardsStatus {
+        let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        status.version = version;
+        status.settled = after.all_settled();
+        status.members = after
+            .ring()
+            .replicas()
+            .iter()
+            .map(|r| ShardMember {
+                identity: r.id.clone(),
+                settled: after.settled().get(&r.id).cloned(),
+            })
+            .collect();
+        status.keys_owned = moves.owned;
+        status.keys_arriving = moves.waiting;
+        status.keys_leaving = leaving;
+        status.moved_in_total += moves.arrived as u64;
+        status.moved_out_total += moves.left as u64;
+        status.rebalances_total += u64::from(ring_changed);
+        status.live = self.is_live();
+        status.clone()
     }
 
     /// This replica's reconciles still running of keys it gave up.

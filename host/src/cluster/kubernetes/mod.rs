@@ -13,7 +13,9 @@
 //! - `credential_errors`: auth failures told without the credentials;
 //! - `api_client`, `client_rate_limit`: the client every part of the host
 //!   builds, with its timeouts, rate limit and credential-safe errors;
-//! - `errors`: API failures -> `BackendError`, with RBAC-aware 403 messages.
+//! - `errors`: API failures -> `BackendError`, with RBAC-aware 403 messages;
+//! - `relist_watch`: the host's own inputs (kubeconfig Secrets, Plugins)
+//!   followed as whole relists and single changes.
 
 pub mod api_client;
 mod apply;
@@ -23,6 +25,7 @@ mod discovery;
 mod errors;
 mod events;
 mod finalizers;
+pub mod relist_watch;
 mod watch;
 
 use std::sync::Arc;
