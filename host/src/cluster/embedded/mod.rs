@@ -19,8 +19,11 @@ pub mod crd_schema;
 mod event_log;
 pub mod field_set;
 pub mod garbage_collector;
+mod gc_tasks;
 pub mod kind_scopes;
+mod namespace_object;
 pub mod namespaces;
+mod object_metadata;
 pub mod packed_ownership;
 pub mod store;
 

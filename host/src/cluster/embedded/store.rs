@@ -76,9 +76,14 @@ use serde_json::{Map, Value, json};
 
 use super::crd_schema::{self, CrdSchemas, CrdVersions};
 use super::field_set::{FieldConflict, FieldPath, Manager, Merge, Operation, Ownership, Segment};
-use super::garbage_collector::{FOREGROUND_FINALIZER, GcTask};
+use super::gc_tasks::{FOREGROUND_FINALIZER, GcTask};
 use super::kind_scopes::{CrdScope, KindScopes, is_crd};
-use super::namespaces::{is_namespace, namespace_finalizers};
+use super::namespace_object::{
+    drop_server_fields, is_namespace, is_namespace_object, namespace_finalizers, set_defaults,
+};
+use super::object_metadata::{
+    bump_generation, finalizers, is_deleting, metadata_mut, uid_of, with_finalizer,
+};
 use super::packed_ownership::PackedOwnership;
 use crate::cluster::backend::{KindScope, ObjectKey, Propagation, WatchEventType};
 use crate::cluster::clock::rfc3339;
@@ -538,7 +543,7 @@ impl EmbeddedStore {
             Value::String(rfc3339(now_millis)),
         );
         if is_namespace(key) {
-            super::namespaces::set_defaults(&mut object);
+            set_defaults(&mut object);
         }
         let object = self.insert(key, object, merge.ownership);
         self.learn(crd);
@@ -900,68 +905,10 @@ pub(super) fn owner_refs(object: &Value) -> Vec<OwnerRef> {
         .collect()
 }
 
-pub(super) fn uid_of(object: &Value) -> Option<&str> {
-    object.metadata_field("uid").and_then(Value::as_str)
-}
-
-pub(super) use reconciler_contract::memory_cache::{finalizers_of as finalizers, is_deleting};
-
 /// Whether finalizers still hold the object: its own, or for a Namespace
 /// the ones in its spec that wait for its content to go.
 pub(super) fn held_by_finalizers(object: &Value) -> bool {
     !finalizers(object).is_empty() || !namespace_finalizers(object).is_empty()
-}
-
-/// `object` with `finalizer` appended (if missing).
-pub(super) fn with_finalizer(object: &Value, finalizer: &str) -> Value {
-    let mut object = object.clone();
-    let meta = metadata_mut(&mut object);
-    let list = meta.entry("finalizers").or_insert_with(|| json!([]));
-    if let Value::Array(items) = list
-        && !items.iter().any(|f| f.as_str() == Some(finalizer))
-    {
-        items.push(Value::String(finalizer.to_string()));
-    }
-    object
-}
-
-/// `object` without `finalizer`; an emptied list is removed.
-pub(super) fn without_finalizer(object: &Value, finalizer: &str) -> Value {
-    let mut object = object.clone();
-    let meta = metadata_mut(&mut object);
-    if let Some(Value::Array(items)) = meta.get_mut("finalizers") {
-        items.retain(|f| f.as_str() != Some(finalizer));
-        if items.is_empty() {
-            meta.remove("finalizers");
-        }
-    }
-    object
-}
-
-/// The object's metadata map, created if missing.
-pub(super) fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
-    if !object.is_object() {
-        *object = Value::Object(Map::new());
-    }
-    let Value::Object(map) = object else {
-        unreachable!("just made a map");
-    };
-    let meta = map
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
-    }
-    let Value::Object(meta) = meta else {
-        unreachable!("just made a map");
-    };
-    meta
-}
-
-pub(super) fn bump_generation(object: &mut Value) {
-    let meta = metadata_mut(object);
-    let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(0);
-    meta.insert("generation".into(), json!(generation + 1));
 }
 
 fn finalizer_path(finalizer: &str) -> FieldPath {
@@ -1051,7 +998,7 @@ fn skeleton(key: &ObjectKey) -> Value {
 /// The fields an apply to the main resource sets: everything except the
 /// object's identity, server-owned metadata and status.
 fn main_config(object: Value) -> Value {
-    let namespace_object = super::namespaces::is_namespace_object(&object);
+    let namespace_object = is_namespace_object(&object);
     let mut config = object;
     if let Value::Object(map) = &mut config {
         for field in ["apiVersion", "kind", "status"] {
@@ -1067,7 +1014,7 @@ fn main_config(object: Value) -> Value {
         }
     }
     if namespace_object {
-        super::namespaces::drop_server_fields(&mut config);
+        drop_server_fields(&mut config);
     }
     config
 }

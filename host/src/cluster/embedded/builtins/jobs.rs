@@ -10,7 +10,7 @@ use super::pods::{self, NewPod, is_ready};
 use super::{Round, Timer, controlled, str_at, write_status};
 use crate::cluster::backend::ObjectKey;
 use crate::cluster::clock::rfc3339;
-use crate::cluster::embedded::store::{finalizers, is_deleting};
+use crate::cluster::embedded::object_metadata::{finalizers, is_deleting};
 use crate::golden::duration_text::parse_duration;
 
 /// How long a Job's Pod runs (`30s`, `2m`), overriding `--job-duration`.

@@ -9,7 +9,7 @@ use super::pods::{self, NewPod, is_ready};
 use super::{Round, apply, as_applied, controlled, controller_ref, int_at, str_at, write_status};
 use crate::cluster::backend::{ObjectKey, Propagation};
 use crate::cluster::clock::rfc3339;
-use crate::cluster::embedded::store::is_deleting;
+use crate::cluster::embedded::object_metadata::is_deleting;
 
 const HASH_LABEL: &str = "pod-template-hash";
 const REVISION: &str = "deployment.kubernetes.io/revision";
