@@ -5,7 +5,8 @@ use reconciler_contract::object_meta::MetadataField;
 use serde_json::{Map, Value, json};
 
 use super::names::name_suffix;
-use super::{Round, Timer, apply, controller_ref, str_at, write_status};
+use super::objects::{controller_ref, str_at};
+use super::round::{Round, Timer, apply, write_status};
 use crate::cluster::backend::ObjectKey;
 use crate::cluster::clock::rfc3339;
 use crate::cluster::embedded::object_metadata::is_deleting;

@@ -5,8 +5,9 @@
 use serde_json::{Map, Value, json};
 
 use super::names::pod_template_hash;
+use super::objects::{as_applied, controlled, controller_ref, int_at, str_at};
 use super::pods::{self, NewPod, is_ready};
-use super::{Round, apply, as_applied, controlled, controller_ref, int_at, str_at, write_status};
+use super::round::{Round, apply, write_status};
 use crate::cluster::backend::{ObjectKey, Propagation};
 use crate::cluster::clock::rfc3339;
 use crate::cluster::embedded::object_metadata::is_deleting;
