@@ -5,11 +5,28 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::RecordedEvent;
 use crate::cluster::backend::{EventRecord, EventRef, EventSeries};
 
-/// The last [`super::MAX_EVENTS`] Events, oldest first, each until
-/// [`super::EVENT_TTL`] after it was last written.
+/// How many recorded Events are kept (oldest dropped first).
+pub const MAX_EVENTS: usize = 10_000;
+/// How long an Event is kept after it was last written: kube-apiserver's
+/// `--event-ttl` default, so Events about objects long gone go as they do
+/// on a real cluster, not only once [`MAX_EVENTS`] newer ones came.
+pub const EVENT_TTL: Duration = Duration::from_secs(3600);
+
+/// An Event as the embedded cluster recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedEvent {
+    pub at_millis: i64,
+    pub record: EventRecord,
+    /// Unique among the recorded Events.
+    pub name: String,
+    /// Set once the Event happened again.
+    pub series: Option<EventSeries>,
+}
+
+/// The last [`MAX_EVENTS`] Events, oldest first, each until [`EVENT_TTL`]
+/// after it was last written.
 #[derive(Debug, Default)]
 pub(super) struct EventLog {
     events: VecDeque<RecordedEvent>,

@@ -37,36 +37,18 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::namespaces::is_namespace;
-use super::store::{
-    EmbeddedStore, Entry, bump_generation, finalizers, is_deleting, metadata_mut, uid_of,
-    with_finalizer, without_finalizer,
+use super::gc_tasks::{FOREGROUND_FINALIZER, GcTask};
+use super::namespace_object::is_namespace;
+use super::object_metadata::{
+    bump_generation, finalizers, is_deleting, metadata_mut, uid_of, with_finalizer,
+    without_finalizer,
 };
+use super::store::{EmbeddedStore, Entry};
 use crate::cluster::backend::{ObjectKey, Propagation};
 use crate::cluster::clock::rfc3339;
 
-/// The finalizer that holds an owner until its blocking dependents are gone.
-pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
-
 /// The finalizer that holds an owner until its dependents are orphaned.
 pub const ORPHAN_FINALIZER: &str = "orphan";
-
-/// Work the garbage collector still has to do within the current call.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GcTask {
-    /// One of this object's owners went away or started a foreground
-    /// deletion: delete it, or drop the references to dead owners.
-    Settle(ObjectKey),
-    /// The object with this uid may be waiting for dependents that are now
-    /// gone: release its `foregroundDeletion` finalizer if so.
-    ReleaseForeground(String),
-    /// This object was created with, or gained, ownerReferences: if one
-    /// points at an owner in foreground deletion, it is collected at once.
-    Adopted(ObjectKey),
-    /// An object of this namespace went away: if the namespace is
-    /// terminating and now empty, it can go too.
-    FinishNamespace(String),
-}
 
 /// How a dependent sees one of its owners.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

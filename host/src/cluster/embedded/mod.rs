@@ -19,8 +19,11 @@ pub mod crd_schema;
 mod event_log;
 pub mod field_set;
 pub mod garbage_collector;
+mod gc_tasks;
 pub mod kind_scopes;
+mod namespace_object;
 pub mod namespaces;
+mod object_metadata;
 pub mod packed_ownership;
 pub mod store;
 
@@ -34,6 +37,7 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use self::builtins::{BuiltinConfig, BuiltinControllers};
 use self::event_log::EventLog;
+pub use self::event_log::{EVENT_TTL, MAX_EVENTS, RecordedEvent};
 use self::store::{EmbeddedStore, PreparedApply, StoreError, StoreEvent};
 use super::backend::{
     BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, ListedObject,
@@ -48,23 +52,6 @@ pub const DEFAULT_MAX_OBJECTS: usize = 100_000;
 /// How often an async caller finds the store held and yields before it
 /// parks its thread until the store is free.
 const YIELDS_BEFORE_PARKING: usize = 64;
-/// How many recorded Events are kept (oldest dropped first).
-pub const MAX_EVENTS: usize = 10_000;
-/// How long an Event is kept after it was last written: kube-apiserver's
-/// `--event-ttl` default, so Events about objects long gone go as they do
-/// on a real cluster, not only once [`MAX_EVENTS`] newer ones came.
-pub const EVENT_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
-
-/// An Event as the embedded cluster recorded it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecordedEvent {
-    pub at_millis: i64,
-    pub record: EventRecord,
-    /// Unique among the recorded Events.
-    pub name: String,
-    /// Set once the Event happened again.
-    pub series: Option<EventSeries>,
-}
 
 pub struct EmbeddedCluster {
     inner: Mutex<Inner>,

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use super::objects::{controlled, str_at};
 use super::pods::{self, NewPod, is_ready};
-use super::{Round, Timer, controlled, str_at, write_status};
+use super::round::{Round, Timer, write_status};
 use crate::cluster::backend::ObjectKey;
 use crate::cluster::clock::rfc3339;
-use crate::cluster::embedded::store::{finalizers, is_deleting};
+use crate::cluster::embedded::object_metadata::{finalizers, is_deleting};
 use crate::support::duration_text::parse_duration;
 
 /// How long a Job's Pod runs (`30s`, `2m`), overriding `--job-duration`.

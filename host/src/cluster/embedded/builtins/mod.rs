@@ -31,105 +31,29 @@
 //!
 //! [`Clock`]: crate::cluster::Clock
 
+mod changes;
+mod config;
 mod jobs;
 mod names;
+mod objects;
 mod pods;
 mod replicas;
+mod round;
 
-use reconciler_contract::object_meta::MetadataField;
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
-use reconciler_contract::KindRef;
 pub use reconciler_contract::selector::LabelSelector;
 use serde_json::Value;
 
+use self::objects::controller_key;
+use self::round::{Round, Timer};
 use super::store::{EmbeddedStore, StoreEvent};
 use crate::cluster::backend::ObjectKey;
 
+pub use changes::{BuiltinChange, group_changes};
+pub use config::BuiltinConfig;
 pub use jobs::{JOB_DURATION_ANNOTATION, JOB_OUTCOME_ANNOTATION};
-
-/// The field manager of every write the built-in controllers make, as on a
-/// real cluster.
-pub const FIELD_MANAGER: &str = "kube-controller-manager";
-
-/// How the built-in controllers behave.
-#[derive(Clone, Debug)]
-pub struct BuiltinConfig {
-    /// How long a new Pod stays Pending before it runs.
-    pub pod_start_delay: Duration,
-    /// How long a Job's Pod runs when the Job's annotation does not say.
-    pub job_duration: Duration,
-    /// Jobs these labels select fail instead of completing, unless the
-    /// Job's annotation says otherwise.
-    pub failing_jobs: Option<LabelSelector>,
-}
-
-impl Default for BuiltinConfig {
-    fn default() -> Self {
-        Self {
-            pod_start_delay: Duration::from_secs(2),
-            job_duration: Duration::from_secs(10),
-            failing_jobs: None,
-        }
-    }
-}
-
-/// Something a controller does later.
-#[derive(Clone, Debug)]
-enum Timer {
-    /// The Pod starts running.
-    StartPod(ObjectKey),
-    /// The Job's Pod ends, failed or not.
-    FinishJob {
-        job: ObjectKey,
-        pod: ObjectKey,
-        failed: bool,
-    },
-}
-
-/// One change a built-in controller made, for `dev` and `simulate` to show.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BuiltinChange {
-    pub at_millis: i64,
-    /// `created`, `started`, `deleted`, `scaled`, `completed`, `failed`...
-    pub verb: &'static str,
-    pub kind: String,
-    /// `namespace/name`.
-    pub object: String,
-    /// Said after the object (` to 3 replicas`), or empty.
-    pub detail: String,
-}
-
-impl std::fmt::Display for BuiltinChange {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} {} {}{}",
-            self.verb, self.kind, self.object, self.detail
-        )
-    }
-}
-
-/// Changes as few lines: a run of the same verb on the same kind is one
-/// line naming every object (`created Pod default/a, default/b`).
-pub fn group_changes(changes: &[BuiltinChange]) -> Vec<String> {
-    let mut lines: Vec<String> = Vec::new();
-    let mut previous: Option<&BuiltinChange> = None;
-    for change in changes {
-        match (previous, lines.last_mut()) {
-            (Some(p), Some(line))
-                if p.verb == change.verb && p.kind == change.kind && p.detail == change.detail =>
-            {
-                line.truncate(line.len() - p.detail.len());
-                line.push_str(&format!(", {}{}", change.object, change.detail));
-            }
-            _ => lines.push(change.to_string()),
-        }
-        previous = Some(change);
-    }
-    lines
-}
+pub use round::FIELD_MANAGER;
 
 /// How many changes are kept for showing when nobody takes them (oldest
 /// dropped first).
@@ -152,7 +76,6 @@ pub struct BuiltinControllers {
 /// Pods, statuses) needs, a bound should two writes ever feed each other.
 const MAX_ROUNDS: usize = 64;
 
-/// One round's view: the store, the time, and the timers it sets.
 /// The first field the built-ins read as an object that is something else
 /// in `object`. The API server's schema makes these objects; the embedded
 /// cluster stores built-in kinds without a schema, so a hand-written
@@ -177,35 +100,6 @@ fn unreadable_field(object: &Value) -> Option<&'static str> {
             .is_some_and(|v| !v.is_object() && !v.is_null())
             .then_some(*field)
     })
-}
-
-struct Round<'a> {
-    store: &'a mut EmbeddedStore,
-    now: i64,
-    config: &'a BuiltinConfig,
-    timers: Vec<(i64, Timer)>,
-    changes: Vec<BuiltinChange>,
-}
-
-impl Round<'_> {
-    fn note(&mut self, verb: &'static str, key: &ObjectKey, detail: String) {
-        let object = match &key.namespace {
-            Some(namespace) => format!("{namespace}/{}", key.name),
-            None => key.name.clone(),
-        };
-        self.changes.push(BuiltinChange {
-            at_millis: self.now,
-            verb,
-            kind: key.kind.kind.clone(),
-            object,
-            detail,
-        });
-    }
-
-    fn after(&mut self, delay: Duration, timer: Timer) {
-        let delay = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
-        self.timers.push((self.now.saturating_add(delay), timer));
-    }
 }
 
 impl BuiltinControllers {
@@ -333,129 +227,6 @@ impl BuiltinControllers {
         tracing::warn!(
             "the embedded cluster's built-in controllers still had work after {MAX_ROUNDS} rounds; the rest waits for the next change"
         );
-    }
-}
-
-/// The key of the object's controller (the ownerReference with
-/// `controller: true`), in the object's namespace.
-fn controller_key(object: &Value, key: &ObjectKey) -> Option<ObjectKey> {
-    let refs = object.metadata_field("ownerReferences")?.as_array()?;
-    let owner = refs
-        .iter()
-        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))?;
-    let api_version = owner.get("apiVersion")?.as_str()?;
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let kind = KindRef::new(group, version, owner.get("kind")?.as_str()?);
-    Some(ObjectKey::new(
-        kind,
-        key.namespace.as_deref(),
-        owner.get("name")?.as_str()?,
-    ))
-}
-
-/// Whether `object`'s controller is the object with `uid`.
-fn controlled_by(object: &Value, uid: &str) -> bool {
-    object
-        .metadata_field("ownerReferences")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|r| {
-            r.get("controller").and_then(Value::as_bool) == Some(true)
-                && r.get("uid").and_then(Value::as_str) == Some(uid)
-        })
-}
-
-/// The controller ownerReference kube-controller-manager puts on what it
-/// creates.
-fn controller_ref(owner: &Value) -> Value {
-    let s = |p: &str| owner.pointer(p).cloned().unwrap_or(Value::Null);
-    serde_json::json!({
-        "apiVersion": s("/apiVersion"),
-        "kind": s("/kind"),
-        "name": s("/metadata/name"),
-        "uid": s("/metadata/uid"),
-        "controller": true,
-        "blockOwnerDeletion": true,
-    })
-}
-
-/// The live objects of `kind` that the object with `uid` controls, in key
-/// order.
-fn controlled(store: &EmbeddedStore, uid: &str, kind: &str) -> Vec<(ObjectKey, Value)> {
-    store
-        .dependents_of(uid)
-        .into_iter()
-        .filter(|key| key.kind.kind == kind)
-        .filter_map(|key| {
-            let object = store.get(&key)?;
-            controlled_by(&object, uid).then_some((key, object))
-        })
-        .collect()
-}
-
-/// The object as a field manager sends it back: without what the server
-/// sets.
-fn as_applied(object: &Value) -> Value {
-    let mut object = object.clone();
-    if let Some(map) = object.as_object_mut() {
-        map.remove("status");
-        if let Some(Value::Object(meta)) = map.get_mut("metadata") {
-            for field in [
-                "uid",
-                "resourceVersion",
-                "generation",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "managedFields",
-            ] {
-                meta.remove(field);
-            }
-        }
-    }
-    object
-}
-
-fn int_at(object: &Value, pointer: &str) -> Option<i64> {
-    object.pointer(pointer).and_then(Value::as_i64)
-}
-
-fn str_at<'a>(object: &'a Value, pointer: &str) -> Option<&'a str> {
-    object.pointer(pointer).and_then(Value::as_str)
-}
-
-/// Writes `status` when it differs from the stored one. A failure (the
-/// object went, the namespace is terminating) leaves it to the next change.
-fn write_status(round: &mut Round<'_>, key: &ObjectKey, status: Value) {
-    let current = round.store.get(key).and_then(|o| o.get("status").cloned());
-    if current.as_ref() == Some(&status) {
-        return;
-    }
-    if let Err(e) = round
-        .store
-        .apply_status(key, status, FIELD_MANAGER, None, round.now)
-    {
-        tracing::debug!("built-in controllers: cannot write the status of {key}: {e}");
-    }
-}
-
-/// Applies `object` as kube-controller-manager; a failure is logged and
-/// left to the next change.
-fn apply(round: &mut Round<'_>, object: Value) -> Option<Value> {
-    match round.store.apply(object, FIELD_MANAGER, true, round.now) {
-        Ok(outcome) => {
-            if outcome.created
-                && let Some(key) = ObjectKey::of(&outcome.object)
-            {
-                round.note("created", &key, String::new());
-            }
-            Some(outcome.object)
-        }
-        Err(e) => {
-            tracing::debug!("built-in controllers: {e}");
-            None
-        }
     }
 }
 

@@ -5,9 +5,11 @@ use reconciler_contract::object_meta::MetadataField;
 use serde_json::{Map, Value, json};
 
 use super::names::name_suffix;
-use super::{Round, Timer, apply, controller_ref, str_at, write_status};
+use super::objects::{controller_ref, str_at};
+use super::round::{Round, Timer, apply, write_status};
 use crate::cluster::backend::ObjectKey;
 use crate::cluster::clock::rfc3339;
+use crate::cluster::embedded::object_metadata::is_deleting;
 
 /// The part of a new Pod that differs from controller to controller.
 pub(super) struct NewPod<'a> {
@@ -85,7 +87,7 @@ pub(super) fn start(round: &mut Round<'_>, key: &ObjectKey) {
     let Some(pod) = round.store.get(key) else {
         return;
     };
-    if str_at(&pod, "/status/phase") != Some("Pending") || super::super::store::is_deleting(&pod) {
+    if str_at(&pod, "/status/phase") != Some("Pending") || is_deleting(&pod) {
         return;
     }
     let now = rfc3339(round.now);

@@ -5,11 +5,12 @@
 use serde_json::{Map, Value, json};
 
 use super::names::pod_template_hash;
+use super::objects::{as_applied, controlled, controller_ref, int_at, str_at};
 use super::pods::{self, NewPod, is_ready};
-use super::{Round, apply, as_applied, controlled, controller_ref, int_at, str_at, write_status};
+use super::round::{Round, apply, write_status};
 use crate::cluster::backend::{ObjectKey, Propagation};
 use crate::cluster::clock::rfc3339;
-use crate::cluster::embedded::store::is_deleting;
+use crate::cluster::embedded::object_metadata::is_deleting;
 
 const HASH_LABEL: &str = "pod-template-hash";
 const REVISION: &str = "deployment.kubernetes.io/revision";
@@ -105,67 +106,23 @@ pub(super) fn sync_deployment(round: &mut Round<'_>, key: &ObjectKey) {
     let revision = match current {
         Some((_, rs)) => {
             let revision = revision_of(rs);
-            let mut want = as_applied(rs);
-            want["spec"]["replicas"] = json!(replicas);
-            want["metadata"]["annotations"] = annotations(revision);
-            if want != as_applied(rs) {
-                apply(round, want);
-                if replicas_of(rs) != replicas
-                    && let Some(rs_key) = ObjectKey::of(rs)
-                {
-                    round.note("scaled", &rs_key, format!(" to {replicas}"));
-                }
-            }
+            scale_current(round, rs, replicas, annotations(revision));
             revision
         }
         None => {
-            let revision = owned
-                .iter()
-                .map(|(_, rs)| revision_of(rs))
-                .max()
-                .unwrap_or(0)
-                + 1;
-            let mut labels = labels_of(&template, "/metadata/labels");
-            labels.insert(HASH_LABEL.into(), json!(hash));
-            let mut selector = deployment
-                .pointer("/spec/selector")
-                .cloned()
-                .unwrap_or_else(|| json!({}));
-            let mut match_labels = labels_of(&selector, "/matchLabels");
-            match_labels.insert(HASH_LABEL.into(), json!(hash));
-            selector["matchLabels"] = Value::Object(match_labels);
-            let mut rs_template = template.clone();
-            rs_template["metadata"]["labels"] = Value::Object(labels.clone());
-            let replica_set = json!({
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "metadata": {
-                    "name": format!("{name}-{hash}"),
-                    "namespace": key.namespace,
-                    "labels": labels,
-                    "annotations": annotations(revision),
-                    "ownerReferences": [controller_ref(&deployment)],
-                },
-                "spec": {
-                    "replicas": replicas,
-                    "selector": selector,
-                    "template": rs_template,
-                },
-            });
-            apply(round, replica_set);
+            let revision = next_revision(&owned);
+            let new = NewReplicaSet {
+                deployment: &deployment,
+                key,
+                template: &template,
+                hash: &hash,
+                replicas,
+            };
+            apply(round, new.object(annotations(revision)));
             revision
         }
     };
-    for (_, rs) in owned.iter().filter(|(_, rs)| !is_current(rs)) {
-        if replicas_of(rs) != 0 {
-            let mut want = as_applied(rs);
-            want["spec"]["replicas"] = json!(0);
-            apply(round, want);
-            if let Some(rs_key) = ObjectKey::of(rs) {
-                round.note("scaled", &rs_key, " to 0".into());
-            }
-        }
-    }
+    scale_down_old(round, owned.iter().filter(|(_, rs)| !is_current(rs)));
     if revision_of(&deployment) != revision {
         apply(
             round,
@@ -179,6 +136,93 @@ pub(super) fn sync_deployment(round: &mut Round<'_>, key: &ObjectKey) {
     }
     let status = deployment_status(round, &deployment, &uid, &format!("{name}-{hash}"));
     write_status(round, key, status);
+}
+
+/// Gives the ReplicaSet of the current template the Deployment's replicas
+/// and annotations, if it does not have them.
+fn scale_current(round: &mut Round<'_>, rs: &Value, replicas: i64, annotations: Value) {
+    let mut want = as_applied(rs);
+    want["spec"]["replicas"] = json!(replicas);
+    want["metadata"]["annotations"] = annotations;
+    if want != as_applied(rs) {
+        apply(round, want);
+        if replicas_of(rs) != replicas
+            && let Some(rs_key) = ObjectKey::of(rs)
+        {
+            round.note("scaled", &rs_key, format!(" to {replicas}"));
+        }
+    }
+}
+
+/// The revision a new template's ReplicaSet gets: one past the highest of
+/// the Deployment's ReplicaSets.
+fn next_revision(owned: &[(ObjectKey, Value)]) -> i64 {
+    owned
+        .iter()
+        .map(|(_, rs)| revision_of(rs))
+        .max()
+        .unwrap_or(0)
+        + 1
+}
+
+/// Scales the ReplicaSets of older templates to 0.
+fn scale_down_old<'a>(round: &mut Round<'_>, old: impl Iterator<Item = &'a (ObjectKey, Value)>) {
+    for (_, rs) in old {
+        if replicas_of(rs) != 0 {
+            let mut want = as_applied(rs);
+            want["spec"]["replicas"] = json!(0);
+            apply(round, want);
+            if let Some(rs_key) = ObjectKey::of(rs) {
+                round.note("scaled", &rs_key, " to 0".into());
+            }
+        }
+    }
+}
+
+/// The ReplicaSet a Deployment gets for a template it has none for.
+struct NewReplicaSet<'a> {
+    deployment: &'a Value,
+    key: &'a ObjectKey,
+    template: &'a Value,
+    hash: &'a str,
+    replicas: i64,
+}
+
+impl NewReplicaSet<'_> {
+    /// The ReplicaSet as the deployment controller creates it: named and
+    /// labelled by the template's hash, selecting by it too, and controlled
+    /// by the Deployment.
+    fn object(&self, annotations: Value) -> Value {
+        let hash = self.hash;
+        let mut labels = labels_of(self.template, "/metadata/labels");
+        labels.insert(HASH_LABEL.into(), json!(hash));
+        let mut selector = self
+            .deployment
+            .pointer("/spec/selector")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let mut match_labels = labels_of(&selector, "/matchLabels");
+        match_labels.insert(HASH_LABEL.into(), json!(hash));
+        selector["matchLabels"] = Value::Object(match_labels);
+        let mut rs_template = self.template.clone();
+        rs_template["metadata"]["labels"] = Value::Object(labels.clone());
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": format!("{}-{hash}", self.key.name),
+                "namespace": self.key.namespace,
+                "labels": labels,
+                "annotations": annotations,
+                "ownerReferences": [controller_ref(self.deployment)],
+            },
+            "spec": {
+                "replicas": self.replicas,
+                "selector": selector,
+                "template": rs_template,
+            },
+        })
+    }
 }
 
 /// The Deployment's status from its ReplicaSets, with the fields and
@@ -200,47 +244,21 @@ fn deployment_status(round: &Round<'_>, deployment: &Value, uid: &str, new_rs: &
     let is_available = available >= desired - max_unavailable;
     let complete = updated == desired && total == desired && available == desired;
 
-    let previous = deployment
-        .pointer("/status/conditions")
-        .and_then(Value::as_array);
-    let now = rfc3339(round.now);
-    let condition = |type_: &str, ok: bool, reason: &str, message: String| {
-        let status = if ok { "True" } else { "False" };
-        let before = previous
-            .into_iter()
-            .flatten()
-            .find(|c| c.get("type").and_then(Value::as_str) == Some(type_));
-        let same = |field: &str, value: &str| {
-            before.and_then(|c| c.get(field)).and_then(Value::as_str) == Some(value)
-        };
-        let keep = |field: &str| {
-            before
-                .and_then(|c| c.get(field))
-                .cloned()
-                .unwrap_or_else(|| json!(now))
-        };
-        let transition = if same("status", status) {
-            keep("lastTransitionTime")
-        } else {
-            json!(now)
-        };
-        let update = if same("status", status) && same("reason", reason) {
-            keep("lastUpdateTime")
-        } else {
-            json!(now)
-        };
-        json!({"type": type_, "status": status, "reason": reason, "message": message,
-            "lastTransitionTime": transition, "lastUpdateTime": update})
+    let conditions = Conditions {
+        previous: deployment
+            .pointer("/status/conditions")
+            .and_then(Value::as_array),
+        now: rfc3339(round.now),
     };
     let available_condition = if is_available {
-        condition(
+        conditions.condition(
             "Available",
             true,
             "MinimumReplicasAvailable",
             "Deployment has minimum availability.".into(),
         )
     } else {
-        condition(
+        conditions.condition(
             "Available",
             false,
             "MinimumReplicasUnavailable",
@@ -248,14 +266,14 @@ fn deployment_status(round: &Round<'_>, deployment: &Value, uid: &str, new_rs: &
         )
     };
     let progressing = if complete {
-        condition(
+        conditions.condition(
             "Progressing",
             true,
             "NewReplicaSetAvailable",
             format!("ReplicaSet \"{new_rs}\" has successfully progressed."),
         )
     } else {
-        condition(
+        conditions.condition(
             "Progressing",
             true,
             "ReplicaSetUpdated",
@@ -284,6 +302,49 @@ fn deployment_status(round: &Round<'_>, deployment: &Value, uid: &str, new_rs: &
         json!([available_condition, progressing]),
     );
     Value::Object(status)
+}
+
+/// The Deployment's conditions as they were, and the time now: what a
+/// condition written again keeps of its former self.
+struct Conditions<'a> {
+    previous: Option<&'a Vec<Value>>,
+    now: String,
+}
+
+impl Conditions<'_> {
+    /// A condition as the deployment controller writes it: its transition
+    /// time kept while its status holds, its update time while its status
+    /// and reason do.
+    fn condition(&self, type_: &str, ok: bool, reason: &str, message: String) -> Value {
+        let now = &self.now;
+        let status = if ok { "True" } else { "False" };
+        let before = self
+            .previous
+            .into_iter()
+            .flatten()
+            .find(|c| c.get("type").and_then(Value::as_str) == Some(type_));
+        let same = |field: &str, value: &str| {
+            before.and_then(|c| c.get(field)).and_then(Value::as_str) == Some(value)
+        };
+        let keep = |field: &str| {
+            before
+                .and_then(|c| c.get(field))
+                .cloned()
+                .unwrap_or_else(|| json!(now))
+        };
+        let transition = if same("status", status) {
+            keep("lastTransitionTime")
+        } else {
+            json!(now)
+        };
+        let update = if same("status", status) && same("reason", reason) {
+            keep("lastUpdateTime")
+        } else {
+            json!(now)
+        };
+        json!({"type": type_, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": transition, "lastUpdateTime": update})
+    }
 }
 
 /// Creates or deletes Pods until the ReplicaSet has its replicas, and

@@ -11,9 +11,9 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::prune_default::join;
+use super::field_errors::{FieldError, join};
 use super::schema::Schema;
-use super::validate::{FieldError, type_label};
+use super::validate::type_label;
 
 /// The first field of `applied` the schema does not accept, as the API
 /// server words it (`.spec.color: field not declared in schema`).

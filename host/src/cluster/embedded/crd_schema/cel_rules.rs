@@ -17,20 +17,10 @@ use cel_interpreter::objects::{Key, Map as CelMap};
 use cel_interpreter::{Context, ExecutionError, Program, Value as CelValue};
 use serde_json::Value;
 
-use super::prune_default::join;
-use super::schema::{RuleSpec, Schema};
-use super::validate::FieldError;
+use super::compiled_rule::{CompiledRule, RuleSpec};
+use super::field_errors::{FieldError, join};
+use super::schema::Schema;
 use crate::support::panic_guard::panic_message;
-
-/// One rule, parsed.
-#[derive(Debug)]
-pub struct CompiledRule {
-    spec: RuleSpec,
-    program: Program,
-    /// A transition rule: it reads `oldSelf`, so it only runs on an update
-    /// of a value that was there before.
-    transition: bool,
-}
 
 impl CompiledRule {
     /// Parses a rule. The parser panics on some malformed input; that is

@@ -19,6 +19,8 @@
 
 mod applied;
 mod cel_rules;
+mod compiled_rule;
+mod field_errors;
 mod prune_default;
 mod schema;
 mod validate;
@@ -29,8 +31,8 @@ use std::sync::Arc;
 use reconciler_contract::KindRef;
 use serde_json::Value;
 
+pub use self::field_errors::FieldError;
 pub use self::schema::Schema;
-pub use self::validate::FieldError;
 
 /// The line the API server adds when schema errors kept CEL rules from
 /// running.

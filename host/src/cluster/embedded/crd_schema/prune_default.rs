@@ -5,6 +5,7 @@
 
 use serde_json::{Map, Value};
 
+use super::field_errors::join;
 use super::schema::Schema;
 
 /// Drops every field of `object` its schema does not declare or preserve,
@@ -90,14 +91,5 @@ pub fn apply_defaults(schema: &Schema, value: &mut Value) {
             }
         }
         _ => {}
-    }
-}
-
-/// `spec.size`, `spec.tags[0]`: a field path as the API server writes one.
-pub fn join(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_string()
-    } else {
-        format!("{path}.{name}")
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::cel_rules::CompiledRule;
+use super::compiled_rule::{CompiledRule, RuleSpec};
 
 /// A node of a structural schema: the keywords the API server acts on.
 #[derive(Debug, Default, Deserialize)]
@@ -75,16 +75,6 @@ pub struct Schema {
 pub enum AdditionalProperties {
     Allowed(bool),
     Schema(Box<Schema>),
-}
-
-/// One `x-kubernetes-validations` entry as written in the CRD.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RuleSpec {
-    pub rule: String,
-    pub message: Option<String>,
-    pub field_path: Option<String>,
-    pub reason: Option<String>,
 }
 
 impl Schema {

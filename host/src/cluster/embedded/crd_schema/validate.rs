@@ -7,44 +7,8 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use super::prune_default::join;
+use super::field_errors::{FieldError, join};
 use super::schema::Schema;
-
-/// One refused field: `spec.size: Required value`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FieldError {
-    pub path: String,
-    pub detail: String,
-}
-
-impl FieldError {
-    /// Whether the API server leaves CEL rules unchecked because of this
-    /// error: a wrong type or format, a missing field, a value outside an
-    /// enum, or too long or too many (its TypeInvalid, Required,
-    /// NotSupported, TooLong and TooMany errors, worded as below).
-    pub fn blocks_rules(&self) -> bool {
-        [
-            "Required value",
-            "Unsupported value",
-            "Too long",
-            "Too many",
-        ]
-        .iter()
-        .any(|start| self.detail.starts_with(start))
-            || self.detail.contains("in body must be of type")
-    }
-}
-
-impl std::fmt::Display for FieldError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let path = if self.path.is_empty() {
-            "<nil>"
-        } else {
-            &self.path
-        };
-        write!(f, "{path}: {}", self.detail)
-    }
-}
 
 /// Every value validation `object` fails under `root`. The root's
 /// apiVersion, kind and metadata are the store's to validate.
