@@ -307,7 +307,7 @@ impl RegistryClient {
 }
 
 /// The oci-client configuration for `options`; made anew for every client
-/// (it is not `Clone`), here and for the signature client.
+/// (it is not `Clone`).
 pub fn oci_config(options: &RegistryOptions) -> ClientConfig {
     ClientConfig {
         protocol: if options.insecure.is_empty() {
