@@ -145,9 +145,9 @@ const MEMCACHED_REQUEUE: Duration = Duration::from_secs(60);
 const RESIZE_GAP: Duration = Duration::from_secs(5);
 /// How late the create's requeue may come: less than `RESIZE_GAP`.
 const REQUEUE_SLACK: Duration = Duration::from_secs(4);
-/// Reconciles that change nothing are logged at debug level by `run`; the
-/// requeue is one of them.
-const EVERY_RECONCILE_LOGGED: &str = "info,reconciler_host::process::run=debug";
+/// Reconciles that change nothing are logged at debug level
+/// (`engine::record::log_record`); the requeue is one of them.
+const EVERY_RECONCILE_LOGGED: &str = "info,reconciler_host::engine::record=debug";
 
 /// Waits until `status.nodes` of Memcached `name` lists exactly the Pods
 /// carrying its labels, `count` of them (the ReplicaSet controller creates
