@@ -14,17 +14,42 @@
 //! twice and sees each object as it was when its page reached it, as a
 //! paginated list of the API server does with a continue token past its
 //! snapshot.
+//!
+//! This module knows nothing of how the cache stores objects: the cache
+//! examines a page's objects and adds the matches ([`ListPage::add`]); this
+//! module sizes the pages, keeps the list within its bounds and stops it.
 
-use std::ops::Deref;
 use std::time::Instant;
-
-use crate::memory_cache::{ListJsonError, MemoryCache};
-use crate::selector::LabelSelector;
-use crate::types::{KindRef, Projection};
 
 /// Comparisons one page makes under one hold of the cache: tens of
 /// microseconds, so a writer waits no longer than that behind a list.
 pub const PAGE_WORK: usize = 1 << 14;
+
+/// Why a list (`MemoryCache::list_json_within`, `list_json_paged`) returned
+/// no list.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ListJsonError {
+    /// The label selector does not parse.
+    #[error("{0}")]
+    Selector(String),
+    /// The matching objects' text passes the maximum; `listed` objects fit.
+    #[error(
+        "the list passes {} MiB of JSON after {listed} objects: list with a narrower label selector or a namespace",
+        max_bytes.div_ceil(1024 * 1024)
+    )]
+    TooLarge { listed: usize, max_bytes: usize },
+    /// The list examined as many objects as its bounds allow for its
+    /// selector before finishing (`ListBounds::max_work`).
+    #[error(
+        "the list examined {examined} objects, all its bounds allow: list with a narrower label selector or a namespace"
+    )]
+    TooMuchWork { examined: usize },
+    /// The list did not finish before its deadline.
+    #[error(
+        "the list did not finish before the call's deadline, after examining {examined} objects: list with a narrower label selector or a namespace"
+    )]
+    PastDeadline { examined: usize },
+}
 
 /// How far one list may go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,21 +108,15 @@ impl ListPage {
     }
 }
 
-/// The objects of `kind` in `namespace` (all when `None`) matching
-/// `selector`, as JSON text in namespace and name order, within `bounds`.
-/// `hold` gives the cache for one page (a lock guard, say) and is called
-/// again for each next page.
-pub fn list_json_paged<C: Deref<Target = MemoryCache>>(
-    mut hold: impl FnMut() -> C,
-    kind: &KindRef,
-    namespace: Option<&str>,
-    selector: &str,
-    projection: Projection,
+/// Runs a list page after page: `next_page` examines the next objects
+/// into `page` (false once none is left), and the list gives up past
+/// `bounds`. `cost` is the comparisons examining one object takes (the
+/// selector's), which sizes a page to [`PAGE_WORK`].
+pub(crate) fn page_through(
+    cost: usize,
     bounds: ListBounds,
+    mut next_page: impl FnMut(&mut ListPage) -> Result<bool, ListJsonError>,
 ) -> Result<Vec<String>, ListJsonError> {
-    let selector =
-        LabelSelector::parse(selector).map_err(|e| ListJsonError::Selector(e.to_string()))?;
-    let cost = selector.cost();
     let mut page = ListPage {
         after: None,
         examine: (PAGE_WORK / cost).max(1),
@@ -107,7 +126,7 @@ pub fn list_json_paged<C: Deref<Target = MemoryCache>>(
         max_bytes: bounds.max_bytes,
     };
     loop {
-        let more = hold().list_page(kind, namespace, &selector, projection, &mut page)?;
+        let more = next_page(&mut page)?;
         if !more {
             return Ok(page.listed);
         }
@@ -118,101 +137,5 @@ pub fn list_json_paged<C: Deref<Target = MemoryCache>>(
         if bounds.deadline.is_some_and(|d| Instant::now() >= d) {
             return Err(ListJsonError::PastDeadline { examined });
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::cell::Cell;
-
-    use serde_json::json;
-
-    use super::*;
-
-    fn pods(n: usize) -> MemoryCache {
-        let mut cache = MemoryCache::new();
-        for i in 0..n {
-            let app = if i % 2 == 0 { "web" } else { "db" };
-            cache
-                .insert(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
-                    "name": format!("p{i:05}"), "namespace": "default",
-                    "labels": {"app": app}}}))
-                .unwrap();
-        }
-        cache
-    }
-
-    fn pod() -> KindRef {
-        KindRef::new("", "v1", "Pod")
-    }
-
-    #[test]
-    fn a_long_list_takes_the_cache_once_per_page_and_lists_every_match_once() {
-        let cache = pods(3 * PAGE_WORK);
-        let holds = Cell::new(0);
-        let hold = || {
-            holds.set(holds.get() + 1);
-            &cache
-        };
-        let listed = list_json_paged(
-            hold,
-            &pod(),
-            None,
-            "app!=db",
-            Projection::MetadataOnly,
-            ListBounds::bytes(usize::MAX),
-        )
-        .unwrap();
-        assert_eq!(listed.len(), 3 * PAGE_WORK / 2);
-        let mut names: Vec<&str> = listed
-            .iter()
-            .map(|t| {
-                t.split("\"name\":\"")
-                    .nth(1)
-                    .unwrap()
-                    .split('"')
-                    .next()
-                    .unwrap()
-            })
-            .collect();
-        names.dedup();
-        assert_eq!(names.len(), listed.len(), "no object twice");
-        assert!(holds.get() >= 3, "held {} times", holds.get());
-        // Through the label index, the same.
-        let web = list_json_paged(
-            || &cache,
-            &pod(),
-            Some("default"),
-            "app=web",
-            Projection::MetadataOnly,
-            ListBounds::bytes(usize::MAX),
-        )
-        .unwrap();
-        assert_eq!(web, listed);
-    }
-
-    #[test]
-    fn a_list_past_its_work_or_its_deadline_gives_up() {
-        let cache = pods(4 * PAGE_WORK);
-        let values = vec!["x"; 200].join(",");
-        let selector = format!("app notin ({values})");
-        let list =
-            |bounds| list_json_paged(|| &cache, &pod(), None, &selector, Projection::Full, bounds);
-        let err = list(ListBounds {
-            max_work: 1 << 20,
-            ..ListBounds::bytes(usize::MAX)
-        })
-        .unwrap_err();
-        assert!(matches!(err, ListJsonError::TooMuchWork { .. }), "{err:?}");
-        let err = list(ListBounds {
-            deadline: Some(Instant::now()),
-            ..ListBounds::bytes(usize::MAX)
-        })
-        .unwrap_err();
-        assert!(matches!(err, ListJsonError::PastDeadline { .. }), "{err:?}");
-        assert_eq!(
-            list(ListBounds::bytes(usize::MAX)).unwrap().len(),
-            4 * PAGE_WORK
-        );
     }
 }

@@ -20,9 +20,11 @@ use serde_json::{Map, Value};
 use crate::names::{check_dns_label, check_kind, check_object_name};
 
 mod host_owned_fields;
+mod json_type;
 mod object_metadata;
 
 use host_owned_fields::refuse_host_owned;
+use json_type::json_type;
 use object_metadata::check_metadata;
 
 /// A response that passed every rule. Objects carry their namespace (the
@@ -254,17 +256,6 @@ fn describe(i: usize, kind: &KindRef, object: &Value) -> String {
         "apply[{i}] ({kind} {})",
         name_of(object).unwrap_or_default()
     )
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

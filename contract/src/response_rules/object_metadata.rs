@@ -8,7 +8,7 @@
 use crate::KindRef;
 use serde_json::{Map, Value};
 
-use super::json_type;
+use super::json_type::json_type;
 use crate::names::{check_dns_label, check_label_value, check_object_name, check_qualified_name};
 
 /// The API server's limit on an object's annotations: the bytes of every

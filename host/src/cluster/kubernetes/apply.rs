@@ -8,7 +8,9 @@
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::{KubernetesBackend, errors, request, to_value};
+use super::connection::{KubernetesBackend, request};
+use super::errors;
+use super::object_values::to_value;
 use crate::cluster::backend::{BackendError, ObjectKey};
 
 pub(crate) async fn apply(

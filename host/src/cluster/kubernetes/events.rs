@@ -15,7 +15,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use reconciler_contract::EventType;
 
-use super::{KubernetesBackend, errors, truncate_at_char};
+use super::connection::{KubernetesBackend, truncate_at_char};
+use super::errors;
 use crate::cluster::backend::{BackendError, EventRecord, EventRef, EventSeries};
 
 /// The API limits an Event's note to 1 kB.

@@ -10,7 +10,9 @@ use kube::api::{Patch, PatchParams};
 use reconciler_contract::memory_cache::finalizers_of;
 use serde_json::{Value, json};
 
-use super::{KubernetesBackend, errors, request, to_value};
+use super::connection::{KubernetesBackend, request};
+use super::errors;
+use super::object_values::to_value;
 use crate::cluster::backend::{BackendError, ObjectKey};
 
 /// How often a patch whose guard failed is retried with a fresh read.

@@ -5,6 +5,7 @@
 //! API's error codes. Each job lives in its own module so it can be read and
 //! tested alone against a mocked API:
 //!
+//! - `connection`: the client, resolved kinds, and how a request is addressed;
 //! - `discovery`: kind -> served resource and scope, cached per kind;
 //! - `watch`: list + watch with resume, re-list reconciliation and backoff;
 //! - `apply`: server-side apply of objects and of their status;
@@ -14,159 +15,34 @@
 //! - `api_client`, `client_rate_limit`: the client every part of the host
 //!   builds, with its timeouts, rate limit and credential-safe errors;
 //! - `errors`: API failures -> `BackendError`, with RBAC-aware 403 messages;
+//! - `object_values`: objects from the API as the engine keeps them;
 //! - `relist_watch`: the host's own inputs (kubeconfig Secrets, Plugins)
 //!   followed as whole relists and single changes.
 
 pub mod api_client;
 mod apply;
 pub mod client_rate_limit;
+mod connection;
 pub mod credential_errors;
 mod discovery;
 mod errors;
 mod events;
 mod finalizers;
+mod object_values;
 pub mod relist_watch;
 mod watch;
 
-use std::sync::Arc;
-
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, PartialObjectMeta, Preconditions,
-    PropagationPolicy,
-};
-use kube::discovery::Scope;
+use kube::api::{DeleteParams, Preconditions, PropagationPolicy};
 use reconciler_contract::KindRef;
 use serde_json::Value;
 
+pub use self::connection::KubernetesBackend;
+use self::connection::request;
+use self::object_values::to_value;
 use crate::cluster::backend::{
     BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, ObjectKey,
-    Propagation, WatchScope, WatchStream, slimmed,
+    Propagation, WatchScope, WatchStream,
 };
-use discovery::{KindCache, Resolved};
-
-/// A `ClusterBackend` that drives a Kubernetes API server through `kube`.
-#[derive(Clone)]
-pub struct KubernetesBackend {
-    client: kube::Client,
-    kinds: Arc<KindCache>,
-    /// `reportingInstance` of recorded Events: which replica reported.
-    reporting_instance: String,
-}
-
-impl KubernetesBackend {
-    /// A backend using `client`. Events name the pod (`POD_NAME`, else
-    /// `HOSTNAME`) as their reporting instance.
-    pub fn new(client: kube::Client) -> Self {
-        let instance = std::env::var("POD_NAME")
-            .or_else(|_| std::env::var("HOSTNAME"))
-            .unwrap_or_else(|_| "reconciler-host".to_string());
-        Self::with_reporting_instance(client, instance)
-    }
-
-    pub fn with_reporting_instance(client: kube::Client, instance: impl Into<String>) -> Self {
-        let mut instance: String = instance.into();
-        // The API limits reportingInstance to 128 characters.
-        truncate_at_char(&mut instance, 128);
-        Self {
-            client,
-            kinds: Arc::default(),
-            reporting_instance: instance,
-        }
-    }
-
-    /// Tells the backend how `kind` is served, sparing a discovery request.
-    pub fn remember_kind(&self, kind: KindRef, plural: &str, namespaced: bool) {
-        let gvk = kube::api::GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
-        let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
-        let scope = if namespaced {
-            Scope::Namespaced
-        } else {
-            Scope::Cluster
-        };
-        self.kinds.insert(kind, resource, scope);
-    }
-
-    async fn resolve(&self, kind: &KindRef) -> Result<Resolved, BackendError> {
-        self.kinds.resolve(&self.client, kind).await
-    }
-
-    /// The API for one object of a resolved kind.
-    fn api_for(
-        &self,
-        resolved: &Resolved,
-        key: &ObjectKey,
-    ) -> Result<Api<DynamicObject>, BackendError> {
-        match (resolved.namespaced, key.namespace.as_deref()) {
-            (true, Some(ns)) => Ok(Api::namespaced_with(
-                self.client.clone(),
-                ns,
-                &resolved.resource,
-            )),
-            (true, None) => Err(BackendError::Invalid {
-                key: key.to_string(),
-                message: format!("{} is namespaced but no namespace was given", key.kind.kind),
-            }),
-            (false, _) => Ok(Api::all_with(self.client.clone(), &resolved.resource)),
-        }
-    }
-}
-
-/// Describes a request on `key` for error messages.
-fn request<'a>(
-    verb: &'static str,
-    resolved: &Resolved,
-    key: &'a ObjectKey,
-    subresource: Option<&str>,
-) -> errors::Request<'a> {
-    let mut resource = resolved.resource.plural.clone();
-    if let Some(sub) = subresource {
-        resource = format!("{resource}/{sub}");
-    }
-    errors::Request {
-        verb,
-        group: &key.kind.group,
-        resource,
-        namespace: if resolved.namespaced {
-            key.namespace.as_deref()
-        } else {
-            None
-        },
-        target: key.to_string(),
-    }
-}
-
-/// An object as the engine wants it: JSON with apiVersion and kind (list
-/// items lack them), slimmed before anything keeps a copy.
-fn to_value(object: DynamicObject, resource: &ApiResource) -> Value {
-    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
-    if let Some(map) = value.as_object_mut() {
-        map.entry("apiVersion")
-            .or_insert_with(|| Value::String(resource.api_version.clone()));
-        map.entry("kind")
-            .or_insert_with(|| Value::String(resource.kind.clone()));
-    }
-    slimmed(value)
-}
-
-/// A metadata-only object as the engine wants it: under the kind it is
-/// watched as, not `meta.k8s.io/v1 PartialObjectMetadata`.
-fn meta_to_value(object: PartialObjectMeta<DynamicObject>, resource: &ApiResource) -> Value {
-    slimmed(serde_json::json!({
-        "apiVersion": resource.api_version,
-        "kind": resource.kind,
-        "metadata": object.metadata,
-    }))
-}
-
-fn truncate_at_char(s: &mut String, max: usize) {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
-}
 
 impl ClusterBackend for KubernetesBackend {
     async fn kind_scope(&self, kind: &KindRef) -> Result<KindScope, BackendError> {

@@ -8,7 +8,7 @@ use kube::client::Body;
 use reconciler_contract::KindRef;
 use serde_json::{Value, json};
 
-use super::KubernetesBackend;
+use super::connection::KubernetesBackend;
 
 pub(crate) type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 

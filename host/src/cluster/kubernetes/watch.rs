@@ -26,7 +26,8 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::discovery::Resolved;
-use super::{errors, meta_to_value, to_value};
+use super::errors;
+use super::object_values::{meta_to_value, to_value};
 use crate::cluster::backend::{
     BackendError, ListedObject, WatchEvent, WatchEventType, WatchScope, WatchStream,
 };

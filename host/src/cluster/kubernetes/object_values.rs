@@ -1,0 +1,36 @@
+//! Objects from the API as the engine keeps them: JSON with their
+//! apiVersion and kind, slimmed before anything keeps a copy.
+//!
+//! Why a module: a get, an apply, a finalizer patch and a watch event all
+//! hand back objects, and all must hand them back alike.
+
+use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
+use serde_json::Value;
+
+use crate::cluster::backend::slimmed;
+
+/// An object as the engine wants it: JSON with apiVersion and kind (list
+/// items lack them), slimmed before anything keeps a copy.
+pub(super) fn to_value(object: DynamicObject, resource: &ApiResource) -> Value {
+    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
+    if let Some(map) = value.as_object_mut() {
+        map.entry("apiVersion")
+            .or_insert_with(|| Value::String(resource.api_version.clone()));
+        map.entry("kind")
+            .or_insert_with(|| Value::String(resource.kind.clone()));
+    }
+    slimmed(value)
+}
+
+/// A metadata-only object as the engine wants it: under the kind it is
+/// watched as, not `meta.k8s.io/v1 PartialObjectMetadata`.
+pub(super) fn meta_to_value(
+    object: PartialObjectMeta<DynamicObject>,
+    resource: &ApiResource,
+) -> Value {
+    slimmed(serde_json::json!({
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": object.metadata,
+    }))
+}
