@@ -36,7 +36,7 @@ use crate::registry::client::Pulled;
 use crate::registry::fetch::{FetchError, fetch_digest, resolve, signers_text};
 use crate::registry::signatures::Signer;
 use crate::registry::trust::{Admission, Requirements};
-use crate::registry::{Credentials, Digest, RegistryClient, TrustPolicy};
+use crate::registry::{Credentials, Digest, RegistryClient, TrustPolicy, VerifyError};
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -86,6 +86,17 @@ struct SpecAccess<'a> {
     requirements: Requirements,
     /// The trust a digest is admitted under now.
     admission: Admission,
+}
+
+impl SpecAccess<'_> {
+    /// Verifies `digest` of the spec's source under its requirements.
+    async fn verify(&self, digest: &Digest) -> Result<Vec<Signer>, VerifyError> {
+        let reference = &self.spec.reference;
+        let auth = self.client.auth_for(reference, Some(&self.credentials));
+        self.requirements
+            .verify(self.client.options(), reference, digest, &auth)
+            .await
+    }
 }
 
 /// A verified digest's signers, the trust it was verified under, and its
@@ -425,22 +436,12 @@ impl Follower {
     /// digest that passes serves instead (or nothing), and the failure is
     /// the attempt's outcome.
     async fn readmit(&mut self, desired: &Desired, access: &SpecAccess<'_>) -> Option<Attempt> {
-        let SpecAccess {
-            spec,
-            client,
-            credentials,
-            requirements,
-            admission,
-        } = access;
+        let admission = &access.admission;
         let serving = self.serving.clone()?;
         if serving.admitted == *admission {
             return None;
         }
-        let auth = client.auth_for(&spec.reference, Some(credentials));
-        let checked = requirements
-            .verify(client.options(), &spec.reference, &serving.digest, &auth)
-            .await;
-        match checked {
+        match access.verify(&serving.digest).await {
             Ok(signers) => {
                 let verified = verified_state(&serving.digest, &signers, desired);
                 tracing::info!(
@@ -486,14 +487,7 @@ impl Follower {
     /// `requirements` and whose cached component is still intact; which
     /// one, if any.
     async fn fall_back(&mut self, desired: &Desired, access: &SpecAccess<'_>) -> Option<Digest> {
-        let SpecAccess {
-            spec,
-            client,
-            credentials,
-            requirements,
-            admission,
-        } = access;
-        let auth = client.auth_for(&spec.reference, Some(credentials));
+        let admission = &access.admission;
         let candidates: Vec<Serving> = self
             .history
             .iter()
@@ -502,10 +496,7 @@ impl Follower {
             .cloned()
             .collect();
         for candidate in candidates {
-            let Ok(signers) = requirements
-                .verify(client.options(), &spec.reference, &candidate.digest, &auth)
-                .await
-            else {
+            let Ok(signers) = access.verify(&candidate.digest).await else {
                 continue;
             };
             if !self
