@@ -36,7 +36,7 @@ pub use errors::{CallError, LoadError, LoadFailure};
 pub use limits::{HostLimits, SandboxLimits};
 pub use loaded::{Attempt, BRIEF_TICKS, LoadedPlugin, ReconcileInput};
 pub use memory_budget::MemoryBudget;
-pub use object_reader::ObjectReader;
+pub use object_reader::{GetRequest, ListRequest, ObjectReader};
 pub use response_limits::ResponseOverLimit;
 pub use response_rules::{DesiredObject, InvalidResponse, ValidResponse, WriteRole};
 pub use sandbox::{LoadReport, Sandbox, SandboxConfig};
