@@ -57,7 +57,7 @@ use tracing::Instrument;
 use self::call_placement::{CallPlacement, Placed};
 use self::call_slots::CallSlots;
 use self::event_recorder::EventRecorder;
-use self::finalizer_handover::{FinalizerHandover, FinalizerHold, Handover, handover_event};
+use self::finalizer_handover::{Handover, handover_event};
 use self::plan::{DeleteReason, Observed, has_finalizer};
 pub use self::record::{Change, Outcome, ReconcileRecord};
 use self::requeue::{Requeue, RequeuePolicy, at};
@@ -70,28 +70,23 @@ use crate::cluster::{
     Propagation, WatchEvent, WatchEventType, WatchScope,
 };
 use crate::golden::recorder::{CaseRecorder, Recording, RecordingReader};
-use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput, ValidResponse, WriteRole};
+use crate::plugin::directory::twin_of;
+use crate::plugin::finalizer_report::{FinalizerHandover, FinalizerHold};
+use crate::plugin::plugin_host::{PluginHost, Refusal, Refused, Replaced};
+use crate::plugin::{
+    LoadFailure, LoadedPlugin, ObjectReader, ReconcileInput, ValidResponse, WriteRole,
+};
 use crate::support::panic_guard::catch_panic;
 
 /// Why an engine cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error(
-        "plugin {second} reconciles {kind}, which plugin {first} from {} already reconciles: a primary kind has one plugin, whatever version of it each serves",
-        first_file.display()
-    )]
-    PrimaryTaken {
-        /// See [`primary_kind_taken`].
-        kind: String,
-        first: String,
-        first_file: std::path::PathBuf,
-        second: String,
-    },
-    #[error("plugin name {name} is already used by {}", file.display())]
-    DuplicateName {
-        name: String,
-        file: std::path::PathBuf,
-    },
+    /// Another plugin has its name, or reconciles its primary kind in any
+    /// version: two plugins would see the same objects and children (one
+    /// CRD serving both versions), each pruning what the other applies.
+    /// The words of [`twin_of`], which every plugin set applies.
+    #[error(transparent)]
+    Taken(LoadFailure),
     #[error("no plugin named {0} is loaded")]
     NotLoaded(String),
     #[error("cannot watch {kind}: {source}")]
@@ -161,15 +156,6 @@ pub struct Remembered {
     /// Event series, and objects with an Event rate limit.
     pub event_series: usize,
     pub event_limits: usize,
-}
-
-/// The outcome of [`Engine::replace_plugin`].
-pub struct Replaced {
-    /// The version that served until now.
-    pub old: Arc<LoadedPlugin>,
-    /// What was done about the old version's finalizer, when the new version
-    /// declares another one or none.
-    pub finalizers: Option<FinalizerHandover>,
 }
 
 /// One plugin's work queue at a moment.
@@ -352,24 +338,18 @@ impl<B: ClusterBackend> Engine<B> {
         map.get(name).cloned()
     }
 
-    /// Refuses `metadata` when another plugin reconciles its primary kind in
-    /// any version: two plugins would see the same objects and children
-    /// (one CRD serving both versions), each pruning what the other applies.
-    fn check_primary_free(&self, metadata: &PluginMetadata) -> Result<(), EngineError> {
-        let taken = self.controllers().into_iter().find(|(name, c)| {
-            name != &metadata.name
-                && c.plugin()
-                    .metadata()
-                    .primary
-                    .same_group_kind(&metadata.primary)
-        });
-        match taken {
-            Some((first, c)) => Err(EngineError::PrimaryTaken {
-                kind: primary_kind_taken(&metadata.primary, &c.plugin().metadata().primary),
-                first,
-                first_file: c.plugin().path().to_path_buf(),
-                second: metadata.name.clone(),
-            }),
+    /// Refuses `plugin` when another plugin has its name or reconciles its
+    /// primary kind (the one it replaces excepted).
+    fn check_free(&self, plugin: &LoadedPlugin, replacing: bool) -> Result<(), EngineError> {
+        let served: Vec<Arc<LoadedPlugin>> = self
+            .controllers()
+            .into_iter()
+            .filter(|(name, _)| !(replacing && name == plugin.name()))
+            .map(|(_, c)| c.plugin())
+            .collect();
+        let others: Vec<&LoadedPlugin> = served.iter().map(|p| p.as_ref()).collect();
+        match twin_of(plugin, &others) {
+            Some(clash) => Err(EngineError::Taken(clash)),
             None => Ok(()),
         }
     }
@@ -378,13 +358,7 @@ impl<B: ClusterBackend> Engine<B> {
     /// free, watches its kinds, and queues its existing primaries.
     pub async fn add_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<(), EngineError> {
         let m = plugin.metadata();
-        if let Some(loaded) = self.controller(&m.name) {
-            return Err(EngineError::DuplicateName {
-                name: m.name.clone(),
-                file: loaded.plugin().path().to_path_buf(),
-            });
-        }
-        self.check_primary_free(m)?;
+        self.check_free(&plugin, false)?;
         self.check_kind_scopes(m).await?;
         self.watch_kinds(&plugin).await?;
         let controller = Controller {
@@ -410,7 +384,7 @@ impl<B: ClusterBackend> Engine<B> {
         let Some(controller) = self.controller(&m.name) else {
             return Err(EngineError::NotLoaded(m.name.clone()));
         };
-        self.check_primary_free(m)?;
+        self.check_free(&plugin, true)?;
         self.check_kind_scopes(m).await?;
         self.watch_kinds(&plugin).await?;
         let name = m.name.clone();
@@ -485,7 +459,7 @@ impl<B: ClusterBackend> Engine<B> {
                 summary.failed.push((key, why));
                 continue;
             }
-            summary.count(&handover);
+            handover.tally(&mut summary);
             let (reason, message) =
                 handover_event(&handover, &after.name, &after.version, successor.as_deref());
             let record = EventRecord {
@@ -1626,17 +1600,6 @@ impl<B: ClusterBackend> Engine<B> {
     }
 }
 
-/// How a refusal names a primary kind another plugin reconciles as
-/// `taken`: `example.com/v1 PodSet`, or `example.com/v1 PodSet, the same
-/// kind as example.com/v1alpha1 PodSet` when the versions differ.
-pub(crate) fn primary_kind_taken(kind: &KindRef, taken: &KindRef) -> String {
-    if kind == taken {
-        kind.to_string()
-    } else {
-        format!("{kind}, the same kind as {taken}")
-    }
-}
-
 fn uid_of(object: &Value) -> Option<String> {
     object
         .metadata_field("uid")
@@ -1682,4 +1645,33 @@ fn partial_failure(step: &str, e: BackendError, done: &[Change]) -> (String, Str
             writes.join(", ")
         ),
     )
+}
+
+/// The engine as the plugins directory sees it.
+impl<B: ClusterBackend> PluginHost for Engine<B> {
+    async fn add_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<(), Refused> {
+        Ok(Engine::add_plugin(self, plugin).await?)
+    }
+    async fn replace_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<Replaced, Refused> {
+        Ok(Engine::replace_plugin(self, plugin).await?)
+    }
+    fn remove_plugin(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
+        Engine::remove_plugin(self, name)
+    }
+    fn finalizer_holds(&self, name: &str) -> Vec<FinalizerHold> {
+        Engine::finalizer_holds(self, name)
+    }
+}
+
+/// Which kind of refusal each error is: when the directory tries the
+/// version again.
+impl From<EngineError> for Refused {
+    fn from(error: EngineError) -> Self {
+        let why = match &error {
+            EngineError::Watch { .. } => Refusal::Unwatchable,
+            EngineError::ClusterScopedFromNamespaced { .. } => Refusal::Broken,
+            EngineError::Taken(_) | EngineError::NotLoaded(_) => Refusal::Conflict,
+        };
+        Refused::new(why, error)
+    }
 }
