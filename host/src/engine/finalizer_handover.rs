@@ -37,10 +37,14 @@
 use std::collections::BTreeSet;
 
 use reconciler_contract::memory_cache::is_deleting;
+use reconciler_contract::{EventType, PluginMetadata};
 use serde_json::Value;
 
-use super::plan::has_finalizer;
-use crate::plugin::finalizer_report::FinalizerHandover;
+use super::controllers::Controller;
+use super::plan::{has_finalizer, uid_of};
+use super::shared::Shared;
+use crate::cluster::{BackendError, ClusterBackend, EventRecord, ObjectKey};
+use crate::plugin::finalizer_report::{FinalizerHandover, FinalizerHold};
 
 /// What a reload does to one object carrying superseded finalizers (each
 /// variant holds the ones it carries, sorted).
@@ -137,6 +141,152 @@ impl Handover {
             Handover::HandOver(_) => summary.handed_over += 1,
         }
     }
+}
+
+/// What a reload from `before` to `after` makes of the finalizers a plugin
+/// answers for.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Superseding {
+    /// The finalizers stale for objects of the old primary kind.
+    pub stale: BTreeSet<String>,
+    /// The one that now finalizes them, if any.
+    pub successor: Option<String>,
+    /// Whether the finalizer changed at all: nothing is handed over if not.
+    pub changed: bool,
+}
+
+/// Adds the old version's finalizer to the `superseded` ones the plugin
+/// answers for (the new version's own is never among them), and says what
+/// is stale for the old primary kind.
+pub fn supersede(
+    superseded: &mut BTreeSet<String>,
+    before: &PluginMetadata,
+    after: &PluginMetadata,
+) -> Superseding {
+    let same_primary = before.primary.same_group_kind(&after.primary);
+    let changed =
+        before.finalizer.is_some() && (before.finalizer != after.finalizer || !same_primary);
+    superseded.extend(before.finalizer.iter().cloned());
+    let mut stale = superseded.clone();
+    if let Some(current) = &after.finalizer {
+        superseded.remove(current);
+        if same_primary {
+            stale.remove(current);
+        }
+    }
+    Superseding {
+        stale,
+        successor: after.finalizer.clone().filter(|_| same_primary),
+        changed,
+    }
+}
+
+/// Deals with the objects of the version `before` that carry a finalizer
+/// `after` no longer declares: live ones lose it, deleting ones are handed
+/// over to `after` (or released, when it will never finalize them), each
+/// with an Event. `None` when the finalizer did not change.
+pub async fn hand_over<B: ClusterBackend>(
+    shared: &Shared<B>,
+    controller: &Controller,
+    before: &PluginMetadata,
+    after: &PluginMetadata,
+) -> Option<FinalizerHandover> {
+    let superseding = supersede(&mut controller.state().superseded_finalizers, before, after);
+    if !superseding.changed {
+        return None;
+    }
+    let mut summary = FinalizerHandover {
+        version: after.version.clone(),
+        old: superseding.stale.iter().cloned().collect(),
+        new: superseding.successor.clone(),
+        ..FinalizerHandover::default()
+    };
+    for object in shared.cache.list(&before.primary) {
+        if shared.scope.selectors.admits(&before.name, &object) {
+            hand_over_object(shared, after, &object, &superseding, &mut summary).await;
+        }
+    }
+    Some(summary)
+}
+
+/// Hands over one object, if it carries a stale finalizer, counting it in
+/// `summary` (or its failure, with how to release it by hand).
+async fn hand_over_object<B: ClusterBackend>(
+    shared: &Shared<B>,
+    after: &PluginMetadata,
+    object: &Value,
+    superseding: &Superseding,
+    summary: &mut FinalizerHandover,
+) {
+    let successor = superseding.successor.as_deref();
+    let (Some(key), Some(handover)) = (
+        ObjectKey::of(object),
+        Handover::of(object, &superseding.stale, successor),
+    ) else {
+        return;
+    };
+    if let Err(e) = release(&*shared.backend, &key, &handover).await {
+        // Reloading the same file again does nothing: say how to release
+        // it by hand.
+        let releasing: BTreeSet<String> = handover.to_remove().iter().cloned().collect();
+        let why = match FinalizerHold::of(object, &releasing) {
+            Some(hold) => format!("{e} (release it with: {})", hold.release_command()),
+            None => e.to_string(),
+        };
+        tracing::warn!(plugin = %after.name, object = %key, "cannot remove the finalizer of an earlier version: {why}");
+        summary.failed.push((key, why));
+        return;
+    }
+    handover.tally(summary);
+    let (reason, message) = handover_event(&handover, &after.name, &after.version, successor);
+    let record = EventRecord {
+        regarding: key,
+        regarding_uid: uid_of(object),
+        event_type: EventType::Normal,
+        reason: reason.to_string(),
+        message,
+        reporting_controller: after.field_manager(),
+    };
+    // Through the recorder, like every Event the host makes.
+    if let Err(e) = shared.record_event(record).await {
+        tracing::warn!("cannot record event {reason}: {e}");
+    }
+}
+
+/// Removes the finalizers `handover` releases now.
+async fn release<B: ClusterBackend>(
+    backend: &B,
+    key: &ObjectKey,
+    handover: &Handover,
+) -> Result<(), BackendError> {
+    for finalizer in handover.to_remove() {
+        backend.remove_finalizer(key, finalizer).await?;
+    }
+    Ok(())
+}
+
+/// The objects still carrying a finalizer the plugin `name` (served by
+/// `controller`) answers for, its own and superseded ones, each with what
+/// releases it: what to tell a user about before the plugin is removed.
+pub fn holds<B: ClusterBackend>(
+    shared: &Shared<B>,
+    name: &str,
+    controller: &Controller,
+) -> Vec<FinalizerHold> {
+    let plugin = controller.plugin();
+    let metadata = plugin.metadata();
+    let mut ours = controller.state().superseded_finalizers.clone();
+    ours.extend(metadata.finalizer.iter().cloned());
+    if ours.is_empty() {
+        return Vec::new();
+    }
+    shared
+        .cache
+        .list(&metadata.primary)
+        .iter()
+        .filter(|object| shared.scope.selectors.admits(name, object))
+        .filter_map(|object| FinalizerHold::of(object, &ours))
+        .collect()
 }
 
 #[cfg(test)]
@@ -254,5 +404,52 @@ mod tests {
             ),
             "{summary}"
         );
+    }
+
+    fn version(finalizer: Option<&str>, primary: &str) -> PluginMetadata {
+        let mut metadata = PluginMetadata::new(
+            "podset",
+            "2",
+            KindRef::new("example.com", primary, "PodSet"),
+        );
+        metadata.finalizer = finalizer.map(str::to_string);
+        metadata
+    }
+
+    #[test]
+    fn a_renamed_finalizer_is_superseded_and_handed_to_the_new_one() {
+        let mut superseded = BTreeSet::new();
+        let old = version(Some("example.com/cleanup"), "v1");
+        let renamed = version(Some("example.com/cleanup-v2"), "v1");
+        let superseding = supersede(&mut superseded, &old, &renamed);
+        assert_eq!(
+            superseding,
+            Superseding {
+                stale: set(&["example.com/cleanup"]),
+                successor: Some("example.com/cleanup-v2".into()),
+                changed: true,
+            }
+        );
+        assert_eq!(superseded, set(&["example.com/cleanup"]));
+        // Back to the first name: the plugin's own is never superseded.
+        let back = supersede(&mut superseded, &renamed, &old);
+        assert_eq!(superseded, set(&["example.com/cleanup-v2"]));
+        assert_eq!(back.stale, set(&["example.com/cleanup-v2"]));
+    }
+
+    #[test]
+    fn an_unchanged_finalizer_changes_nothing_and_another_primary_kind_has_no_successor() {
+        let mut superseded = BTreeSet::new();
+        let same = version(Some("example.com/cleanup"), "v1");
+        assert!(!supersede(&mut superseded, &same, &same).changed);
+        assert!(superseded.is_empty(), "its own finalizer");
+        let elsewhere = PluginMetadata {
+            primary: KindRef::new("other.example.com", "v1", "Pool"),
+            ..same.clone()
+        };
+        let moved = supersede(&mut superseded, &same, &elsewhere);
+        assert!(moved.changed);
+        assert_eq!(moved.successor, None);
+        assert_eq!(moved.stale, set(&["example.com/cleanup"]));
     }
 }

@@ -358,7 +358,8 @@ fn primary_name(primary: &Value) -> String {
     ObjectKey::of(primary).map_or_else(|| "the primary".to_string(), |k| k.to_string())
 }
 
-fn uid_of(object: &Value) -> Option<String> {
+/// The uid of `object`, if it has one.
+pub fn uid_of(object: &Value) -> Option<String> {
     object
         .metadata_field("uid")
         .and_then(Value::as_str)
