@@ -415,6 +415,8 @@ impl PluginDirectory {
         events
     }
 
+    /// Brings `engine` in line with one file: nothing when its content is
+    /// what serves or was refused already, or is still being written.
     async fn sync_file<H: PluginHost>(&mut self, file: &Path, engine: &H) -> Option<ReloadEvent> {
         let bytes = std::fs::read(file).ok()?;
         let sha256 = content_hash(&bytes);
@@ -426,99 +428,126 @@ impl PluginDirectory {
         {
             return None;
         }
+        let plugin = match self.load(file, bytes, &sha256).await {
+            Ok(plugin) => plugin?,
+            Err(refused) => return Some(refused),
+        };
+        let served = Served {
+            plugin: plugin.clone(),
+            name: plugin.name().to_string(),
+            version: plugin.metadata().version.clone(),
+            sha256,
+            metadata: plugin.metadata().clone(),
+            loaded_at_millis: RealClock.now_millis(),
+        };
+        Some(match self.served.get(file).cloned() {
+            Some(old) if old.name == served.name => self.reload(file, old, served, engine).await,
+            previous => self.start(file, previous, served, engine).await,
+        })
+    }
+
+    /// Compiles and validates `bytes`, read from `file`, within the load
+    /// timeout: the plugin, `None` when the file was still being written,
+    /// or the refusal of a version that cannot serve.
+    async fn load(
+        &mut self,
+        file: &Path,
+        bytes: Vec<u8>,
+        sha256: &str,
+    ) -> Result<Option<Arc<LoadedPlugin>>, ReloadEvent> {
         let sandbox = self.sandbox.clone();
         let path = file.to_path_buf();
         // A compile cannot be interrupted; past the deadline it finishes on
         // its thread and is dropped.
         let limit = self.sandbox.limits().load_timeout();
         let loading = tokio::task::spawn_blocking(move || sandbox.load_bytes(&path, &bytes));
+        let sha256 = sha256.to_string();
         let Ok(loaded) = tokio::time::timeout(limit, loading).await else {
             let reason = LoadFailure::LoadTimeout { limit }.to_string();
-            return Some(self.refuse(file, sha256, reason, Refusal::Broken));
+            return Err(self.refuse(file, sha256, reason, Refusal::Broken));
         };
-        let plugin = match loaded {
-            Ok(Ok((plugin, _))) => Arc::new(plugin),
-            Ok(Err(e)) => {
-                if still_being_written(file, &sha256) {
-                    return None;
+        match loaded {
+            Ok(Ok((plugin, _))) => Ok(Some(Arc::new(plugin))),
+            Ok(Err(_)) if still_being_written(file, &sha256) => Ok(None),
+            Ok(Err(e)) => Err(self.refuse(file, sha256, e.reason.to_string(), Refusal::Broken)),
+            Err(e) => {
+                let reason = format!("loading panicked: {e}");
+                Err(self.refuse(file, sha256, reason, Refusal::Broken))
+            }
+        }
+    }
+
+    /// Swaps a new version of the plugin `old` serves from `file` in.
+    async fn reload<H: PluginHost>(
+        &mut self,
+        file: &Path,
+        old: Served,
+        served: Served,
+        engine: &H,
+    ) -> ReloadEvent {
+        let sha256 = served.sha256.clone();
+        match engine.replace_plugin(served.plugin.clone()).await {
+            Ok(replaced) => {
+                self.served.insert(file.to_path_buf(), served.clone());
+                self.refused.remove(file);
+                ReloadEvent::Reloaded {
+                    file: file.to_path_buf(),
+                    name: served.name,
+                    old_version: old.version,
+                    old_sha256: old.sha256,
+                    version: served.version,
+                    sha256,
+                    finalizers: replaced.finalizers,
                 }
-                return Some(self.refuse(file, sha256, e.reason.to_string(), Refusal::Broken));
+            }
+            Err(e) => self.refuse(file, sha256, e.reason, e.why),
+        }
+    }
+
+    /// Starts the plugin of a new file, or of a file that now holds a
+    /// differently named plugin (`previous`). The old one steps aside (the
+    /// new one may well take over its primary kind) and comes back if the
+    /// new one cannot start.
+    async fn start<H: PluginHost>(
+        &mut self,
+        file: &Path,
+        previous: Option<Served>,
+        served: Served,
+        engine: &H,
+    ) -> ReloadEvent {
+        let holds = previous
+            .as_ref()
+            .map(|old| engine.finalizer_holds(&old.name))
+            .unwrap_or_default();
+        let stepped_aside = previous
+            .as_ref()
+            .and_then(|old| engine.remove_plugin(&old.name));
+        let sha256 = served.sha256.clone();
+        match engine.add_plugin(served.plugin.clone()).await {
+            Ok(()) => {
+                if let Some(old) = &previous {
+                    warn_of_holds(file, &old.name, &served.metadata, holds);
+                }
+                self.served.insert(file.to_path_buf(), served.clone());
+                self.refused.remove(file);
+                ReloadEvent::Loaded {
+                    file: file.to_path_buf(),
+                    name: served.name,
+                    version: served.version,
+                    sha256,
+                }
             }
             Err(e) => {
-                return Some(self.refuse(
-                    file,
-                    sha256,
-                    format!("loading panicked: {e}"),
-                    Refusal::Broken,
-                ));
-            }
-        };
-        let served = Served {
-            plugin: plugin.clone(),
-            name: plugin.name().to_string(),
-            version: plugin.metadata().version.clone(),
-            sha256: sha256.clone(),
-            metadata: plugin.metadata().clone(),
-            loaded_at_millis: RealClock.now_millis(),
-        };
-        match self.served.get(file).cloned() {
-            Some(old) if old.name == served.name => {
-                match engine.replace_plugin(plugin.clone()).await {
-                    Ok(replaced) => {
-                        self.served.insert(file.to_path_buf(), served.clone());
-                        self.refused.remove(file);
-                        Some(ReloadEvent::Reloaded {
-                            file: file.to_path_buf(),
-                            name: served.name,
-                            old_version: old.version,
-                            old_sha256: old.sha256,
-                            version: served.version,
-                            sha256,
-                            finalizers: replaced.finalizers,
-                        })
-                    }
-                    Err(e) => Some(self.refuse(file, sha256, e.reason, e.why)),
+                if let Some(old) = stepped_aside
+                    && let Err(again) = engine.add_plugin(old).await
+                {
+                    tracing::error!(
+                        "cannot restore the previous plugin of {}: {again}",
+                        file.display()
+                    );
+                    self.served.remove(file);
                 }
-            }
-            previous => {
-                // A new file, or a file that now holds a differently named
-                // plugin. The old one steps aside (the new one may well take
-                // over its primary kind) and comes back if the new one cannot
-                // start.
-                let holds = previous
-                    .as_ref()
-                    .map(|old| engine.finalizer_holds(&old.name))
-                    .unwrap_or_default();
-                let stepped_aside = previous
-                    .as_ref()
-                    .and_then(|old| engine.remove_plugin(&old.name));
-                match engine.add_plugin(plugin.clone()).await {
-                    Ok(()) => {
-                        if let Some(old) = &previous {
-                            warn_of_holds(file, &old.name, plugin.metadata(), holds);
-                        }
-                        self.served.insert(file.to_path_buf(), served.clone());
-                        self.refused.remove(file);
-                        Some(ReloadEvent::Loaded {
-                            file: file.to_path_buf(),
-                            name: served.name,
-                            version: served.version,
-                            sha256,
-                        })
-                    }
-                    Err(e) => {
-                        if let Some(old) = stepped_aside
-                            && let Err(again) = engine.add_plugin(old).await
-                        {
-                            tracing::error!(
-                                "cannot restore the previous plugin of {}: {again}",
-                                file.display()
-                            );
-                            self.served.remove(file);
-                        }
-                        Some(self.refuse(file, sha256, e.reason, e.why))
-                    }
-                }
+                self.refuse(file, sha256, e.reason, e.why)
             }
         }
     }
