@@ -261,10 +261,7 @@ mod tests {
             .cache
             .observe(&WatchEvent::new(WatchEventType::Added, stored));
         let metadata = PluginMetadata::new("web", "1", KindRef::new("", "v1", "ConfigMap"));
-        let primary_key = PrimaryKey {
-            namespace: Some("default".into()),
-            name: "web".into(),
-        };
+        let primary_key = PrimaryKey::new(Some("default"), "web");
         let primary = Primary::read(
             &shared.cache,
             &PrimarySelectors::default(),
@@ -295,19 +292,29 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_plan_is_applied_in_order_and_what_was_applied_remembered() {
-        let (shared, metadata, primary) = serving_web().await;
+    /// Applies `plan()` for the plugin `web`, which applied nothing before.
+    async fn apply(
+        shared: &Shared<EmbeddedCluster>,
+        metadata: &PluginMetadata,
+        primary: &Primary,
+    ) -> (Done, Applied) {
         let applied = Applied::default();
         let applier = Applier {
-            shared: &shared,
-            metadata: &metadata,
-            primary: &primary,
+            shared,
+            metadata,
+            primary,
             applied: &applied,
             superseded_finalizers: &BTreeSet::new(),
             changes: vec![],
         };
         let done = applier.apply(plan()).await.unwrap();
+        (done, applied)
+    }
+
+    #[tokio::test]
+    async fn a_plan_is_applied_in_order_and_what_was_applied_remembered() {
+        let (shared, metadata, primary) = serving_web().await;
+        let (done, applied) = apply(&shared, &metadata, &primary).await;
         assert_eq!(
             done.changes,
             vec![
@@ -335,16 +342,7 @@ mod tests {
         let mut changed = config_map("web");
         changed["data"] = json!({"edited": "by hand"});
         shared.backend.apply(changed, "user", true).await.unwrap();
-        let applied = Applied::default();
-        let applier = Applier {
-            shared: &shared,
-            metadata: &metadata,
-            primary: &primary,
-            applied: &applied,
-            superseded_finalizers: &BTreeSet::new(),
-            changes: vec![],
-        };
-        let done = applier.apply(plan()).await.unwrap();
+        let (done, _) = apply(&shared, &metadata, &primary).await;
         assert_eq!(
             done.changes,
             vec![Change::Created(key("web-settings")), Change::StatusStale]

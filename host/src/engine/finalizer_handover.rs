@@ -292,23 +292,10 @@ pub fn holds<B: ClusterBackend>(
 #[cfg(test)]
 mod tests {
     use reconciler_contract::KindRef;
-    use serde_json::json;
 
     use super::*;
     use crate::cluster::ObjectKey;
-
-    fn object(finalizers: &[&str], deleting: bool) -> Value {
-        let mut o = json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
-            "metadata": {"name": "web", "namespace": "team-a", "finalizers": finalizers}});
-        if deleting {
-            o["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
-        }
-        o
-    }
-
-    fn set(items: &[&str]) -> BTreeSet<String> {
-        items.iter().map(|s| s.to_string()).collect()
-    }
+    use crate::plugin::finalizer_report::tests::{object, set};
 
     #[test]
     fn a_live_object_loses_a_superseded_finalizer_and_a_deleting_one_is_handed_over() {

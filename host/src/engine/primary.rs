@@ -79,10 +79,7 @@ mod tests {
     }
 
     fn key(name: &str) -> PrimaryKey {
-        PrimaryKey {
-            namespace: Some("default".into()),
-            name: name.into(),
-        }
+        PrimaryKey::new(Some("default"), name)
     }
 
     #[test]

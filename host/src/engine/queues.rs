@@ -236,10 +236,7 @@ mod tests {
     use super::*;
 
     fn key() -> PrimaryKey {
-        PrimaryKey {
-            namespace: Some("default".into()),
-            name: "web".into(),
-        }
+        PrimaryKey::new(Some("default"), "web")
     }
 
     /// A queue with `key` taken for a reconcile at `now`.

@@ -154,10 +154,7 @@ impl ShardLabelling {
             let Some(object) = cache.get(&key) else {
                 continue;
             };
-            let primary = PrimaryKey {
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
-            };
+            let primary = PrimaryKey::new(key.namespace.as_deref(), &key.name);
             let bucket = self.selection.bucket_of(&primary);
             if shard_selection::label_of(&object) == Some(bucket.as_str()) {
                 continue;
@@ -214,10 +211,7 @@ mod tests {
     }
 
     fn key(name: &str) -> PrimaryKey {
-        PrimaryKey {
-            namespace: Some("default".into()),
-            name: name.into(),
-        }
+        PrimaryKey::new(Some("default"), name)
     }
 
     #[test]

@@ -184,10 +184,7 @@ mod tests {
     use super::*;
 
     fn key(name: &str) -> PrimaryKey {
-        PrimaryKey {
-            namespace: Some("default".into()),
-            name: name.into(),
-        }
+        PrimaryKey::new(Some("default"), name)
     }
 
     #[test]

@@ -170,12 +170,14 @@ pub fn holds_text(plugin: &str, holds: &[FinalizerHold]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use reconciler_contract::KindRef;
 
     use super::*;
 
-    fn object(finalizers: &[&str], deleting: bool) -> Value {
+    /// A PodSet carrying `finalizers`, deleting or not (the engine's
+    /// hand-over tests use it too).
+    pub(crate) fn object(finalizers: &[&str], deleting: bool) -> Value {
         let mut o = json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
             "metadata": {"name": "web", "namespace": "team-a", "finalizers": finalizers}});
         if deleting {
@@ -184,7 +186,7 @@ mod tests {
         o
     }
 
-    fn set(items: &[&str]) -> BTreeSet<String> {
+    pub(crate) fn set(items: &[&str]) -> BTreeSet<String> {
         items.iter().map(|s| s.to_string()).collect()
     }
 
