@@ -33,7 +33,7 @@ use anyhow::{Context, bail, ensure};
 use reconciler_host::cluster::embedded::EmbeddedCluster;
 use reconciler_host::cluster::{ClusterBackend, ObjectKey, RealClock};
 use reconciler_host::fleet::{Fleet, Identity, PluginClusters, Settings};
-use reconciler_host::plugin::hot_reload::PluginHost;
+use reconciler_host::plugin::plugin_host::PluginHost;
 use reconciler_host::plugin::{Sandbox, SandboxConfig};
 use reconciler_host::process::dev::seed_crds;
 use reconciler_host::process::main_task::block_on_worker;

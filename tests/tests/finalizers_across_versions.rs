@@ -8,7 +8,7 @@ use std::sync::Arc;
 use reconciler_host::cluster::embedded::EmbeddedCluster;
 use reconciler_host::cluster::{ClusterBackend, ObjectKey, VirtualClock};
 use reconciler_host::engine::Engine;
-use reconciler_host::engine::finalizer_handover::FinalizerHandover;
+use reconciler_host::plugin::finalizer_report::FinalizerHandover;
 use reconciler_host::plugin::hot_reload::{PluginDirectory, ReloadEvent};
 use reconciler_host::process::simulate::{SimulationConfig, run};
 use reconciler_tests::world::key;

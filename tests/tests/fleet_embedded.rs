@@ -13,7 +13,7 @@ use std::time::Duration;
 use reconciler_host::cluster::embedded::EmbeddedCluster;
 use reconciler_host::cluster::{BackendError, ClusterBackend, ObjectKey, RealClock};
 use reconciler_host::fleet::{Fleet, Hooks, Identity, PluginClusters, Probe, Settings};
-use reconciler_host::plugin::hot_reload::PluginHost;
+use reconciler_host::plugin::plugin_host::PluginHost;
 use reconciler_sdk::KindRef;
 use reconciler_tests::intercepted::{Call, Intercepted};
 use reconciler_tests::{example_plugin, sandbox};

@@ -11,7 +11,8 @@ use reconciler_host::cluster::VirtualClock;
 use reconciler_host::cluster::embedded::EmbeddedCluster;
 use reconciler_host::engine::Engine;
 use reconciler_host::plugin::LoadedPlugin;
-use reconciler_host::plugin::hot_reload::{PluginDirectory, ReloadEvent, Standby};
+use reconciler_host::plugin::hot_reload::{PluginDirectory, ReloadEvent};
+use reconciler_host::plugin::standby::Standby;
 use reconciler_tests::{example_plugin, sandbox, test_plugin};
 
 fn engine() -> Engine<EmbeddedCluster> {

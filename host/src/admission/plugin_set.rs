@@ -16,6 +16,7 @@ use tokio::sync::watch;
 
 use super::shard_labels::ShardLabels;
 use crate::plugin::LoadedPlugin;
+use crate::plugin::plugin_host::ServingFollower;
 
 /// The plugins serving admission, and a signal for each change.
 pub struct AdmissionPlugins {
@@ -104,5 +105,11 @@ impl AdmissionPlugins {
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<LoadedPlugin>>> {
         self.plugins.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+/// The plugins directory publishes here after every change.
+impl ServingFollower for AdmissionPlugins {
+    fn follow(&self, serving: Vec<Arc<LoadedPlugin>>) {
+        self.replace(serving);
     }
 }

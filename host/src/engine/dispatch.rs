@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::work_queue::PrimaryKey;
+use super::{Engine, ReconcileRecord};
 use crate::cluster::{Clock, ClusterBackend, RealClock};
-use crate::engine::{Engine, PrimaryKey, ReconcileRecord};
 use crate::support::heap_trim::{TrimPacer, release_freed_memory};
 
 /// How often counts of repeated Events that are behind are written (each

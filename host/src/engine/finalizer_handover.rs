@@ -23,23 +23,28 @@
 //!
 //!    Each object gets a Normal Event saying what happened and why
 //!    ([`handover_event`]); the reload's log line says how many objects each
-//!    case concerned ([`FinalizerHandover`]).
+//!    case concerned ([`FinalizerHandover`], reported by the plugins
+//!    directory, which defines it).
 //! 2. On removal of a plugin nothing is removed (the plugin may come back),
 //!    but the objects still carrying its finalizers are listed once, each with
-//!    the kubectl command that releases it ([`FinalizerHold`]).
+//!    the kubectl command that releases it
+//!    ([`FinalizerHold`](crate::plugin::finalizer_report::FinalizerHold)).
 //!
 //! Caveat: the superseded set lives in memory. A host restarted while a
 //! handed-over object is still deleting no longer knows the old finalizer;
 //! that object then waits like one of a removed plugin.
 
 use std::collections::BTreeSet;
-use std::fmt;
 
-use reconciler_contract::memory_cache::{finalizers_of, is_deleting};
-use serde_json::{Value, json};
+use reconciler_contract::memory_cache::is_deleting;
+use reconciler_contract::{EventType, PluginMetadata};
+use serde_json::Value;
 
-use super::plan::has_finalizer;
-use crate::cluster::ObjectKey;
+use super::controllers::Controller;
+use super::plan::{has_finalizer, uid_of};
+use super::shared::Shared;
+use crate::cluster::{BackendError, ClusterBackend, EventRecord, ObjectKey};
+use crate::plugin::finalizer_report::{FinalizerHandover, FinalizerHold};
 
 /// What a reload does to one object carrying superseded finalizers (each
 /// variant holds the ones it carries, sorted).
@@ -127,165 +132,161 @@ pub fn handover_event(
     }
 }
 
-/// What a reload did about superseded finalizers, for its log line.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FinalizerHandover {
-    /// The version now serving.
-    pub version: String,
-    /// Finalizers no longer declared, sorted.
-    pub old: Vec<String>,
-    /// The new version's finalizer, when it serves the same primary kind.
-    pub new: Option<String>,
-    /// Live objects the old finalizers were removed from.
-    pub released_live: usize,
-    /// Deleting objects released at once.
-    pub released_deleting: usize,
-    /// Deleting objects the new version now finalizes.
-    pub handed_over: usize,
-    /// Objects whose finalizer could not be removed, and why (with the
-    /// command that releases each by hand).
-    pub failed: Vec<(ObjectKey, String)>,
-}
-
-impl FinalizerHandover {
-    pub fn count(&mut self, handover: &Handover) {
-        match handover {
-            Handover::ReleaseLive(_) => self.released_live += 1,
-            Handover::ReleaseDeleting(_) => self.released_deleting += 1,
-            Handover::HandOver(_) => self.handed_over += 1,
+impl Handover {
+    /// Counts this object in the reload's `summary`.
+    pub fn tally(&self, summary: &mut FinalizerHandover) {
+        match self {
+            Handover::ReleaseLive(_) => summary.released_live += 1,
+            Handover::ReleaseDeleting(_) => summary.released_deleting += 1,
+            Handover::HandOver(_) => summary.handed_over += 1,
         }
     }
 }
 
-impl fmt::Display for FinalizerHandover {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let old = self.old.join(", ");
-        match &self.new {
-            Some(new) => write!(
-                f,
-                "finalizer {old} -> {new}: removed from {} live object(s), {} deleting object(s) wait for {} to finalize them",
-                self.released_live, self.handed_over, self.version
-            )?,
-            None => write!(
-                f,
-                "finalizer {old} dropped: released {} object(s) ({} live, {} deleting)",
-                self.released_live + self.released_deleting,
-                self.released_live,
-                self.released_deleting
-            )?,
+/// What a reload from `before` to `after` makes of the finalizers a plugin
+/// answers for.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Superseding {
+    /// The finalizers stale for objects of the old primary kind.
+    pub stale: BTreeSet<String>,
+    /// The one that now finalizes them, if any.
+    pub successor: Option<String>,
+    /// Whether the finalizer changed at all: nothing is handed over if not.
+    pub changed: bool,
+}
+
+/// Adds the old version's finalizer to the `superseded` ones the plugin
+/// answers for (the new version's own is never among them), and says what
+/// is stale for the old primary kind.
+pub fn supersede(
+    superseded: &mut BTreeSet<String>,
+    before: &PluginMetadata,
+    after: &PluginMetadata,
+) -> Superseding {
+    let same_primary = before.primary.same_group_kind(&after.primary);
+    let changed =
+        before.finalizer.is_some() && (before.finalizer != after.finalizer || !same_primary);
+    superseded.extend(before.finalizer.iter().cloned());
+    let mut stale = superseded.clone();
+    if let Some(current) = &after.finalizer {
+        superseded.remove(current);
+        if same_primary {
+            stale.remove(current);
         }
-        if !self.failed.is_empty() {
-            let failed: Vec<String> = self
-                .failed
-                .iter()
-                .map(|(key, why)| format!("{key}: {why}"))
-                .collect();
-            write!(
-                f,
-                "; could not release {} object(s): {}",
-                self.failed.len(),
-                failed.join("; ")
-            )?;
-        }
-        Ok(())
+    }
+    Superseding {
+        stale,
+        successor: after.finalizer.clone().filter(|_| same_primary),
+        changed,
     }
 }
 
-/// An object that still carries finalizers of a plugin no longer served.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FinalizerHold {
-    pub key: ObjectKey,
-    pub deleting: bool,
-    /// Every finalizer on the object, in order.
-    pub finalizers: Vec<String>,
-    /// The plugin's among them.
-    pub held_by: Vec<String>,
+/// Deals with the objects of the version `before` that carry a finalizer
+/// `after` no longer declares: live ones lose it, deleting ones are handed
+/// over to `after` (or released, when it will never finalize them), each
+/// with an Event. `None` when the finalizer did not change.
+pub async fn hand_over<B: ClusterBackend>(
+    shared: &Shared<B>,
+    controller: &Controller,
+    before: &PluginMetadata,
+    after: &PluginMetadata,
+) -> Option<FinalizerHandover> {
+    let superseding = supersede(&mut controller.state().superseded_finalizers, before, after);
+    if !superseding.changed {
+        return None;
+    }
+    let mut summary = FinalizerHandover {
+        version: after.version.clone(),
+        old: superseding.stale.iter().cloned().collect(),
+        new: superseding.successor.clone(),
+        ..FinalizerHandover::default()
+    };
+    for object in shared.cache.list(&before.primary) {
+        if shared.scope.selectors.admits(&before.name, &object) {
+            hand_over_object(shared, after, &object, &superseding, &mut summary).await;
+        }
+    }
+    Some(summary)
 }
 
-impl FinalizerHold {
-    /// The hold of `object`, if it carries any of `ours`.
-    pub fn of(object: &Value, ours: &BTreeSet<String>) -> Option<Self> {
-        let key = ObjectKey::of(object)?;
-        let finalizers: Vec<String> = finalizers_of(object)
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        let held_by: Vec<String> = finalizers
-            .iter()
-            .filter(|f| ours.contains(*f))
-            .cloned()
-            .collect();
-        (!held_by.is_empty()).then(|| Self {
-            key,
-            deleting: is_deleting(object),
-            finalizers,
-            held_by,
-        })
-    }
-
-    /// The kubectl command that removes the plugin's finalizers from the
-    /// object: a JSON patch whose `test` operations make it fail, removing
-    /// nothing, if the list changed since this was printed (so another
-    /// controller's finalizer is never removed by mistake).
-    pub fn release_command(&self) -> String {
-        let mut operations = Vec::new();
-        // From the end, so each index still points where it did.
-        for (index, finalizer) in self.finalizers.iter().enumerate().rev() {
-            if self.held_by.contains(finalizer) {
-                let path = format!("/metadata/finalizers/{index}");
-                operations.push(json!({"op": "test", "path": path, "value": finalizer}));
-                operations.push(json!({"op": "remove", "path": path}));
-            }
-        }
-        let kind = &self.key.kind;
-        let resource = if kind.group.is_empty() {
-            kind.kind.to_lowercase()
-        } else {
-            format!(
-                "{}.{}.{}",
-                kind.kind.to_lowercase(),
-                kind.version,
-                kind.group
-            )
+/// Hands over one object, if it carries a stale finalizer, counting it in
+/// `summary` (or its failure, with how to release it by hand).
+async fn hand_over_object<B: ClusterBackend>(
+    shared: &Shared<B>,
+    after: &PluginMetadata,
+    object: &Value,
+    superseding: &Superseding,
+    summary: &mut FinalizerHandover,
+) {
+    let successor = superseding.successor.as_deref();
+    let (Some(key), Some(handover)) = (
+        ObjectKey::of(object),
+        Handover::of(object, &superseding.stale, successor),
+    ) else {
+        return;
+    };
+    if let Err(e) = release(&*shared.backend, &key, &handover).await {
+        // Reloading the same file again does nothing: say how to release
+        // it by hand.
+        let releasing: BTreeSet<String> = handover.to_remove().iter().cloned().collect();
+        let why = match FinalizerHold::of(object, &releasing) {
+            Some(hold) => format!("{e} (release it with: {})", hold.release_command()),
+            None => e.to_string(),
         };
-        let namespace = self
-            .key
-            .namespace
-            .as_ref()
-            .map(|ns| format!(" -n {ns}"))
-            .unwrap_or_default();
-        format!(
-            "kubectl patch {resource} {}{namespace} --type=json -p '{}'",
-            self.key.name,
-            Value::Array(operations)
-        )
+        tracing::warn!(plugin = %after.name, object = %key, "cannot remove the finalizer of an earlier version: {why}");
+        summary.failed.push((key, why));
+        return;
+    }
+    handover.tally(summary);
+    let (reason, message) = handover_event(&handover, &after.name, &after.version, successor);
+    let record = EventRecord {
+        regarding: key,
+        regarding_uid: uid_of(object),
+        event_type: EventType::Normal,
+        reason: reason.to_string(),
+        message,
+        reporting_controller: after.field_manager(),
+    };
+    // Through the recorder, like every Event the host makes.
+    if let Err(e) = shared.record_event(record).await {
+        tracing::warn!("cannot record event {reason}: {e}");
     }
 }
 
-/// The lines that tell a user which objects a removed plugin's finalizers
-/// still hold, and how to release each; empty when none.
-pub fn holds_text(plugin: &str, holds: &[FinalizerHold]) -> String {
-    if holds.is_empty() {
-        return String::new();
+/// Removes the finalizers `handover` releases now.
+async fn release<B: ClusterBackend>(
+    backend: &B,
+    key: &ObjectKey,
+    handover: &Handover,
+) -> Result<(), BackendError> {
+    for finalizer in handover.to_remove() {
+        backend.remove_finalizer(key, finalizer).await?;
     }
-    let finalizers: BTreeSet<&str> = holds
+    Ok(())
+}
+
+/// The objects still carrying a finalizer the plugin `name` (served by
+/// `controller`) answers for, its own and superseded ones, each with what
+/// releases it: what to tell a user about before the plugin is removed.
+pub fn holds<B: ClusterBackend>(
+    shared: &Shared<B>,
+    name: &str,
+    controller: &Controller,
+) -> Vec<FinalizerHold> {
+    let plugin = controller.plugin();
+    let metadata = plugin.metadata();
+    let mut ours = controller.state().superseded_finalizers.clone();
+    ours.extend(metadata.finalizer.iter().cloned());
+    if ours.is_empty() {
+        return Vec::new();
+    }
+    shared
+        .cache
+        .list(&metadata.primary)
         .iter()
-        .flat_map(|h| h.held_by.iter().map(String::as_str))
-        .collect();
-    let mut text = format!(
-        "{} object(s) still carry the finalizer {} of plugin {plugin}; nothing removes it until a plugin serving them is loaded again. Deleting them (or their namespace) waits until then, or until you release them:",
-        holds.len(),
-        finalizers.into_iter().collect::<Vec<_>>().join(", "),
-    );
-    for hold in holds {
-        let state = if hold.deleting { " (deleting)" } else { "" };
-        text.push_str(&format!(
-            "\n  {}{state}: {}",
-            hold.key,
-            hold.release_command()
-        ));
-    }
-    text
+        .filter(|object| shared.scope.selectors.admits(name, object))
+        .filter_map(|object| FinalizerHold::of(object, &ours))
+        .collect()
 }
 
 #[cfg(test)]
@@ -293,19 +294,8 @@ mod tests {
     use reconciler_contract::KindRef;
 
     use super::*;
-
-    fn object(finalizers: &[&str], deleting: bool) -> Value {
-        let mut o = json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
-            "metadata": {"name": "web", "namespace": "team-a", "finalizers": finalizers}});
-        if deleting {
-            o["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
-        }
-        o
-    }
-
-    fn set(items: &[&str]) -> BTreeSet<String> {
-        items.iter().map(|s| s.to_string()).collect()
-    }
+    use crate::cluster::ObjectKey;
+    use crate::plugin::finalizer_report::tests::{object, set};
 
     #[test]
     fn a_live_object_loses_a_superseded_finalizer_and_a_deleting_one_is_handed_over() {
@@ -375,9 +365,9 @@ mod tests {
             new: Some("example.com/cleanup-v2".into()),
             ..FinalizerHandover::default()
         };
-        summary.count(&Handover::ReleaseLive(vec![]));
-        summary.count(&Handover::ReleaseLive(vec![]));
-        summary.count(&Handover::HandOver(vec![]));
+        Handover::ReleaseLive(vec![]).tally(&mut summary);
+        Handover::ReleaseLive(vec![]).tally(&mut summary);
+        Handover::HandOver(vec![]).tally(&mut summary);
         assert_eq!(
             summary.to_string(),
             "finalizer example.com/cleanup -> example.com/cleanup-v2: removed from 2 live object(s), 1 deleting object(s) wait for 0.2.0 to finalize them"
@@ -403,64 +393,50 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_release_command_removes_only_the_plugins_finalizers_guarded_by_tests() {
-        let ours = set(&["example.com/cleanup", "example.com/old"]);
-        let o = object(
-            &["example.com/old", "other.io/keep", "example.com/cleanup"],
-            true,
+    fn version(finalizer: Option<&str>, primary: &str) -> PluginMetadata {
+        let mut metadata = PluginMetadata::new(
+            "podset",
+            "2",
+            KindRef::new("example.com", primary, "PodSet"),
         );
-        let hold = FinalizerHold::of(&o, &ours).unwrap();
-        assert!(hold.deleting);
-        assert_eq!(
-            hold.release_command(),
-            r#"kubectl patch podset.v1alpha1.example.com web -n team-a --type=json -p '[{"op":"test","path":"/metadata/finalizers/2","value":"example.com/cleanup"},{"op":"remove","path":"/metadata/finalizers/2"},{"op":"test","path":"/metadata/finalizers/0","value":"example.com/old"},{"op":"remove","path":"/metadata/finalizers/0"}]'"#
-        );
-        assert_eq!(
-            FinalizerHold::of(&object(&["other.io/keep"], false), &ours),
-            None
-        );
+        metadata.finalizer = finalizer.map(str::to_string);
+        metadata
     }
 
     #[test]
-    fn core_and_cluster_scoped_kinds_are_named_as_kubectl_knows_them() {
-        let hold = FinalizerHold {
-            key: ObjectKey::new(KindRef::new("", "v1", "Namespace"), None, "team-a"),
-            deleting: false,
-            finalizers: vec!["example.com/x".into()],
-            held_by: vec!["example.com/x".into()],
+    fn a_renamed_finalizer_is_superseded_and_handed_to_the_new_one() {
+        let mut superseded = BTreeSet::new();
+        let old = version(Some("example.com/cleanup"), "v1");
+        let renamed = version(Some("example.com/cleanup-v2"), "v1");
+        let superseding = supersede(&mut superseded, &old, &renamed);
+        assert_eq!(
+            superseding,
+            Superseding {
+                stale: set(&["example.com/cleanup"]),
+                successor: Some("example.com/cleanup-v2".into()),
+                changed: true,
+            }
+        );
+        assert_eq!(superseded, set(&["example.com/cleanup"]));
+        // Back to the first name: the plugin's own is never superseded.
+        let back = supersede(&mut superseded, &renamed, &old);
+        assert_eq!(superseded, set(&["example.com/cleanup-v2"]));
+        assert_eq!(back.stale, set(&["example.com/cleanup-v2"]));
+    }
+
+    #[test]
+    fn an_unchanged_finalizer_changes_nothing_and_another_primary_kind_has_no_successor() {
+        let mut superseded = BTreeSet::new();
+        let same = version(Some("example.com/cleanup"), "v1");
+        assert!(!supersede(&mut superseded, &same, &same).changed);
+        assert!(superseded.is_empty(), "its own finalizer");
+        let elsewhere = PluginMetadata {
+            primary: KindRef::new("other.example.com", "v1", "Pool"),
+            ..same.clone()
         };
-        assert!(
-            hold.release_command()
-                .starts_with("kubectl patch namespace team-a --type=json -p '[{"),
-            "{}",
-            hold.release_command()
-        );
-    }
-
-    #[test]
-    fn the_holds_text_lists_each_object_with_its_command() {
-        let ours = set(&["example.com/cleanup"]);
-        let holds: Vec<FinalizerHold> = [
-            object(&["example.com/cleanup"], true),
-            object(&["example.com/cleanup"], false),
-        ]
-        .iter()
-        .filter_map(|o| FinalizerHold::of(o, &ours))
-        .collect();
-        let text = holds_text("podset", &holds);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 3, "{text}");
-        assert!(
-            lines[0].starts_with(
-                "2 object(s) still carry the finalizer example.com/cleanup of plugin podset"
-            ),
-            "{text}"
-        );
-        assert!(
-            lines[1].starts_with("  PodSet team-a/web (deleting): kubectl patch"),
-            "{text}"
-        );
-        assert!(holds_text("podset", &[]).is_empty());
+        let moved = supersede(&mut superseded, &same, &elsewhere);
+        assert!(moved.changed);
+        assert_eq!(moved.successor, None);
+        assert_eq!(moved.stale, set(&["example.com/cleanup"]));
     }
 }

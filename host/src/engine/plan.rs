@@ -31,11 +31,11 @@ use std::time::Duration;
 
 use reconciler_contract::Event;
 use reconciler_contract::memory_cache::{finalizers_of, is_deleting};
-use reconciler_contract::{KindRef, PluginMetadata};
+use reconciler_contract::{KindRef, ObjectRef, PluginMetadata};
 use serde_json::{Value, json};
 
 use crate::cluster::ObjectKey;
-use crate::plugin::{ValidResponse, WriteRole};
+use crate::plugin::{DesiredObject, ValidResponse, WriteRole};
 
 /// One server-side apply to send.
 #[derive(Clone, Debug, PartialEq)]
@@ -160,9 +160,32 @@ pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, Re
         requeue_after: response.requeue_after,
         ..Plan::default()
     };
+    let desired_owned = plan_applies(observed, primary_uid, response.apply, &mut plan)?;
+    plan_deletes(observed, response.delete, &desired_owned, &mut plan)?;
+    if let Some(status) = response.status {
+        let status = Value::Object(status);
+        if primary.get("status") != Some(&status) {
+            plan.status = Some(status);
+        }
+    }
+    if is_deleting(primary) && response.finalized {
+        plan.remove_finalizers = finalizers_to_remove(observed);
+    }
+    Ok(plan)
+}
 
+/// Plans the applies of a response, skipping those the cluster already
+/// holds as this host last applied them; returns the owned objects it
+/// still wants, which are not pruned.
+fn plan_applies(
+    observed: &Observed<'_>,
+    primary_uid: &str,
+    apply: Vec<DesiredObject>,
+    plan: &mut Plan,
+) -> Result<BTreeSet<ObjectKey>, Refusal> {
+    let primary = observed.primary;
     let mut desired_owned = BTreeSet::new();
-    for (index, desired) in response.apply.into_iter().enumerate() {
+    for (index, desired) in apply.into_iter().enumerate() {
         let mut object = desired.object;
         if desired.role == WriteRole::Owned {
             set_controller_reference(&mut object, primary)?;
@@ -199,7 +222,18 @@ pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, Re
             fingerprint,
         });
     }
+    Ok(desired_owned)
+}
 
+/// Plans the deletes a response asks for, each of a child the plugin was
+/// shown (with the uid it saw), and prunes the owned children it no
+/// longer wants.
+fn plan_deletes(
+    observed: &Observed<'_>,
+    delete: Vec<ObjectRef>,
+    desired_owned: &BTreeSet<ObjectKey>,
+    plan: &mut Plan,
+) -> Result<(), Refusal> {
     // The children the plugin was shown, by key: the only objects it may
     // delete, each with the uid it saw.
     let children: BTreeMap<ObjectKey, &Value> = observed
@@ -207,13 +241,13 @@ pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, Re
         .iter()
         .filter_map(|c| ObjectKey::of(c).map(|k| (k, c)))
         .collect();
-    for (index, r) in response.delete.into_iter().enumerate() {
+    for (index, r) in delete.into_iter().enumerate() {
         let kind = KindRef::from_api_version(&r.api_version, &r.kind);
         let key = ObjectKey::new(kind, r.namespace.as_deref(), &r.name);
         let Some(child) = children.get(&key) else {
             return Err(Refusal::NotControlled {
                 item: format!("delete[{index}] ({} {} {})", r.api_version, r.kind, r.name),
-                primary: primary_name(primary),
+                primary: primary_name(observed.primary),
             });
         };
         plan.deletes.push(PlannedDelete {
@@ -233,27 +267,25 @@ pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, Re
             });
         }
     }
+    Ok(())
+}
 
-    if let Some(status) = response.status {
-        let status = Value::Object(status);
-        if primary.get("status") != Some(&status) {
-            plan.status = Some(status);
+/// The finalizers a finished cleanup releases: the plugin's own, then
+/// superseded ones of earlier versions, each only if the primary carries
+/// it.
+fn finalizers_to_remove(observed: &Observed<'_>) -> Vec<String> {
+    let mut remove: Vec<String> = Vec::new();
+    for finalizer in observed
+        .metadata
+        .finalizer
+        .iter()
+        .chain(observed.superseded_finalizers)
+    {
+        if has_finalizer(observed.primary, finalizer) && !remove.contains(finalizer) {
+            remove.push(finalizer.clone());
         }
     }
-
-    if is_deleting(primary) && response.finalized {
-        for finalizer in observed
-            .metadata
-            .finalizer
-            .iter()
-            .chain(observed.superseded_finalizers)
-        {
-            if has_finalizer(primary, finalizer) && !plan.remove_finalizers.contains(finalizer) {
-                plan.remove_finalizers.push(finalizer.clone());
-            }
-        }
-    }
-    Ok(plan)
+    remove
 }
 
 /// Whether `object` carries `finalizer`.
@@ -358,7 +390,8 @@ fn primary_name(primary: &Value) -> String {
     ObjectKey::of(primary).map_or_else(|| "the primary".to_string(), |k| k.to_string())
 }
 
-fn uid_of(object: &Value) -> Option<String> {
+/// The uid of `object`, if it has one.
+pub fn uid_of(object: &Value) -> Option<String> {
     object
         .metadata_field("uid")
         .and_then(Value::as_str)

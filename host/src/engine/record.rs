@@ -9,6 +9,11 @@ use super::work_queue::PrimaryKey;
 use crate::cluster::ObjectKey;
 use crate::support::duration_text::format_duration_for_people;
 
+/// The reason of a reconcile that failed because the cluster did not
+/// answer (a timeout, a refused connection, a 5xx or 429): worth asking
+/// whether the cluster is still there.
+pub const CLUSTER_UNAVAILABLE: &str = "ClusterUnavailable";
+
 /// One change the host made to the cluster on a plugin's behalf.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
@@ -94,7 +99,7 @@ pub struct ReconcileRecord {
 impl ReconcileRecord {
     /// Whether it failed because the cluster did not answer.
     pub fn cluster_unavailable(&self) -> bool {
-        matches!(&self.outcome, Outcome::Failed { reason, .. } if reason == super::CLUSTER_UNAVAILABLE)
+        matches!(&self.outcome, Outcome::Failed { reason, .. } if reason == CLUSTER_UNAVAILABLE)
     }
 }
 

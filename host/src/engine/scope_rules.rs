@@ -22,16 +22,54 @@
 
 use reconciler_contract::object_meta::MetadataField;
 use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
 
 use reconciler_contract::{KindRef, PluginMetadata};
 use serde_json::Value;
 
-use super::EngineError;
+use super::errors::EngineError;
 use crate::cluster::{ClusterBackend, KindScope};
 use crate::plugin::{InvalidResponse, ValidResponse};
 
 /// The scope of each kind a plugin writes, and of its primary.
 pub type DeclaredScopes = BTreeMap<KindRef, KindScope>;
+
+/// The scopes of the kinds every plugin served declares, learned when each
+/// was loaded ([`check_plugin`]): which namespace a primary has when a
+/// change maps to it, and the per-response check.
+#[derive(Default)]
+pub struct KindScopes {
+    learned: Mutex<DeclaredScopes>,
+}
+
+impl KindScopes {
+    fn lock(&self) -> MutexGuard<'_, DeclaredScopes> {
+        self.learned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remembers the scopes a plugin's load learned.
+    pub fn learn(&self, scopes: DeclaredScopes) {
+        self.lock().extend(scopes);
+    }
+
+    /// The scope of a declared kind; namespaced when never learned, as
+    /// most kinds are.
+    pub fn scope_of(&self, kind: &KindRef) -> KindScope {
+        self.lock()
+            .get(kind)
+            .copied()
+            .unwrap_or(KindScope::Namespaced)
+    }
+
+    /// [`check_response`] with the scopes learned so far.
+    pub fn check_response(
+        &self,
+        primary_ns: Option<&str>,
+        response: &ValidResponse,
+    ) -> Result<(), InvalidResponse> {
+        check_response(&self.lock(), primary_ns, response)
+    }
+}
 
 /// Asks the cluster the scope of `metadata`'s primary kind and of every kind
 /// it owns or writes, and refuses a namespaced primary that owns or writes a
@@ -293,5 +331,27 @@ mod tests {
             check_response(&scopes(), Some("team"), &response(vec![unnamed], vec![])),
             Ok(())
         );
+    }
+
+    #[tokio::test]
+    async fn the_scopes_learned_at_load_answer_later_questions_and_the_rest_are_namespaced() {
+        let learned = KindScopes::default();
+        assert_eq!(learned.scope_of(&cluster_role()), KindScope::Namespaced);
+        let metadata = PluginMetadata::new("tenants", "1", KindRef::new("", "v1", "Namespace"))
+            .writes(cluster_role());
+        learned.learn(check_plugin(&cluster(), &metadata).await.unwrap());
+        assert_eq!(learned.scope_of(&cluster_role()), KindScope::Cluster);
+        assert_eq!(
+            learned.scope_of(&KindRef::new("", "v1", "Namespace")),
+            KindScope::Cluster
+        );
+        assert_eq!(learned.scope_of(&config_map()), KindScope::Namespaced);
+        let unnamed = desired(
+            config_map(),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}),
+        );
+        let response = response(vec![unnamed], vec![]);
+        assert!(learned.check_response(None, &response).is_err());
+        assert_eq!(learned.check_response(Some("team"), &response), Ok(()));
     }
 }

@@ -19,6 +19,15 @@ pub struct PrimaryKey {
     pub name: String,
 }
 
+impl PrimaryKey {
+    pub fn new(namespace: Option<&str>, name: &str) -> Self {
+        Self {
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+        }
+    }
+}
+
 impl std::fmt::Display for PrimaryKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.namespace {

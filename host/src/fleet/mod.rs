@@ -19,10 +19,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cluster::ClusterBackend;
-use crate::engine::finalizer_handover::FinalizerHold;
-use crate::engine::{EngineError, Replaced};
 use crate::plugin::LoadedPlugin;
-use crate::plugin::hot_reload::{PluginHost, Standby};
+use crate::plugin::finalizer_report::FinalizerHold;
+use crate::plugin::plugin_host::{PluginHost, Refused, Replaced};
+use crate::plugin::standby::Standby;
 
 pub use self::member::{Announce, Hooks, Identity, Member, MemberStatus, Probe, Settings};
 pub use self::selection::PluginClusters;
@@ -243,13 +243,13 @@ impl<B: ClusterBackend + 'static> Fleet<B> {
 }
 
 impl<B: ClusterBackend + 'static> PluginHost for Fleet<B> {
-    async fn add_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<(), EngineError> {
+    async fn add_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<(), Refused> {
         self.desired.add_plugin(plugin).await?;
         self.nudge_all();
         Ok(())
     }
 
-    async fn replace_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<Replaced, EngineError> {
+    async fn replace_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<Replaced, Refused> {
         let replaced = self.desired.replace_plugin(plugin).await?;
         self.nudge_all();
         Ok(replaced)

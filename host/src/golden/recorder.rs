@@ -19,9 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::jiff::Timestamp;
-use reconciler_contract::Projection;
 use reconciler_contract::memory_cache::{ListBounds, ListJsonError};
-use reconciler_contract::{ClusterInfo, KindRef, LOCAL_CLUSTER};
+use reconciler_contract::{ClusterInfo, LOCAL_CLUSTER};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -30,7 +29,7 @@ use super::record_dir::RecordDir;
 use super::redact::redact_secret;
 use super::runner::expectation_of;
 use crate::cluster::ObjectKey;
-use crate::plugin::{CallError, ObjectReader, ValidResponse};
+use crate::plugin::{CallError, GetRequest, ListRequest, ObjectReader, ValidResponse};
 
 /// Where and how reconciles are recorded: `--record DIR`,
 /// `--record-max-mib`, `--record-secret-data`.
@@ -224,43 +223,26 @@ impl RecordingReader {
 }
 
 impl ObjectReader for RecordingReader {
-    fn get(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        name: &str,
-        projection: Projection,
-    ) -> Option<String> {
-        let found = self.inner.get(kind, namespace, name, projection);
+    fn get(&self, request: &GetRequest<'_>) -> Option<String> {
+        let found = self.inner.get(request);
         if let Some(text) = &found {
             self.keep(std::slice::from_ref(text));
         }
         found
     }
 
-    fn list(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        selector: &str,
-        projection: Projection,
-    ) -> Result<Vec<String>, String> {
-        let listed = self.inner.list(kind, namespace, selector, projection)?;
+    fn list(&self, request: &ListRequest<'_>) -> Result<Vec<String>, String> {
+        let listed = self.inner.list(request)?;
         self.keep(&listed);
         Ok(listed)
     }
 
     fn list_within(
         &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        selector: &str,
-        projection: Projection,
+        request: &ListRequest<'_>,
         bounds: ListBounds,
     ) -> Result<Vec<String>, ListJsonError> {
-        let listed = self
-            .inner
-            .list_within(kind, namespace, selector, projection, bounds)?;
+        let listed = self.inner.list_within(request, bounds)?;
         self.keep(&listed);
         Ok(listed)
     }

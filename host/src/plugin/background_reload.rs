@@ -19,7 +19,8 @@ use tokio::task::JoinHandle;
 
 use tokio::sync::oneshot;
 
-use crate::plugin::hot_reload::{PluginDirectory, PluginHost, PluginStatus, ReloadEvent};
+use super::hot_reload::{PluginDirectory, PluginStatus, ReloadEvent};
+use super::plugin_host::PluginHost;
 
 /// What one sync changed, and the directory as it stands after it.
 #[derive(Debug)]

@@ -17,7 +17,7 @@ use super::call_clock::CallClock;
 use super::call_traps::{NeedsBlockingThread, WaitedPastDeadline};
 use super::guest_output::OutputBudget;
 use super::memory_budget::MemoryCharge;
-use super::object_reader::ObjectReader;
+use super::object_reader::{GetRequest, ListRequest, ObjectReader};
 
 /// What the imports may see during a reconcile. Absent during `metadata`.
 pub(crate) struct ReconcileScope {
@@ -152,9 +152,12 @@ impl cache::Host for CallState {
     ) -> Result<Option<String>, String> {
         let kind = kind_from_wit(kind);
         let read = self.readable(&kind, namespace.as_deref())?;
-        Ok(read
-            .reader
-            .get(&kind, read.namespace, &name, read.projection))
+        Ok(read.reader.get(&GetRequest {
+            kind: &kind,
+            namespace: read.namespace,
+            name: &name,
+            projection: read.projection,
+        }))
     }
 
     fn list(
@@ -183,13 +186,13 @@ impl cache::Host for CallState {
             Ok(read) => read,
             Err(refused) => return Ok(Err(refused)),
         };
-        match read.reader.list_within(
-            &kind,
-            read.namespace,
-            &label_selector,
-            read.projection,
-            bounds,
-        ) {
+        let request = ListRequest {
+            kind: &kind,
+            namespace: read.namespace,
+            selector: &label_selector,
+            projection: read.projection,
+        };
+        match read.reader.list_within(&request, bounds) {
             Ok(list) => Ok(Ok(list)),
             Err(ListJsonError::Selector(message)) => Ok(Err(message)),
             Err(ListJsonError::TooLarge { .. }) if bounds.max_bytes < self.list_max_bytes => {

@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+use reconciler_contract::KindRef;
+
 use super::errors::{LoadError, LoadFailure};
 use super::loaded::LoadedPlugin;
 use super::sandbox::Sandbox;
@@ -80,8 +82,19 @@ pub(crate) fn twin_of(plugin: &LoadedPlugin, loaded: &[&LoadedPlugin]) -> Option
         .find(|p| p.metadata().primary.same_group_kind(primary))
         .map(|first| LoadFailure::PrimaryTaken {
             name: plugin.name().to_string(),
-            kind: crate::engine::primary_kind_taken(primary, &first.metadata().primary),
+            kind: primary_kind_taken(primary, &first.metadata().primary),
             first_name: first.name().to_string(),
             first: first.path().to_path_buf(),
         })
+}
+
+/// How a refusal names a primary kind another plugin reconciles as
+/// `taken`: `example.com/v1 PodSet`, or `example.com/v1 PodSet, the same
+/// kind as example.com/v1alpha1 PodSet` when the versions differ.
+fn primary_kind_taken(kind: &KindRef, taken: &KindRef) -> String {
+    if kind == taken {
+        kind.to_string()
+    } else {
+        format!("{kind}, the same kind as {taken}")
+    }
 }

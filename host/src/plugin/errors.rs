@@ -64,7 +64,7 @@ pub enum LoadFailure {
     )]
     PrimaryTaken {
         name: String,
-        /// See `engine::primary_kind_taken`.
+        /// See `directory::primary_kind_taken`.
         kind: String,
         first_name: String,
         first: PathBuf,

@@ -7,7 +7,7 @@
 //!   in between reconciles (calls in flight finish on the old version);
 //!   every object of the plugin is then reconciled once by the new version;
 //!   a new version that declares another finalizer (or none) takes over the
-//!   old one's objects first (see [`crate::engine::finalizer_handover`]),
+//!   old one's objects first (the engine's `finalizer_handover`),
 //!   and the reload's line says what that did;
 //! - a removed file stops its plugin: nothing is deleted, no finalizer is
 //!   removed, the objects wait for a plugin to serve them again; the
@@ -26,11 +26,11 @@
 //! The directory is the host's one plugin set: each version is loaded once,
 //! and what serves is decided once, here. The engine is one reader of that
 //! decision ([`PluginHost`]); the admission server is the other, through
-//! the [`AdmissionPlugins`] the directory publishes to after every change.
+//! the [`ServingFollower`] the directory publishes to after every change.
 //! Before a replica leads there is no engine: the directory serves into a
-//! [`Standby`] (the same name and primary-kind rules, nothing watched), and
-//! [`PluginDirectory::attach`] hands what it serves to the engine once it
-//! exists. So a version that fails to load or is refused keeps the last
+//! [`Standby`](super::standby::Standby) (the same name and primary-kind
+//! rules, nothing watched), and [`PluginDirectory::attach`] hands what it
+//! serves to the engine once it exists. So a version that fails to load or is refused keeps the last
 //! good one serving admission exactly as it keeps it reconciling.
 
 use std::collections::BTreeMap;
@@ -40,156 +40,14 @@ use std::sync::Arc;
 
 use reconciler_contract::{KindRef, PluginMetadata};
 
-use crate::admission::plugin_set::AdmissionPlugins;
+use super::directory::plugin_files;
+use super::errors::LoadFailure;
+use super::finalizer_report::{FinalizerHandover, FinalizerHold, holds_text};
+use super::loaded::LoadedPlugin;
+use super::plugin_host::{PluginHost, Refusal, ServingFollower};
+use super::sandbox::{Sandbox, content_hash};
 use crate::cluster::clock::rfc3339;
-use crate::cluster::{Clock, ClusterBackend, RealClock};
-use crate::engine::finalizer_handover::{FinalizerHandover, FinalizerHold, holds_text};
-use crate::engine::{Engine, EngineError, Replaced};
-use crate::plugin::directory::{plugin_files, twin_of};
-use crate::plugin::sandbox::content_hash;
-use crate::plugin::{LoadFailure, LoadedPlugin, Sandbox};
-
-/// What serves the plugins a [`PluginDirectory`] decides on: the engine, or
-/// a [`Standby`] before this replica leads. Each may refuse a plugin; the
-/// directory then keeps the version it served before.
-pub trait PluginHost: Send + Sync {
-    /// Starts serving a plugin whose name is new.
-    fn add_plugin(
-        &self,
-        plugin: Arc<LoadedPlugin>,
-    ) -> impl Future<Output = Result<(), EngineError>> + Send;
-    /// Swaps in a new version of a plugin of the same name.
-    fn replace_plugin(
-        &self,
-        plugin: Arc<LoadedPlugin>,
-    ) -> impl Future<Output = Result<Replaced, EngineError>> + Send;
-    /// Stops serving the plugin of this name, returning it.
-    fn remove_plugin(&self, name: &str) -> Option<Arc<LoadedPlugin>>;
-    /// The objects this plugin's finalizers hold.
-    fn finalizer_holds(&self, name: &str) -> Vec<FinalizerHold>;
-}
-
-impl<B: ClusterBackend> PluginHost for Engine<B> {
-    fn add_plugin(
-        &self,
-        plugin: Arc<LoadedPlugin>,
-    ) -> impl Future<Output = Result<(), EngineError>> + Send {
-        Engine::add_plugin(self, plugin)
-    }
-    fn replace_plugin(
-        &self,
-        plugin: Arc<LoadedPlugin>,
-    ) -> impl Future<Output = Result<Replaced, EngineError>> + Send {
-        Engine::replace_plugin(self, plugin)
-    }
-    fn remove_plugin(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
-        Engine::remove_plugin(self, name)
-    }
-    fn finalizer_holds(&self, name: &str) -> Vec<FinalizerHold> {
-        Engine::finalizer_holds(self, name)
-    }
-}
-
-impl<H: PluginHost> PluginHost for Arc<H> {
-    fn add_plugin(
-        &self,
-        plugin: Arc<LoadedPlugin>,
-    ) -> impl Future<Output = Result<(), EngineError>> + Send {
-        (**self).add_plugin(plugin)
-    }
-    fn replace_plugin(
-        &self,
-        plugin: Arc<LoadedPlugin>,
-    ) -> impl Future<Output = Result<Replaced, EngineError>> + Send {
-        (**self).replace_plugin(plugin)
-    }
-    fn remove_plugin(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
-        (**self).remove_plugin(name)
-    }
-    fn finalizer_holds(&self, name: &str) -> Vec<FinalizerHold> {
-        (**self).finalizer_holds(name)
-    }
-}
-
-/// Serves plugins for admission only, while this replica has no engine
-/// (it waits for the Lease). It applies the rules that need no cluster: one
-/// plugin per name and per primary kind, the first file keeping it.
-#[derive(Default)]
-pub struct Standby {
-    by_name: std::sync::Mutex<BTreeMap<String, Arc<LoadedPlugin>>>,
-}
-
-impl Standby {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn plugins(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<LoadedPlugin>>> {
-        self.by_name.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The plugins it holds now, by name.
-    pub fn served(&self) -> Vec<Arc<LoadedPlugin>> {
-        self.plugins().values().cloned().collect()
-    }
-
-    /// Why `plugin` cannot serve beside the others (the one of its own name
-    /// excepted when it replaces that one).
-    fn claim(&self, plugin: &Arc<LoadedPlugin>, replacing: bool) -> Result<(), EngineError> {
-        let plugins = self.plugins();
-        let others: Vec<&LoadedPlugin> = plugins
-            .values()
-            .filter(|p| !(replacing && p.name() == plugin.name()))
-            .map(|p| p.as_ref())
-            .collect();
-        match twin_of(plugin, &others) {
-            None => Ok(()),
-            Some(LoadFailure::NameTaken { name, first }) => {
-                Err(EngineError::DuplicateName { name, file: first })
-            }
-            Some(LoadFailure::PrimaryTaken {
-                name,
-                kind,
-                first_name,
-                first,
-            }) => Err(EngineError::PrimaryTaken {
-                kind,
-                first: first_name,
-                first_file: first,
-                second: name,
-            }),
-            Some(other) => unreachable!("twin_of returns only NameTaken or PrimaryTaken: {other}"),
-        }
-    }
-}
-
-impl PluginHost for Standby {
-    async fn add_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<(), EngineError> {
-        self.claim(&plugin, false)?;
-        self.plugins().insert(plugin.name().to_string(), plugin);
-        Ok(())
-    }
-    async fn replace_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<Replaced, EngineError> {
-        if !self.plugins().contains_key(plugin.name()) {
-            return Err(EngineError::NotLoaded(plugin.name().to_string()));
-        }
-        self.claim(&plugin, true)?;
-        let old = self
-            .plugins()
-            .insert(plugin.name().to_string(), plugin.clone())
-            .unwrap_or(plugin);
-        Ok(Replaced {
-            old,
-            finalizers: None,
-        })
-    }
-    fn remove_plugin(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
-        self.plugins().remove(name)
-    }
-    fn finalizer_holds(&self, _name: &str) -> Vec<FinalizerHold> {
-        Vec::new()
-    }
-}
+use crate::cluster::{Clock, RealClock};
 
 /// One change to what the host serves, or a version it refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -316,7 +174,7 @@ struct Served {
 
 /// A version refused, reported once.
 #[derive(Clone, Debug)]
-struct Refused {
+struct RefusedVersion {
     sha256: String,
     why: Refusal,
     reason: String,
@@ -360,33 +218,20 @@ impl PluginKinds {
     }
 }
 
-/// Why a version was refused, which says when it is tried again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Refusal {
-    /// The version itself cannot serve: only a new version is tried.
-    Broken,
-    /// Another plugin holds its kind or name: tried again when what is
-    /// served changes.
-    Conflict,
-    /// A kind it declares cannot be watched yet: tried again by
-    /// [`PluginDirectory::retry_waiting`].
-    Unwatchable,
-}
-
 /// The plugins directory as the engine serves it.
 pub struct PluginDirectory {
     dir: PathBuf,
-    /// Directories of pulled plugins ([`crate::registry::served_files`]),
+    /// Directories of pulled plugins (the registry's served files),
     /// scanned after `dir`, so a file there keeps a kind it claims first.
     extra_dirs: Vec<PathBuf>,
     sandbox: Arc<Sandbox>,
     served: BTreeMap<PathBuf, Served>,
     /// The content hash of a refused version per file (reported once), and
     /// why it was refused.
-    refused: BTreeMap<PathBuf, Refused>,
+    refused: BTreeMap<PathBuf, RefusedVersion>,
     failures: u64,
     /// Told what serves after every change.
-    admission: Option<Arc<AdmissionPlugins>>,
+    admission: Option<Arc<dyn ServingFollower>>,
 }
 
 impl PluginDirectory {
@@ -404,7 +249,7 @@ impl PluginDirectory {
 
     /// Publishes what serves to `admission` after every change, so the
     /// admission server answers from exactly these versions.
-    pub fn publishing_to(mut self, admission: Arc<AdmissionPlugins>) -> Self {
+    pub fn publishing_to(mut self, admission: Arc<impl ServingFollower + 'static>) -> Self {
         self.admission = Some(admission);
         self.publish();
         self
@@ -412,11 +257,12 @@ impl PluginDirectory {
 
     fn publish(&self) {
         if let Some(admission) = &self.admission {
-            admission.replace(self.served.values().map(|s| s.plugin.clone()));
+            admission.follow(self.served.values().map(|s| s.plugin.clone()).collect());
         }
     }
 
-    /// Hands every plugin served so far (into a [`Standby`]) to `host`,
+    /// Hands every plugin served so far (into a
+    /// [`Standby`](super::standby::Standby)) to `host`,
     /// the engine once this replica leads: nothing is loaded again. A
     /// plugin `host` refuses stops serving admission too and is reported
     /// as a load of it would be (waiting ones are retried).
@@ -434,10 +280,7 @@ impl PluginDirectory {
                     });
                     self.served.insert(file, served);
                 }
-                Err(e) => {
-                    let why = refusal_for(&e);
-                    events.push(self.refuse(&file, served.sha256, e.to_string(), why));
-                }
+                Err(e) => events.push(self.refuse(&file, served.sha256, e.reason, e.why)),
             }
         }
         self.publish();
@@ -572,6 +415,8 @@ impl PluginDirectory {
         events
     }
 
+    /// Brings `engine` in line with one file: nothing when its content is
+    /// what serves or was refused already, or is still being written.
     async fn sync_file<H: PluginHost>(&mut self, file: &Path, engine: &H) -> Option<ReloadEvent> {
         let bytes = std::fs::read(file).ok()?;
         let sha256 = content_hash(&bytes);
@@ -583,99 +428,126 @@ impl PluginDirectory {
         {
             return None;
         }
+        let plugin = match self.load(file, bytes, &sha256).await {
+            Ok(plugin) => plugin?,
+            Err(refused) => return Some(refused),
+        };
+        let served = Served {
+            plugin: plugin.clone(),
+            name: plugin.name().to_string(),
+            version: plugin.metadata().version.clone(),
+            sha256,
+            metadata: plugin.metadata().clone(),
+            loaded_at_millis: RealClock.now_millis(),
+        };
+        Some(match self.served.get(file).cloned() {
+            Some(old) if old.name == served.name => self.reload(file, old, served, engine).await,
+            previous => self.start(file, previous, served, engine).await,
+        })
+    }
+
+    /// Compiles and validates `bytes`, read from `file`, within the load
+    /// timeout: the plugin, `None` when the file was still being written,
+    /// or the refusal of a version that cannot serve.
+    async fn load(
+        &mut self,
+        file: &Path,
+        bytes: Vec<u8>,
+        sha256: &str,
+    ) -> Result<Option<Arc<LoadedPlugin>>, ReloadEvent> {
         let sandbox = self.sandbox.clone();
         let path = file.to_path_buf();
         // A compile cannot be interrupted; past the deadline it finishes on
         // its thread and is dropped.
         let limit = self.sandbox.limits().load_timeout();
         let loading = tokio::task::spawn_blocking(move || sandbox.load_bytes(&path, &bytes));
+        let sha256 = sha256.to_string();
         let Ok(loaded) = tokio::time::timeout(limit, loading).await else {
             let reason = LoadFailure::LoadTimeout { limit }.to_string();
-            return Some(self.refuse(file, sha256, reason, Refusal::Broken));
+            return Err(self.refuse(file, sha256, reason, Refusal::Broken));
         };
-        let plugin = match loaded {
-            Ok(Ok((plugin, _))) => Arc::new(plugin),
-            Ok(Err(e)) => {
-                if still_being_written(file, &sha256) {
-                    return None;
+        match loaded {
+            Ok(Ok((plugin, _))) => Ok(Some(Arc::new(plugin))),
+            Ok(Err(_)) if still_being_written(file, &sha256) => Ok(None),
+            Ok(Err(e)) => Err(self.refuse(file, sha256, e.reason.to_string(), Refusal::Broken)),
+            Err(e) => {
+                let reason = format!("loading panicked: {e}");
+                Err(self.refuse(file, sha256, reason, Refusal::Broken))
+            }
+        }
+    }
+
+    /// Swaps a new version of the plugin `old` serves from `file` in.
+    async fn reload<H: PluginHost>(
+        &mut self,
+        file: &Path,
+        old: Served,
+        served: Served,
+        engine: &H,
+    ) -> ReloadEvent {
+        let sha256 = served.sha256.clone();
+        match engine.replace_plugin(served.plugin.clone()).await {
+            Ok(replaced) => {
+                self.served.insert(file.to_path_buf(), served.clone());
+                self.refused.remove(file);
+                ReloadEvent::Reloaded {
+                    file: file.to_path_buf(),
+                    name: served.name,
+                    old_version: old.version,
+                    old_sha256: old.sha256,
+                    version: served.version,
+                    sha256,
+                    finalizers: replaced.finalizers,
                 }
-                return Some(self.refuse(file, sha256, e.reason.to_string(), Refusal::Broken));
+            }
+            Err(e) => self.refuse(file, sha256, e.reason, e.why),
+        }
+    }
+
+    /// Starts the plugin of a new file, or of a file that now holds a
+    /// differently named plugin (`previous`). The old one steps aside (the
+    /// new one may well take over its primary kind) and comes back if the
+    /// new one cannot start.
+    async fn start<H: PluginHost>(
+        &mut self,
+        file: &Path,
+        previous: Option<Served>,
+        served: Served,
+        engine: &H,
+    ) -> ReloadEvent {
+        let holds = previous
+            .as_ref()
+            .map(|old| engine.finalizer_holds(&old.name))
+            .unwrap_or_default();
+        let stepped_aside = previous
+            .as_ref()
+            .and_then(|old| engine.remove_plugin(&old.name));
+        let sha256 = served.sha256.clone();
+        match engine.add_plugin(served.plugin.clone()).await {
+            Ok(()) => {
+                if let Some(old) = &previous {
+                    warn_of_holds(file, &old.name, &served.metadata, holds);
+                }
+                self.served.insert(file.to_path_buf(), served.clone());
+                self.refused.remove(file);
+                ReloadEvent::Loaded {
+                    file: file.to_path_buf(),
+                    name: served.name,
+                    version: served.version,
+                    sha256,
+                }
             }
             Err(e) => {
-                return Some(self.refuse(
-                    file,
-                    sha256,
-                    format!("loading panicked: {e}"),
-                    Refusal::Broken,
-                ));
-            }
-        };
-        let served = Served {
-            plugin: plugin.clone(),
-            name: plugin.name().to_string(),
-            version: plugin.metadata().version.clone(),
-            sha256: sha256.clone(),
-            metadata: plugin.metadata().clone(),
-            loaded_at_millis: RealClock.now_millis(),
-        };
-        match self.served.get(file).cloned() {
-            Some(old) if old.name == served.name => {
-                match engine.replace_plugin(plugin.clone()).await {
-                    Ok(replaced) => {
-                        self.served.insert(file.to_path_buf(), served.clone());
-                        self.refused.remove(file);
-                        Some(ReloadEvent::Reloaded {
-                            file: file.to_path_buf(),
-                            name: served.name,
-                            old_version: old.version,
-                            old_sha256: old.sha256,
-                            version: served.version,
-                            sha256,
-                            finalizers: replaced.finalizers,
-                        })
-                    }
-                    Err(e) => Some(self.refuse(file, sha256, e.to_string(), refusal_for(&e))),
+                if let Some(old) = stepped_aside
+                    && let Err(again) = engine.add_plugin(old).await
+                {
+                    tracing::error!(
+                        "cannot restore the previous plugin of {}: {again}",
+                        file.display()
+                    );
+                    self.served.remove(file);
                 }
-            }
-            previous => {
-                // A new file, or a file that now holds a differently named
-                // plugin. The old one steps aside (the new one may well take
-                // over its primary kind) and comes back if the new one cannot
-                // start.
-                let holds = previous
-                    .as_ref()
-                    .map(|old| engine.finalizer_holds(&old.name))
-                    .unwrap_or_default();
-                let stepped_aside = previous
-                    .as_ref()
-                    .and_then(|old| engine.remove_plugin(&old.name));
-                match engine.add_plugin(plugin.clone()).await {
-                    Ok(()) => {
-                        if let Some(old) = &previous {
-                            warn_of_holds(file, &old.name, plugin.metadata(), holds);
-                        }
-                        self.served.insert(file.to_path_buf(), served.clone());
-                        self.refused.remove(file);
-                        Some(ReloadEvent::Loaded {
-                            file: file.to_path_buf(),
-                            name: served.name,
-                            version: served.version,
-                            sha256,
-                        })
-                    }
-                    Err(e) => {
-                        if let Some(old) = stepped_aside
-                            && let Err(again) = engine.add_plugin(old).await
-                        {
-                            tracing::error!(
-                                "cannot restore the previous plugin of {}: {again}",
-                                file.display()
-                            );
-                            self.served.remove(file);
-                        }
-                        Some(self.refuse(file, sha256, e.to_string(), refusal_for(&e)))
-                    }
-                }
+                self.refuse(file, sha256, e.reason, e.why)
             }
         }
     }
@@ -684,7 +556,7 @@ impl PluginDirectory {
         self.failures += 1;
         self.refused.insert(
             file.to_path_buf(),
-            Refused {
+            RefusedVersion {
                 sha256,
                 why,
                 reason: reason.clone(),
@@ -759,16 +631,6 @@ fn warn_of_holds(file: &Path, old: &str, new: &PluginMetadata, holds: Vec<Finali
             new.name,
             holds_text(old, &orphaned)
         );
-    }
-}
-
-fn refusal_for(error: &EngineError) -> Refusal {
-    match error {
-        EngineError::Watch { .. } => Refusal::Unwatchable,
-        EngineError::ClusterScopedFromNamespaced { .. } => Refusal::Broken,
-        EngineError::PrimaryTaken { .. }
-        | EngineError::DuplicateName { .. }
-        | EngineError::NotLoaded(_) => Refusal::Conflict,
     }
 }
 

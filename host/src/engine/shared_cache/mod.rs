@@ -13,17 +13,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use reconciler_contract::KindRef;
+use reconciler_contract::ReconcileRequest;
 use reconciler_contract::memory_cache::{
     LIST_JSON_MAX_BYTES, ListBounds, ListJsonError, MemoryCache, PreparedEntry, is_controlled_by,
-    list_json_paged, namespace_of,
+    namespace_of,
 };
-use reconciler_contract::{Projection, ReconcileRequest};
 use serde_json::Value;
 
 use self::controller_index::ControllerIndex;
 use crate::cluster::backend::{is_slim, slimmed};
 use crate::cluster::{ObjectKey, WatchEvent, WatchEventType};
-use crate::plugin::ObjectReader;
+use crate::plugin::{GetRequest, ListRequest, ObjectReader};
 
 #[derive(Default)]
 pub struct SharedCache {
@@ -260,40 +260,28 @@ impl SharedCache {
 }
 
 impl ObjectReader for SharedCache {
-    fn get(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        name: &str,
-        projection: Projection,
-    ) -> Option<String> {
-        self.read().get_json(kind, namespace, name, projection)
+    fn get(&self, request: &GetRequest<'_>) -> Option<String> {
+        self.read().get_json(
+            request.kind,
+            request.namespace,
+            request.name,
+            request.projection,
+        )
     }
 
-    fn list(
-        &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        selector: &str,
-        projection: Projection,
-    ) -> Result<Vec<String>, String> {
+    fn list(&self, request: &ListRequest<'_>) -> Result<Vec<String>, String> {
         let bounds = ListBounds::bytes(LIST_JSON_MAX_BYTES);
-        self.list_within(kind, namespace, selector, projection, bounds)
-            .map_err(|e| e.to_string())
+        self.list_within(request, bounds).map_err(|e| e.to_string())
     }
 
     /// Lists in pages, each under its own read of the lock, so watch events
     /// go in between them however long the list; stops at `bounds`.
     fn list_within(
         &self,
-        kind: &KindRef,
-        namespace: Option<&str>,
-        selector: &str,
-        projection: Projection,
+        request: &ListRequest<'_>,
         bounds: ListBounds,
     ) -> Result<Vec<String>, ListJsonError> {
-        let page = || CacheRead(self.read());
-        list_json_paged(page, kind, namespace, selector, projection, bounds)
+        request.paged(|| CacheRead(self.read()), bounds)
     }
 }
 

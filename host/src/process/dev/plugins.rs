@@ -11,7 +11,8 @@ use tokio::sync::mpsc;
 use super::config::DevConfig;
 use super::stamp::stamp;
 use crate::plugin::Sandbox;
-use crate::plugin::hot_reload::{PluginDirectory, PluginHost};
+use crate::plugin::hot_reload::PluginDirectory;
+use crate::plugin::plugin_host::PluginHost;
 
 /// Loads the plugins directory (with the pulled plugins and the Plugin
 /// objects' files beside it) into `host`: a line per plugin loaded or

@@ -1,0 +1,236 @@
+//! The first stage: from a watch event to the cache and the queues.
+//!
+//! Every event goes into the one cache, then to each plugin it concerns
+//! ([`event_mapping`](super::event_mapping) says which primaries), within
+//! the plugin's selector. A change of a primary itself queues it at once;
+//! one of a child or a read object waits for the coalescing window, so a
+//! burst of such changes (a ReplicaSet creating its Pods) is one reconcile
+//! and one status write. An object the cluster deleted takes with it what
+//! the engine remembered about it.
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::Duration;
+
+use reconciler_contract::KindRef;
+use reconciler_contract::memory_cache::resource_version_of;
+
+use super::event_mapping;
+use super::scope::PrimarySelectors;
+use super::shared::Shared;
+use super::shared_cache::SharedCache;
+use super::work_queue::{PrimaryKey, WorkQueue};
+use crate::cluster::{ClusterBackend, ListedObject, ObjectKey, WatchEvent, WatchEventType};
+
+/// How the trigger queues what a change concerns.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Trigger {
+    /// How long a change of a child or read object waits for others before
+    /// its primary is reconciled; zero: at once.
+    coalesce: Duration,
+}
+
+impl Trigger {
+    pub fn new(coalesce: Duration) -> Self {
+        Self { coalesce }
+    }
+
+    /// Queues `key` after a change seen at `now`: at once when it is of the
+    /// primary itself (or nothing is coalesced), otherwise at the end of the
+    /// window, with every other change that comes in it.
+    pub fn enqueue(&self, queue: &mut WorkQueue, key: PrimaryKey, of_primary: bool, now: i64) {
+        let window = i64::try_from(self.coalesce.as_millis()).unwrap_or(i64::MAX);
+        if of_primary || window == 0 {
+            queue.add(key, now);
+        } else {
+            queue.add_coalesced(key, now.saturating_add(window));
+        }
+    }
+
+    /// Takes one watch event into the cache and the queues. Returns the key
+    /// of the object it deletes, for [`forget_objects`].
+    pub fn observe<B: ClusterBackend>(
+        &self,
+        shared: &Shared<B>,
+        event: &WatchEvent,
+        now: i64,
+    ) -> Option<ObjectKey> {
+        shared.cache.observe(event);
+        let kind = KindRef::of_object(&event.object);
+        for (name, c) in shared.controllers.all() {
+            let plugin = c.plugin();
+            let primary = &plugin.metadata().primary;
+            let of_primary = kind.as_ref() == Some(primary);
+            let keys = event_mapping::primaries_for(
+                plugin.metadata(),
+                shared.kind_scopes.scope_of(primary),
+                &event.object,
+            );
+            let selectors = &shared.scope.selectors;
+            let keys: Vec<PrimaryKey> = keys
+                .into_iter()
+                .filter(|key| in_scope(selectors, &shared.cache, &name, primary, key))
+                .collect();
+            if !keys.is_empty() {
+                let mut state = c.state();
+                for key in keys {
+                    self.enqueue(&mut state.queue, key, of_primary, now);
+                }
+            }
+        }
+        match event.event_type {
+            WatchEventType::Deleted => ObjectKey::of(&event.object),
+            _ => None,
+        }
+    }
+
+    /// Takes watch events delivered by `now` into the cache and the queues.
+    pub fn take_events<B: ClusterBackend>(
+        &self,
+        shared: &Shared<B>,
+        events: &[WatchEvent],
+        now: i64,
+    ) {
+        let gone: HashSet<ObjectKey> = events
+            .iter()
+            .filter_map(|event| self.observe(shared, event, now))
+            .collect();
+        forget_objects(shared, &gone);
+    }
+
+    /// Takes a watch's first list into the cache. After a re-watch, cached
+    /// objects missing from the list are gone; with `keep_current`, those
+    /// listed at the version cached are not changes.
+    pub fn take_list<B: ClusterBackend>(
+        &self,
+        shared: &Shared<B>,
+        kind: &KindRef,
+        list: Vec<ListedObject>,
+        rewatch: bool,
+        keep_current: bool,
+    ) {
+        let now = shared.now();
+        let mut listed = BTreeSet::new();
+        // One object parsed at a time: the list stays text until cached.
+        for object in list {
+            let event = object.into_event();
+            if rewatch && let Some(key) = ObjectKey::of(&event.object) {
+                // Unchanged since it was cached: nothing to reconcile. A
+                // re-watch for a new shard selector lists every object this
+                // replica kept, and reconciling them all would be a storm.
+                let version = resource_version_of(&event.object);
+                let unchanged = keep_current
+                    && version.is_some()
+                    && shared
+                        .cache
+                        .get(&key)
+                        .is_some_and(|cached| resource_version_of(&cached) == version);
+                listed.insert(key);
+                if unchanged {
+                    continue;
+                }
+            }
+            self.observe(shared, &event, now);
+        }
+        if rewatch {
+            let mut gone = HashSet::new();
+            for object in shared.cache.list(kind) {
+                if ObjectKey::of(&object).is_some_and(|k| !listed.contains(&k)) {
+                    let event = WatchEvent::new(WatchEventType::Deleted, object);
+                    gone.extend(self.observe(shared, &event, now));
+                }
+            }
+            forget_objects(shared, &gone);
+        }
+    }
+}
+
+/// Forgets what the engine remembered about objects the cluster deleted:
+/// what it last applied to them, and their Event series. A child the
+/// garbage collector takes with its primary is never pruned or deleted by
+/// the host, so this is the only place it is forgotten; a primary's queue
+/// state goes when its reconcile finds it gone.
+pub fn forget_objects<B: ClusterBackend>(shared: &Shared<B>, gone: &HashSet<ObjectKey>) {
+    if gone.is_empty() {
+        return;
+    }
+    shared.controllers.forget_applied(gone);
+    shared.events.forget_objects(gone);
+}
+
+/// Whether `plugin` reconciles the primary `key` names: it is cached and
+/// matches the plugin's selector. A primary no longer cached passes, so its
+/// reconcile can find it gone.
+pub fn in_scope(
+    selectors: &PrimarySelectors,
+    cache: &SharedCache,
+    plugin: &str,
+    primary: &KindRef,
+    key: &PrimaryKey,
+) -> bool {
+    // Without a selector, nothing to read: this runs for every watch event.
+    let Some(selector) = selectors.for_plugin(plugin) else {
+        return true;
+    };
+    let key = ObjectKey::new(primary.clone(), key.namespace.as_deref(), &key.name);
+    cache
+        .get(&key)
+        .is_none_or(|object| selector.matches_object(&object))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn key(name: &str) -> PrimaryKey {
+        PrimaryKey::new(Some("default"), name)
+    }
+
+    #[test]
+    fn a_primary_change_is_queued_at_once_and_a_child_change_at_the_end_of_the_window() {
+        let trigger = Trigger::new(Duration::from_millis(500));
+        let mut queue = WorkQueue::new();
+        trigger.enqueue(&mut queue, key("child-changed"), false, 1_000);
+        assert_eq!(queue.next_ready_at(), Some(1_500));
+        // More changes in the window ride on the one reconcile at its end.
+        trigger.enqueue(&mut queue, key("child-changed"), false, 1_200);
+        assert_eq!(queue.pop_ready(1_499), None);
+        assert_eq!(queue.pop_ready(1_500), Some(key("child-changed")));
+        assert_eq!(queue.next_ready_at(), None, "one reconcile for the burst");
+
+        trigger.enqueue(&mut queue, key("primary-changed"), true, 2_000);
+        assert_eq!(queue.pop_ready(2_000), Some(key("primary-changed")));
+    }
+
+    #[test]
+    fn without_a_window_every_change_is_queued_at_once() {
+        let trigger = Trigger::default();
+        let mut queue = WorkQueue::new();
+        trigger.enqueue(&mut queue, key("web"), false, 1_000);
+        assert_eq!(queue.pop_ready(1_000), Some(key("web")));
+    }
+
+    #[test]
+    fn a_primary_outside_the_plugins_selector_is_not_its_to_reconcile_unless_it_is_gone() {
+        let podset = KindRef::new("example.com", "v1", "PodSet");
+        let cache = SharedCache::new();
+        for (name, tier) in [("web", "front"), ("db", "back")] {
+            cache.observe(&WatchEvent::new(
+                WatchEventType::Added,
+                json!({"apiVersion": "example.com/v1", "kind": "PodSet",
+                    "metadata": {"name": name, "namespace": "default", "labels": {"tier": tier}}}),
+            ));
+        }
+        let selectors = PrimarySelectors::parse(["podset:tier=front"]).unwrap();
+        let admits =
+            |plugin: &str, name: &str| in_scope(&selectors, &cache, plugin, &podset, &key(name));
+        assert!(admits("podset", "web"));
+        assert!(!admits("podset", "db"));
+        assert!(
+            admits("podset", "deleted-since"),
+            "its reconcile finds it gone"
+        );
+        assert!(admits("other", "db"), "no selector of its own");
+    }
+}
