@@ -133,17 +133,7 @@ impl LoadedPlugin {
         if !pre.exports_admission() {
             return Ok(None);
         }
-        let call = Call {
-            limits,
-            scope: None,
-            now_millis: 0,
-            cluster: Arc::new(ClusterInfo::local()),
-            plugin: file,
-            object: "-",
-            random,
-            ticker,
-            memory,
-        };
+        let call = Call::at_load(limits, file, random, ticker, memory);
         call_fresh(pre, call, |p, store| match p.admission() {
             Some(a) => a.call_settings(store),
             None => Ok(None),

@@ -264,17 +264,7 @@ impl LoadedPlugin {
         ticker: &EpochTicker,
         memory: MemoryCharge,
     ) -> Result<PluginMetadata, CallError> {
-        let call = Call {
-            limits,
-            scope: None,
-            now_millis: 0,
-            cluster: Arc::new(ClusterInfo::local()),
-            plugin: file,
-            object: "-",
-            random,
-            ticker,
-            memory,
-        };
+        let call = Call::at_load(limits, file, random, ticker, memory);
         call_fresh(pre, call, |p, store| {
             p.reconciler_plugin_reconciler().call_metadata(store)
         })
@@ -296,6 +286,31 @@ pub(super) struct Call<'a> {
     pub(super) ticker: &'a EpochTicker,
     /// Its charge to the host's memory budget.
     pub(super) memory: MemoryCharge,
+}
+
+impl<'a> Call<'a> {
+    /// A call made while the plugin loads (its metadata, its admission
+    /// declaration): no object, no reconcile scope, the epoch's clock, and
+    /// the local cluster.
+    pub(super) fn at_load(
+        limits: SandboxLimits,
+        plugin: &'a str,
+        random: CallRandom,
+        ticker: &'a EpochTicker,
+        memory: MemoryCharge,
+    ) -> Self {
+        Self {
+            limits,
+            scope: None,
+            now_millis: 0,
+            cluster: Arc::new(ClusterInfo::local()),
+            plugin,
+            object: "-",
+            random,
+            ticker,
+            memory,
+        }
+    }
 }
 
 pub(super) fn new_store(
