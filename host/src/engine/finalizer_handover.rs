@@ -27,8 +27,7 @@
 //!    directory, which defines it).
 //! 2. On removal of a plugin nothing is removed (the plugin may come back),
 //!    but the objects still carrying its finalizers are listed once, each with
-//!    the kubectl command that releases it
-//!    ([`FinalizerHold`](crate::plugin::finalizer_report::FinalizerHold)).
+//!    the kubectl command that releases it ([`FinalizerHold`]).
 //!
 //! Caveat: the superseded set lives in memory. A host restarted while a
 //! handed-over object is still deleting no longer knows the old finalizer;

@@ -7,38 +7,39 @@
 //! 1. **trigger**: a watch event goes into the one cache
 //!    ([`shared_cache`]) and, for each plugin it concerns
 //!    ([`event_mapping`]), into that plugin's queue, at once or after the
-//!    coalescing window ([`trigger`]); the watches themselves, one per
-//!    kind, and the first list of each ([`watches`]);
+//!    coalescing window (`trigger`); the watches themselves, one per
+//!    kind, and the first list of each (`watches`);
 //! 2. **queue**: per plugin, dedup, delays and one reconcile per object at
 //!    a time ([`work_queue`]); across plugins, which reconcile runs next and
-//!    which primaries this replica owns ([`queues`]);
+//!    which primaries this replica owns (`queues`);
 //! 3. **dispatch**: every ready reconcile as its own task on the real clock
 //!    ([`dispatch`]), its sandbox call taking an instance of the pool shared
 //!    fairly between plugins ([`call_slots`], [`instance_share`]);
-//! 4. **call**: the plugin called with its primary ([`primary`]) and
-//!    children, on the worker or a blocking thread ([`call`],
+//! 4. **call**: the plugin called with its primary (`primary`) and
+//!    children, on the worker or a blocking thread (`call`,
 //!    [`call_placement`]);
-//! 5. **validate**: the scope rule per response ([`scope_rules`]);
+//! 5. **validate**: the scope rule per response ([`scope_rules`]), and
+//!    under sharding the primary's label on every child it owns;
 //! 6. **plan**: from a response to the calls that realise it ([`plan`]);
-//! 7. **apply**: in order, finalizer last ([`apply`]), failures naming what
-//!    was done ([`failure`]);
+//! 7. **apply**: in order, finalizer last (`apply`), failures naming what
+//!    was done (`failure`);
 //! 8. **status and Events**: the status written with the apply, Events
 //!    aggregated and rate-limited per object ([`event_recorder`]); the
 //!    outcome settled in the queue, requeued as asked within bounds
 //!    ([`requeue`]) or backed off, and recorded ([`record`]).
 //!
-//! [`reconcile`] runs one reconcile through stages 4 to 8. Beside the flow:
+//! `reconcile` runs one reconcile through stages 4 to 8. Beside the flow:
 //! - **plugin lifecycle**: a plugin added, replaced or removed
-//!   ([`plugin_lifecycle`]), with its finalizer handed over between
+//!   (`plugin_lifecycle`), with its finalizer handed over between
 //!   versions ([`finalizer_handover`]), each plugin's state kept in
-//!   [`controllers`];
+//!   `controllers`;
 //! - **shard selection**: which objects each replica watches
-//!   ([`shard_selection`]) and the labels it writes ([`shard_labelling`]);
+//!   ([`shard_selection`]) and the labels it writes (`shard_labelling`);
 //! - **scope**: which namespaces and primaries a host serves ([`scope`]).
 //!
 //! What several stages read (the cluster, the cache, the plugins, the
-//! Event recorder) is in [`shared`]; errors a plugin is refused with are in
-//! [`errors`].
+//! Event recorder) is in `shared`; errors a plugin is refused with are in
+//! `errors`.
 
 mod apply;
 mod call;
@@ -234,7 +235,7 @@ impl<B: ClusterBackend> Engine<B> {
 
     /// Starts serving a new plugin: checks its name and primary kind are
     /// free, watches its kinds, and queues its existing primaries (see
-    /// [`plugin_lifecycle`]).
+    /// `plugin_lifecycle`).
     pub async fn add_plugin(&self, plugin: Arc<LoadedPlugin>) -> Result<(), EngineError> {
         self.lifecycle().add(plugin).await
     }
@@ -262,7 +263,7 @@ impl<B: ClusterBackend> Engine<B> {
     }
 
     /// Watches again, with the buckets this replica owns now, every kind
-    /// selected by the shard label (see [`watches`]); cheap to call after
+    /// selected by the shard label (see `watches`); cheap to call after
     /// every ring change, and retries what failed before.
     pub async fn reselect(&self) -> Result<(), EngineError> {
         self.wiring().reselect().await
@@ -366,7 +367,7 @@ impl<B: ClusterBackend> Engine<B> {
 
     /// Runs one reconcile of `key` for `plugin` (taken from
     /// [`Self::next_ready`]) and does its queue bookkeeping, whatever
-    /// happens (see [`reconcile`]).
+    /// happens (see `reconcile`).
     pub async fn reconcile(&self, plugin: &str, key: PrimaryKey) -> ReconcileRecord {
         let reconciler = Reconciler {
             shared: &self.shared,
@@ -384,7 +385,7 @@ impl<B: ClusterBackend> Engine<B> {
 
     /// Gives every stray primary (one that reached this replica under one
     /// of its buckets but belongs to another's) its own shard label, so the
-    /// API server sends it to its owner (see [`shard_labelling`]).
+    /// API server sends it to its owner (see `shard_labelling`).
     pub async fn relabel_strays(&self) {
         if let Some(shards) = &self.shards {
             shards
