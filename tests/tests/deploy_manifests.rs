@@ -882,7 +882,7 @@ async fn generated_roles_grant_the_service_account_its_namespaces_only_on_a_real
             lease_namespace: served.clone(),
             admission_secret_namespace: None,
             // What Plugin resources and member clusters' Secrets add is
-            // tested in rbac.rs; here the namespaces' Roles alone.
+            // tested in host/src/process/rbac/tests.rs; here the namespaces' Roles alone.
             plugin_resources: false,
             cluster_secrets: false,
             ..RbacScope::cluster_wide("reconciler-host-e2e")
