@@ -64,7 +64,7 @@ pub fn connector_as(
         roots.add(cert?)?;
     }
     let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_safe_default_protocol_versions()?
     .with_root_certificates(roots);

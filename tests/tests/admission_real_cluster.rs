@@ -802,7 +802,7 @@ async fn serves_certificate_of(port: u16, ca_pem: &str) -> bool {
         let _ = roots.add(cert);
     }
     let Ok(config) = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_safe_default_protocol_versions() else {
         return false;

@@ -65,7 +65,7 @@ impl Listener {
         let leaf_params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])?;
         let leaf = leaf_params.signed_by(&leaf_key, &ca)?;
         let config = rustls::ServerConfig::builder_with_provider(
-            rustls::crypto::ring::default_provider().into(),
+            rustls::crypto::aws_lc_rs::default_provider().into(),
         )
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()

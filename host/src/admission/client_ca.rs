@@ -80,7 +80,7 @@ impl ClientCa {
                 detail: e.to_string(),
             })?;
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
             .map_err(|e| ClientCaError::Unusable {

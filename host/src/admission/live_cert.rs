@@ -55,7 +55,7 @@ impl LiveCert {
     /// to any client, or with `callers` only to clients whose certificate
     /// one of its CAs signed.
     pub fn server_config(self: &Arc<Self>, callers: Option<&ClientCa>) -> rustls::ServerConfig {
-        let provider = rustls::crypto::ring::default_provider();
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
         let builder = rustls::ServerConfig::builder_with_provider(provider.into())
             .with_safe_default_protocol_versions()
             .expect("ring supports the default protocol versions");
@@ -100,7 +100,7 @@ fn certified_key(cert: &ServingCert) -> anyhow::Result<Arc<CertifiedKey>> {
     );
     let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes())
         .context("the serving key is not a PEM private key")?;
-    let provider = rustls::crypto::ring::default_provider();
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
     let key = CertifiedKey::from_der(chain, key, &provider)
         .context("the serving certificate and key do not match")?;
     Ok(Arc::new(key))
