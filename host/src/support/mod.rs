@@ -9,4 +9,5 @@ pub mod duration_text;
 pub mod duty_holder;
 pub mod heap_trim;
 pub mod panic_guard;
+pub mod startup_code;
 pub mod tls_serving;

@@ -113,6 +113,7 @@ pub(super) async fn start_serving(
             .await;
     }
     status.set_ready();
+    crate::support::startup_code::release_startup_code_soon();
     warn_if_unserved(config, fleet, plugins);
     sources
 }
