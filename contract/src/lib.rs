@@ -22,6 +22,7 @@ pub mod quoted;
 pub mod response_caps;
 pub mod response_rules;
 pub mod selector;
+pub mod triggers;
 pub mod types;
 
 pub use admission::{

@@ -13,7 +13,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The contract version the host and its guests speak: the WIT package version.
-pub const CONTRACT_VERSION: &str = "0.2.2";
+pub const CONTRACT_VERSION: &str = "0.2.3";
 /// The WIT package name, without version.
 pub const CONTRACT_PACKAGE: &str = "reconciler:plugin";
 
@@ -166,6 +166,34 @@ impl Hints {
     }
 }
 
+/// A kind of change of one object. In YAML: `generation`, `labels`,
+/// `annotations`, `any`, `{fields: [status.readyReplicas]}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Change {
+    /// Any change at all: what a kind not named gets.
+    Any,
+    /// `metadata.generation` moved, or `metadata.deletionTimestamp`
+    /// appeared.
+    Generation,
+    /// `metadata.labels` changed.
+    Labels,
+    /// `metadata.annotations` changed.
+    Annotations,
+    /// The value at one of these dotted paths changed, appeared or went.
+    Fields(Vec<String>),
+}
+
+/// The changes of objects of `kind` that wake their primary: any one of
+/// `wake_on`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KindTrigger {
+    #[serde(flatten)]
+    pub kind: KindRef,
+    pub wake_on: Vec<Change>,
+}
+
 /// What a plugin is and what it may touch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -183,9 +211,21 @@ pub struct PluginMetadata {
     pub finalizer: Option<String>,
     #[serde(default, skip_serializing_if = "Hints::is_default")]
     pub hints: Hints,
+    /// Which changes of which kinds wake a primary (WIT `triggers`, 0.2.3);
+    /// a kind not named is woken by any change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub triggers: Vec<KindTrigger>,
 }
 
 impl PluginMetadata {
+    /// The changes of `kind` that wake a primary; `None`: any change.
+    pub fn trigger_of(&self, kind: &KindRef) -> Option<&[Change]> {
+        self.triggers
+            .iter()
+            .find(|t| &t.kind == kind)
+            .map(|t| t.wake_on.as_slice())
+    }
+
     /// Every kind the plugin declared, in any role: the kinds it may read
     /// through the cache.
     pub fn declared_kinds(&self) -> impl Iterator<Item = &KindRef> {
@@ -429,7 +469,19 @@ impl PluginMetadata {
             writes: Vec::new(),
             finalizer: None,
             hints: Hints::default(),
+            triggers: Vec::new(),
         }
+    }
+
+    /// Declares which changes of objects of `kind` (the primary, an owned
+    /// kind or a mapped read kind) wake their primary: any one of
+    /// `changes`. Without it, every change does.
+    pub fn wake_on(mut self, kind: KindRef, changes: impl IntoIterator<Item = Change>) -> Self {
+        self.triggers.push(KindTrigger {
+            kind,
+            wake_on: changes.into_iter().collect(),
+        });
+        self
     }
 
     /// Declares an owned child kind.

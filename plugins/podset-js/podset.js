@@ -7,6 +7,7 @@
 // `podset` label), so a pod appearing or vanishing updates the status.
 
 import {
+  Change,
   EventType,
   KindRef,
   LOCAL_CLUSTER,
@@ -27,7 +28,13 @@ export const PODSET_LABEL = 'podset';
 
 export const METADATA = new PluginMetadata('podset-js', '0.1.0', PODSET)
   .owns(DEPLOYMENT)
-  .readsInNamespace(POD, MapRule.label(PODSET_LABEL), { metadataOnly: true });
+  .readsInNamespace(POD, MapRule.label(PODSET_LABEL), { metadataOnly: true })
+  // What the decision reads: the PodSet's and the Deployment's specs, the
+  // Pods' names and labels. Status updates (the Deployment controller's,
+  // our own) change none of it, so they wake nothing.
+  .wakeOn(PODSET, Change.generation())
+  .wakeOn(DEPLOYMENT, Change.generation())
+  .wakeOn(POD, Change.labels());
 
 /**
  * A PodSet as the plugin reads it (the JSDoc types are checked by `tsc`

@@ -70,3 +70,16 @@ test('in a member cluster status names it, and in local it does not', () => {
   assert.deepEqual(member.reconcile(podSet('web', 1)).status, { podNames: [], cluster: 'east' });
   assert.deepEqual(new Harness(podset).reconcile(podSet('web', 1)).status, { podNames: [] });
 });
+
+test('status updates wake nothing; spec and label changes do', () => {
+  const h = new Harness(podset);
+  const d = { ...observedDeployment('web', 2) };
+  d.metadata = { ...d.metadata, generation: 1 };
+  assert.equal(h.wakes(d, { ...d, status: { readyReplicas: 1 } }), false, "the Deployment controller's status update");
+  const scaled = { ...d, metadata: { ...d.metadata, generation: 2 }, spec: { ...d.spec, replicas: 5 } };
+  assert.equal(h.wakes(d, scaled), true, 'a spec change moves the generation');
+  const moved = pod('web-a', 'web');
+  moved.metadata.labels = { app: 'podset', podset: 'api' };
+  assert.equal(h.wakes(pod('web-a', 'web'), moved), true);
+  assert.equal(h.wakes(pod('web-a', 'web'), { ...pod('web-a', 'web'), status: { phase: 'Running' } }), false);
+});

@@ -7,7 +7,7 @@ cache (metadata only, in the PodSet's namespace, mapped back by the
 ``podset`` label), so a pod appearing or vanishing updates the status.
 """
 
-from reconciler_sdk import LOCAL_CLUSTER, EventType, KindRef, MapRule, PluginMetadata, ReconcileError, Response, objects, plugin
+from reconciler_sdk import LOCAL_CLUSTER, Change, EventType, KindRef, MapRule, PluginMetadata, ReconcileError, Response, objects, plugin
 
 PODSET = KindRef("example.com", "v1alpha1", "PodSet")
 DEPLOYMENT = KindRef("apps", "v1", "Deployment")
@@ -20,6 +20,12 @@ METADATA = (
     PluginMetadata("podset-py", "0.1.0", PODSET)
     .owns(DEPLOYMENT)
     .reads_in_namespace(POD, MapRule.label(PODSET_LABEL), metadata_only=True)
+    # What the decision reads: the PodSet's and the Deployment's specs, the
+    # Pods' names and labels. Status updates (the Deployment controller's,
+    # our own) change none of it, so they wake nothing.
+    .wake_on(PODSET, Change.generation())
+    .wake_on(DEPLOYMENT, Change.generation())
+    .wake_on(POD, Change.labels())
 )
 
 

@@ -61,3 +61,18 @@ def test_in_a_member_cluster_status_names_it_and_in_local_it_does_not():
     assert member.cluster.label("reconciler-host.io/cluster") == "east"
     assert member.reconcile(podset("web", 1)).status == {"podNames": [], "cluster": "east"}
     assert Harness(Reconciler).reconcile(podset("web", 1)).status == {"podNames": []}
+
+
+def test_status_updates_wake_nothing_and_spec_and_label_changes_do():
+    h = Harness(Reconciler)
+    d = observed_deployment("web", 2)
+    d["metadata"]["generation"] = 1
+    progressed = {**d, "status": {"readyReplicas": 1}}
+    assert not h.wakes(d, progressed), "the Deployment controller's status update"
+    scaled = {**d, "metadata": {**d["metadata"], "generation": 2}, "spec": {**d["spec"], "replicas": 5}}
+    assert h.wakes(d, scaled), "a spec change moves the generation"
+    relabelled = pod("web-a", "web")
+    relabelled["metadata"]["labels"] = {"app": "podset", "podset": "api"}
+    assert h.wakes(pod("web-a", "web"), relabelled)
+    running = {**pod("web-a", "web"), "status": {"phase": "Running"}}
+    assert not h.wakes(pod("web-a", "web"), running)

@@ -9,6 +9,7 @@
 // `podset` label), so a pod appearing or vanishing updates the status.
 
 import {
+  Change,
   type Context,
   EventType,
   type KubeObject,
@@ -36,7 +37,13 @@ type Deployment = KubeObject<{ replicas?: number }>;
 
 export const METADATA = new PluginMetadata('podset-ts', '0.1.0', PODSET)
   .owns(DEPLOYMENT)
-  .readsInNamespace(POD, MapRule.label(PODSET_LABEL), { metadataOnly: true });
+  .readsInNamespace(POD, MapRule.label(PODSET_LABEL), { metadataOnly: true })
+  // What the decision reads: the PodSet's and the Deployment's specs, the
+  // Pods' names and labels. Status updates (the Deployment controller's,
+  // our own) change none of it, so they wake nothing.
+  .wakeOn(PODSET, Change.generation())
+  .wakeOn(DEPLOYMENT, Change.generation())
+  .wakeOn(POD, Change.labels());
 
 export function reconcile(podset: PodSet, ctx: Context): Response {
   if (ctx.deleting) {

@@ -61,21 +61,24 @@ async function build() {
   const entry = join(root, `.${basename(source, '.js')}-${process.pid}.entry.js`);
   scratch.push(entry);
   // The plugin's module, loaded natively, says which world to build: with
-  // admission (`plugin(..., { validate, applyDefaults })`) or without.
+  // admission (`plugin(..., { validate, applyDefaults })`) or without. Every
+  // build exports triggers (none declared: every change wakes).
   const declared = (await import(pathToFileURL(source).href)).default;
   if (declared?.metadata === undefined || typeof declared.reconcile !== 'function') {
     throw new BuildError(
       `${positionals[0]}: its default export is not a plugin: end it with \`export default plugin(METADATA, reconcile);\``,
     );
   }
-  const world = declared.admission != null ? 'plugin-with-admission' : 'plugin';
+  const withAdmission = declared.admission != null;
+  const world = withAdmission ? 'plugin-with-admission-and-triggers' : 'plugin-with-triggers';
   const guest = relative(root, join(sdk, 'src', 'guest.js'));
   await writeFile(
     entry,
     `import plugin from './${relative(root, source)}';\n` +
-      `import { exportAdmission, exportPlugin } from './${guest}';\n` +
+      `import { exportAdmission, exportPlugin, exportTriggers } from './${guest}';\n` +
       'export const reconciler = exportPlugin(plugin);\n' +
-      (world === 'plugin-with-admission' ? 'export const admission = exportAdmission(plugin);\n' : ''),
+      'export const triggers = exportTriggers(plugin);\n' +
+      (withAdmission ? 'export const admission = exportAdmission(plugin);\n' : ''),
   );
   const { component } = await componentize({
     sourcePath: entry,

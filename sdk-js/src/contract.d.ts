@@ -1,4 +1,4 @@
-// The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.2`) in
+// The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.3`) in
 // TypeScript: the declarations of contract.js.
 
 export const CONTRACT_PACKAGE: 'reconciler:plugin';
@@ -52,6 +52,35 @@ export const MapRule: Readonly<{
   none(): MapRuleValue;
 }>;
 
+/** A kind of change of one object that wakes its primary (WIT `triggers.change`, 0.2.3). */
+export type ChangeValue =
+  | { change: 'any' }
+  | { change: 'generation' }
+  | { change: 'labels' }
+  | { change: 'annotations' }
+  | { change: 'fields'; paths: readonly string[] };
+
+export const Change: Readonly<{
+  /** Any change at all (what a kind with no trigger gets). */
+  any(): ChangeValue;
+  /** `metadata.generation` moved (the spec changed), or deletion began. */
+  generation(): ChangeValue;
+  /** `metadata.labels` changed. */
+  labels(): ChangeValue;
+  /** `metadata.annotations` changed. */
+  annotations(): ChangeValue;
+  /** The value at one of these dotted paths changed, appeared or went. */
+  fields(...paths: string[]): ChangeValue;
+}>;
+
+/** Whether going from `old` to `next` is `change`: the host's comparison. */
+export function changeHappened(change: ChangeValue, old: object, next: object): boolean;
+
+export interface KindTrigger {
+  kind: KindRef;
+  wakeOn: ChangeValue[];
+}
+
 export type EventTypeValue = 'Normal' | 'Warning';
 export const EventType: Readonly<{ NORMAL: 'Normal'; WARNING: 'Warning' }>;
 
@@ -87,6 +116,11 @@ export class PluginMetadata {
   readonly written: KindRef[];
   readonly finalizer: string | undefined;
   readonly hints: Hints;
+  readonly triggers: KindTrigger[];
+  /** Which changes of objects of `kind` wake their primary: any one of `changes` (none declared: every change). */
+  wakeOn(kind: KindRef, ...changes: ChangeValue[]): this;
+  /** The changes of `kind` that wake a primary; null: any change. */
+  triggerOf(kind: KindRef): ChangeValue[] | null;
   /** An owned child kind: ownerReference set, children passed back, pruned when not returned. */
   owns(kind: KindRef): this;
   /** A read kind, readable in any namespace. */

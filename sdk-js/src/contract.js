@@ -1,11 +1,11 @@
-// The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.2`) in
+// The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.3`) in
 // JavaScript: plain classes that mirror the WIT records. The guest glue
 // converts them into the component's values; the native harness uses them
 // directly, so a plugin tested with `node --test` declares and is checked
 // exactly as inside the host.
 
 export const CONTRACT_PACKAGE = 'reconciler:plugin';
-export const CONTRACT_VERSION = '0.2.2';
+export const CONTRACT_VERSION = '0.2.3';
 export const CLUSTER_NAME_LABEL = 'reconciler-host.io/cluster';
 export const LOCAL_CLUSTER = 'local';
 
@@ -80,6 +80,58 @@ export const MapRule = Object.freeze({
   none: () => ({ rule: 'none' }),
 });
 
+/**
+ * A kind of change of one object that wakes its primary (WIT `triggers.change`, 0.2.3):
+ * `Change.any()`, `Change.generation()` (the spec moved, or deletion began),
+ * `Change.labels()`, `Change.annotations()`, `Change.fields('status.readyReplicas', ...)`.
+ */
+export const Change = Object.freeze({
+  any: () => Object.freeze({ change: 'any' }),
+  generation: () => Object.freeze({ change: 'generation' }),
+  labels: () => Object.freeze({ change: 'labels' }),
+  annotations: () => Object.freeze({ change: 'annotations' }),
+  fields: (...paths) => Object.freeze({ change: 'fields', paths: Object.freeze([...paths]) }),
+});
+
+/** The value at `path` (object keys only); undefined when a step is missing or not an object, and for an empty object. */
+function valueAt(value, path) {
+  for (const key of path) {
+    if (value === null || typeof value !== 'object' || Array.isArray(value) || !(key in value)) return undefined;
+    value = value[key];
+  }
+  if (value !== null && typeof value === 'object' && !Array.isArray(value) && Object.keys(value).length === 0) return undefined;
+  return value === null ? undefined : value;
+}
+
+const same = (a, b) => JSON.stringify(canonical(a)) === JSON.stringify(canonical(b));
+function canonical(v) {
+  if (Array.isArray(v)) return v.map(canonical);
+  if (v !== null && typeof v === 'object') {
+    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, canonical(v[k])]));
+  }
+  return v;
+}
+
+/** Whether going from `old` to `next` is `change`: the host's comparison (`contract/src/triggers.rs`). */
+export function changeHappened(change, old, next) {
+  const differs = (path) => !same(valueAt(old, path), valueAt(next, path));
+  switch (change.change) {
+    case 'any':
+      return !same(old, next);
+    case 'generation':
+      return (
+        differs(['metadata', 'generation']) ||
+        (valueAt(old, ['metadata', 'deletionTimestamp']) === undefined &&
+          valueAt(next, ['metadata', 'deletionTimestamp']) !== undefined)
+      );
+    case 'labels':
+    case 'annotations':
+      return differs(['metadata', change.change]);
+    default:
+      return change.paths.some((p) => differs(p.split('.')));
+  }
+}
+
 export const EventType = Object.freeze({ NORMAL: 'Normal', WARNING: 'Warning' });
 export const LogLevel = Object.freeze({ TRACE: 'trace', DEBUG: 'debug', INFO: 'info', WARN: 'warn', ERROR: 'error' });
 
@@ -102,6 +154,22 @@ export class PluginMetadata {
     this.written = [];
     this.finalizer = undefined;
     this.hints = {};
+    this.triggers = [];
+  }
+
+  /**
+   * Which changes of objects of `kind` (the primary, an owned kind or a mapped
+   * read kind) wake their primary: any one of `changes`. Without it every change
+   * does; creation and deletion always wake.
+   */
+  wakeOn(kind, ...changes) {
+    this.triggers.push({ kind, wakeOn: changes });
+    return this;
+  }
+
+  /** The changes of `kind` that wake a primary; null: any change. */
+  triggerOf(kind) {
+    return this.triggers.find((t) => t.kind.equals(kind))?.wakeOn ?? null;
   }
 
   /** An owned child kind: ownerReference set, children passed back, pruned when not returned. */

@@ -3,10 +3,10 @@
 // Only a componentize-js build can load this module (the `reconciler:plugin`
 // imports exist only there); bin/build-plugin.js imports it into the entry.
 
-import * as cache from 'reconciler:plugin/cache@0.2.2';
-import { now } from 'reconciler:plugin/clock@0.2.2';
-import { current as currentCluster } from 'reconciler:plugin/cluster@0.2.2';
-import { log } from 'reconciler:plugin/log@0.2.2';
+import * as cache from 'reconciler:plugin/cache@0.2.3';
+import { now } from 'reconciler:plugin/clock@0.2.3';
+import { current as currentCluster } from 'reconciler:plugin/cluster@0.2.3';
+import { log } from 'reconciler:plugin/log@0.2.3';
 
 import { dispatchDefaults, dispatchValidate, FailurePolicy } from './admission.js';
 import { ClusterInfo, EventType } from './contract.js';
@@ -59,6 +59,15 @@ function responseToWit(r) {
     })),
     requeueAfterMs: r.requeueAfterMs === undefined ? undefined : BigInt(r.requeueAfterMs),
     finalized: r.isFinalized,
+  };
+}
+
+const witChange = (c) => (c.change === 'fields' ? { tag: 'fields', val: [...c.paths] } : { tag: c.change });
+
+/** The component's `triggers` export (0.2.3): what `PluginMetadata.wakeOn` declared; none means every change wakes. */
+export function exportTriggers({ metadata }) {
+  return {
+    triggers: () => metadata.triggers.map((t) => ({ kind: witKind(t.kind), wakeOn: t.wakeOn.map(witChange) })),
   };
 }
 

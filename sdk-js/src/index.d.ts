@@ -20,11 +20,12 @@ export {
   EventType,
   KindRef,
   LOCAL_CLUSTER,
+  Change,
   LogLevel,
   MapRule,
   PluginMetadata,
 } from './contract.js';
-export type { EventTypeValue, Hints, LogLevelValue, MapRuleValue } from './contract.js';
+export type { ChangeValue, EventTypeValue, Hints, KindTrigger, LogLevelValue, MapRuleValue } from './contract.js';
 export { HostError, ReconcileError } from './errors.js';
 export { plugin } from './plugin.js';
 export type { Plugin, ReconcileFn } from './plugin.js';

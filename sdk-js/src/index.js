@@ -26,6 +26,7 @@ export {
   EventType,
   KindRef,
   LOCAL_CLUSTER,
+  Change,
   LogLevel,
   MapRule,
   PluginMetadata,

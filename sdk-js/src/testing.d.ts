@@ -60,6 +60,8 @@ export class Harness<P extends KubeObject = KubeObject> {
   /** The owned children the host would pass, sorted by kind, namespace, name. */
   childrenOf(primary: KubeObject): KubeObject[];
   /** Reconciles `primary` as the host would; the plugin's error is thrown. */
+  /** Whether the host would wake a primary for this change of an object, by the plugin's declared triggers. */
+  wakes(old: object, next: object): boolean;
   reconcile(primary: P): Outcome<P>;
   /** Admission as the host runs it: defaults first (when mutating), then validation. */
   admit(request: {

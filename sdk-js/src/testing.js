@@ -13,7 +13,7 @@
 //   assert.equal(outcome.appliedOf(DEPLOYMENT)[0].spec.replicas, 3);
 
 import { dispatchDefaults, dispatchValidate, Operation, Verdict } from './admission.js';
-import { ClusterInfo, KindRef, LOCAL_CLUSTER, cmp } from './contract.js';
+import { ClusterInfo, KindRef, LOCAL_CLUSTER, changeHappened, cmp } from './contract.js';
 import { labels, name, namespace } from './objects.js';
 import { dispatch } from './plugin.js';
 import { checkResponse } from './response-rules.js';
@@ -106,6 +106,17 @@ export class Harness {
       .filter((e) => this.metadata.owned.some((k) => k.equals(e.kind)) && e.namespace === ns)
       .filter((e) => isControlledBy(e.object, primary))
       .map((e) => e.object);
+  }
+
+  /**
+   * Whether the host would wake a primary for this change of an object from `old`
+   * to `next`, by the plugin's declared triggers (`PluginMetadata.wakeOn`): the
+   * host's own comparison. A kind with no trigger wakes on any change; creation
+   * and deletion always wake.
+   */
+  wakes(old, next) {
+    const changes = this.metadata.triggerOf(KindRef.of(next));
+    return changes === null || changes.some((c) => changeHappened(c, old, next));
   }
 
   /** Reconciles `primary` as the host would; the plugin's error, and a response the host would refuse (`./response-rules.js`), is thrown as `ReconcileError`. */

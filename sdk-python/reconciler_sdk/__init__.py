@@ -27,6 +27,7 @@ from .context import Context
 from .contract import (
     CONTRACT_VERSION,
     LOCAL_CLUSTER,
+    Change,
     ClusterInfo,
     EventType,
     Hints,
@@ -44,6 +45,7 @@ __all__ = [
     "CONTRACT_VERSION",
     "LOCAL_CLUSTER",
     "AdmissionRequest",
+    "Change",
     "AdmissionSettings",
     "FailurePolicy",
     "Operation",

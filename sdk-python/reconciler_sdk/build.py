@@ -4,11 +4,12 @@
 
 The directory holds the plugin's module (``app.py`` unless ``--module``
 says otherwise), which binds ``Reconciler = plugin(...)``. The builder
-imports it natively first, to learn which world to build: ``plugin``, or
-``plugin-with-admission`` when the plugin was given ``validate=`` or
-``apply_defaults=``. For the latter it builds a two-line entry module that
-also exports the plugin's admission as the world's ``Admission``, so a
-plugin module never names the export itself.
+imports it natively first, to learn which world to build:
+``plugin-with-triggers``, or ``plugin-with-admission-and-triggers`` when the
+plugin was given ``validate=`` or ``apply_defaults=``. It builds a short
+entry module that also exports the plugin's triggers (and admission) as the
+world's ``Triggers`` (and ``Admission``), so a plugin module never names
+the exports itself.
 
 componentize-py bundles the modules found on its ``-p`` paths: the plugin's
 directory, this SDK's, and any ``-p`` given here (for other dependencies).
@@ -50,7 +51,10 @@ def world_of(plugin_dir: pathlib.Path, module: str) -> str:
             f"{module}.py binds no Reconciler made by plugin(): end it with "
             "`Reconciler = plugin(METADATA, reconcile)`"
         )
-    return "plugin" if getattr(reconciler, "ADMISSION", None) is None else "plugin-with-admission"
+    # Every build exports triggers (none declared: every change wakes).
+    if getattr(reconciler, "ADMISSION", None) is None:
+        return "plugin-with-triggers"
+    return "plugin-with-admission-and-triggers"
 
 
 def componentize_py() -> str:
@@ -68,11 +72,13 @@ def build(plugin_dir: pathlib.Path, out: pathlib.Path, wit: pathlib.Path, module
     loads half of it); returns the world built."""
     world = world_of(plugin_dir, module)
     with tempfile.TemporaryDirectory(prefix="reconciler-build-") as scratch:
-        app, extra = module, []
-        if world == "plugin-with-admission":
-            entry = pathlib.Path(scratch) / f"{ENTRY_MODULE}.py"
-            entry.write_text(f"from {module} import Reconciler\nAdmission = Reconciler.Admission\n")
-            app, extra = ENTRY_MODULE, ["-p", scratch]
+        # componentize-py finds each export by its name in one module.
+        entry = pathlib.Path(scratch) / f"{ENTRY_MODULE}.py"
+        lines = [f"from {module} import Reconciler", "Triggers = Reconciler.Triggers"]
+        if world == "plugin-with-admission-and-triggers":
+            lines.append("Admission = Reconciler.Admission")
+        entry.write_text("\n".join(lines) + "\n")
+        app, extra = ENTRY_MODULE, ["-p", scratch]
         tmp = out.with_name(out.name + ".tmp")
         command = [componentize_py(), "-d", str(wit), "-w", world, "componentize", app, *extra,
                    "-p", str(plugin_dir), "-p", str(SDK_PARENT)]

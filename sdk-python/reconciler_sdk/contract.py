@@ -1,4 +1,4 @@
-"""The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.2`) in Python.
+"""The contract (`wit/reconciler.wit`, `reconciler:plugin@0.2.3`) in Python.
 
 Plain dataclasses that mirror the WIT records. The guest glue converts them
 into the generated bindings; the native harness uses them directly, so a
@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 
 CONTRACT_PACKAGE = "reconciler:plugin"
-CONTRACT_VERSION = "0.2.2"
+CONTRACT_VERSION = "0.2.3"
 CLUSTER_NAME_LABEL = "reconciler-host.io/cluster"
 LOCAL_CLUSTER = "local"
 
@@ -101,6 +101,72 @@ class ReadKind:
     same_namespace: bool = False
 
 
+@dataclass(frozen=True)
+class Change:
+    """A kind of change of one object that wakes its primary (WIT
+    ``triggers.change``, 0.2.3).
+
+    Build one with ``Change.any()``, ``Change.generation()`` (the spec moved,
+    or deletion began), ``Change.labels()``, ``Change.annotations()`` or
+    ``Change.fields("status.readyReplicas", ...)``.
+    """
+
+    change: str
+    paths: tuple[str, ...] = ()
+
+    @staticmethod
+    def any() -> "Change":
+        return Change("any")
+
+    @staticmethod
+    def generation() -> "Change":
+        return Change("generation")
+
+    @staticmethod
+    def labels() -> "Change":
+        return Change("labels")
+
+    @staticmethod
+    def annotations() -> "Change":
+        return Change("annotations")
+
+    @staticmethod
+    def fields(*paths: str) -> "Change":
+        return Change("fields", tuple(paths))
+
+    def happened(self, old: dict, new: dict) -> bool:
+        """Whether going from ``old`` to ``new`` is this change: the host's
+        comparison (``contract/src/triggers.rs``)."""
+        if self.change == "any":
+            return old != new
+        if self.change == "generation":
+            began_deleting = _at(old, ["metadata", "deletionTimestamp"]) is None and _at(
+                new, ["metadata", "deletionTimestamp"]
+            ) is not None
+            return _at(old, ["metadata", "generation"]) != _at(new, ["metadata", "generation"]) or began_deleting
+        if self.change in ("labels", "annotations"):
+            return _at(old, ["metadata", self.change]) != _at(new, ["metadata", self.change])
+        return any(_at(old, p.split(".")) != _at(new, p.split(".")) for p in self.paths)
+
+
+def _at(value, path: list[str]):
+    """The value at ``path`` (object keys only); ``None`` when a step is
+    missing or not an object, and for an empty object."""
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return None if value == {} else value
+
+
+@dataclass(frozen=True)
+class KindTrigger:
+    """The changes of objects of ``kind`` that wake their primary."""
+
+    kind: KindRef
+    wake_on: tuple[Change, ...]
+
+
 @dataclass
 class Hints:
     """Requests of the sandbox; ``None`` means the host's default."""
@@ -153,6 +219,7 @@ class PluginMetadata:
     written: list[KindRef] = field(default_factory=list)
     finalizer: str | None = None
     hints: Hints = field(default_factory=Hints)
+    triggers: list[KindTrigger] = field(default_factory=list)
 
     def owns(self, kind: KindRef) -> "PluginMetadata":
         """Declares an owned child kind: the host sets the controller
@@ -176,6 +243,18 @@ class PluginMetadata:
         """Declares a kind patched without owning it."""
         self.written.append(kind)
         return self
+
+    def wake_on(self, kind: KindRef, *changes: Change) -> "PluginMetadata":
+        """Declares which changes of objects of ``kind`` (the primary, an
+        owned kind or a mapped read kind) wake their primary: any one of
+        ``changes``. Without it every change does. Creation and deletion
+        always wake."""
+        self.triggers.append(KindTrigger(kind, tuple(changes)))
+        return self
+
+    def trigger_of(self, kind: KindRef) -> tuple[Change, ...] | None:
+        """The changes of ``kind`` that wake a primary; ``None``: any."""
+        return next((t.wake_on for t in self.triggers if t.kind == kind), None)
 
     def with_finalizer(self, finalizer: str) -> "PluginMetadata":
         self.finalizer = finalizer

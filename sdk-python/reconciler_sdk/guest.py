@@ -11,10 +11,11 @@ from componentize_py_types import Err
 from wit_world.exports import reconciler as wit
 from wit_world.imports import cache, clock, cluster, log, types
 
-try:  # present only in a build of the plugin-with-admission world
+try:  # present only in a build of a world with admission
     from wit_world.exports import admission as wit_admission
 except ImportError:
     wit_admission = None
+from wit_world.exports import triggers as wit_triggers
 
 from . import admission as sdk_admission
 
@@ -86,6 +87,22 @@ def metadata_to_wit(m: PluginMetadata) -> types.PluginMetadata:
             h.max_deletes,
         ),
     )
+
+
+def _change(c) -> "wit_triggers.Change":
+    if c.change == "any":
+        return wit_triggers.Change_Any()
+    if c.change == "generation":
+        return wit_triggers.Change_Generation()
+    if c.change == "labels":
+        return wit_triggers.Change_Labels()
+    if c.change == "annotations":
+        return wit_triggers.Change_Annotations()
+    return wit_triggers.Change_Fields(list(c.paths))
+
+
+def triggers_to_wit(m: PluginMetadata) -> list:
+    return [wit_triggers.KindTrigger(_kind(t.kind), [_change(c) for c in t.wake_on]) for t in m.triggers]
 
 
 def _failure(e: Exception) -> Err:

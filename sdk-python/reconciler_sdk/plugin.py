@@ -75,6 +75,14 @@ def plugin(
         def reconcile(self, request):
             return _bindings().reconcile(reconcile_fn, request)
 
+        class Triggers:
+            """The world's ``triggers`` export (0.2.3): what
+            ``PluginMetadata.wake_on`` declared, none meaning every change
+            wakes (the builder's entry module binds it to ``Triggers``)."""
+
+            def triggers(self):
+                return _bindings().triggers_to_wit(declared)
+
     if served is not None:
 
         class AdmissionExport:

@@ -119,6 +119,16 @@ class Harness:
             if kind in owned and obj_ns == ns and is_controlled_by(obj, primary)
         ]
 
+    def wakes(self, old: dict, new: dict) -> bool:
+        """Whether the host would wake a primary for this change of an
+        object from ``old`` to ``new``, by the plugin's declared triggers
+        (``PluginMetadata.wake_on``): the host's own comparison. A kind
+        with no trigger wakes on any change; creation and deletion always
+        wake."""
+        kind = KindRef.of(new)
+        changes = self.metadata.trigger_of(kind)
+        return changes is None or any(c.happened(old, new) for c in changes)
+
     def reconcile(self, primary: dict) -> "Outcome":
         """Reconciles ``primary`` as the host would; the plugin's error, and
         a response the host would refuse (``reconciler_sdk.response_rules``),

@@ -1,7 +1,8 @@
-//! Plugins built for an older contract keep loading: the `contract-0-2-0`
-//! and `contract-0-2-1` test plugins are compiled against the frozen WIT of
-//! their version (tests/plugins/contract-*/wit), and this host speaks 0.2.2,
-//! which added the `cluster` import.
+//! Plugins built for an older contract keep loading: the `contract-0-2-0`,
+//! `contract-0-2-1` and `contract-0-2-2` test plugins are compiled against
+//! the frozen WIT of their version (tests/plugins/contract-*/wit), and this
+//! host speaks 0.2.3, which added the `triggers` export (0.2.2 added the
+//! `cluster` import).
 
 use std::sync::Arc;
 
@@ -13,8 +14,8 @@ use reconciler_tests::{example_plugin, load, test_plugin};
 use serde_json::json;
 
 /// Loads the test plugin built for `version`, after checking that the
-/// component really names that version and imports no `cluster` (or the
-/// test would mean nothing).
+/// component really names that version, imports `cluster` only from 0.2.2
+/// on, and exports no `triggers` (or the test would mean nothing).
 fn legacy(version: &str) -> LoadedPlugin {
     let path = test_plugin(&format!("contract-{}", version.replace('.', "-")));
     let bytes = std::fs::read(&path).unwrap();
@@ -24,12 +25,23 @@ fn legacy(version: &str) -> LoadedPlugin {
         "{} exports no reconciler@{version}",
         path.display()
     );
-    assert!(
-        !names("reconciler:plugin/cluster"),
-        "{} imports the cluster, which {version} did not have",
+    assert_eq!(
+        names("reconciler:plugin/cluster"),
+        version == "0.2.2",
+        "{} and the cluster import, which 0.2.2 added",
         path.display()
     );
-    load(&path)
+    assert!(
+        !names("reconciler:plugin/triggers"),
+        "{} exports triggers, which {version} did not have",
+        path.display()
+    );
+    let plugin = load(&path);
+    assert!(
+        plugin.metadata().triggers.is_empty(),
+        "a plugin built for {version} is woken by every change"
+    );
+    plugin
 }
 
 #[test]
@@ -134,4 +146,50 @@ fn a_compiled_plugin_is_told_the_cluster_it_reconciles_in() {
         json!({"podNames": [], "cluster": "east"})
     );
     assert_eq!(status_in(ClusterInfo::local()), json!({"podNames": []}));
+}
+
+#[test]
+fn a_plugin_built_for_0_2_2_loads_and_is_told_its_cluster() {
+    let plugin = legacy("0.2.2");
+    assert_eq!(plugin.name(), "legacy-cluster");
+    let primary = json!({"apiVersion": "legacy.example.com/v1", "kind": "LegacyCluster",
+        "metadata": {"name": "old", "namespace": "default", "uid": "u-1"}});
+    let cache = MemoryCache::new();
+    let request = cache.request_for(&primary, &plugin.metadata().owns);
+    let response = plugin
+        .reconcile(ReconcileInput {
+            request,
+            primary_namespace: Some("default".into()),
+            object: "default/old".into(),
+            reader: Arc::new(cache),
+            now_millis: 0,
+            cluster: Arc::new(ClusterInfo::named("east")),
+        })
+        .expect("the 0.2.2 plugin reconciles");
+    assert_eq!(
+        serde_json::Value::Object(response.status.unwrap()),
+        json!({"contract": "0.2.2", "cluster": "east"})
+    );
+}
+
+#[test]
+fn a_plugin_built_for_0_2_3_exports_the_triggers_it_declares() {
+    use reconciler_sdk::{Change, KindRef};
+    let plugin = load(&example_plugin("podset"));
+    let wakes_on = |kind: KindRef| plugin.metadata().trigger_of(&kind).map(<[Change]>::to_vec);
+    assert_eq!(
+        wakes_on(KindRef::new("apps", "v1", "Deployment")),
+        Some(vec![Change::Generation])
+    );
+    assert_eq!(
+        wakes_on(KindRef::new("", "v1", "Pod")),
+        Some(vec![Change::Labels])
+    );
+    // kubernetescluster declares none: every change wakes it, as before 0.2.3.
+    assert!(
+        load(&example_plugin("kubernetescluster"))
+            .metadata()
+            .triggers
+            .is_empty()
+    );
 }

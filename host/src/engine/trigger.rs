@@ -9,11 +9,14 @@
 //! the engine remembered about it.
 
 use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use reconciler_contract::KindRef;
 use reconciler_contract::memory_cache::resource_version_of;
+use reconciler_contract::triggers;
 
+use super::controllers::Controller;
 use super::event_mapping;
 use super::scope::PrimarySelectors;
 use super::shared::Shared;
@@ -54,12 +57,20 @@ impl Trigger {
         event: &WatchEvent,
         now: i64,
     ) -> Option<ObjectKey> {
-        shared.cache.observe(event);
         let kind = KindRef::of_object(&event.object);
-        for (name, c) in shared.controllers.all() {
+        let controllers = shared.controllers.all();
+        let before = held_before(shared, &controllers, event, kind.as_ref());
+        shared.cache.observe(event);
+        for (name, c) in controllers {
             let plugin = c.plugin();
             let primary = &plugin.metadata().primary;
             let of_primary = kind.as_ref() == Some(primary);
+            let filtered = kind.as_ref().and_then(|k| plugin.metadata().trigger_of(k));
+            if let (Some(changes), Some(before)) = (filtered, &before)
+                && !triggers::wakes(changes, before, &event.object)
+            {
+                continue;
+            }
             let keys = event_mapping::primaries_for(
                 plugin.metadata(),
                 shared.kind_scopes.scope_of(primary),
@@ -155,6 +166,30 @@ pub fn forget_objects<B: ClusterBackend>(shared: &Shared<B>, gone: &HashSet<Obje
     }
     shared.controllers.forget_applied(gone);
     shared.events.forget_objects(gone);
+}
+
+/// The object as the cache held it before `event`, when some plugin's
+/// trigger filter needs to compare it with the event's: `None` for a
+/// deletion and for an object not held before (both always wake), and
+/// when no plugin filters changes of the event's kind (nothing is parsed).
+fn held_before<B: ClusterBackend>(
+    shared: &Shared<B>,
+    controllers: &[(String, Arc<Controller>)],
+    event: &WatchEvent,
+    kind: Option<&KindRef>,
+) -> Option<serde_json::Value> {
+    if event.event_type == WatchEventType::Deleted {
+        return None;
+    }
+    let kind = kind?;
+    let filtered = controllers
+        .iter()
+        .any(|(_, c)| c.plugin().metadata().trigger_of(kind).is_some());
+    if !filtered {
+        return None;
+    }
+    let json = shared.cache.json_of(&ObjectKey::of(&event.object)?)?;
+    serde_json::from_str(&json).ok()
 }
 
 /// Whether `plugin` reconciles the primary `key` names: it is cached and

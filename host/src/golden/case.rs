@@ -23,10 +23,13 @@
 //!
 //! An admission case has `admission` (the request) instead of `primary` and
 //! `objects`, and expects a verdict and a patch: see `admission_case.rs`.
+//! A change case has `change` (an object's old and new state) and expects
+//! whether it wakes the primary: see `change_case.rs`.
 
 use reconciler_contract::{ClusterInfo, Event, ObjectRef};
 
 use super::admission_case::AdmissionCase;
+use super::change_case::ChangeCase;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -46,6 +49,9 @@ pub struct Case {
     /// The admission request of an admission case.
     #[serde(default)]
     pub admission: Option<AdmissionCase>,
+    /// The old and new object of a change case.
+    #[serde(default)]
+    pub change: Option<ChangeCase>,
     #[serde(default)]
     pub objects: Vec<Value>,
     /// An [`Expectation`], or for an admission case an

@@ -3,6 +3,7 @@
 
 pub mod admission_case;
 pub mod case;
+pub mod change_case;
 pub mod outcome;
 pub mod record_dir;
 pub mod recorder;

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::admission_case::check_admission;
 use super::case::{Case, Expectation};
+use super::change_case::check_change;
 use super::outcome::{CaseOutcome, CaseResult, diff_yaml, to_yaml};
 use crate::plugin::{LoadedPlugin, ReconcileInput, ValidResponse};
 use crate::support::duration_text::format_duration;
@@ -67,6 +68,9 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
                 .to_string(),
         );
     }
+    if let Some(outcome) = change_case(plugin, &case) {
+        return outcome;
+    }
     let primary = match (case.primary, &case.admission) {
         (Some(primary), None) => primary,
         (None, Some(admission)) => {
@@ -85,7 +89,7 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
         }
         (None, None) => {
             return CaseOutcome::Broken(
-                "a case needs `primary` (a reconcile case) or `admission` (an admission case)"
+                "a case needs `primary` (a reconcile case), `admission` (an admission case) or `change` (a change case)"
                     .to_string(),
             );
         }
@@ -147,6 +151,21 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
             }
         }
     }
+}
+
+/// The outcome of a change case; `None` for a case of another shape.
+fn change_case(plugin: &LoadedPlugin, case: &Case) -> Option<CaseOutcome> {
+    let change = case.change.as_ref()?;
+    Some(
+        if case.primary.is_some() || case.admission.is_some() || !case.objects.is_empty() {
+            CaseOutcome::Broken(
+                "a change case has `change` and `expect` only: no `primary`, `admission` or `objects`"
+                    .to_string(),
+            )
+        } else {
+            check_change(plugin, change, case.expect.clone())
+        },
+    )
 }
 
 /// A response in the expectation's shape: what a case compares, and what

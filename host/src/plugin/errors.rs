@@ -51,6 +51,8 @@ pub enum LoadFailure {
     Limits(#[from] LimitTooHigh),
     #[error("calling admission settings failed: {0}")]
     AdmissionSettingsCall(#[source] CallError),
+    #[error("calling triggers failed: {0}")]
+    TriggersCall(#[source] CallError),
     #[error(transparent)]
     AdmissionSettings(#[from] super::admission_settings::InvalidAdmissionSettings),
     /// Two files of one plugin set hold plugins of the same name; the

@@ -557,6 +557,8 @@ fn metadata_from_wit(m: types::PluginMetadata) -> PluginMetadata {
             max_applies: m.hints.max_applies,
             max_deletes: m.hints.max_deletes,
         },
+        // Not in the record: the `triggers` export fills it (0.2.3).
+        triggers: Vec::new(),
     }
 }
 

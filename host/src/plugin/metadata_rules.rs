@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 
-use reconciler_contract::{KindRef, MapRule, PluginMetadata};
+use reconciler_contract::triggers::path_problem;
+use reconciler_contract::{Change, KindRef, MapRule, PluginMetadata};
 
 use super::names::{check_dns_label, check_dns_subdomain, check_kind, check_qualified_name};
 
@@ -85,6 +86,8 @@ pub fn validate_metadata(m: &PluginMetadata) -> Result<(), MetadataError> {
         seen.insert(kind, field);
     }
 
+    check_triggers(m)?;
+
     if let Some(finalizer) = &m.finalizer {
         check_qualified_name(finalizer).map_err(at("finalizer"))?;
         if !finalizer.contains('/') {
@@ -107,6 +110,65 @@ pub fn validate_metadata(m: &PluginMetadata) -> Result<(), MetadataError> {
             return Err(at(field)(
                 "must be more than 0 (leave it unset for the host's default)".into(),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// The `triggers` export's rules: each kind named once, with at least one
+/// change, and one whose changes wake a primary at all.
+fn check_triggers(m: &PluginMetadata) -> Result<(), MetadataError> {
+    let mut named: HashMap<&KindRef, usize> = HashMap::new();
+    for (i, trigger) in m.triggers.iter().enumerate() {
+        let field = format!("triggers[{i}]");
+        let kind = &trigger.kind;
+        if let Some(first) = named.insert(kind, i) {
+            return Err(at(field)(format!(
+                "{kind} is already named by `triggers[{first}]`; name each kind once, with all its changes"
+            )));
+        }
+        if trigger.wake_on.is_empty() {
+            return Err(at(format!("{field}.wakeOn"))(format!(
+                "{kind} names no change; to be woken by none, map the read kind by `none`"
+            )));
+        }
+        let metadata_only = match m.reads.iter().find(|r| &r.kind == kind) {
+            Some(read) if read.maps_by == MapRule::None => {
+                return Err(at(field)(format!(
+                    "{kind} is read with mapsBy `none`: its changes wake no primary, so there is nothing to filter"
+                )));
+            }
+            Some(read) => read.metadata_only,
+            None if kind == &m.primary || m.owns_kind(kind) => false,
+            None if m.writes.contains(kind) => {
+                return Err(at(field)(format!(
+                    "{kind} is declared in `writes`, and written kinds never wake a primary; declare it in `reads` with a map rule to be woken by it"
+                )));
+            }
+            None => {
+                return Err(at(field)(format!(
+                    "{kind} is not the primary, an owned kind or a read kind of this plugin"
+                )));
+            }
+        };
+        for (j, change) in trigger.wake_on.iter().enumerate() {
+            let Change::Fields(paths) = change else {
+                continue;
+            };
+            let field = format!("{field}.wakeOn[{j}].fields");
+            if paths.is_empty() {
+                return Err(at(field)("names no field path".into()));
+            }
+            for path in paths {
+                if let Some(problem) = path_problem(path) {
+                    return Err(at(field)(problem));
+                }
+                if metadata_only && path != "metadata" && !path.starts_with("metadata.") {
+                    return Err(at(field)(format!(
+                        "{path:?} is outside `metadata`, and {kind} is read metadata-only: the host never holds that field"
+                    )));
+                }
+            }
         }
     }
     Ok(())
@@ -177,6 +239,85 @@ mod tests {
             let err = validate_metadata(&m).expect_err(field);
             assert_eq!(err.field, *field, "{err}");
         }
+    }
+
+    #[test]
+    fn each_broken_trigger_rule_names_its_place() {
+        let deployment = KindRef::new("apps", "v1", "Deployment");
+        let pod = KindRef::new("", "v1", "Pod");
+        let fields = |p: &str| Change::Fields(vec![p.into()]);
+        let cases: Vec<(&str, &str, PluginMetadata)> = vec![
+            (
+                "triggers[1]",
+                "already named",
+                valid()
+                    .wake_on(deployment.clone(), [Change::Generation])
+                    .wake_on(deployment.clone(), [Change::Labels]),
+            ),
+            (
+                "triggers[0].wakeOn",
+                "names no change",
+                valid().wake_on(deployment.clone(), []),
+            ),
+            (
+                "triggers[0]",
+                "written kinds never wake",
+                valid()
+                    .writes(KindRef::new("", "v1", "ConfigMap"))
+                    .wake_on(KindRef::new("", "v1", "ConfigMap"), [Change::Any]),
+            ),
+            (
+                "triggers[0]",
+                "mapsBy `none`",
+                valid()
+                    .reads(KindRef::new("", "v1", "Secret"), MapRule::None, false)
+                    .wake_on(KindRef::new("", "v1", "Secret"), [Change::Any]),
+            ),
+            (
+                "triggers[0]",
+                "not the primary",
+                valid().wake_on(KindRef::new("", "v1", "Service"), [Change::Any]),
+            ),
+            (
+                "triggers[0].wakeOn[1].fields",
+                "empty key",
+                valid().wake_on(deployment.clone(), [Change::Generation, fields("spec..x")]),
+            ),
+            (
+                "triggers[0].wakeOn[0].fields",
+                "read metadata-only",
+                valid().wake_on(pod.clone(), [fields("status.phase")]),
+            ),
+        ];
+        for (field, says, m) in cases {
+            let err = validate_metadata(&m).expect_err(field);
+            assert_eq!(err.field, field, "{err}");
+            assert!(err.reason.contains(says), "{err}");
+        }
+    }
+
+    #[test]
+    fn triggers_on_the_primary_owned_and_mapped_read_kinds_pass() {
+        let m = valid()
+            .wake_on(
+                KindRef::new("example.com", "v1alpha1", "PodSet"),
+                [Change::Generation],
+            )
+            .wake_on(
+                KindRef::new("apps", "v1", "Deployment"),
+                [
+                    Change::Generation,
+                    Change::Fields(vec!["status.readyReplicas".into()]),
+                ],
+            )
+            .wake_on(
+                KindRef::new("", "v1", "Pod"),
+                [
+                    Change::Labels,
+                    Change::Fields(vec!["metadata.deletionTimestamp".into()]),
+                ],
+            );
+        validate_metadata(&m).unwrap();
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub mod response_limits;
 pub use reconciler_contract::response_rules;
 pub mod sandbox;
 pub mod standby;
+mod triggers_call;
 mod worker_safe_io;
 
 pub use admission_call::{AdmissionDecision, AdmissionError, AdmissionPhase};

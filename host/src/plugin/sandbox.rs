@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reconciler_contract::PluginMetadata;
+use reconciler_contract::{AdmissionSettings, PluginMetadata};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -175,10 +175,10 @@ impl Sandbox {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        super::bindings::PluginWithAdmission::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
-            &mut linker,
-            |s| s,
-        )?;
+        super::bindings::PluginWithAdmissionAndTriggers::add_to_linker::<
+            _,
+            wasmtime::component::HasSelf<_>,
+        >(&mut linker, |s| s)?;
         super::bounded_waits::add_to_linker(&mut linker)?;
         super::worker_safe_io::add_to_linker(&mut linker)?;
 
@@ -282,36 +282,7 @@ impl Sandbox {
         let pre = PluginPre::new(instance_pre)
             .map_err(|e| fail(path, LoadFailure::Link(format!("{e:#}"))))?;
 
-        let probe_name = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let random = CallRandom::new(&self.random_key, &sha256, CallSubject::Load);
-        let metadata: PluginMetadata = LoadedPlugin::call_metadata(
-            &pre,
-            self.limits.defaults(),
-            &probe_name,
-            random,
-            &self.ticker,
-            self.memory.charge(),
-        )
-        .map_err(|e| match e {
-            CallError::Timeout { limit } => fail(path, LoadFailure::MetadataTimeout { limit }),
-            e => fail(path, LoadFailure::MetadataCall(e)),
-        })?;
-        validate_metadata(&metadata).map_err(|e| fail(path, e.into()))?;
-        let admission = LoadedPlugin::call_admission_settings(
-            &pre,
-            self.limits.defaults(),
-            &probe_name,
-            CallRandom::new(&self.random_key, &sha256, CallSubject::Load),
-            &self.ticker,
-            self.memory.charge(),
-        )
-        .map_err(|e| fail(path, LoadFailure::AdmissionSettingsCall(e)))?;
-        if let Some(settings) = &admission {
-            check_settings(settings).map_err(|e| fail(path, e.into()))?;
-        }
+        let (metadata, admission) = self.declarations(&pre, path, &sha256)?;
         let limits: SandboxLimits = self
             .limits
             .resolve(&metadata.hints)
@@ -357,6 +328,56 @@ impl Sandbox {
 }
 
 impl Sandbox {
+    /// What the plugin declares at load, each read in a fresh instance and
+    /// checked: its metadata with its triggers (0.2.3), and its admission.
+    fn declarations(
+        &self,
+        pre: &PluginPre<CallState>,
+        path: &Path,
+        sha256: &str,
+    ) -> Result<(PluginMetadata, Option<AdmissionSettings>), LoadError> {
+        let probe_name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let random = CallRandom::new(&self.random_key, sha256, CallSubject::Load);
+        let mut metadata: PluginMetadata = LoadedPlugin::call_metadata(
+            pre,
+            self.limits.defaults(),
+            &probe_name,
+            random,
+            &self.ticker,
+            self.memory.charge(),
+        )
+        .map_err(|e| match e {
+            CallError::Timeout { limit } => fail(path, LoadFailure::MetadataTimeout { limit }),
+            e => fail(path, LoadFailure::MetadataCall(e)),
+        })?;
+        metadata.triggers = LoadedPlugin::call_triggers(
+            pre,
+            self.limits.defaults(),
+            &probe_name,
+            CallRandom::new(&self.random_key, sha256, CallSubject::Load),
+            &self.ticker,
+            self.memory.charge(),
+        )
+        .map_err(|e| fail(path, LoadFailure::TriggersCall(e)))?;
+        validate_metadata(&metadata).map_err(|e| fail(path, e.into()))?;
+        let admission = LoadedPlugin::call_admission_settings(
+            pre,
+            self.limits.defaults(),
+            &probe_name,
+            CallRandom::new(&self.random_key, sha256, CallSubject::Load),
+            &self.ticker,
+            self.memory.charge(),
+        )
+        .map_err(|e| fail(path, LoadFailure::AdmissionSettingsCall(e)))?;
+        if let Some(settings) = &admission {
+            check_settings(settings).map_err(|e| fail(path, e.into()))?;
+        }
+        Ok((metadata, admission))
+    }
+
     /// The compiled component of `bytes`, from the compile cache when there
     /// is one.
     fn component(

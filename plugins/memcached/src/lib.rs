@@ -18,8 +18,8 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use reconciler_sdk::{
-    Context, Error, EventType, KindRef, MapRule, Object, PartialObject, PluginMetadata, Reconciler,
-    Response,
+    Change, Context, Error, EventType, KindRef, MapRule, Object, PartialObject, PluginMetadata,
+    Reconciler, Response,
 };
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +77,15 @@ impl Reconciler for Memcacheds {
             MapRule::Label(MEMCACHED_LABEL.into()),
             true,
         )
+        // The decision reads the Memcached's spec, the Deployment's
+        // replicas and the Pods' names and labels: status updates wake
+        // nothing.
+        .wake_on(
+            KindRef::new("example.com", "v1alpha1", "Memcached"),
+            [Change::Generation],
+        )
+        .wake_on(KindRef::of::<Deployment>(), [Change::Generation])
+        .wake_on(KindRef::of::<Pod>(), [Change::Labels])
     }
 
     fn reconcile(memcached: Memcached, ctx: &Context) -> Result<Response, Error> {

@@ -14,8 +14,8 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use reconciler_sdk::{
-    Context, Error, EventType, KindRef, MapRule, Object, PartialObject, PluginMetadata, Reconciler,
-    Response, contract::LOCAL_CLUSTER,
+    Change, Context, Error, EventType, KindRef, MapRule, Object, PartialObject, PluginMetadata,
+    Reconciler, Response, contract::LOCAL_CLUSTER,
 };
 use serde::{Deserialize, Serialize};
 
@@ -70,6 +70,16 @@ impl Reconciler for PodSets {
             MapRule::Label(PODSET_LABEL.into()),
             true,
         )
+        // What the decision reads: the PodSet's spec, the Deployment's
+        // spec (to put back a size changed by hand), the Pods' names and
+        // labels. Status updates of either (the Deployment controller's,
+        // our own status writes) change none of it.
+        .wake_on(
+            KindRef::new("example.com", "v1alpha1", "PodSet"),
+            [Change::Generation],
+        )
+        .wake_on(KindRef::of::<Deployment>(), [Change::Generation])
+        .wake_on(KindRef::of::<Pod>(), [Change::Labels])
     }
 
     fn reconcile(podset: PodSet, ctx: &Context) -> Result<Response, Error> {

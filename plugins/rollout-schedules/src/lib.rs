@@ -16,7 +16,8 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use reconciler_sdk::{
-    Context, Error, EventType, KindRef, Object, PartialObject, PluginMetadata, Reconciler, Response,
+    Change, Context, Error, EventType, KindRef, Object, PartialObject, PluginMetadata, Reconciler,
+    Response,
 };
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +55,12 @@ impl Reconciler for RolloutSchedules {
             KindRef::of::<Deployment>(),
         )
         .owns(rollout_schedule_kind())
+        // The decision reads a Deployment's annotations and whether its
+        // schedule exists: a rollout (the restarter's template change, the
+        // Deployment controller's status) wakes nothing; an edit of the
+        // schedule's spec does, to put it back.
+        .wake_on(KindRef::of::<Deployment>(), [Change::Annotations])
+        .wake_on(rollout_schedule_kind(), [Change::Generation])
     }
 
     fn reconcile(deployment: PartialObject, ctx: &Context) -> Result<Response, Error> {

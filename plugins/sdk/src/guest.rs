@@ -6,9 +6,11 @@ pub use wit_bindgen;
 
 wit_bindgen::generate!({
     path: "../../wit",
-    // Every SDK plugin exports admission; `settings` answers none unless
-    // the plugin opts in (`Reconciler::admission`).
-    world: "plugin-with-admission",
+    // Every SDK plugin exports admission and triggers: `settings` answers
+    // none unless the plugin opts in (`Reconciler::admission`), `triggers`
+    // what its metadata declares (`PluginMetadata::wake_on`; none: every
+    // change wakes it).
+    world: "plugin-with-admission-and-triggers",
     pub_export_macro: true,
     export_macro_name: "export_world",
     default_bindings_module: "reconciler_sdk::guest",
@@ -17,12 +19,14 @@ wit_bindgen::generate!({
 
 use exports::reconciler::plugin::admission as wit_admission;
 use exports::reconciler::plugin::reconciler as wit;
+use exports::reconciler::plugin::triggers as wit_triggers;
 use reconciler::plugin::types as wit_types;
 
 use crate::{HostApi, Reconciler};
 use reconciler_contract::{
     AdmissionRequest, AdmissionSettings, FailurePolicy, Operation, UserInfo, Verdict,
 };
+use reconciler_contract::{Change, KindTrigger};
 use reconciler_contract::{
     ClusterInfo, Event, EventType, Hints, KindRef, LogLevel, MapRule, ObjectRef, PluginMetadata,
     ReadKind, ReconcileRequest, ReconcileResponse,
@@ -45,6 +49,33 @@ impl<T: GuestExports> wit::Guest for T {
             deleting: request.deleting,
         };
         crate::dispatch::<T::Reconciler>(&request, &WitHost).map(response_to_wit)
+    }
+}
+
+impl<T: GuestExports> wit_triggers::Guest for T {
+    fn triggers() -> Vec<wit_triggers::KindTrigger> {
+        T::Reconciler::metadata()
+            .triggers
+            .into_iter()
+            .map(trigger_to_wit)
+            .collect()
+    }
+}
+
+fn trigger_to_wit(t: KindTrigger) -> wit_triggers::KindTrigger {
+    wit_triggers::KindTrigger {
+        kind: kind_to_wit(&t.kind),
+        wake_on: t
+            .wake_on
+            .into_iter()
+            .map(|change| match change {
+                Change::Any => wit_triggers::Change::Any,
+                Change::Generation => wit_triggers::Change::Generation,
+                Change::Labels => wit_triggers::Change::Labels,
+                Change::Annotations => wit_triggers::Change::Annotations,
+                Change::Fields(paths) => wit_triggers::Change::Fields(paths),
+            })
+            .collect(),
     }
 }
 

@@ -47,7 +47,8 @@ pub use error::Error;
 pub use k8s_openapi;
 pub use object::{Object, PartialObject};
 pub use reconciler_contract::{
-    AdmissionRequest, AdmissionSettings, FailurePolicy, Operation, UserInfo, Verdict,
+    AdmissionRequest, AdmissionSettings, Change, FailurePolicy, KindTrigger, Operation, UserInfo,
+    Verdict,
 };
 pub use response::Response;
 

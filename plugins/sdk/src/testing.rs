@@ -127,6 +127,21 @@ impl<R: Reconciler> Harness<R> {
         Ok(Outcome { response })
     }
 
+    /// Whether the host would wake a primary for this change of an object
+    /// from `old` to `new`, by the plugin's declared triggers
+    /// ([`PluginMetadata::wake_on`]): the host's own comparison. A kind the
+    /// plugin names no trigger for wakes on any change. (Creation and
+    /// deletion always wake, so they need no test.)
+    pub fn wakes<T: Serialize>(&self, old: &T, new: &T) -> bool {
+        let old = serde_json::to_value(old).expect("test object serialises to JSON");
+        let new = serde_json::to_value(new).expect("test object serialises to JSON");
+        let kind = KindRef::of_object(&new).expect("the changed object has apiVersion and kind");
+        match self.metadata.trigger_of(&kind) {
+            Some(changes) => reconciler_contract::triggers::wakes(changes, &old, &new),
+            None => true,
+        }
+    }
+
     /// Admission as the host runs it: for a plugin that declared
     /// [`Reconciler::admission`] and the request's operation, defaults
     /// first (when mutating), then validates the defaulted object. A plugin
