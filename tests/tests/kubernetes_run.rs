@@ -356,6 +356,9 @@ async fn podset_reconcile_against_a_mocked_api() {
         first.query
     );
     let mut scaled = podset(3, "12");
+    // A spec change moves the generation, as the API server moves it
+    // (podset wakes on its PodSet's generation, not on every change).
+    scaled["metadata"]["generation"] = json!(2);
     scaled["status"] = with_status["status"].clone();
     let body = format!("{}\n", json!({"type": "MODIFIED", "object": scaled}));
     send.send_response(Response::new(Body::from(body.into_bytes())));
