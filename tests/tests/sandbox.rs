@@ -273,7 +273,7 @@ fn a_plugin_built_for_contract_0_1_is_refused_naming_both_versions() {
     let message = err.to_string();
     assert!(
         message.contains("built for contract reconciler:plugin@0.1.0")
-            && message.contains("this host speaks reconciler:plugin@0.2.2"),
+            && message.contains("this host speaks reconciler:plugin@0.2.3"),
         "{message}"
     );
     assert!(message.contains("old.wasm"), "names the file: {message}");
