@@ -115,6 +115,12 @@ pub fn validate_metadata(m: &PluginMetadata) -> Result<(), MetadataError> {
     Ok(())
 }
 
+/// Bounds on one `fields` change. The host, not the sandbox, compares the
+/// paths on every watch event of the kind, so a plugin must not be able to
+/// make that comparison cost what it likes.
+const MAX_FIELD_PATHS: usize = 32;
+const MAX_PATH_LEN: usize = 256;
+
 /// The `triggers` export's rules: each kind named once, with at least one
 /// change, and one whose changes wake a primary at all.
 fn check_triggers(m: &PluginMetadata) -> Result<(), MetadataError> {
@@ -158,6 +164,11 @@ fn check_triggers(m: &PluginMetadata) -> Result<(), MetadataError> {
             let field = format!("{field}.wakeOn[{j}].fields");
             if paths.is_empty() {
                 return Err(at(field)("names no field path".into()));
+            }
+            if paths.len() > MAX_FIELD_PATHS || paths.iter().any(|p| p.len() > MAX_PATH_LEN) {
+                return Err(at(field)(format!(
+                    "at most {MAX_FIELD_PATHS} paths of at most {MAX_PATH_LEN} characters: the host compares them on every change of {kind}"
+                )));
             }
             for path in paths {
                 if let Some(problem) = path_problem(path) {
@@ -282,6 +293,16 @@ mod tests {
                 "triggers[0].wakeOn[1].fields",
                 "empty key",
                 valid().wake_on(deployment.clone(), [Change::Generation, fields("spec..x")]),
+            ),
+            (
+                "triggers[0].wakeOn[0].fields",
+                "at most 32 paths",
+                valid().wake_on(
+                    deployment.clone(),
+                    [Change::Fields(
+                        (0..33).map(|i| format!("spec.f{i}")).collect(),
+                    )],
+                ),
             ),
             (
                 "triggers[0].wakeOn[0].fields",
