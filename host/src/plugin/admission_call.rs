@@ -24,11 +24,9 @@ use super::admission_rules::{InvalidDefaults, bounded_verdict, defaults_patch};
 use super::bindings::{PluginPre, admission as wit};
 use super::call_random::{CallRandom, CallSubject};
 use super::call_state::CallState;
-use super::epoch_ticker::EpochTicker;
 use super::errors::CallError;
 use super::limits::SandboxLimits;
 use super::loaded::{Call, LoadedPlugin, call_fresh};
-use super::memory_budget::MemoryCharge;
 
 /// Which of a plugin's admission calls one request runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,18 +120,13 @@ impl LoadedPlugin {
     /// Calls `settings` in a fresh instance, like `metadata`: none for a
     /// plugin that does not export the admission interface (one built for
     /// 0.2.0, or for the `plugin` world).
-    pub(crate) fn call_admission_settings(
+    pub(super) fn call_admission_settings(
         pre: &PluginPre<CallState>,
-        limits: SandboxLimits,
-        file: &str,
-        random: CallRandom,
-        ticker: &EpochTicker,
-        memory: MemoryCharge,
+        call: Call<'_>,
     ) -> Result<Option<AdmissionSettings>, CallError> {
         if !pre.exports_admission() {
             return Ok(None);
         }
-        let call = Call::at_load(limits, file, random, ticker, memory);
         call_fresh(pre, call, |p, store| match p.admission() {
             Some(a) => a.call_settings(store),
             None => Ok(None),

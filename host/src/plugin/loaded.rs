@@ -256,15 +256,10 @@ impl LoadedPlugin {
     }
 
     /// Calls `metadata` in a fresh instance under the host's default limits.
-    pub(crate) fn call_metadata(
+    pub(super) fn call_metadata(
         pre: &PluginPre<CallState>,
-        limits: SandboxLimits,
-        file: &str,
-        random: CallRandom,
-        ticker: &EpochTicker,
-        memory: MemoryCharge,
+        call: Call<'_>,
     ) -> Result<PluginMetadata, CallError> {
-        let call = Call::at_load(limits, file, random, ticker, memory);
         call_fresh(pre, call, |p, store| {
             p.reconciler_plugin_reconciler().call_metadata(store)
         })

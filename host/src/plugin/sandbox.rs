@@ -60,7 +60,7 @@ use super::epoch_ticker::EpochTicker;
 use super::errors::{CallError, LoadError, LoadFailure};
 use super::idle_release::{Fresh, IdleReleaser, Prepared};
 use super::limits::{HostLimits, SandboxLimits};
-use super::loaded::{FromSandbox, LoadedPlugin};
+use super::loaded::{Call, FromSandbox, LoadedPlugin};
 use super::memory_budget::{MemoryAccount, MemoryBudget};
 use super::metadata_rules::validate_metadata;
 
@@ -340,38 +340,26 @@ impl Sandbox {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let random = CallRandom::new(&self.random_key, sha256, CallSubject::Load);
-        let mut metadata: PluginMetadata = LoadedPlugin::call_metadata(
-            pre,
-            self.limits.defaults(),
-            &probe_name,
-            random,
-            &self.ticker,
-            self.memory.charge(),
-        )
-        .map_err(|e| match e {
-            CallError::Timeout { limit } => fail(path, LoadFailure::MetadataTimeout { limit }),
-            e => fail(path, LoadFailure::MetadataCall(e)),
-        })?;
-        metadata.triggers = LoadedPlugin::call_triggers(
-            pre,
-            self.limits.defaults(),
-            &probe_name,
-            CallRandom::new(&self.random_key, sha256, CallSubject::Load),
-            &self.ticker,
-            self.memory.charge(),
-        )
-        .map_err(|e| fail(path, LoadFailure::TriggersCall(e)))?;
+        // Each declaration is read in a fresh instance with the same inputs.
+        let at_load = || {
+            Call::at_load(
+                self.limits.defaults(),
+                &probe_name,
+                CallRandom::new(&self.random_key, sha256, CallSubject::Load),
+                &self.ticker,
+                self.memory.charge(),
+            )
+        };
+        let mut metadata: PluginMetadata =
+            LoadedPlugin::call_metadata(pre, at_load()).map_err(|e| match e {
+                CallError::Timeout { limit } => fail(path, LoadFailure::MetadataTimeout { limit }),
+                e => fail(path, LoadFailure::MetadataCall(e)),
+            })?;
+        metadata.triggers = LoadedPlugin::call_triggers(pre, at_load())
+            .map_err(|e| fail(path, LoadFailure::TriggersCall(e)))?;
         validate_metadata(&metadata).map_err(|e| fail(path, e.into()))?;
-        let admission = LoadedPlugin::call_admission_settings(
-            pre,
-            self.limits.defaults(),
-            &probe_name,
-            CallRandom::new(&self.random_key, sha256, CallSubject::Load),
-            &self.ticker,
-            self.memory.charge(),
-        )
-        .map_err(|e| fail(path, LoadFailure::AdmissionSettingsCall(e)))?;
+        let admission = LoadedPlugin::call_admission_settings(pre, at_load())
+            .map_err(|e| fail(path, LoadFailure::AdmissionSettingsCall(e)))?;
         if let Some(settings) = &admission {
             check_settings(settings).map_err(|e| fail(path, e.into()))?;
         }

@@ -5,29 +5,20 @@
 use reconciler_contract::{Change, KindTrigger};
 
 use super::bindings::{PluginPre, kind_from_wit, triggers as wit};
-use super::call_random::CallRandom;
 use super::call_state::CallState;
-use super::epoch_ticker::EpochTicker;
 use super::errors::CallError;
-use super::limits::SandboxLimits;
 use super::loaded::{Call, LoadedPlugin, call_fresh};
-use super::memory_budget::MemoryCharge;
 
 impl LoadedPlugin {
     /// Calls `triggers` in a fresh instance, like `metadata`: nothing for a
     /// plugin that does not export the interface.
-    pub(crate) fn call_triggers(
+    pub(super) fn call_triggers(
         pre: &PluginPre<CallState>,
-        limits: SandboxLimits,
-        file: &str,
-        random: CallRandom,
-        ticker: &EpochTicker,
-        memory: MemoryCharge,
+        call: Call<'_>,
     ) -> Result<Vec<KindTrigger>, CallError> {
         if !pre.exports_triggers() {
             return Ok(Vec::new());
         }
-        let call = Call::at_load(limits, file, random, ticker, memory);
         call_fresh(pre, call, |p, store| match p.triggers() {
             Some(t) => t.call_triggers(store),
             None => Ok(Vec::new()),
