@@ -22,7 +22,12 @@ impl Change {
         match self {
             Change::Any => old != new,
             Change::Generation => {
-                differs(&["metadata", "generation"])
+                let moved = if has_generation(old) || has_generation(new) {
+                    differs(&["metadata", "generation"])
+                } else {
+                    content_differs(old, new)
+                };
+                moved
                     || (at(old, &["metadata", "deletionTimestamp"]).is_none()
                         && at(new, &["metadata", "deletionTimestamp"]).is_some())
             }
@@ -34,6 +39,27 @@ impl Change {
             }),
         }
     }
+}
+
+fn has_generation(object: &Value) -> bool {
+    at(object, &["metadata", "generation"]).is_some()
+}
+
+/// For kinds the API server gives no generation (ConfigMaps, Secrets, most
+/// core kinds without a spec/status split): what would move one if they had
+/// it. Everything outside `metadata` and `status` is their content (`data`,
+/// `binaryData`, `spec`, ...), so a `generation` trigger on a ConfigMap wakes
+/// on its data and not on a relabel, as it would on a Deployment.
+fn content_differs(old: &Value, new: &Value) -> bool {
+    let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
+        return old != new;
+    };
+    let outside = |key: &&String| !matches!(key.as_str(), "metadata" | "status");
+    old.keys().filter(outside).count() != new.keys().filter(outside).count()
+        || old
+            .iter()
+            .filter(|(key, _)| outside(key))
+            .any(|(key, value)| new.get(key) != Some(value))
 }
 
 /// The value at `path` (object keys only); `None` when any step is
@@ -119,6 +145,25 @@ mod tests {
         let mut later = new.clone();
         later["status"]["readyReplicas"] = json!(0);
         assert!(!wakes(&[Change::Generation], &new, &later));
+    }
+
+    #[test]
+    fn a_kind_without_generation_moves_on_its_content() {
+        let config = |data: &str, label: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "rec", "resourceVersion": format!("{data}{label}"),
+                                "labels": {"l": label}},
+                   "data": {"k": data}})
+        };
+        let generation = [Change::Generation];
+        assert!(wakes(&generation, &config("a", "x"), &config("b", "x")));
+        assert!(!wakes(&generation, &config("a", "x"), &config("a", "y")));
+        // One side with a generation: the generation decides, as on any kind.
+        let mut numbered = config("b", "x");
+        numbered["metadata"]["generation"] = json!(1);
+        let mut same = numbered.clone();
+        same["data"]["k"] = json!("c");
+        assert!(!wakes(&generation, &numbered, &same));
     }
 
     #[test]

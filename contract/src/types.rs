@@ -174,7 +174,8 @@ pub enum Change {
     /// Any change at all: what a kind not named gets.
     Any,
     /// `metadata.generation` moved, or `metadata.deletionTimestamp`
-    /// appeared.
+    /// appeared. On kinds without a generation (ConfigMaps, Secrets):
+    /// anything outside `metadata` and `status` changed.
     Generation,
     /// `metadata.labels` changed.
     Labels,

@@ -12,6 +12,7 @@
 // finalizer) are the Rust plugin's; this one shows admission in JavaScript.
 
 import {
+  Change,
   KindRef,
   Operation,
   PluginMetadata,
@@ -27,7 +28,11 @@ export const KUBERNETES_CLUSTER = new KindRef('example.com', 'v1alpha1', 'Kubern
 export const DEFAULT_VERSION = '1.33';
 const DEFAULT_TIMEOUT_SECONDS = 600;
 
-export const METADATA = new PluginMetadata('kubernetescluster-js', '0.1.0', KUBERNETES_CLUSTER);
+// Only the spec matters here; this plugin's own status write wakes nothing.
+export const METADATA = new PluginMetadata('kubernetescluster-js', '0.1.0', KUBERNETES_CLUSTER).wakeOn(
+  KUBERNETES_CLUSTER,
+  Change.generation(),
+);
 
 /**
  * A KubernetesCluster as the plugin reads it (the JSDoc types are checked by

@@ -16,6 +16,7 @@ import json
 
 from reconciler_sdk import (
     AdmissionRequest,
+    Change,
     KindRef,
     Operation,
     PluginMetadata,
@@ -32,7 +33,10 @@ DEFAULT_VERSION = "1.33"
 
 DEFAULT_TIMEOUT_SECONDS = 600
 
-METADATA = PluginMetadata("kubernetescluster-py", "0.1.0", KUBERNETES_CLUSTER)
+# Only the spec matters here; this plugin's own status write wakes nothing.
+METADATA = PluginMetadata("kubernetescluster-py", "0.1.0", KUBERNETES_CLUSTER).wake_on(
+    KUBERNETES_CLUSTER, Change.generation()
+)
 
 
 def _spec(cluster: dict) -> dict:

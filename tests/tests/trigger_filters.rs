@@ -134,3 +134,111 @@ async fn a_pods_labels_wake_podset_and_its_status_does_not() {
     world.apply(pod("web-1", "web", "back"));
     assert_eq!(reconciled(&world.settle().await), ["web"], "a Pod's labels");
 }
+
+/// kubernetescluster wakes on its cluster's generation and annotations, on
+/// its Jobs' outcome fields and on its records' data: each filter kind, in
+/// the engine, against the writes the Job controller and others make.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn field_annotation_and_data_triggers_wake_kubernetescluster_only_when_declared() {
+    let mut world = World::new(&[&example_plugin("kubernetescluster")]).await;
+    let cluster = |operation: &str| {
+        json!({"apiVersion": "example.com/v1alpha1", "kind": "KubernetesCluster",
+            "metadata": {"name": "prod", "namespace": "default",
+                "annotations": {"app.kubernetes.io/operation": operation}},
+            "spec": {"masters": 3, "workers": 2, "version": "1.33", "timeoutSeconds": 600}})
+    };
+    world.apply(cluster("creating"));
+    assert!(!world.settle().await.is_empty());
+    assert!(world.settle().await.is_empty(), "converged");
+    let job = world
+        .cluster
+        .objects()
+        .into_iter()
+        .find(|o| o["kind"] == "Job")
+        .expect("the creating Job");
+    let job_name = job["metadata"]["name"].as_str().unwrap().to_string();
+    let job_key = key("batch", "v1", "Job", "default", &job_name);
+    let embedded = world.cluster.clone();
+    let write_job_status = |status: Value| {
+        let cluster = embedded.clone();
+        let job_key = job_key.clone();
+        async move {
+            cluster
+                .apply_status(&job_key, status, "job-controller", None)
+                .await
+                .expect("job status");
+        }
+    };
+
+    // The Job controller counts its running pod: not an outcome.
+    write_job_status(json!({"startTime": "2024-01-01T00:00:00Z", "active": 1})).await;
+    let woken = reconciled(&world.settle().await);
+    assert_eq!(
+        woken,
+        ["prod"],
+        "startTime is read (the deadline starts there)"
+    );
+    write_job_status(json!({"startTime": "2024-01-01T00:00:00Z", "active": 1, "ready": 1})).await;
+    assert!(
+        world.settle().await.is_empty(),
+        "a ready count of a running Job woke kubernetescluster"
+    );
+
+    // Someone labels the operation record: the plugin reads its data only.
+    let record_key = key("", "v1", "ConfigMap", "default", &job_name);
+    let mut record = world.get(&record_key).await.expect("the record");
+    record["metadata"]["labels"]["team"] = json!("infra");
+    record["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("managedFields");
+    world.apply(record.clone());
+    assert!(
+        world.settle().await.is_empty(),
+        "a relabelled record woke kubernetescluster"
+    );
+    // Its data changed: that is what the plugin reads, so it wakes.
+    record["data"]["workers"] = json!("4");
+    world.apply(record);
+    assert_eq!(reconciled(&world.settle().await), ["prod"]);
+
+    // The Job succeeds: an outcome, which wakes it, and the phase moves.
+    write_job_status(json!({"startTime": "2024-01-01T00:00:00Z", "succeeded": 1,
+        "conditions": [{"type": "Complete", "status": "True"}]}))
+    .await;
+    let woken = reconciled(&world.settle().await);
+    assert!(
+        !woken.is_empty() && woken.iter().all(|n| n == "prod"),
+        "{woken:?}"
+    );
+    let primary = key(
+        "example.com",
+        "v1alpha1",
+        "KubernetesCluster",
+        "default",
+        "prod",
+    );
+    assert_eq!(
+        world.get(&primary).await.unwrap()["status"]["phase"],
+        "Running"
+    );
+
+    // A new operation is an annotation: no generation moves, yet it wakes.
+    world.apply(cluster("upgrading"));
+    let woken = reconciled(&world.settle().await);
+    assert!(
+        !woken.is_empty() && woken.iter().all(|n| n == "prod"),
+        "{woken:?}"
+    );
+    let jobs: Vec<Value> = world
+        .cluster
+        .objects()
+        .into_iter()
+        .filter(|o| o["kind"] == "Job")
+        .map(|o| o["metadata"]["name"].clone())
+        .collect();
+    assert!(
+        jobs.contains(&json!("prod-upgrading-1")),
+        "the upgrading annotation started no Job: {jobs:?}"
+    );
+}

@@ -46,8 +46,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use reconciler_sdk::object::PartialMeta;
 use reconciler_sdk::{
-    Admission, AdmissionSettings, Context, Error, EventType, FailurePolicy, KindRef, Object,
-    PluginMetadata, Reconciler, Response, Verdict,
+    Admission, AdmissionSettings, Change, Context, Error, EventType, FailurePolicy, KindRef,
+    Object, PluginMetadata, Reconciler, Response, Verdict,
 };
 
 pub use admission::DEFAULT_VERSION;
@@ -209,6 +209,32 @@ impl Reconciler for KubernetesClusters {
         .owns(KindRef::of::<ConfigMap>())
         .owns(KindRef::of::<Job>())
         .finalizer(FINALIZER)
+        // What the decision reads. The cluster's spec and its operation
+        // annotation (its own status writes change neither); the records'
+        // data; the Jobs' outcome and start, not every count of active or
+        // ready pods the Job controller writes while one runs.
+        .wake_on(
+            KindRef::new("example.com", "v1alpha1", "KubernetesCluster"),
+            [Change::Generation, Change::Annotations],
+        )
+        .wake_on(
+            KindRef::of::<ConfigMap>(),
+            [Change::Fields(vec!["data".into()])],
+        )
+        .wake_on(
+            KindRef::of::<Job>(),
+            [Change::Fields(
+                [
+                    "status.succeeded",
+                    "status.failed",
+                    "status.conditions",
+                    "status.startTime",
+                    "status.completionTime",
+                ]
+                .map(String::from)
+                .to_vec(),
+            )],
+        )
     }
 
     fn reconcile(cluster: KubernetesCluster, ctx: &Context) -> Result<Response, Error> {

@@ -33,7 +33,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::jiff::tz::TimeZone;
 use reconciler_sdk::{
-    Context, Error, EventType, KindRef, Object, PartialObject, PluginMetadata, Reconciler, Response,
+    Change, Context, Error, EventType, KindRef, Object, PartialObject, PluginMetadata, Reconciler,
+    Response,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -83,6 +84,13 @@ impl Reconciler for RolloutRestarter {
             KindRef::new("example.com", "v1alpha1", "RolloutSchedule"),
         )
         .writes(KindRef::of::<Deployment>())
+        // The schedule's spec is the decision's input; its status is this
+        // plugin's own record, and a restart time comes by requeue, so a
+        // status write needs no second look.
+        .wake_on(
+            KindRef::new("example.com", "v1alpha1", "RolloutSchedule"),
+            [Change::Generation],
+        )
     }
 
     fn reconcile(schedule: RolloutSchedule, ctx: &Context) -> Result<Response, Error> {
