@@ -11,7 +11,9 @@
 //!
 //!     scripts/build-plugins && cargo bench -p reconciler-host --bench guest_languages
 //!
-//! Environment: BENCH_ITERATIONS (default 1000 reconciles per plugin).
+//! Environment: BENCH_ITERATIONS (default 1000 reconciles per plugin),
+//! BENCH_ONLY (one language, e.g. `Python`; the ratio column is then to the
+//! first measured), BENCH_PLUGIN=LABEL=PATH (one more component to measure).
 
 mod podset_fixture;
 
@@ -32,7 +34,7 @@ const PLUGINS: [(&str, &str); 3] = [
 ];
 
 struct Figures {
-    language: &'static str,
+    language: String,
     bytes: u64,
     compile: Duration,
     compile_cpu: Duration,
@@ -52,8 +54,19 @@ fn main() -> anyhow::Result<()> {
     let (primary, cache) = fixture();
     let cache = Arc::new(cache);
 
+    // BENCH_ONLY=Python measures one language (for a profile of its calls).
+    let only = std::env::var("BENCH_ONLY").ok();
     let mut all = Vec::new();
-    for (language, file) in PLUGINS {
+    // BENCH_PLUGIN=LABEL=PATH adds one more component (a variant under study).
+    let extra = std::env::var("BENCH_PLUGIN").ok();
+    let extra = extra.as_deref().and_then(|e| e.split_once('='));
+    for (language, file) in PLUGINS.into_iter().chain(extra) {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.eq_ignore_ascii_case(language))
+        {
+            continue;
+        }
         let wasm = root.join(file);
         anyhow::ensure!(
             wasm.is_file(),
@@ -80,7 +93,7 @@ fn main() -> anyhow::Result<()> {
                 .expect("reconcile");
         });
         all.push(Figures {
-            language,
+            language: language.to_string(),
             bytes: std::fs::metadata(&wasm)?.len(),
             compile: cold.compile,
             compile_cpu,
@@ -105,6 +118,10 @@ fn main() -> anyhow::Result<()> {
         "median us",
         "cpu us",
         "x Rust"
+    );
+    anyhow::ensure!(
+        !all.is_empty(),
+        "BENCH_ONLY names none of Rust, Python, JavaScript"
     );
     let rust_cpu = all[0].cpu.as_secs_f64();
     for f in &all {

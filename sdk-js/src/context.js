@@ -14,6 +14,7 @@ export class Context {
   #host;
   #childrenJson;
   #children;
+  #cluster;
 
   constructor(host, childrenJson, deleting) {
     this.#host = host;
@@ -39,7 +40,10 @@ export class Context {
    * cluster (`ctx.cluster().label('tier')`).
    */
   cluster() {
-    return this.#host.cluster();
+    // One call cannot change cluster, and asking the host costs a crossing
+    // of the sandbox boundary each time.
+    this.#cluster ??= this.#host.cluster();
+    return this.#cluster;
   }
 
   /** Owned children the host observed for this primary, of `kind` (all when omitted). */

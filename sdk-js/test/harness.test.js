@@ -139,3 +139,19 @@ describe('label selectors match as on the API server', () => {
     });
   }
 });
+
+test('the cluster is asked of the host once per reconcile', async () => {
+  const { Context } = await import('../src/context.js');
+  const { ClusterInfo } = await import('../src/contract.js');
+  const asked = [];
+  const host = {
+    cluster: () => {
+      asked.push('cluster');
+      return new ClusterInfo('member-1', { tier: 'prod' });
+    },
+  };
+  const ctx = new Context(host, [], false);
+  assert.equal(ctx.cluster().name, 'member-1');
+  assert.equal(ctx.cluster().label('tier'), 'prod');
+  assert.deepEqual(asked, ['cluster']);
+});

@@ -30,6 +30,7 @@ class Context:
         self._host = host
         self._children_json = children
         self._children: list[dict] | None = None
+        self._cluster: ClusterInfo | None = None
         self.deleting = deleting
         """True when the primary has a deletionTimestamp: clean up, then
         return ``Response().finalized()``."""
@@ -47,13 +48,17 @@ class Context:
         the member cluster's name with its source's labels. Everything else
         the reconcile sees and does stays within it; ask only to decide
         differently per cluster (``ctx.cluster().label("tier")``)."""
-        return self._host.cluster()
+        # One call cannot change cluster, and asking the host costs a
+        # crossing of the sandbox boundary each time.
+        if self._cluster is None:
+            self._cluster = self._host.cluster()
+        return self._cluster
 
     def children(self, kind: KindRef | None = None) -> list[dict]:
         """Owned children the host observed for this primary, of ``kind``
         (every owned kind when ``None``)."""
         if self._children is None:
-            self._children = [_parse(text, "a child object") for text in self._children_json]
+            self._children = _parse_all(self._children_json, "a child object")
         return [c for c in self._children if kind is None or KindRef.of(c) == kind]
 
     def get(self, kind: KindRef, namespace: str | None, name: str) -> dict | None:
@@ -65,7 +70,7 @@ class Context:
             raise
         except Exception as e:  # the WIT import raises its own error type
             raise HostError(f"host: {_err_text(e)}") from None
-        return None if text is None else _parse(text, f"{kind} {name}")
+        return None if text is None else parse_json(text, f"{kind} {name}")
 
     def list(self, kind: KindRef, namespace: str | None = None, selector: str = "") -> list[dict]:
         """Objects of ``kind`` matching a label selector (``""`` for all),
@@ -76,7 +81,7 @@ class Context:
             raise
         except Exception as e:
             raise HostError(f"host: {_err_text(e)}") from None
-        return [_parse(text, f"a listed {kind}") for text in texts]
+        return _parse_all(texts, f"a listed {kind}")
 
     def log(self, level: LogLevel | str, message: str, **fields: object) -> None:
         """A structured log entry; the host tags it with plugin and object."""
@@ -89,11 +94,33 @@ class Context:
         self.log(LogLevel.WARN, message, **fields)
 
 
-def _parse(text: str, what: str) -> dict:
+# The C scanner json.loads ends in, called directly: json.loads's own
+# Python layers (decode, raw_decode, two whitespace matches) cost more than
+# the parse of a small object inside the sandbox (BENCHMARKS.md, "Where a
+# Python call's time goes").
+_scan = json.JSONDecoder().scan_once
+
+
+def parse_json(text: str, what: str):
+    """``text`` as one JSON value; ``ReconcileError`` naming ``what`` if it
+    is not one."""
+    try:
+        value, end = _scan(text, 0)
+        if end == len(text):
+            return value
+    except (StopIteration, ValueError):
+        pass
+    # Leading or trailing whitespace, or not JSON: json.loads decides, and
+    # its message says where.
     try:
         return json.loads(text)
     except ValueError as e:
         raise ReconcileError(f"cannot parse {what}: {e}") from None
+
+
+
+def _parse_all(texts: list[str], what: str) -> list:
+    return [parse_json(text, what) for text in texts]
 
 
 def _err_text(e: Exception) -> str:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Callable
 
 from .admission import Admission, AdmissionSettings, DefaultsFn, ValidateFn
-from .context import Context, HostApi
+from .context import Context, HostApi, parse_json
 from .contract import PluginMetadata
 from .errors import ReconcileError
 from .response import Response
@@ -32,10 +31,7 @@ class ReconcileRequest:
 def dispatch(reconcile: ReconcileFn, request: ReconcileRequest, host: HostApi) -> Response:
     """One reconcile from wire form to a ``Response``. The Wasm export and
     the native harness both go through here, so they parse identically."""
-    try:
-        primary = json.loads(request.primary)
-    except ValueError as e:
-        raise ReconcileError(f"cannot parse the primary object: {e}") from None
+    primary = parse_json(request.primary, "the primary object")
     response = reconcile(primary, Context(host, request.children, request.deleting))
     if not isinstance(response, Response):
         raise ReconcileError(f"reconcile returned {type(response).__name__}, not a Response")

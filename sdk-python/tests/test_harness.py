@@ -132,3 +132,53 @@ def test_label_selectors_match_as_on_the_api_server(selector, expected):
 def test_a_bad_selector_is_an_error_naming_it(selector, why):
     with pytest.raises(SelectorError, match=why):
         LabelSelector.parse(selector)
+
+
+class CountingHost:
+    """A ``HostApi`` that answers from fixed texts and counts its calls."""
+
+    def __init__(self, listed):
+        self.listed = listed
+        self.calls = []
+
+    def get(self, kind, namespace, name):
+        return None
+
+    def list(self, kind, namespace, selector):
+        self.calls.append("list")
+        return self.listed
+
+    def now_millis(self):
+        return DEFAULT_NOW_MILLIS
+
+    def cluster(self):
+        from reconciler_sdk.contract import ClusterInfo
+
+        self.calls.append("cluster")
+        return ClusterInfo("member-1", {"tier": "prod"})
+
+    def log(self, level, message, fields):
+        pass
+
+
+def test_listed_objects_parse_in_order_and_a_bad_one_is_named():
+    from reconciler_sdk.context import Context
+
+    texts = ['{"metadata":{"name":"a"}}', '{"metadata":{"name":"b"}}', "[1, 2]"]
+    listed = Context(CountingHost(texts), [], False).list(POD)
+    assert [o["metadata"]["name"] for o in listed[:2]] == ["a", "b"]
+    assert listed[2] == [1, 2]
+    # Texts that are not one JSON value each fail alone, with what they were.
+    for bad in (['{"a":1}', "{"], ['{"a":1}, {"b":2}'], ['1,2', '[3', '4]']):
+        with pytest.raises(ReconcileError, match="cannot parse a listed"):
+            Context(CountingHost(bad), [], False).list(POD)
+
+
+def test_the_cluster_is_asked_of_the_host_once_per_reconcile():
+    from reconciler_sdk.context import Context
+
+    host = CountingHost([])
+    ctx = Context(host, [], False)
+    assert ctx.cluster().name == "member-1"
+    assert ctx.cluster().label("tier") == "prod"
+    assert host.calls == ["cluster"]

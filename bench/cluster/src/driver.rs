@@ -330,7 +330,17 @@ async fn measure_side(
     let filled = observer
         .pod_names_filled(&keys, timeout, || controller.check_running())
         .await?;
-    let all_pod_names = latest(&filled).saturating_duration_since(start);
+    let filled_at = latest(&filled);
+    let all_pod_names = filled_at.saturating_duration_since(start);
+    // The window users see: CPU up to that moment, and in the seconds that
+    // follow it (kube-controller-manager still updates the Deployments'
+    // status then), sampled on its own clock while the settling goes on.
+    let cpu_to_pod_names = procfs::cpu_time(pid)?.saturating_sub(cpu_before);
+    let window_end = tokio::time::Instant::now() + Duration::from_secs(args.after_secs);
+    let cpu_window = tokio::spawn(async move {
+        tokio::time::sleep_until(window_end).await;
+        procfs::cpu_time(pid)
+    });
     eprintln!(
         "[{label}] {} PodSets: all status.podNames after {:.2} s; waiting for the controller to settle",
         args.bulk.count,
@@ -347,6 +357,9 @@ async fn measure_side(
     let cpu_settled = procfs::cpu_time(pid)?;
     tokio::time::sleep(Duration::from_secs(args.after_secs)).await;
     let cpu_after = procfs::cpu_time(pid)?.saturating_sub(cpu_settled);
+    let cpu_after_pod_names = cpu_window
+        .await??
+        .saturating_sub(cpu_before + cpu_to_pod_names);
     controller.check_running()?;
     let result = SideRun {
         single_p50,
@@ -356,6 +369,8 @@ async fn measure_side(
         lag_p95: percentile(&lags, 0.95).unwrap_or_default(),
         all_pod_names,
         controller_cpu,
+        cpu_to_pod_names,
+        cpu_after_pod_names,
         apiserver_cpu,
         writes,
         rss_after,

@@ -16,6 +16,12 @@ pub struct SideRun {
     pub lag_p95: Duration,
     pub all_pod_names: Duration,
     pub controller_cpu: Duration,
+    /// Controller CPU from the first bulk create to the moment every
+    /// `status.podNames` was seen filled: the burst as a user sees it.
+    pub cpu_to_pod_names: Duration,
+    /// Controller CPU in the `after_secs` that follow that moment, while
+    /// kube-controller-manager still updates the Deployments' status.
+    pub cpu_after_pod_names: Duration,
     /// `None` when the bench did not start the API server itself.
     pub apiserver_cpu: Option<Duration>,
     /// `None` without an audit log of the bench's own.
@@ -101,9 +107,24 @@ fn rows(shape: &Shape) -> Vec<Row> {
             Unit::Seconds,
             |r| Some(r.all_pod_names.as_secs_f64()),
         ),
-        row(format!("controller CPU for the {n}"), Unit::Seconds, |r| {
-            Some(r.controller_cpu.as_secs_f64())
-        }),
+        row(
+            format!("controller CPU for the {n} (first create -> no write for 3 s)"),
+            Unit::Seconds,
+            |r| Some(r.controller_cpu.as_secs_f64()),
+        ),
+        row(
+            "controller CPU, first create -> all status.podNames filled".into(),
+            Unit::Seconds,
+            |r| Some(r.cpu_to_pod_names.as_secs_f64()),
+        ),
+        row(
+            format!(
+                "controller CPU in the {} s after all status.podNames filled",
+                shape.after_secs
+            ),
+            Unit::Seconds,
+            |r| Some(r.cpu_after_pod_names.as_secs_f64()),
+        ),
         row(
             format!("kube-apiserver CPU for the {n}"),
             Unit::Seconds,

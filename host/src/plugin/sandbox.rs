@@ -70,6 +70,11 @@ use super::metadata_rules::validate_metadata;
 /// 4 MiB measured no faster (BENCHMARKS.md, "One podset reconcile").
 pub const KEEP_RESIDENT: usize = 1 << 20;
 
+/// `RECONCILER_GUEST_PERFMAP=1` writes `/tmp/perf-PID.map`, so that `perf`
+/// names the functions of every plugin the host runs (BENCHMARKS.md, "Where
+/// a Python call's time goes").
+pub const PERFMAP_ENV: &str = "RECONCILER_GUEST_PERFMAP";
+
 /// The same for a slot's tables (function tables of a few thousand
 /// entries).
 const TABLE_KEEP_RESIDENT: usize = 64 << 10;
@@ -168,6 +173,11 @@ impl Sandbox {
         // ones that compile (compiler.rs).
         let mut codegen = Config::new();
         codegen.epoch_interruption(true).wasm_component_model(true);
+        if std::env::var_os(PERFMAP_ENV).is_some_and(|v| v == "1") {
+            // Names the guests' compiled functions for `perf report`
+            // (/tmp/perf-PID.map): how a plugin's call is profiled.
+            codegen.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let compiler = Compiler::new(codegen.clone());
         let mut wasm = codegen;
         wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
