@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod cli;
 pub mod cluster;
+pub mod decision_diff;
 pub mod engine;
 pub mod fleet;
 pub mod golden;

@@ -7,11 +7,12 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // `dev` prints its own line per event; its log shows only what goes wrong.
+    // `dev` prints its own line per event and `plan` its report; their log
+    // shows only what goes wrong.
     // sigstore warns of every signature source it finds empty (a registry
     // without the referrers API, a digest not signed); the host says what
     // that means for the plugin itself.
-    let default_filter = if matches!(cli.command, Command::Dev(_)) {
+    let default_filter = if matches!(cli.command, Command::Dev(_) | Command::Plan(_)) {
         "warn,sigstore=error"
     } else {
         "info,sigstore=error"

@@ -8,6 +8,7 @@ mod inspect_cmd;
 mod listen;
 mod metrics_args;
 mod new_cmd;
+mod plan_cmd;
 mod push_cmd;
 mod rbac_cmd;
 mod record_args;
@@ -96,6 +97,8 @@ the same plugins and input print byte-identical output. Exits non-zero if a plug
 or is refused (e.g. a namespaced primary owning or writing a cluster-scoped kind); the other plugins still run."
     )]
     Simulate(simulate_cmd::SimulateArgs),
+    /// What a new version of a plugin would decide differently from the one serving, before it acts.
+    Plan(plan_cmd::PlanArgs),
     /// Run golden cases against a compiled plugin: one line per case, a diff on mismatch.
     #[command(after_help = "A case is a YAML file (unknown keys are refused):\n\n  \
 description: what it shows          # optional\n  \
@@ -164,6 +167,7 @@ pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Dev(args) => dev_cmd::run_cmd(&cli.sandbox, args),
         Command::Run(args) => run_cmd::run_cmd(&cli.sandbox, *args),
         Command::Simulate(args) => simulate_cmd::run(&cli.sandbox, args),
+        Command::Plan(args) => plan_cmd::run(&cli.sandbox, args),
         Command::Test(args) => test_cmd::run(&cli.sandbox, args),
         Command::Inspect(args) => inspect_cmd::run(&cli.sandbox, args),
         Command::Rbac(args) => rbac_cmd::run(&cli.sandbox, args),

@@ -81,6 +81,11 @@ pub struct RbacArgs {
     /// Lease, admission, Plugin resources, member Secrets, token reviews).
     #[arg(long)]
     pub member: bool,
+    /// A read-only role for `reconciler-host plan` against this cluster: get, list and watch on
+    /// the plugins' kinds, nothing else (no writes, Events, Lease or admission). Bind it to the
+    /// identity your CI plans with; the RoleBindings (with --namespace) name --service-account.
+    #[arg(long, conflicts_with_all = ["member", "sharding", "install_crds", "cluster_secrets"])]
+    pub plan: bool,
 }
 
 pub fn run(sandbox: &SandboxArgs, args: RbacArgs) -> anyhow::Result<ExitCode> {
@@ -122,7 +127,7 @@ fn scope_of(args: RbacArgs, admission: &[&str]) -> RbacScope {
             .clone()
             .unwrap_or_else(|| args.service_account_namespace.clone())
     });
-    let member = args.member;
+    let (member, plan) = (args.member, args.plan);
     let scope = RbacScope {
         admission_secret_namespace,
         webhook_configurations,
@@ -139,8 +144,15 @@ fn scope_of(args: RbacArgs, admission: &[&str]) -> RbacScope {
         plugin_resources: !args.no_plugin_resources,
         cluster_secrets: args.cluster_secrets,
         member: false,
+        plan: false,
     };
-    if member { scope.member() } else { scope }
+    if plan {
+        scope.plan()
+    } else if member {
+        scope.member()
+    } else {
+        scope
+    }
 }
 
 #[cfg(test)]

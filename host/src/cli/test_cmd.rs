@@ -20,6 +20,12 @@ pub struct TestArgs {
     /// Directories of case files (*.yaml) and single case files, run in
     /// the order given (a directory's cases by name).
     pub cases: Vec<PathBuf>,
+    /// Compare instead of check: give each reconcile case's input to OLD (the version serving: a
+    /// file or a reference) and to PLUGIN, and report what PLUGIN decides differently (applied
+    /// fields, status, deletes, Events, requeue, errors); `expect` is not read. Exits 1 when any
+    /// case differs.
+    #[arg(long, value_name = "OLD")]
+    pub against: Option<String>,
     #[command(flatten)]
     pub references: PluginRefArgs,
 }
@@ -46,25 +52,7 @@ pub fn run(sandbox: &SandboxArgs, args: TestArgs) -> anyhow::Result<ExitCode> {
         (_, [_, _, ..]) => anyhow::bail!("test runs one plugin: give --plugin once"),
     };
     let mut keep = None;
-    let (path, shown) = if looks_like_reference(&plugin_arg) {
-        let reference = PluginReference::parse(&plugin_arg)?;
-        let only = PluginRefArgs {
-            plugins: Vec::new(),
-            ..args.references.clone()
-        };
-        let fetched = only.fetch_all(
-            &[reference],
-            sandbox.compile_cache().map(|c| c.dir()),
-            &mut keep,
-        )?;
-        let fetched = &fetched[0];
-        (
-            fetched.path.clone(),
-            format!("{}@{}", fetched.reference, fetched.digest),
-        )
-    } else {
-        (PathBuf::from(&plugin_arg), plugin_arg.clone())
-    };
+    let (path, shown) = plugin_file(&args, &sandbox, &plugin_arg, &mut keep)?;
     let plugin = sandbox.load(&path)?;
     let mut files = Vec::new();
     for path in &cases {
@@ -74,6 +62,12 @@ pub fn run(sandbox: &SandboxArgs, args: TestArgs) -> anyhow::Result<ExitCode> {
         [one] => one.display().to_string(),
         several => format!("{} paths", several.len()),
     };
+    if let Some(old) = &args.against {
+        let (old_path, old_shown) = plugin_file(&args, &sandbox, old, &mut keep)?;
+        let serving = sandbox.load(&old_path)?;
+        let candidate = plugin.draw_random_as(&serving);
+        return compare_cases(&candidate, (&serving, &old_shown), &shown, &files);
+    }
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -117,6 +111,92 @@ pub fn run(sandbox: &SandboxArgs, args: TestArgs) -> anyhow::Result<ExitCode> {
     }
     writeln!(out, "{passed} passed, {failed} failed")?;
     Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `arg` as a file to load: pulled first if it is a reference.
+fn plugin_file(
+    args: &TestArgs,
+    sandbox: &crate::plugin::Sandbox,
+    arg: &str,
+    keep: &mut Option<tempfile::TempDir>,
+) -> anyhow::Result<(PathBuf, String)> {
+    if !looks_like_reference(arg) {
+        return Ok((PathBuf::from(arg), arg.to_string()));
+    }
+    let reference = PluginReference::parse(arg)?;
+    let only = PluginRefArgs {
+        plugins: Vec::new(),
+        ..args.references.clone()
+    };
+    let fetched = only.fetch_all(&[reference], sandbox.compile_cache().map(|c| c.dir()), keep)?;
+    let fetched = &fetched[0];
+    Ok((
+        fetched.path.clone(),
+        format!("{}@{}", fetched.reference, fetched.digest),
+    ))
+}
+
+/// `test --against`: one line per case, the differences under it.
+fn compare_cases(
+    candidate: &crate::plugin::LoadedPlugin,
+    (serving, serving_shown): (&crate::plugin::LoadedPlugin, &str),
+    candidate_shown: &str,
+    files: &[PathBuf],
+) -> anyhow::Result<ExitCode> {
+    use crate::decision_diff::golden_cases::{Compared, compare_case};
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "comparing {} ({} {}) with the serving {} ({} {}) on {} case(s)",
+        candidate_shown,
+        candidate.name(),
+        candidate.metadata().version,
+        serving_shown,
+        serving.name(),
+        serving.metadata().version,
+        files.len()
+    )?;
+    let width = files.iter().map(|f| label(f).len()).max().unwrap_or(0);
+    let (mut same, mut differ, mut broken, mut skipped) = (0, 0, 0, 0);
+    for file in files {
+        let name = label(file);
+        let (description, compared) = compare_case(candidate, serving, file);
+        let about = description.map(|d| format!("  {d}")).unwrap_or_default();
+        match compared {
+            Compared::Same => {
+                same += 1;
+                writeln!(out, "same    {name:width$}{about}")?;
+            }
+            Compared::Differs(differences) => {
+                differ += 1;
+                writeln!(out, "DIFFERS {name:width$}{about}")?;
+                for d in &differences {
+                    writeln!(out, "          {}", crate::decision_diff::report::line(d))?;
+                }
+            }
+            Compared::NotAReconcileCase => {
+                skipped += 1;
+                writeln!(
+                    out,
+                    "skip    {name:width$}  (a change or admission case: not compared)"
+                )?;
+            }
+            Compared::Broken(why) => {
+                broken += 1;
+                writeln!(out, "BROKEN  {name:width$}{about}")?;
+                writeln!(out, "          {why}")?;
+            }
+        }
+    }
+    writeln!(
+        out,
+        "{same} the same, {differ} decided differently, {broken} broken, {skipped} not compared"
+    )?;
+    Ok(if differ == 0 && broken == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -51,16 +51,24 @@ pub fn run_case(plugin: &LoadedPlugin, file: &Path) -> CaseResult {
     }
 }
 
-fn load_case(file: &Path) -> Result<Case, String> {
+pub(crate) fn load_case(file: &Path) -> Result<Case, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read: {e}"))?;
     serde_yaml_ng::from_str(&text).map_err(|e| format!("not a valid case: {e}"))
 }
 
+/// The case's `now`, or the default virtual time.
+pub(crate) fn case_now(case: &Case) -> Result<i64, String> {
+    match case.now.as_deref().map(str::parse::<Timestamp>) {
+        None => Ok(DEFAULT_NOW_MILLIS),
+        Some(Ok(t)) => Ok(t.as_millisecond()),
+        Some(Err(e)) => Err(format!("`now` is not an RFC 3339 time: {e}")),
+    }
+}
+
 fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
-    let now_millis = match case.now.as_deref().map(str::parse::<Timestamp>) {
-        None => DEFAULT_NOW_MILLIS,
-        Some(Ok(t)) => t.as_millisecond(),
-        Some(Err(e)) => return CaseOutcome::Broken(format!("`now` is not an RFC 3339 time: {e}")),
+    let now_millis = match case_now(&case) {
+        Ok(now) => now,
+        Err(why) => return CaseOutcome::Broken(why),
     };
     if case.cluster.as_ref().is_some_and(|c| c.name.is_empty()) {
         return CaseOutcome::Broken(
@@ -71,7 +79,7 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
     if let Some(outcome) = change_case(plugin, &case) {
         return outcome;
     }
-    let primary = match (case.primary, &case.admission) {
+    let primary = match (case.primary.clone(), &case.admission) {
         (Some(primary), None) => primary,
         (None, Some(admission)) => {
             if !case.objects.is_empty() {
@@ -94,41 +102,15 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
             );
         }
     };
-    let expect: Expectation = match serde_json::from_value(case.expect) {
+    let expect: Expectation = match serde_json::from_value(case.expect.clone()) {
         Ok(e) => e,
         Err(e) => return CaseOutcome::Broken(format!("not a valid case: expect: {e}")),
     };
-    let mut cache = MemoryCache::new();
-    for object in case.objects.iter().chain([&primary]) {
-        if let Err(e) = cache.insert(object.clone()) {
-            return CaseOutcome::Broken(e.to_string());
-        }
-    }
-    let primary_namespace = primary
-        .metadata_field("namespace")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    let request = cache.request_for(&primary, &plugin.metadata().owns);
-    let object = format!(
-        "{}/{}",
-        primary_namespace.as_deref().unwrap_or(""),
-        primary
-            .metadata_field("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-    );
-    let input = ReconcileInput {
-        request,
-        primary_namespace: primary_namespace.clone(),
-        object,
-        reader: Arc::new(cache),
-        now_millis,
-        // As the host names them: the name is among the labels.
-        cluster: Arc::new(match case.cluster {
-            Some(c) => ClusterInfo::with_labels(&c.name, c.labels),
-            None => ClusterInfo::local(),
-        }),
+    let input = match reconcile_input(plugin, &case, primary, now_millis) {
+        Ok(input) => input,
+        Err(why) => return CaseOutcome::Broken(why),
     };
+    let primary_namespace = input.primary_namespace.clone();
     let result = plugin.reconcile(input);
 
     match (&expect.error, result) {
@@ -151,6 +133,45 @@ fn check(plugin: &LoadedPlugin, case: Case) -> CaseOutcome {
             }
         }
     }
+}
+
+/// What a reconcile case hands `plugin`: its primary among its objects,
+/// at its `now`, in its cluster.
+pub(crate) fn reconcile_input(
+    plugin: &LoadedPlugin,
+    case: &Case,
+    primary: Value,
+    now_millis: i64,
+) -> Result<ReconcileInput, String> {
+    let mut cache = MemoryCache::new();
+    for object in case.objects.iter().chain([&primary]) {
+        cache.insert(object.clone()).map_err(|e| e.to_string())?;
+    }
+    let primary_namespace = primary
+        .metadata_field("namespace")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let request = cache.request_for(&primary, &plugin.metadata().owns);
+    let object = format!(
+        "{}/{}",
+        primary_namespace.as_deref().unwrap_or(""),
+        primary
+            .metadata_field("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    );
+    Ok(ReconcileInput {
+        request,
+        primary_namespace,
+        object,
+        reader: Arc::new(cache),
+        now_millis,
+        // As the host names them: the name is among the labels.
+        cluster: Arc::new(match &case.cluster {
+            Some(c) => ClusterInfo::with_labels(&c.name, c.labels.clone()),
+            None => ClusterInfo::local(),
+        }),
+    })
 }
 
 /// The outcome of a change case; `None` for a case of another shape.

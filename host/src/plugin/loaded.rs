@@ -34,6 +34,10 @@ pub struct LoadedPlugin {
     limits: SandboxLimits,
     path: PathBuf,
     sha256: String,
+    /// Whose random streams its calls draw: its own content hash, unless
+    /// it is a candidate compared with the version serving
+    /// ([`Self::draw_random_as`]).
+    random_identity: Option<String>,
     /// Its compiled component, made ready to instantiate; swapped for a
     /// fresh copy once idle (idle_release.rs).
     prepared: Arc<Prepared>,
@@ -109,6 +113,7 @@ impl LoadedPlugin {
             limits,
             path,
             sha256,
+            random_identity: None,
             prepared,
             random_key: sandbox.random_key,
             admission: None,
@@ -143,6 +148,14 @@ impl LoadedPlugin {
     /// SHA-256 of the Wasm file, hex.
     pub fn sha256(&self) -> &str {
         &self.sha256
+    }
+
+    /// Seeds this version's random streams as `other`'s are seeded, so two
+    /// versions given the same object draw the same numbers: a plan
+    /// compares their decisions, not their luck.
+    pub fn draw_random_as(mut self, other: &LoadedPlugin) -> Self {
+        self.random_identity = Some(other.sha256.clone());
+        self
     }
 
     /// Runs one reconcile in a fresh instance and validates the response.
@@ -190,7 +203,7 @@ impl LoadedPlugin {
             object: &object,
             random: CallRandom::new(
                 &self.random_key,
-                &self.sha256,
+                self.random_identity.as_deref().unwrap_or(&self.sha256),
                 CallSubject::Object(&version),
             ),
             ticker: &self.ticker,

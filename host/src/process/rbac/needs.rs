@@ -38,6 +38,13 @@ impl<'a> Needs<'a> {
             placement: Placement::default(),
             unknown_scope: BTreeSet::new(),
         };
+        if scope.plan {
+            // A plan reads what the plugins would reconcile; it writes nothing.
+            for kind in plugins.iter().flat_map(PluginMetadata::declared_kinds) {
+                needs.grant(kind, &plurals.plural(kind), READ);
+            }
+            return needs;
+        }
         let events_outside_namespaces = needs.plugin_kinds(plugins);
         needs.events(events_outside_namespaces);
         if !scope.member {

@@ -43,6 +43,9 @@ pub struct RbacScope {
     /// there. The Lease, admission, Plugin resources, member Secrets and
     /// the metrics' token reviews all live on the hub.
     pub member: bool,
+    /// For `reconciler-host plan` against the cluster (`rbac --plan`):
+    /// get, list and watch on the plugins' kinds and nothing else.
+    pub plan: bool,
 }
 
 impl RbacScope {
@@ -62,6 +65,15 @@ impl RbacScope {
             plugin_resources: true,
             cluster_secrets: false,
             member: false,
+            plan: false,
+        }
+    }
+
+    /// What `reconciler-host plan` needs: to read the plugins' kinds.
+    pub fn plan(self) -> Self {
+        Self {
+            plan: true,
+            ..self.member()
         }
     }
 

@@ -527,3 +527,25 @@ fn without_namespaces_only_the_lease_is_granted_outside_the_cluster_role() {
         lease_rules("web-leader")
     );
 }
+
+#[test]
+fn a_plan_role_reads_the_plugins_kinds_and_writes_nothing() {
+    let scope = RbacScope::cluster_wide("reconciler-host-plan").plan();
+    let rules = triples(&rbac(&[website()], &website_crd("Namespaced"), &scope));
+    let read = |group: &str, resource: &str| {
+        (
+            group.to_string(),
+            resource.to_string(),
+            "get,list,watch".to_string(),
+        )
+    };
+    assert_eq!(
+        rules,
+        BTreeSet::from([
+            read("example.com", "websites"),
+            read("apps", "deployments"),
+            read("", "pods"),
+            read("", "configmaps"),
+        ])
+    );
+}
