@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
+use reconciler_sdk::KindRef;
+use reconciler_tests::oci_registry::{Mode, Registry};
 use reconciler_tests::real_cluster::kubeconfig;
 use reconciler_tests::real_cluster::podset_convergence::{deployments, problem};
 use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
@@ -131,10 +133,12 @@ async fn planner_kubeconfig(cx: &mut RealCluster) -> Result<PathBuf> {
         let role: Value = serde_yaml_ng::from_str(document)?;
         if role["kind"] == "ClusterRole" {
             for rule in role["rules"].as_array().context("rules")? {
-                ensure!(
-                    rule["verbs"] == json!(["get", "list", "watch"]),
-                    "rbac --plan grants more than reading: {rule}"
-                );
+                let reads_only = rule["verbs"].as_array().is_some_and(|verbs| {
+                    verbs
+                        .iter()
+                        .all(|v| ["get", "list", "watch"].contains(&v.as_str().unwrap_or("")))
+                });
+                ensure!(reads_only, "rbac --plan grants more than reading: {rule}");
             }
             cx.create(role).await?;
         }
@@ -172,4 +176,135 @@ fn plan(cx: &RealCluster, planner: &PathBuf, candidate: &PathBuf) -> Result<(Opt
         anyhow::bail!("plan failed: {}", String::from_utf8_lossy(&output.stderr));
     }
     Ok((output.status.code(), stdout))
+}
+
+/// Without --against, the serving version is the digest a Plugin resource
+/// reports serving under the candidate's name: pulled from the registry
+/// (the Debian registry on loopback), verified, planned against. Two
+/// Plugins serving that name at different digests give no one answer, and
+/// the plan says so instead of picking one. On a control plane of its own,
+/// so no other test's Plugins are listed.
+#[test]
+fn without_against_the_version_a_plugin_resource_serves_is_pulled_and_planned_against() {
+    const TEST: &str =
+        "without_against_the_version_a_plugin_resource_serves_is_pulled_and_planned_against";
+    if reconciler_tests::oci_registry::skip(SUITE.name, TEST, Mode::Anonymous) {
+        return;
+    }
+    SUITE.run_on_own_control_plane(TEST, &[], async |cx| {
+        let registry = Registry::start(Mode::Anonymous);
+        cx.install_crds(&root().join("crds").join("podset.yaml"))
+            .await?;
+        cx.install_crds(&root().join("crds").join("plugin.yaml"))
+            .await?;
+        let keys = cx.workdir().join("signer");
+        host_ok(cx, &["keygen", "--output", &keys.display().to_string()])?;
+        let public = keys.with_extension("pub").display().to_string();
+        let reference = registry.reference("plugins/podset-js:stable");
+        let mut push = vec!["push".to_string(), serving().display().to_string()];
+        push.extend([reference.clone(), "--sign-key".into()]);
+        push.push(keys.with_extension("key").display().to_string());
+        push.extend(registry.access_args());
+        let pushed = host_ok(cx, &push.iter().map(String::as_str).collect::<Vec<_>>())?;
+        let digest = String::from_utf8(pushed.stdout)?.trim().to_string();
+        // What a host following the Plugin writes once it serves it.
+        let plugin = KindRef::new("reconciler-host.io", "v1alpha1", "Plugin");
+        for (name, served) in [("podset-js", digest.as_str())] {
+            cx.create(
+                json!({"apiVersion": "reconciler-host.io/v1alpha1", "kind": "Plugin",
+                "metadata": {"name": name}, "spec": {"source": reference, "insecure": true}}),
+            )
+            .await?;
+            cx.merge_patch_status(
+                &plugin,
+                name,
+                json!({"status": {"pluginName": "podset-js", "digest": served}}),
+            )
+            .await?;
+        }
+        cx.create(
+            json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+            "metadata": {"name": "web"}, "spec": {"size": 2}}),
+        )
+        .await?;
+        cx.step(format!(
+            "podset-js pushed as {digest}, a Plugin reports serving it"
+        ));
+
+        let mut args = vec![
+            "plan".to_string(),
+            test_plugin("podset-doubled-js").display().to_string(),
+            "-n".into(),
+            cx.namespace.clone(),
+            "--output".into(),
+            "json".into(),
+            "--verify-key".into(),
+            public.clone(),
+        ];
+        args.extend(registry.access_args());
+        let out = cx.host_command().args(&args).output()?;
+        ensure!(
+            out.status.code() == Some(1),
+            "plan exited {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_slice(&out.stdout)?;
+        let source = report["serving"]["source"].as_str().unwrap_or_default();
+        ensure!(
+            source.contains(&digest) && source.contains("served by Plugin podset-js"),
+            "the serving version is not the Plugin's digest: {report:#}"
+        );
+        ensure!(report["differing"] == 1, "{report:#}");
+        cx.step("without --against: the Plugin's digest pulled, verified, planned against");
+
+        // A second Plugin serving podset-js at another digest.
+        let other = registry.reference("plugins/podset-js:other");
+        let mut push = vec![
+            "push".to_string(),
+            test_plugin("podset-doubled-js").display().to_string(),
+        ];
+        push.extend([other.clone()]);
+        push.extend(registry.access_args());
+        let pushed = host_ok(cx, &push.iter().map(String::as_str).collect::<Vec<_>>())?;
+        let other_digest = String::from_utf8(pushed.stdout)?.trim().to_string();
+        cx.create(
+            json!({"apiVersion": "reconciler-host.io/v1alpha1", "kind": "Plugin",
+            "metadata": {"name": "podset-js-too"}, "spec": {"source": other, "insecure": true}}),
+        )
+        .await?;
+        cx.merge_patch_status(
+            &plugin,
+            "podset-js-too",
+            json!({"status": {"pluginName": "podset-js", "digest": other_digest}}),
+        )
+        .await?;
+        let out = cx.host_command().args(&args).output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            out.status.code() == Some(2)
+                && stderr.contains("several Plugin resources serve podset-js"),
+            "two Plugins at two digests: exit {:?}: {stderr}",
+            out.status.code()
+        );
+        cx.step("two Plugins serving it at two digests: the plan asks for --against");
+        Ok(())
+    });
+}
+
+/// A host command that must succeed.
+fn host_ok(cx: &RealCluster, args: &[&str]) -> Result<std::process::Output> {
+    let out = cx
+        .host_command()
+        .args(args)
+        .env("COSIGN_PASSWORD", "e2e")
+        .env("DOCKER_CONFIG", cx.workdir().join("no-docker-config"))
+        .output()
+        .context("running the host binary")?;
+    ensure!(
+        out.status.success(),
+        "reconciler-host {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out)
 }

@@ -32,8 +32,9 @@ pub struct PlanArgs {
     /// The candidate: a compiled plugin (.wasm) or a reference (oci://HOST/REPO:TAG or @sha256:...).
     #[arg(value_name = "NEW")]
     pub candidate: String,
-    /// The version serving now, a file or a reference [default: the plugin of the candidate's name
-    /// in --plugins-dir].
+    /// The version serving now, a file or a reference [default: against a live cluster, the digest
+    /// its Plugin resource serving the candidate's name reports in status; else the plugin of that
+    /// name in --plugins-dir].
     #[arg(long, value_name = "OLD")]
     pub against: Option<String>,
     /// Where the serving version is found when --against is not given.
@@ -83,15 +84,32 @@ pub fn run(sandbox: &SandboxArgs, args: PlanArgs) -> anyhow::Result<ExitCode> {
     let candidate = sandbox
         .load(&candidate_file)
         .map_err(|e| anyhow::anyhow!("the candidate {}: {e}", args.candidate))?;
-    let (serving, serving_source) = match &args.against {
-        Some(old) => {
-            let (file, source) = resolve(&args, old, &sandbox, &mut keep)?;
-            let plugin = sandbox
-                .load(&file)
-                .map_err(|e| anyhow::anyhow!("the serving version {old}: {e}"))?;
-            (plugin, source)
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // Against a live cluster: one client for finding the serving version
+    // and for reading the objects.
+    let client = match &args.objects {
+        Some(_) => None,
+        None => Some(
+            runtime.block_on(crate::cluster::kubernetes::api_client::connect(Some(
+                crate::cluster::kubernetes::api_client::DEFAULT_REQUEST_TIMEOUT,
+            )))?,
+        ),
+    };
+    let served = match (&args.against, &client) {
+        (None, Some(client)) => runtime.block_on(served_by_plugin_resource(
+            client,
+            &candidate.metadata().name,
+        ))?,
+        _ => None,
+    };
+    let (serving, serving_source) = match (args.against.clone(), served) {
+        (Some(old), _) => load_version(&args, &old, &sandbox, &mut keep, None)?,
+        (None, Some((reference, plugin))) => {
+            load_version(&args, &reference, &sandbox, &mut keep, Some(plugin))?
         }
-        None => serving_in_dir(
+        (None, None) => serving_in_dir(
             &sandbox,
             &args.plugins_dir,
             candidate.metadata().name.as_str(),
@@ -100,12 +118,18 @@ pub fn run(sandbox: &SandboxArgs, args: PlanArgs) -> anyhow::Result<ExitCode> {
     let candidate = candidate.draw_random_as(&serving);
     let serving = Arc::new(serving);
 
-    let (objects, now_millis) = match &args.objects {
-        Some(path) => (
-            converged(&args, path, &serving)?,
+    let (objects, now_millis) = match (&args.objects, &client) {
+        (Some(path), _) => (
+            converged(&args, path, &serving, &runtime)?,
             SimulationConfig::default().start_millis,
         ),
-        None => (live(&serving, &candidate, &args.namespace)?, now_millis()),
+        (None, Some(client)) => {
+            let kinds = live_objects::kinds_of(&[serving.metadata(), candidate.metadata()]);
+            let objects =
+                runtime.block_on(live_objects::list_all(client, &kinds, &args.namespace))?;
+            (objects, now_millis())
+        }
+        (None, None) => unreachable!("a client is made whenever there are no --objects"),
     };
     let primary = &serving.metadata().primary;
     let (snapshot, skipped) = Snapshot::of(objects, primary);
@@ -138,6 +162,84 @@ pub fn run(sandbox: &SandboxArgs, args: PlanArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The serving version from `given` (a file or a reference); `plugin`
+/// names the Plugin resource it was found through.
+fn load_version(
+    args: &PlanArgs,
+    given: &str,
+    sandbox: &Sandbox,
+    keep: &mut Option<tempfile::TempDir>,
+    plugin: Option<String>,
+) -> anyhow::Result<(LoadedPlugin, String)> {
+    let (file, source) = resolve(args, given, sandbox, keep)?;
+    let loaded = sandbox
+        .load(&file)
+        .map_err(|e| anyhow::anyhow!("the serving version {given}: {e}"))?;
+    let source = match plugin {
+        Some(plugin) => format!("{source}, served by Plugin {plugin}"),
+        None => source,
+    };
+    Ok((loaded, source))
+}
+
+/// The digest a Plugin resource of the cluster serves for the plugin
+/// `name` (its status), as a reference to pull, and that Plugin's name;
+/// `None` when no Plugin serves it (or the cluster has no Plugin kind).
+async fn served_by_plugin_resource(
+    client: &kube::Client,
+    name: &str,
+) -> anyhow::Result<Option<(String, String)>> {
+    use kube::api::{Api, DynamicObject, ListParams};
+    let api: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &crate::plugin_resources::kind::api_resource(),
+    );
+    let listed = match api.list(&ListParams::default()).await {
+        Ok(listed) => listed,
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+        Err(e) => return Err(e).context("listing Plugin resources for the version serving"),
+    };
+    // Plugin name -> (reference, the Plugin resource), for every Plugin
+    // serving `name`. Two serving it at different digests leave no one
+    // answer: the user says which with --against.
+    let mut found: Vec<(String, String)> = Vec::new();
+    for plugin in listed.items {
+        let object = serde_json::to_value(&plugin)?;
+        let status = &object["status"];
+        let (Some(serves), Some(digest), Some(source)) = (
+            status["pluginName"].as_str(),
+            status["digest"].as_str(),
+            object["spec"]["source"].as_str(),
+        ) else {
+            continue;
+        };
+        if serves != name {
+            continue;
+        }
+        let at = plugin.metadata.name.clone().unwrap_or_default();
+        let digest = crate::registry::reference::Digest::parse(digest)
+            .map_err(|e| anyhow::anyhow!("Plugin {at}: status.digest: {e}"))?;
+        let reference = PluginReference::parse_source(source)
+            .map_err(|e| anyhow::anyhow!("Plugin {at}: spec.source: {e}"))?
+            .at_digest(&digest);
+        found.push((reference.to_string(), at));
+    }
+    found.sort();
+    found.dedup_by(|a, b| a.0 == b.0);
+    match found.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(one.clone())),
+        several => anyhow::bail!(
+            "several Plugin resources serve {name} at different digests ({}): give the serving version with --against",
+            several
+                .iter()
+                .map(|(reference, at)| format!("{at}: {reference}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 /// A file as it is, or a reference pulled (and verified with --verify-key).
@@ -203,6 +305,7 @@ fn converged(
     args: &PlanArgs,
     path: &Path,
     serving: &Arc<LoadedPlugin>,
+    runtime: &tokio::runtime::Runtime,
 ) -> anyhow::Result<Vec<Value>> {
     let mut objects = match &args.crds {
         Some(dir) => crate::process::manifests::read_crds(dir)?,
@@ -221,9 +324,6 @@ fn converged(
         info: ClusterInfo::local(),
         objects,
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     let (report, clusters) = runtime.block_on(simulate_clusters(
         vec![serving.clone()],
         vec![cluster],
@@ -235,25 +335,6 @@ fn converged(
         );
     }
     Ok(clusters.first().map(|c| c.objects()).unwrap_or_default())
-}
-
-/// The live cluster's objects of every kind either version declares.
-fn live(
-    serving: &LoadedPlugin,
-    candidate: &LoadedPlugin,
-    namespaces: &[String],
-) -> anyhow::Result<Vec<Value>> {
-    let kinds = live_objects::kinds_of(&[serving.metadata(), candidate.metadata()]);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let client = crate::cluster::kubernetes::api_client::connect(Some(
-            crate::cluster::kubernetes::api_client::DEFAULT_REQUEST_TIMEOUT,
-        ))
-        .await?;
-        live_objects::list_all(&client, &kinds, namespaces).await
-    })
 }
 
 fn now_millis() -> i64 {

@@ -43,6 +43,9 @@ impl<'a> Needs<'a> {
             for kind in plugins.iter().flat_map(PluginMetadata::declared_kinds) {
                 needs.grant(kind, &plurals.plural(kind), READ);
             }
+            // The version serving, when a Plugin resource names it.
+            let group = crate::plugin_resources::GROUP;
+            needs.placement.cluster(group, "plugins", &["get", "list"]);
             return needs;
         }
         let events_outside_namespaces = needs.plugin_kinds(plugins);

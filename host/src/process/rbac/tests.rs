@@ -529,7 +529,7 @@ fn without_namespaces_only_the_lease_is_granted_outside_the_cluster_role() {
 }
 
 #[test]
-fn a_plan_role_reads_the_plugins_kinds_and_writes_nothing() {
+fn a_plan_role_reads_the_plugins_kinds_and_plugin_resources_and_writes_nothing() {
     let scope = RbacScope::cluster_wide("reconciler-host-plan").plan();
     let rules = triples(&rbac(&[website()], &website_crd("Namespaced"), &scope));
     let read = |group: &str, resource: &str| {
@@ -546,6 +546,11 @@ fn a_plan_role_reads_the_plugins_kinds_and_writes_nothing() {
             read("apps", "deployments"),
             read("", "pods"),
             read("", "configmaps"),
+            (
+                "reconciler-host.io".to_string(),
+                "plugins".to_string(),
+                "get,list".to_string()
+            ),
         ])
     );
 }
