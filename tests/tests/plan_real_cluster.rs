@@ -198,15 +198,14 @@ fn without_against_the_version_a_plugin_resource_serves_is_pulled_and_planned_ag
         cx.install_crds(&root().join("crds").join("plugin.yaml"))
             .await?;
         let keys = cx.workdir().join("signer");
-        host_ok(cx, &["keygen", "--output", &keys.display().to_string()])?;
+        cx.host_cli(&["keygen", "--output", &keys.display().to_string()])?;
         let public = keys.with_extension("pub").display().to_string();
         let reference = registry.reference("plugins/podset-js:stable");
         let mut push = vec!["push".to_string(), serving().display().to_string()];
         push.extend([reference.clone(), "--sign-key".into()]);
         push.push(keys.with_extension("key").display().to_string());
         push.extend(registry.access_args());
-        let pushed = host_ok(cx, &push.iter().map(String::as_str).collect::<Vec<_>>())?;
-        let digest = String::from_utf8(pushed.stdout)?.trim().to_string();
+        let digest = cx.host_cli(&push.iter().map(String::as_str).collect::<Vec<_>>())?;
         // What a host following the Plugin writes once it serves it.
         let plugin = KindRef::new("reconciler-host.io", "v1alpha1", "Plugin");
         for (name, served) in [("podset-js", digest.as_str())] {
@@ -266,8 +265,7 @@ fn without_against_the_version_a_plugin_resource_serves_is_pulled_and_planned_ag
         ];
         push.extend([other.clone()]);
         push.extend(registry.access_args());
-        let pushed = host_ok(cx, &push.iter().map(String::as_str).collect::<Vec<_>>())?;
-        let other_digest = String::from_utf8(pushed.stdout)?.trim().to_string();
+        let other_digest = cx.host_cli(&push.iter().map(String::as_str).collect::<Vec<_>>())?;
         cx.create(
             json!({"apiVersion": "reconciler-host.io/v1alpha1", "kind": "Plugin",
             "metadata": {"name": "podset-js-too"}, "spec": {"source": other, "insecure": true}}),
@@ -288,23 +286,23 @@ fn without_against_the_version_a_plugin_resource_serves_is_pulled_and_planned_ag
             out.status.code()
         );
         cx.step("two Plugins serving it at two digests: the plan asks for --against");
+
+        // A status anyone with patch on Plugins could have written: not a
+        // digest. The plan names the Plugin and pulls nothing.
+        cx.merge_patch_status(
+            &plugin,
+            "podset-js-too",
+            json!({"status": {"digest": "sha256:../../etc/passwd"}}),
+        )
+        .await?;
+        let out = cx.host_command().args(&args).output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            out.status.code() == Some(2) && stderr.contains("Plugin podset-js-too: status.digest"),
+            "a malformed status.digest: exit {:?}: {stderr}",
+            out.status.code()
+        );
+        cx.step("a Plugin whose status.digest is not a digest is named, nothing pulled");
         Ok(())
     });
-}
-
-/// A host command that must succeed.
-fn host_ok(cx: &RealCluster, args: &[&str]) -> Result<std::process::Output> {
-    let out = cx
-        .host_command()
-        .args(args)
-        .env("COSIGN_PASSWORD", "e2e")
-        .env("DOCKER_CONFIG", cx.workdir().join("no-docker-config"))
-        .output()
-        .context("running the host binary")?;
-    ensure!(
-        out.status.success(),
-        "reconciler-host {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(out)
 }

@@ -6,10 +6,9 @@
 //! deleted Plugin stops its controller.
 
 use std::path::PathBuf;
-use std::process::Output;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Result, ensure};
 use reconciler_sdk::KindRef;
 use reconciler_tests::oci_registry::{Mode, Registry, skip};
 use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
@@ -33,23 +32,6 @@ fn plugins_kind() -> KindRef {
 
 fn crd(file: &str) -> PathBuf {
     root().join("crds").join(file)
-}
-
-/// Runs a host command (keygen, push) for the test, failing with its output.
-fn host_cli(cx: &RealCluster, args: &[&str]) -> Result<Output> {
-    let out = cx
-        .host_command()
-        .args(args)
-        .env("COSIGN_PASSWORD", "e2e")
-        .env("DOCKER_CONFIG", cx.workdir().join("no-docker-config"))
-        .output()
-        .context("running the host binary")?;
-    ensure!(
-        out.status.success(),
-        "reconciler-host {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(out)
 }
 
 fn push(
@@ -81,8 +63,7 @@ fn push_as(
     if let Some(key) = key {
         args.extend(["--sign-key", key]);
     }
-    let out = host_cli(cx, &args)?;
-    let digest = String::from_utf8(out.stdout)?.trim().to_string();
+    let digest = cx.host_cli(&args)?;
     cx.step(format!(
         "pushed {file} as {digest}{}",
         if key.is_some() { ", signed" } else { "" }
@@ -133,8 +114,8 @@ fn a_plugin_serves_follows_its_tag_keeps_the_last_good_version_and_stops_when_de
         cx.install_crds(&crd("plugin.yaml")).await?;
         let keys = cx.workdir().join("signer");
         let other = cx.workdir().join("other");
-        host_cli(cx, &["keygen", "--output", keys.to_str().unwrap()])?;
-        host_cli(cx, &["keygen", "--output", other.to_str().unwrap()])?;
+        cx.host_cli(&["keygen", "--output", keys.to_str().unwrap()])?;
+        cx.host_cli(&["keygen", "--output", other.to_str().unwrap()])?;
         let key = keys.with_extension("key").display().to_string();
         let other_key = other.with_extension("key").display().to_string();
         let public = std::fs::read_to_string(keys.with_extension("pub"))?;

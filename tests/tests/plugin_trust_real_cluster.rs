@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Result, ensure};
 use reconciler_sdk::KindRef;
 use reconciler_tests::oci_registry::{Mode, Registry, skip};
 use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
@@ -37,27 +37,10 @@ fn secrets_kind() -> KindRef {
     KindRef::new("", "v1", "Secret")
 }
 
-/// Runs a host command (keygen, push), failing with its output; its stdout.
-fn host_cli(cx: &RealCluster, args: &[&str]) -> Result<String> {
-    let out = cx
-        .host_command()
-        .args(args)
-        .env("COSIGN_PASSWORD", "e2e")
-        .env("DOCKER_CONFIG", cx.workdir().join("no-docker-config"))
-        .output()
-        .context("running the host binary")?;
-    ensure!(
-        out.status.success(),
-        "reconciler-host {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?.trim().to_string())
-}
-
 /// A key pair under the test's directory: (private key file, public key PEM).
 fn keygen(cx: &RealCluster, name: &str) -> Result<(String, String)> {
     let prefix = cx.workdir().join(name);
-    host_cli(cx, &["keygen", "--output", prefix.to_str().unwrap()])?;
+    cx.host_cli(&["keygen", "--output", prefix.to_str().unwrap()])?;
     Ok((
         prefix.with_extension("key").display().to_string(),
         std::fs::read_to_string(prefix.with_extension("pub"))?,
@@ -84,7 +67,7 @@ fn push(
     if let Some(key) = key {
         args.extend(["--sign-key", key]);
     }
-    let digest = host_cli(cx, &args)?;
+    let digest = cx.host_cli(&args)?;
     cx.step(format!(
         "pushed {file} as {repo_tag} ({digest}){}",
         if key.is_some() { ", signed" } else { "" }

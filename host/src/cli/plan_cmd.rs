@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::builtins_args::BuiltinArgs;
 use super::registry_args::{PluginRefArgs, RegistryAccessArgs};
 use super::sandbox_args::SandboxArgs;
+use crate::cluster::{Clock as _, RealClock};
 use crate::decision_diff::{Snapshot, live_objects, plan, report};
 use crate::plugin::{LoadedPlugin, RandomKey, Sandbox};
 use crate::process::simulate::{SimulatedCluster, SimulationConfig, simulate_clusters};
@@ -127,7 +128,7 @@ pub fn run(sandbox: &SandboxArgs, args: PlanArgs) -> anyhow::Result<ExitCode> {
             let kinds = live_objects::kinds_of(&[serving.metadata(), candidate.metadata()]);
             let objects =
                 runtime.block_on(live_objects::list_all(client, &kinds, &args.namespace))?;
-            (objects, now_millis())
+            (objects, RealClock.now_millis())
         }
         (None, None) => unreachable!("a client is made whenever there are no --objects"),
     };
@@ -249,26 +250,12 @@ fn resolve(
     sandbox: &Sandbox,
     keep: &mut Option<tempfile::TempDir>,
 ) -> anyhow::Result<(PathBuf, String)> {
-    let path = Path::new(given);
-    if path.is_file() {
-        return Ok((path.to_path_buf(), given.to_string()));
-    }
-    let reference: PluginReference = given.parse().map_err(|e| {
-        anyhow::anyhow!("{given:?} is neither a plugin file nor a registry reference: {e}")
-    })?;
     let pulling = PluginRefArgs {
         plugins: Vec::new(),
         verify_key: args.verify_key.clone(),
         access: args.access.clone(),
     };
-    let fetched = pulling.fetch_all(
-        std::slice::from_ref(&reference),
-        sandbox.compile_cache().map(|c| c.dir()),
-        keep,
-    )?;
-    let plugin = fetched.into_iter().next().context("nothing was pulled")?;
-    let source = format!("{}@{}", plugin.reference, plugin.digest);
-    Ok((plugin.path, source))
+    pulling.file_of(given, sandbox.compile_cache().map(|c| c.dir()), keep)
 }
 
 /// The plugin named `name` in `dir`: `NAME.wasm` if it is that plugin,
@@ -335,10 +322,4 @@ fn converged(
         );
     }
     Ok(clusters.first().map(|c| c.objects()).unwrap_or_default())
-}
-
-fn now_millis() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

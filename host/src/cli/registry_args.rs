@@ -154,6 +154,29 @@ impl PluginRefArgs {
 }
 
 impl PluginRefArgs {
+    /// `given` as a plugin file to load, and how to name it: a reference
+    /// (a scheme: oci://, registry://) is pulled first, and verified with
+    /// --verify-key; anything else is a path. `keep` holds what was pulled.
+    pub fn file_of(
+        &self,
+        given: &str,
+        compile_cache: Option<&Path>,
+        keep: &mut Option<tempfile::TempDir>,
+    ) -> anyhow::Result<(PathBuf, String)> {
+        if !crate::registry::reference::looks_like_reference(given) {
+            return Ok((PathBuf::from(given), given.to_string()));
+        }
+        let reference = PluginReference::parse(given)?;
+        let only = PluginRefArgs {
+            plugins: Vec::new(),
+            ..self.clone()
+        };
+        let fetched = only.fetch_all(&[reference], compile_cache, keep)?;
+        let fetched = fetched.into_iter().next().context("nothing was pulled")?;
+        let shown = format!("{}@{}", fetched.reference, fetched.digest);
+        Ok((fetched.path, shown))
+    }
+
     /// Pulls the Plugin objects among `objects` (dev's and simulate's object
     /// files), as `--plugin` references with each one's own keys; each that
     /// fails is reported in the second list and left out.

@@ -8,7 +8,6 @@ use super::registry_args::PluginRefArgs;
 use super::sandbox_args::SandboxArgs;
 use crate::golden::{CaseOutcome, discover, run_case};
 use crate::plugin::RandomKey;
-use crate::registry::PluginReference;
 use crate::registry::reference::looks_like_reference;
 
 #[derive(Debug, Args)]
@@ -52,7 +51,8 @@ pub fn run(sandbox: &SandboxArgs, args: TestArgs) -> anyhow::Result<ExitCode> {
         (_, [_, _, ..]) => anyhow::bail!("test runs one plugin: give --plugin once"),
     };
     let mut keep = None;
-    let (path, shown) = plugin_file(&args, &sandbox, &plugin_arg, &mut keep)?;
+    let cache_dir = sandbox.compile_cache().map(|c| c.dir());
+    let (path, shown) = args.references.file_of(&plugin_arg, cache_dir, &mut keep)?;
     let plugin = sandbox.load(&path)?;
     let mut files = Vec::new();
     for path in &cases {
@@ -63,7 +63,7 @@ pub fn run(sandbox: &SandboxArgs, args: TestArgs) -> anyhow::Result<ExitCode> {
         several => format!("{} paths", several.len()),
     };
     if let Some(old) = &args.against {
-        let (old_path, old_shown) = plugin_file(&args, &sandbox, old, &mut keep)?;
+        let (old_path, old_shown) = args.references.file_of(old, cache_dir, &mut keep)?;
         let serving = sandbox.load(&old_path)?;
         let candidate = plugin.draw_random_as(&serving);
         return compare_cases(&candidate, (&serving, &old_shown), &shown, &files);
@@ -115,29 +115,6 @@ pub fn run(sandbox: &SandboxArgs, args: TestArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
-}
-
-/// `arg` as a file to load: pulled first if it is a reference.
-fn plugin_file(
-    args: &TestArgs,
-    sandbox: &crate::plugin::Sandbox,
-    arg: &str,
-    keep: &mut Option<tempfile::TempDir>,
-) -> anyhow::Result<(PathBuf, String)> {
-    if !looks_like_reference(arg) {
-        return Ok((PathBuf::from(arg), arg.to_string()));
-    }
-    let reference = PluginReference::parse(arg)?;
-    let only = PluginRefArgs {
-        plugins: Vec::new(),
-        ..args.references.clone()
-    };
-    let fetched = only.fetch_all(&[reference], sandbox.compile_cache().map(|c| c.dir()), keep)?;
-    let fetched = &fetched[0];
-    Ok((
-        fetched.path.clone(),
-        format!("{}@{}", fetched.reference, fetched.digest),
-    ))
 }
 
 /// `test --against`: one line per case, the differences under it.

@@ -26,6 +26,7 @@ pub fn kinds_of(versions: &[&PluginMetadata]) -> BTreeSet<KindRef> {
 
 /// All objects of `kinds` in every namespace, each with its apiVersion and
 /// kind (a list's items come without them).
+///
 /// With `namespaces`, namespaced kinds are listed in those only (what a
 /// role bound in them allows); cluster-scoped kinds are listed whole.
 pub async fn list_all(
@@ -66,24 +67,21 @@ async fn list_pages(
     kind: &KindRef,
     objects: &mut Vec<Value>,
 ) -> anyhow::Result<()> {
-    {
-        let mut params = ListParams::default().limit(PAGE);
-        loop {
-            let page = api
-                .list(&params)
-                .await
-                .with_context(|| format!("listing {} {}", kind.api_version(), kind.kind))?;
-            for item in page.items {
-                let mut value = serde_json::to_value(item)?;
-                value["apiVersion"] = Value::String(kind.api_version());
-                value["kind"] = Value::String(kind.kind.clone());
-                objects.push(value);
-            }
-            match page.metadata.continue_ {
-                Some(token) if !token.is_empty() => params = params.continue_token(&token),
-                _ => break,
-            }
+    let mut params = ListParams::default().limit(PAGE);
+    loop {
+        let page = api
+            .list(&params)
+            .await
+            .with_context(|| format!("listing {} {}", kind.api_version(), kind.kind))?;
+        for item in page.items {
+            let mut value = serde_json::to_value(item)?;
+            value["apiVersion"] = Value::String(kind.api_version());
+            value["kind"] = Value::String(kind.kind.clone());
+            objects.push(value);
+        }
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(()),
         }
     }
-    Ok(())
 }

@@ -120,10 +120,7 @@ pub(crate) fn line(d: &Difference) -> String {
             path,
             serving,
             candidate,
-        } => {
-            let at = if path.is_empty() { "" } else { path.as_str() };
-            format!("status {at}: {} -> {}", value(serving), value(candidate))
-        }
+        } => format!("status {path}: {} -> {}", value(serving), value(candidate)),
         Difference::Delete {
             object, candidate, ..
         } => {

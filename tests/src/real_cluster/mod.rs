@@ -317,6 +317,25 @@ impl RealCluster {
         command
     }
 
+    /// Runs a host command that signs, pushes or pulls (keygen, push,
+    /// plan) and must succeed: the test's key password, none of the user's
+    /// registry credentials; fails with its stderr. Its stdout, trimmed.
+    pub fn host_cli(&self, args: &[&str]) -> Result<String> {
+        let out = self
+            .host_command()
+            .args(args)
+            .env("COSIGN_PASSWORD", "e2e")
+            .env("DOCKER_CONFIG", self.workdir().join("no-docker-config"))
+            .output()
+            .context("running the host binary")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "reconciler-host {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8(out.stdout)?.trim().to_string())
+    }
+
     /// A progress line, visible with `--nocapture` and on failure.
     pub fn step(&self, message: impl std::fmt::Display) {
         eprintln!(
