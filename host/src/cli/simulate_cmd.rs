@@ -11,6 +11,7 @@ use super::embedded_clusters_args::{EmbeddedClustersArgs, MemberSeed};
 use super::record_args::RecordArgs;
 use super::registry_args::PluginRefArgs;
 use super::sandbox_args::SandboxArgs;
+use crate::plugin::candidates::Candidates;
 use crate::plugin::{LoadedPlugin, RandomKey, Sandbox};
 use crate::process::simulate::{SimulatedCluster, SimulationConfig, simulate_clusters};
 use crate::support::duration_text::parse_duration;
@@ -73,6 +74,7 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
         max_rounds: args.max_rounds,
         record: args.record.options(),
         builtins: args.builtins.config(),
+        candidates: candidates_of(loaded.candidates),
         ..SimulationConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -97,9 +99,23 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
     )
 }
 
+/// The candidates in shadow, by the plugin each stands beside.
+fn candidates_of(loaded: Vec<LoadedPlugin>) -> Arc<Candidates> {
+    let candidates = Candidates::new();
+    candidates.set(
+        loaded
+            .into_iter()
+            .map(|c| (c.name().to_string(), Arc::new(c)))
+            .collect(),
+    );
+    candidates
+}
+
 /// The plugins a simulation runs, and the objects it starts from.
 struct Loaded {
     plugins: Vec<LoadedPlugin>,
+    /// `NAME.candidate.wasm` files of the directory, run in shadow.
+    candidates: Vec<LoadedPlugin>,
     /// Some plugin file did not load (each is reported).
     failed: bool,
     /// Some Plugin object among the objects could not be pulled (each is
@@ -147,7 +163,11 @@ fn load_plugins(
         Vec::new()
     };
     files.extend(fetched.iter().map(|f| f.path.clone()));
-    let (plugins, failures) = crate::plugin::directory::load_files(sandbox, &files);
+    let (files, candidate_files) = crate::plugin::directory::split_candidates(files);
+    let (plugins, mut failures) = crate::plugin::directory::load_files(sandbox, &files);
+    let (candidates, unfit) =
+        crate::plugin::directory::load_candidates(sandbox, &candidate_files, &plugins);
+    failures.extend(unfit);
     for failure in &failures {
         eprintln!("error: {failure}");
     }
@@ -156,6 +176,7 @@ fn load_plugins(
     }
     Ok(Loaded {
         plugins,
+        candidates,
         failed: !failures.is_empty(),
         fetch_failed: !fetch_failures.is_empty(),
         seeded,

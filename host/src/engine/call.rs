@@ -21,6 +21,7 @@ use super::call_slots::CallSlots;
 use super::controllers::Controller;
 use super::failure::Failure;
 use super::primary::Primary;
+use super::shadow_reads::KeptReads;
 use super::shared::Shared;
 use super::shared_cache::SharedCache;
 use crate::cluster::{ClusterBackend, ObjectKey};
@@ -39,6 +40,16 @@ impl Shown {
     pub fn of(cache: &SharedCache, primary: &Value, owns: &[KindRef]) -> Self {
         let (children, json) = cache.children_with_json(primary, owns).into_iter().unzip();
         Self { children, json }
+    }
+
+    /// The request a plugin is sent for `primary` with these children: the
+    /// cache's text, as it was when they were shown.
+    pub fn request(&self, primary: &Primary) -> ReconcileRequest {
+        ReconcileRequest {
+            primary: primary.json.to_string(),
+            children: self.json.iter().map(|json| json.to_string()).collect(),
+            deleting: primary.deleting,
+        }
     }
 
     /// The object `key` names as cached now: a child the plugin was shown
@@ -73,7 +84,10 @@ impl Default for PluginCalls {
 
 impl PluginCalls {
     /// Calls `plugin` (the version `controller` serves) for `primary`,
-    /// showing it `shown`: its response, checked by the runtime.
+    /// showing it `shown`, at `now_millis`: its response, checked by the
+    /// runtime. Its reads go through `kept` when given (a candidate will be
+    /// answered the same).
+    #[allow(clippy::too_many_arguments)]
     pub async fn call<B: ClusterBackend>(
         &self,
         shared: &Shared<B>,
@@ -81,22 +95,23 @@ impl PluginCalls {
         plugin: &Arc<LoadedPlugin>,
         primary: &Primary,
         shown: &Shown,
+        now_millis: i64,
+        kept: Option<Arc<KeptReads>>,
     ) -> Result<ValidResponse, Failure> {
         let metadata = plugin.metadata();
-        let request = ReconcileRequest {
-            primary: primary.json.to_string(),
-            children: shown.json.iter().map(|json| json.to_string()).collect(),
-            deleting: primary.deleting,
+        let request = shown.request(primary);
+        let base: Arc<dyn ObjectReader> = match kept {
+            Some(kept) => kept,
+            None => shared.cache.clone(),
         };
         let reads = self
             .recorder
             .as_ref()
-            .map(|_| Arc::new(RecordingReader::new(shared.cache.clone())));
+            .map(|_| Arc::new(RecordingReader::new(base.clone())));
         let reader: Arc<dyn ObjectReader> = match &reads {
             Some(reads) => reads.clone(),
-            None => shared.cache.clone(),
+            None => base,
         };
-        let now_millis = shared.now();
         let input = ReconcileInput {
             request,
             primary_namespace: primary.key.namespace.clone(),

@@ -133,6 +133,11 @@ impl CallSlots {
         self.freed.notify_waiters();
     }
 
+    /// Calls waiting for an instance now, all plugins together.
+    pub fn waiting(&self) -> usize {
+        self.state().plugins.values().map(|c| c.waiting).sum()
+    }
+
     /// Calls running now, all plugins together.
     pub fn running(&self) -> usize {
         self.state().plugins.values().map(|c| c.running).sum()

@@ -98,11 +98,16 @@ impl<B: ClusterBackend> Dispatcher<B> {
         self.outstanding += 1;
         tokio::spawn(async move {
             let started = std::time::Instant::now();
-            let record = engine.reconcile(&plugin, key).await;
+            let (record, shadow) = engine.reconcile_before_shadow(&plugin, key).await;
             if let Some(hook) = hook {
                 hook(&record, started.elapsed());
             }
             let _ = tx.send(record);
+            // After the record is out: the serving reconcile is done, and
+            // its key may be reconciled again while its shadow runs.
+            if let Some(job) = shadow {
+                engine.shadow(job).await;
+            }
         });
     }
 

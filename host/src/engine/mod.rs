@@ -62,6 +62,9 @@ pub mod record;
 pub mod requeue;
 pub mod scope;
 pub mod scope_rules;
+pub mod shadow;
+pub mod shadow_book;
+pub mod shadow_reads;
 mod shard_labelling;
 pub mod shard_selection;
 mod shared;
@@ -86,6 +89,8 @@ use self::queues::Queues;
 use self::reconcile::Reconciler;
 pub use self::record::{Change, Outcome, ReconcileRecord};
 pub use self::scope::{PrimarySelectors, ServeScope};
+use self::shadow::{Shadow, ShadowJob};
+use self::shadow_book::{ShadowBook, ShadowOutcome};
 use self::shard_labelling::ShardLabelling;
 use self::shard_selection::ShardSelection;
 use self::shared::Shared;
@@ -96,6 +101,7 @@ use self::work_queue::PrimaryKey;
 use crate::cluster::{Clock, ClusterBackend};
 use crate::golden::recorder::CaseRecorder;
 use crate::plugin::LoadedPlugin;
+use crate::plugin::candidates::Candidates;
 use crate::plugin::finalizer_report::FinalizerHold;
 use crate::plugin::plugin_host::{PluginHost, Refused, Replaced};
 
@@ -365,17 +371,73 @@ impl<B: ClusterBackend> Engine<B> {
         self.shared.controllers.in_flight()
     }
 
-    /// Runs one reconcile of `key` for `plugin` (taken from
-    /// [`Self::next_ready`]) and does its queue bookkeeping, whatever
-    /// happens (see `reconcile`).
-    pub async fn reconcile(&self, plugin: &str, key: PrimaryKey) -> ReconcileRecord {
-        let reconciler = Reconciler {
+    fn reconciler(&self) -> Reconciler<'_, B> {
+        Reconciler {
             shared: &self.shared,
             queues: &self.queues,
             calls: &self.calls,
             shards: self.shards.as_ref(),
+        }
+    }
+
+    /// Runs one reconcile of `key` for `plugin` (taken from
+    /// [`Self::next_ready`]) and does its queue bookkeeping, whatever
+    /// happens (see `reconcile`); then its shadow, when the plugin has a
+    /// candidate.
+    pub async fn reconcile(&self, plugin: &str, key: PrimaryKey) -> ReconcileRecord {
+        let (record, shadow) = self.reconcile_before_shadow(plugin, key).await;
+        if let Some(job) = shadow {
+            self.shadow(job).await;
+        }
+        record
+    }
+
+    /// As [`Self::reconcile`], leaving the shadow to the caller: to be run
+    /// with [`Self::shadow`] once the record is out, so a reconcile's
+    /// measured time and its waiters never include its shadow's.
+    pub async fn reconcile_before_shadow(
+        &self,
+        plugin: &str,
+        key: PrimaryKey,
+    ) -> (ReconcileRecord, Option<ShadowJob>) {
+        let (record, shadow) = self.reconciler().reconcile(plugin, key).await;
+        if shadow.is_some() {
+            self.shared.shadow.owe();
+        }
+        (record, shadow)
+    }
+
+    /// Runs a reconcile's shadow (see [`shadow`]); a panic of the host in
+    /// it is logged, and touches nothing of the serving reconcile.
+    pub async fn shadow(&self, job: ShadowJob) -> Option<ShadowOutcome> {
+        let shadow = Shadow {
+            reconciler: self.reconciler(),
+            wiring: self.wiring(),
         };
-        reconciler.reconcile(plugin, key).await
+        let ran = crate::support::panic_guard::catch_panic(shadow.run(job)).await;
+        self.shared.shadow.paid();
+        match ran {
+            Ok(outcome) => Some(outcome),
+            Err(panic) => {
+                tracing::error!(
+                    "the host panicked in a shadow reconcile ({panic}): this is a bug of reconciler-host, please report it"
+                );
+                None
+            }
+        }
+    }
+
+    /// Runs candidates beside their plugins as `candidates` says (the
+    /// plugins directory's decision), recording into `book`.
+    pub fn with_shadow(mut self, candidates: Arc<Candidates>, book: Arc<ShadowBook>) -> Self {
+        self.shared.candidates = candidates;
+        self.shared.shadow = book;
+        self
+    }
+
+    /// What shadow runs found.
+    pub fn shadow_book(&self) -> &Arc<ShadowBook> {
+        &self.shared.shadow
     }
 
     /// Whether [`Self::relabel_strays`] has anything to do.

@@ -18,6 +18,7 @@ use super::shared_cache::SharedCache;
 use super::work_queue::PrimaryKey;
 use crate::cluster::ObjectKey;
 
+#[derive(Clone)]
 pub struct Primary {
     pub key: PrimaryKey,
     pub object_key: ObjectKey,

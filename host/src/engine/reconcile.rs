@@ -31,6 +31,8 @@ use super::plan::{self, Observed, Plan, has_finalizer, uid_of};
 use super::primary::Primary;
 use super::queues::{Done, Queues};
 use super::record::{Change, Outcome, ReconcileRecord};
+use super::shadow::{Seen, ShadowJob};
+use super::shadow_reads::KeptReads;
 use super::shard_labelling::ShardLabelling;
 use super::shard_selection;
 use super::shared::Shared;
@@ -50,11 +52,16 @@ pub struct Reconciler<'a, B: ClusterBackend> {
 impl<B: ClusterBackend> Reconciler<'_, B> {
     /// Runs one reconcile of `key` for `plugin` and does its queue
     /// bookkeeping, whatever happens: a panic of the host is a failed
-    /// reconcile, retried.
-    pub async fn reconcile(&self, plugin: &str, key: PrimaryKey) -> ReconcileRecord {
+    /// reconcile, retried. With it comes the shadow of the reconcile, when
+    /// the plugin has a candidate, to be run once the record is out.
+    pub async fn reconcile(
+        &self,
+        plugin: &str,
+        key: PrimaryKey,
+    ) -> (ReconcileRecord, Option<ShadowJob>) {
         match catch_panic(self.reconcile_once(plugin, key.clone())).await {
-            Ok(record) => record,
-            Err(panic) => self.after_panic(plugin, key, &panic),
+            Ok(done) => done,
+            Err(panic) => (self.after_panic(plugin, key, &panic), None),
         }
     }
 
@@ -91,9 +98,13 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
         }
     }
 
-    async fn reconcile_once(&self, plugin: &str, key: PrimaryKey) -> ReconcileRecord {
+    async fn reconcile_once(
+        &self,
+        plugin: &str,
+        key: PrimaryKey,
+    ) -> (ReconcileRecord, Option<ShadowJob>) {
         let Some(controller) = self.shared.controllers.get(plugin) else {
-            return ReconcileRecord {
+            let record = ReconcileRecord {
                 at_millis: self.shared.now(),
                 cluster: self.shared.cluster.name.clone(),
                 plugin: plugin.to_string(),
@@ -101,6 +112,7 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
                 object: key,
                 outcome: Outcome::Unloaded,
             };
+            return (record, None);
         };
         let loaded = controller.plugin();
         let metadata = loaded.metadata();
@@ -114,8 +126,12 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             object_name = %key.name,
         );
         let at_millis = self.shared.now();
-        let result = catch_panic(self.run(&controller, &loaded, &key).instrument(span.clone()))
-            .await
+        let mut shadow = None;
+        let result = catch_panic(
+            self.run(&controller, &loaded, &key, &mut shadow)
+                .instrument(span.clone()),
+        )
+        .await
             .unwrap_or_else(|panic| {
                 Err(Failure::new(
                     "HostPanic",
@@ -144,7 +160,7 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             self.warn_on_primary(metadata, &record.object, reason, message)
                 .await;
         }
-        record
+        (record, shadow)
     }
 
     /// Logs `record` in the reconcile's span, and a requeue asked for too
@@ -174,12 +190,14 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
     }
 
     /// The body of a reconcile. `Ok(None)`: the primary is gone. `Err`:
-    /// nothing more of it is applied.
+    /// nothing more of it is applied. Once the plugin has answered,
+    /// `shadow` holds the job of its candidate, if it has one.
     async fn run(
         &self,
         controller: &Controller,
         plugin: &Arc<LoadedPlugin>,
         key: &PrimaryKey,
+        shadow: &mut Option<ShadowJob>,
     ) -> Result<Option<Done>, Failure> {
         let metadata = plugin.metadata();
         let cache = &self.shared.cache;
@@ -191,11 +209,35 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
         self.add_finalizer(metadata, &mut primary, &mut changes)
             .await?;
         let bucket = self.label_primary(&mut primary).await;
-        let shown = Shown::of(cache, &primary.object, &metadata.owns);
-        let mut response = self
+        let shown = Arc::new(Shown::of(cache, &primary.object, &metadata.owns));
+        let now_millis = self.shared.now();
+        let candidate = self.shared.candidate_of(plugin.name());
+        let kept = candidate
+            .as_ref()
+            .map(|_| Arc::new(KeptReads::new(self.shared.cache.clone())));
+        let called = self
             .calls
-            .call(self.shared, controller, plugin, &primary, &shown)
-            .await?;
+            .call(
+                self.shared,
+                controller,
+                plugin,
+                &primary,
+                &shown,
+                now_millis,
+                kept.clone(),
+            )
+            .await;
+        if let (Some(candidate), Some(kept)) = (candidate, kept) {
+            let seen = Seen {
+                primary: &primary,
+                shown: &shown,
+                bucket: bucket.as_deref(),
+                now_millis,
+                reads: kept,
+            };
+            *shadow = Some(ShadowJob::new(self, plugin, &candidate, seen, &called));
+        }
+        let mut response = called?;
         self.validate(&primary, &mut response, bucket.as_deref())?;
         let superseded_finalizers = controller.state().superseded_finalizers.clone();
         let plan = self.plan(
@@ -267,7 +309,7 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
     /// The checks of a response the runtime cannot make alone (the scope
     /// rule needs the cluster's kind scopes), and the shard label on every
     /// child it owns.
-    fn validate(
+    pub(super) fn validate(
         &self,
         primary: &Primary,
         response: &mut ValidResponse,
@@ -285,7 +327,7 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
 
     /// The calls that realise `response`, given what the plugin was shown
     /// and what it applied before.
-    fn plan(
+    pub(super) fn plan(
         &self,
         controller: &Controller,
         metadata: &PluginMetadata,

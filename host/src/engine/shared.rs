@@ -9,7 +9,8 @@
 //! that composes them, and each can be read, and tested, with only what it
 //! touches.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 use reconciler_contract::ClusterInfo;
 
@@ -17,8 +18,10 @@ use super::controllers::Controllers;
 use super::event_recorder::EventRecorder;
 use super::scope::ServeScope;
 use super::scope_rules::KindScopes;
+use super::shadow_book::ShadowBook;
 use super::shared_cache::SharedCache;
 use crate::cluster::{BackendError, Clock, ClusterBackend, EventRecord};
+use crate::plugin::candidates::Candidates;
 
 pub struct Shared<B: ClusterBackend> {
     pub backend: Arc<B>,
@@ -32,6 +35,13 @@ pub struct Shared<B: ClusterBackend> {
     /// The scope of every kind a plugin owns or writes, learned at load.
     pub kind_scopes: KindScopes,
     pub events: EventRecorder,
+    /// The candidates running in shadow beside their plugins, as the
+    /// plugins directory decides them.
+    pub candidates: Arc<Candidates>,
+    /// What shadow runs found; one book for every engine of the process.
+    pub shadow: Arc<ShadowBook>,
+    /// Candidate versions (by content hash) whose kinds are watched.
+    candidate_kinds: Mutex<BTreeSet<String>>,
 }
 
 impl<B: ClusterBackend> Shared<B> {
@@ -45,7 +55,33 @@ impl<B: ClusterBackend> Shared<B> {
             controllers: Controllers::default(),
             kind_scopes: KindScopes::default(),
             events: EventRecorder::default(),
+            candidates: Candidates::new(),
+            shadow: Arc::new(ShadowBook::default()),
+            candidate_kinds: Mutex::default(),
         }
+    }
+
+    /// The candidate running in shadow beside plugin `name`, if any.
+    pub fn candidate_of(&self, name: &str) -> Option<Arc<crate::plugin::LoadedPlugin>> {
+        if !self.candidates.any() {
+            return None;
+        }
+        self.candidates.of(name)
+    }
+
+    /// Whether the kinds of the candidate `sha256` are watched already.
+    pub fn candidate_kinds_watched(&self, sha256: &str) -> bool {
+        self.candidate_kinds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(sha256)
+    }
+
+    pub fn mark_candidate_kinds_watched(&self, sha256: &str) {
+        self.candidate_kinds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(sha256.to_string());
     }
 
     pub fn now(&self) -> i64 {

@@ -24,10 +24,12 @@ use crate::cluster::clock::rfc3339;
 use crate::cluster::{Clock, RealClock};
 use crate::engine::dispatch::{Dispatcher, OnFinished, Wake};
 use crate::engine::record::log_record;
+use crate::engine::shadow_book::ShadowBook;
 use crate::engine::shard_selection::ShardSelection;
 use crate::engine::{Engine, KeyFilter, ReconcileRecord, ServeScope};
 use crate::golden::recorder::CaseRecorder;
 use crate::plugin::LoadedPlugin;
+use crate::plugin::candidates::Candidates;
 
 /// The shortest time between two probes that failed requests ask for.
 const MIN_PROBE_GAP: Duration = Duration::from_secs(1);
@@ -96,6 +98,10 @@ pub struct Settings {
     /// the member pauses (its watches stop and its cache is freed) and is
     /// tried again after `max_backoff`, while the others keep serving.
     pub cache_max_objects: Option<usize>,
+    /// The candidates the plugins directory runs in shadow, read by every
+    /// member's engine, and the one book they record into.
+    pub candidates: Arc<Candidates>,
+    pub shadow: Arc<ShadowBook>,
 }
 
 /// Gives, for a member's name, which of its primaries this replica owns.
@@ -122,6 +128,8 @@ impl Default for Settings {
             recorder: None,
             ownership: None,
             cache_max_objects: Some(DEFAULT_MEMBER_CACHE_MAX_OBJECTS),
+            candidates: Candidates::new(),
+            shadow: Arc::new(ShadowBook::default()),
         }
     }
 }
@@ -304,6 +312,7 @@ fn new_engine<B: ClusterBackend + 'static>(
     let mut engine = Engine::scoped(backend.clone(), Arc::new(RealClock), settings.scope.clone())
         .with_instance_pool(settings.instances)
         .with_coalescing(settings.coalesce)
+        .with_shadow(settings.candidates.clone(), settings.shadow.clone())
         .with_cluster(ClusterInfo::with_labels(
             &identity.name,
             identity.labels.clone(),

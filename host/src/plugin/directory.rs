@@ -67,6 +67,46 @@ pub fn load_files(sandbox: &Sandbox, files: &[PathBuf]) -> (Vec<LoadedPlugin>, V
     (loaded, failed)
 }
 
+/// Splits `files` into plugin files and candidate files
+/// (`NAME.candidate.wasm`, see [`super::candidates`]).
+pub fn split_candidates(files: Vec<PathBuf>) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    files
+        .into_iter()
+        .partition(|f| super::candidates::serving_file_of(f).is_none())
+}
+
+/// Every candidate of `files` that loads and fits the plugin its serving
+/// file serves among `plugins`, and the errors of the others.
+pub fn load_candidates(
+    sandbox: &Sandbox,
+    files: &[PathBuf],
+    plugins: &[LoadedPlugin],
+) -> (Vec<LoadedPlugin>, Vec<LoadError>) {
+    let mut loaded = Vec::new();
+    let mut failed = Vec::new();
+    for file in files {
+        let candidate = match sandbox.load(file) {
+            Ok(candidate) => candidate,
+            Err(e) => {
+                failed.push(e);
+                continue;
+            }
+        };
+        let Some(serving_file) = super::candidates::serving_file_of(file) else {
+            continue;
+        };
+        let serving = plugins.iter().find(|p| p.path() == serving_file);
+        match super::candidates::misfit(&candidate, serving, &serving_file) {
+            Some(reason) => failed.push(LoadError {
+                path: file.clone(),
+                reason: LoadFailure::Candidate(reason),
+            }),
+            None => loaded.push(candidate),
+        }
+    }
+    (loaded, failed)
+}
+
 /// Why `plugin` cannot serve beside `loaded`: a name or a primary kind
 /// already taken.
 pub(crate) fn twin_of(plugin: &LoadedPlugin, loaded: &[&LoadedPlugin]) -> Option<LoadFailure> {

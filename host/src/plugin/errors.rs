@@ -21,6 +21,9 @@ pub struct LoadError {
 pub enum LoadFailure {
     #[error("cannot read the file: {0}")]
     Read(#[source] std::io::Error),
+    /// A candidate file that cannot run beside its serving file's plugin.
+    #[error("{0}")]
+    Candidate(String),
     #[error("not a WebAssembly file (it does not start with the \\0asm magic)")]
     NotWasm,
     #[error(

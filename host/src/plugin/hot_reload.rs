@@ -33,6 +33,8 @@
 //! serves to the engine once it exists. So a version that fails to load or is refused keeps the last
 //! good one serving admission exactly as it keeps it reconciling.
 
+mod candidate_sync;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -40,6 +42,7 @@ use std::sync::Arc;
 
 use reconciler_contract::{KindRef, PluginMetadata};
 
+use super::candidates::{Candidates, serving_file_of};
 use super::directory::plugin_files;
 use super::errors::LoadFailure;
 use super::finalizer_report::{FinalizerHandover, FinalizerHold, holds_text};
@@ -81,6 +84,18 @@ pub enum ReloadEvent {
         /// Retried by [`PluginDirectory::retry_waiting`] until it starts.
         retrying: bool,
     },
+    /// A candidate (`NAME.candidate.wasm`) now runs in shadow beside the
+    /// version `serving_version` of its plugin.
+    CandidateLoaded {
+        file: PathBuf,
+        name: String,
+        version: String,
+        sha256: String,
+        serving_version: String,
+    },
+    /// A candidate stopped running beside its plugin: its file is gone, or
+    /// the plugin it shadowed is.
+    CandidateUnloaded { file: PathBuf, name: String },
 }
 
 fn short(sha: &str) -> &str {
@@ -134,6 +149,21 @@ impl fmt::Display for ReloadEvent {
                     write!(f, "; {}", holds_text(name, holds))?;
                 }
                 Ok(())
+            }
+            ReloadEvent::CandidateLoaded {
+                file,
+                name,
+                version,
+                sha256,
+                serving_version,
+            } => write!(
+                f,
+                "candidate {name} {version} ({}) from {} runs in shadow beside {serving_version}: it decides on the same inputs and applies nothing",
+                short(sha256),
+                file.display()
+            ),
+            ReloadEvent::CandidateUnloaded { file, name } => {
+                write!(f, "candidate of plugin {name} stopped ({})", file.display())
             }
             ReloadEvent::Failed {
                 file,
@@ -195,6 +225,9 @@ pub struct PluginStatus {
     pub last_reload_error: Option<String>,
     /// The refused version waits for its kinds to be served and is retried.
     pub waiting_for_kinds: bool,
+    /// For a candidate file: the plugin it runs in shadow beside.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub candidate_for: Option<String>,
 }
 
 /// A plugin's kinds by role, as `group/version Kind` text.
@@ -226,6 +259,10 @@ pub struct PluginDirectory {
     extra_dirs: Vec<PathBuf>,
     sandbox: Arc<Sandbox>,
     served: BTreeMap<PathBuf, Served>,
+    /// Candidates running in shadow, by their file.
+    candidates: BTreeMap<PathBuf, Served>,
+    /// Where the candidates are published for the engines to read.
+    published_candidates: Arc<Candidates>,
     /// The content hash of a refused version per file (reported once), and
     /// why it was refused.
     refused: BTreeMap<PathBuf, RefusedVersion>,
@@ -241,10 +278,25 @@ impl PluginDirectory {
             extra_dirs: Vec::new(),
             sandbox,
             served: BTreeMap::new(),
+            candidates: BTreeMap::new(),
+            published_candidates: Candidates::new(),
             refused: BTreeMap::new(),
             failures: 0,
             admission: None,
         }
+    }
+
+    /// Publishes the candidates it decides on to `candidates` (shared with
+    /// the engines) rather than to a set of its own.
+    pub fn publishing_candidates_to(mut self, candidates: Arc<Candidates>) -> Self {
+        self.published_candidates = candidates;
+        self.publish();
+        self
+    }
+
+    /// The candidates it decides on, as the engines read them.
+    pub fn candidates(&self) -> Arc<Candidates> {
+        self.published_candidates.clone()
     }
 
     /// Publishes what serves to `admission` after every change, so the
@@ -259,6 +311,12 @@ impl PluginDirectory {
         if let Some(admission) = &self.admission {
             admission.follow(self.served.values().map(|s| s.plugin.clone()).collect());
         }
+        self.published_candidates.set(
+            self.candidates
+                .values()
+                .map(|c| (c.name.clone(), c.plugin.clone()))
+                .collect(),
+        );
     }
 
     /// Hands every plugin served so far (into a
@@ -326,6 +384,9 @@ impl PluginDirectory {
                 }
             }
         }
+        let (candidate_files, files): (Vec<PathBuf>, Vec<PathBuf>) = files
+            .into_iter()
+            .partition(|f| serving_file_of(f).is_some());
         for file in &files {
             if let Some(event) = self.sync_file(file, engine).await {
                 events.push(event);
@@ -348,7 +409,8 @@ impl PluginDirectory {
                 });
             }
         }
-        self.refused.retain(|f, _| files.contains(f));
+        self.refused
+            .retain(|f, _| files.contains(f) || candidate_files.contains(f));
         // A plugin that was refused because another held its kind gets
         // another chance once what is served has changed.
         let changed = events
@@ -368,6 +430,8 @@ impl PluginDirectory {
                 }
             }
         }
+        let candidate_events = self.sync_candidates(&candidate_files, changed).await;
+        events.extend(candidate_events);
         self.publish();
         log_events(&events);
         events
@@ -572,12 +636,17 @@ impl PluginDirectory {
     /// Each plugin file as it stands: what it serves, since when, and the
     /// last version of it that was refused and why.
     pub fn status(&self) -> Vec<PluginStatus> {
-        let files: std::collections::BTreeSet<&PathBuf> =
-            self.served.keys().chain(self.refused.keys()).collect();
+        let files: std::collections::BTreeSet<&PathBuf> = self
+            .served
+            .keys()
+            .chain(self.candidates.keys())
+            .chain(self.refused.keys())
+            .collect();
         files
             .into_iter()
             .map(|file| {
-                let served = self.served.get(file);
+                let candidate = self.candidates.get(file);
+                let served = self.served.get(file).or(candidate);
                 let refused = self.refused.get(file);
                 PluginStatus {
                     file: file.display().to_string(),
@@ -588,6 +657,9 @@ impl PluginDirectory {
                     loaded_at: served.map(|s| rfc3339(s.loaded_at_millis)),
                     last_reload_error: refused.map(|r| r.reason.clone()),
                     waiting_for_kinds: refused.is_some_and(|r| r.why == Refusal::Unwatchable),
+                    candidate_for: serving_file_of(file)
+                        .and_then(|f| self.served.get(&f))
+                        .map(|s| s.name.clone()),
                 }
             })
             .collect()

@@ -158,6 +158,32 @@ impl LoadedPlugin {
         self
     }
 
+    /// A copy of this version that draws its random streams as `other`'s
+    /// are drawn: a candidate in shadow, compared on every reconcile with
+    /// the version serving (which may itself change under it).
+    pub fn drawing_random_as(&self, other: &LoadedPlugin) -> LoadedPlugin {
+        LoadedPlugin {
+            metadata: self.metadata.clone(),
+            limits: self.limits,
+            path: self.path.clone(),
+            sha256: self.sha256.clone(),
+            random_identity: Some(other.sha256.clone()),
+            prepared: self.prepared.clone(),
+            random_key: self.random_key.clone(),
+            admission: self.admission.clone(),
+            ticker: self.ticker.clone(),
+            memory: self.memory.clone(),
+            admission_memory: self.admission_memory.clone(),
+        }
+    }
+
+    /// Whether the guest memory budget is more than half spent: work that
+    /// may be skipped (a shadow call) is, so calls that must run find room.
+    pub fn guest_memory_pressed(&self) -> bool {
+        let budget = self.memory.budget();
+        budget.used_bytes().saturating_mul(2) > budget.total_bytes()
+    }
+
     /// Runs one reconcile in a fresh instance and validates the response.
     /// Nothing is applied here: an `Ok` is a response that may be applied
     /// whole, an `Err` means nothing of this call must be.

@@ -128,6 +128,11 @@ impl MemoryBudget {
 }
 
 impl MemoryAccount {
+    /// The budget this account draws on.
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
     /// A charge for one call, to this account.
     pub(crate) fn charge(self: &Arc<Self>) -> MemoryCharge {
         MemoryCharge {

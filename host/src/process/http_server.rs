@@ -13,13 +13,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::Context;
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use reconciler_contract::KindRef;
 
 use crate::engine::QueueStats;
+use crate::engine::shadow_book::ShadowBook;
 use crate::plugin::hot_reload::PluginStatus;
 use crate::process::metrics::Metrics;
 
@@ -42,6 +43,9 @@ pub struct HostStatus {
     clusters: OnceLock<ClustersSource>,
     /// Where `/shards` reads the shard ring from (`run --sharding`); set once.
     shards: OnceLock<ShardsSource>,
+    /// What candidates in shadow found, for every engine of the process:
+    /// `/plugins/NAME/shadow` and the metrics read it.
+    pub shadow: Arc<ShadowBook>,
 }
 
 type ShardsSource = Box<dyn Fn() -> crate::sharding::coordinator::ShardsStatus + Send + Sync>;
@@ -111,6 +115,7 @@ impl HostStatus {
             .get()
             .map(|source| source())
             .unwrap_or_default();
+        self.metrics.set_shadow_counts(&self.shadow.counts());
         self.metrics
             .encode_with_clusters(&queues, &cache, &clusters)
     }
@@ -129,12 +134,17 @@ pub fn probes(status: Arc<HostStatus>) -> Router {
 /// added here and not there answers that reader 403.
 pub const REPORT_PATHS: [&str; 4] = ["/metrics", "/plugins", "/clusters", "/shards"];
 
+/// The report of one plugin's candidate in shadow, below `/plugins`
+/// (granted as `/plugins/*`).
+pub const SHADOW_PATH: &str = "/plugins/{name}/shadow";
+
 /// The reports ([`REPORT_PATHS`]) as a router, without access control:
 /// whoever serves it decides who may read them.
 pub fn reports(status: Arc<HostStatus>) -> Router {
     let [metrics_path, plugins_path, clusters_path, shards_path] = REPORT_PATHS;
     Router::new()
         .route(plugins_path, get(plugins))
+        .route(SHADOW_PATH, get(shadow))
         .route(clusters_path, get(clusters))
         .route(shards_path, get(shards))
         .route(metrics_path, get(metrics))
@@ -160,6 +170,21 @@ async fn readyz(State(status): State<Arc<HostStatus>>) -> Response {
 
 async fn plugins(State(status): State<Arc<HostStatus>>) -> Json<Vec<PluginStatus>> {
     Json(status.plugins.borrow().clone())
+}
+
+/// What plugin `name`'s candidate in shadow found: its counts and the last
+/// objects it decided differently for, newest first, with the differences.
+async fn shadow(State(status): State<Arc<HostStatus>>, Path(name): Path<String>) -> Response {
+    match status.shadow.of(&name) {
+        Some(shadow) => Json(shadow).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!(
+                "no candidate of plugin {name} has run in shadow: put one beside it as {name}.candidate.wasm, or give its Plugin spec.rollout (mode: shadow)\n"
+            ),
+        )
+            .into_response(),
+    }
 }
 
 /// Each member cluster: name, source, server, labels, engaged since,
@@ -339,6 +364,7 @@ mod tests {
             loaded_at: Some("2026-01-01T00:00:00Z".into()),
             last_reload_error: None,
             waiting_for_kinds: false,
+            candidate_for: None,
         }]);
         status.set_sampler(|| {
             (
@@ -360,6 +386,52 @@ mod tests {
         let (_, text) = get_text(&status, "/metrics").await;
         assert!(
             text.contains("workqueue_depth{name=\"podset\",controller=\"podset\"} 3"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_candidates_shadow_is_reported_under_its_plugin_and_in_the_metrics() {
+        use crate::engine::shadow_book::{CandidateId, ShadowDifference, ShadowOutcome};
+        let status = Arc::new(HostStatus::new());
+        let (code, text) = get_text(&status, "/plugins/podset/shadow").await;
+        assert_eq!(code, StatusCode::NOT_FOUND);
+        assert!(text.contains("podset.candidate.wasm"), "{text}");
+        let id = CandidateId {
+            plugin: "podset",
+            version: "0.2.0",
+            sha256: "0123456789abcdef",
+        };
+        let object = "PodSet default/web";
+        let differing = ShadowDifference {
+            object: object.into(),
+            cluster: "local".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+            outcome: "differed",
+            differences: vec![crate::decision_diff::Difference::Requeue {
+                serving: None,
+                candidate: Some("30s".into()),
+            }],
+        };
+        status
+            .shadow
+            .record(&id, object, ShadowOutcome::Differed, Some(differing), 0);
+        status
+            .shadow
+            .record(&id, object, ShadowOutcome::Agreed, None, 1);
+        let (code, text) = get_text(&status, "/plugins/podset/shadow").await;
+        assert_eq!(code, StatusCode::OK);
+        let shadow: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(shadow["candidateVersion"], "0.2.0");
+        assert_eq!(shadow["counts"]["differed"], 1);
+        assert_eq!(shadow["counts"]["agreed"], 1);
+        assert_eq!(shadow["differing"][0]["object"], object);
+        assert_eq!(shadow["differing"][0]["differences"][0]["in"], "requeue");
+        let (_, text) = get_text(&status, "/metrics").await;
+        assert!(
+            text.contains(
+                "reconciler_host_shadow_reconciles{plugin=\"podset\",candidate=\"0123456789ab\",outcome=\"differed\"} 1"
+            ),
             "{text}"
         );
     }

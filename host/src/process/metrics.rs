@@ -51,6 +51,14 @@ struct PluginLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShadowLabels {
+    plugin: String,
+    /// The candidate's content hash, first 12 hex digits.
+    candidate: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FileLabels {
     file: String,
 }
@@ -160,6 +168,7 @@ struct HostFamilies {
     traps: Family<ControllerLabels, Counter>,
     timeouts: Family<ControllerLabels, Counter>,
     cache_objects: Family<KindLabels, Gauge>,
+    shadow_reconciles: Family<ShadowLabels, Gauge>,
 }
 
 impl HostFamilies {
@@ -193,6 +202,12 @@ impl HostFamilies {
                 registry,
                 "reconciler_host_cache_objects",
                 "Objects in the shared cache, per kind",
+                Family::default(),
+            ),
+            shadow_reconciles: registered(
+                registry,
+                "reconciler_host_shadow_reconciles",
+                "Reconciles the current candidate of a plugin ran in shadow, per outcome: agreed, differed, failed, shed (not run, the host under pressure); a new candidate starts at zero",
                 Family::default(),
             ),
         }
@@ -466,7 +481,9 @@ impl Metrics {
                         .get_or_create(&FileLabels { file })
                         .inc();
                 }
-                ReloadEvent::Unloaded { .. } => {}
+                ReloadEvent::Unloaded { .. }
+                | ReloadEvent::CandidateLoaded { .. }
+                | ReloadEvent::CandidateUnloaded { .. } => {}
             }
         }
     }
@@ -475,6 +492,32 @@ impl Metrics {
     /// state of the moment.
     pub fn encode(&self, queues: &[QueueStats], cache: &[(KindRef, usize)]) -> String {
         self.encode_with_clusters(queues, cache, &[])
+    }
+
+    /// Sets the shadow gauges from the book's counts: `(plugin, candidate
+    /// content hash, counts)` per plugin with a candidate.
+    pub fn set_shadow_counts(
+        &self,
+        counts: &[(String, String, crate::engine::shadow_book::ShadowCounts)],
+    ) {
+        let family = &self.host.shadow_reconciles;
+        family.clear();
+        for (plugin, sha, c) in counts {
+            for (outcome, n) in [
+                ("agreed", c.agreed),
+                ("differed", c.differed),
+                ("failed", c.failed),
+                ("shed", c.shed),
+            ] {
+                family
+                    .get_or_create(&ShadowLabels {
+                        plugin: plugin.clone(),
+                        candidate: sha.chars().take(12).collect(),
+                        outcome,
+                    })
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+        }
     }
 
     /// [`Self::encode`], with the member clusters' gauges.

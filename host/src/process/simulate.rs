@@ -18,9 +18,13 @@ use crate::admission::{GateOutcome, admit_write};
 use crate::cluster::embedded::builtins::{BuiltinChange, BuiltinConfig, group_changes};
 use crate::cluster::embedded::{EmbeddedCluster, RecordedEvent};
 use crate::cluster::{Clock, ClusterBackend, VirtualClock};
+use tokio::sync::mpsc;
+
+use crate::engine::shadow_book::ShadowBook;
 use crate::engine::{Engine, ReconcileRecord};
 use crate::golden::recorder::{CaseRecorder, RecordOptions};
 use crate::plugin::LoadedPlugin;
+use crate::plugin::candidates::Candidates;
 use crate::support::duration_text::format_duration;
 use reconciler_contract::ClusterInfo;
 
@@ -42,6 +46,8 @@ pub struct SimulationConfig {
     /// Play the built-in controllers (Deployments, ReplicaSets, Pods, Jobs)
     /// with these settings; `None` shows plugins only what they wrote.
     pub builtins: Option<BuiltinConfig>,
+    /// Candidates run in shadow beside their plugins (`NAME.candidate.wasm`).
+    pub candidates: Arc<Candidates>,
 }
 
 impl Default for SimulationConfig {
@@ -53,6 +59,7 @@ impl Default for SimulationConfig {
             max_reconciles: 100_000,
             record: None,
             builtins: None,
+            candidates: Candidates::new(),
         }
     }
 }
@@ -76,6 +83,9 @@ pub struct SimulationReport {
     /// What admission said of the seeded objects: denied ones (not stored)
     /// and defaulted ones, a line each.
     pub admission: Vec<String>,
+    /// What candidates in shadow found, each line after how many of
+    /// `records` (the reconcile it shadows).
+    pub shadow: Vec<(usize, String)>,
 }
 
 /// One cluster of a simulation as it ended.
@@ -162,6 +172,8 @@ pub async fn simulate_clusters(
     let mut members = Vec::new();
     let mut admission = Vec::new();
     let mut refused = Vec::new();
+    let book = Arc::new(ShadowBook::default());
+    let mut shadow_lines = book.tap();
     for SimulatedCluster { info, objects } in clusters {
         let mut cluster = EmbeddedCluster::new(Arc::new(clock.clone()));
         if let Some(builtins) = &config.builtins {
@@ -175,8 +187,9 @@ pub async fn simulate_clusters(
         for line in seed(&cluster, &plugins, objects, &clock)? {
             admission.push(named(&line));
         }
-        let mut engine =
-            Engine::empty(cluster.clone(), Arc::new(clock.clone())).with_cluster(info.clone());
+        let mut engine = Engine::empty(cluster.clone(), Arc::new(clock.clone()))
+            .with_cluster(info.clone())
+            .with_shadow(config.candidates.clone(), book.clone());
         if let Some(recorder) = &recorder {
             engine = engine.with_recorder(recorder.clone());
         }
@@ -206,7 +219,7 @@ pub async fn simulate_clusters(
             cluster: Some(&m.cluster),
         })
         .collect();
-    let mut report = run_turns(&turns, &clock, config).await;
+    let mut report = run_turns(&turns, &clock, config, Some(&mut shadow_lines)).await;
     seeded.append(&mut report.builtin_changes);
     let report = SimulationReport {
         start_millis: config.start_millis,
@@ -297,7 +310,7 @@ pub async fn run_with_builtins<B: ClusterBackend>(
         engine,
         cluster,
     };
-    run_turns(&[turn], clock, config).await
+    run_turns(&[turn], clock, config, None).await
 }
 
 /// One cluster's engine, and its built-in controllers if they play.
@@ -315,7 +328,9 @@ async fn run_turns<B: ClusterBackend>(
     turns: &[Turn<'_, B>],
     clock: &VirtualClock,
     config: &SimulationConfig,
+    mut shadow_lines: Option<&mut mpsc::UnboundedReceiver<String>>,
 ) -> SimulationReport {
+    let mut shadow = Vec::new();
     let end = config.start_millis + i64::try_from(config.advance.as_millis()).unwrap_or(i64::MAX);
     let mut records = Vec::new();
     let mut builtin_changes = Vec::new();
@@ -349,6 +364,15 @@ async fn run_turns<B: ClusterBackend>(
                 .or_insert(0);
             *round += 1;
             let record = turn.engine.reconcile(&plugin, key).await;
+            if let Some(lines) = shadow_lines.as_deref_mut() {
+                let prefix = match turns.len() {
+                    1 => String::new(),
+                    _ => format!("{}: ", turn.name),
+                };
+                while let Ok(line) = lines.try_recv() {
+                    shadow.push((records.len() + 1, format!("{prefix}{line}")));
+                }
+            }
             if *round > config.max_rounds || records.len() >= config.max_reconciles {
                 let cluster = match turns.len() {
                     1 => String::new(),
@@ -398,6 +422,7 @@ async fn run_turns<B: ClusterBackend>(
         unsettled,
         refused: Vec::new(),
         builtin_changes,
+        shadow,
     }
 }
 
@@ -470,13 +495,14 @@ impl SimulationReport {
         }
         out.push_str("# reconciles\n");
         let mut changes = self.builtin_changes.iter().peekable();
+        let mut shadow = self.shadow.iter().peekable();
         for (i, r) in self.records.iter().enumerate() {
             self.render_changes_before(i, &mut changes, &mut out);
-            out.push_str(&format!(
-                "[{}] {}{r}\n",
-                offset(self.start_millis, r.at_millis),
-                self.cluster_prefix(&r.cluster)
-            ));
+            let at = offset(self.start_millis, r.at_millis);
+            out.push_str(&format!("[{at}] {}{r}\n", self.cluster_prefix(&r.cluster)));
+            while let Some((_, line)) = shadow.next_if(|(after, _)| *after == i + 1) {
+                out.push_str(&format!("[{at}] {line}\n"));
+            }
         }
         self.render_changes_before(usize::MAX, &mut changes, &mut out);
         if let Some(why) = &self.unsettled {

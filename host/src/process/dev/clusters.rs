@@ -18,13 +18,16 @@ use tokio::sync::mpsc;
 use super::config::{DevConfig, MemberSeed};
 use super::embedded::{seed_crds, start_embedded};
 use super::manifest_dir::ManifestDir;
-use super::plugins::{follow_object_plugins, say_if_none_serve, serve_plugins};
+use super::plugins::{
+    follow_object_plugins, say_if_none_serve, serve_plugins, wait_for_shadows, write_shadow_lines,
+};
 use super::stamp::stamp;
 use super::tables::clusters_table;
 
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::cluster::embedded::builtins::group_changes;
 use crate::cluster::{Clock, RealClock};
+use crate::engine::shadow_book::ShadowBook;
 use crate::engine::{Engine, ReconcileRecord};
 use crate::fleet::Fleet;
 use crate::fleet::member::{Identity, Settings};
@@ -32,6 +35,7 @@ use crate::fleet::selection::PluginClusters;
 use crate::golden::recorder::CaseRecorder;
 use crate::plugin::Sandbox;
 use crate::plugin::background_reload::BackgroundReload;
+use crate::plugin::candidates::Candidates;
 use crate::support::dir_watch::watch_dir;
 
 /// How often the loop looks for built-in changes and for quiet.
@@ -59,8 +63,11 @@ pub(super) async fn run(
     members: Vec<MemberSeed>,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<u64> {
-    let (fleet, mut finished) = member_fleet(&sandbox, &config)?;
-    let plugins = serve_plugins(sandbox, &mut config, fleet.as_ref(), out).await?;
+    let candidates = Candidates::new();
+    let book = Arc::new(ShadowBook::default());
+    let mut shadow_lines = book.tap();
+    let (fleet, mut finished) = member_fleet(&sandbox, &config, &candidates, &book)?;
+    let plugins = serve_plugins(sandbox, &mut config, fleet.as_ref(), candidates, out).await?;
     let mut running = engage(&fleet, &config, members, out).await?;
     for member in &mut running {
         for line in member.sync(&config.objects_dir, &fleet.plugins()) {
@@ -98,6 +105,10 @@ pub(super) async fn run(
                 writeln!(out, "{}", stamp(&format!("{name}: {record}")))?;
                 quiet_ticks = 0;
             }
+            Some(line) = shadow_lines.recv() => {
+                writeln!(out, "{}", stamp(&line))?;
+                quiet_ticks = 0;
+            }
             update = reloads.next() => {
                 for event in &update.events {
                     writeln!(out, "{}", stamp(&event.to_string()))?;
@@ -116,7 +127,10 @@ pub(super) async fn run(
                 quiet_ticks = 0;
             }
             _ = tick.tick() => {
-                if write_builtin_changes(&running, out)? || !quiet(&fleet, &running) {
+                if write_builtin_changes(&running, out)?
+                    || !quiet(&fleet, &running)
+                    || book.pending() > 0
+                {
                     quiet_ticks = 0;
                     continue;
                 }
@@ -144,6 +158,8 @@ pub(super) async fn run(
     while let Ok((name, record)) = finished.try_recv() {
         writeln!(out, "{}", stamp(&format!("{name}: {record}")))?;
     }
+    wait_for_shadows(&book, Duration::from_secs(15)).await;
+    write_shadow_lines(&mut shadow_lines, out)?;
     Ok(failures + config.object_plugins.as_ref().map_or(0, |p| p.failures()))
 }
 
@@ -152,6 +168,8 @@ pub(super) async fn run(
 fn member_fleet(
     sandbox: &Sandbox,
     config: &DevConfig,
+    candidates: &Arc<Candidates>,
+    book: &Arc<ShadowBook>,
 ) -> anyhow::Result<(Arc<Fleet<EmbeddedCluster>>, Finished)> {
     let (finished_tx, finished) = mpsc::unbounded_channel::<(String, ReconcileRecord)>();
     let recorder = match &config.record {
@@ -166,6 +184,8 @@ fn member_fleet(
         on_finished: Some(Arc::new(move |name: &str, record: &ReconcileRecord, _| {
             let _ = finished_tx.send((name.to_string(), record.clone()));
         })),
+        candidates: candidates.clone(),
+        shadow: book.clone(),
         ..Settings::default()
     };
     let fleet = Arc::new(Fleet::<EmbeddedCluster>::new(

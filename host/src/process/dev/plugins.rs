@@ -10,7 +10,9 @@ use tokio::sync::mpsc;
 
 use super::config::DevConfig;
 use super::stamp::stamp;
+use crate::engine::shadow_book::ShadowBook;
 use crate::plugin::Sandbox;
+use crate::plugin::candidates::Candidates;
 use crate::plugin::hot_reload::PluginDirectory;
 use crate::plugin::plugin_host::PluginHost;
 
@@ -22,9 +24,11 @@ pub(super) async fn serve_plugins<H: PluginHost>(
     sandbox: Arc<Sandbox>,
     config: &mut DevConfig,
     host: &H,
+    candidates: Arc<Candidates>,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<PluginDirectory> {
-    let mut plugins = PluginDirectory::new(&config.plugins_dir, sandbox);
+    let mut plugins =
+        PluginDirectory::new(&config.plugins_dir, sandbox).publishing_candidates_to(candidates);
     if let Some(pulled) = &config.pulled_dir {
         plugins = plugins.also_serving(pulled);
     }
@@ -63,6 +67,27 @@ pub(super) async fn follow_object_plugins(
         }
     }
     Ok(())
+}
+
+/// Prints the shadow lines told so far.
+pub(super) fn write_shadow_lines(
+    lines: &mut mpsc::UnboundedReceiver<String>,
+    out: &mut (dyn Write + Send),
+) -> std::io::Result<bool> {
+    let mut any = false;
+    while let Ok(line) = lines.try_recv() {
+        writeln!(out, "{}", stamp(&line))?;
+        any = true;
+    }
+    Ok(any)
+}
+
+/// Waits, up to `within`, for the shadow runs owed to finish.
+pub(super) async fn wait_for_shadows(book: &ShadowBook, within: std::time::Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    while book.pending() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
 
 /// Says how to get a plugin when none serves.

@@ -39,6 +39,7 @@ pub(super) fn build_fleet(
     leadership: Option<&Leadership>,
     coordinator: Option<&Arc<Coordinator>>,
     recorder: Option<Arc<CaseRecorder>>,
+    candidates: Arc<crate::plugin::candidates::Candidates>,
 ) -> Arc<Fleet<KubernetesBackend>> {
     let metrics_status = status.clone();
     let settings = crate::fleet::Settings {
@@ -63,6 +64,8 @@ pub(super) fn build_fleet(
         ownership: coordinator.map(|c| c.ownership()),
         recorder,
         cache_max_objects: config.clusters.cache_max_objects,
+        candidates,
+        shadow: status.shadow.clone(),
         ..crate::fleet::Settings::default()
     };
     let fleet = Arc::new(Fleet::new(config.clusters.selection.clone(), settings));

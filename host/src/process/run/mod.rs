@@ -66,6 +66,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let status = serve_endpoints(&mut config, &client).await?;
     let sources = PluginSources::open(&config, &sandbox)?;
+    let candidates = sources.directory.candidates();
     let _plugins_watch = sources.watch;
     // CRDs, webhook configurations and Plugin status: one replica does
     // them when several shard the work, the one process otherwise.
@@ -109,6 +110,7 @@ pub async fn run(
         leadership.as_ref(),
         coordinator.as_ref(),
         recorder,
+        candidates,
     );
     let _follow_ring = follow_ring(coordinator.as_ref(), &status, &fleet);
     let (mut plugins, changes) = before_engine.into_directory().await?;

@@ -1,0 +1,269 @@
+//! Shadow: a plugin's candidate version decides beside the serving one on
+//! every reconcile, with the same inputs, and is never applied.
+//!
+//! The candidate is sent the very request the serving version was (the
+//! primary and children as cached when they were shown), the same clock
+//! reading and cluster, and draws the same random numbers; a candidate
+//! that declares other child kinds is shown its own. Its answer is held to
+//! every rule the serving version's is (the runtime's checks, the scope
+//! rule, the shard label, the plan) and compared field by field with the
+//! serving decision ([`crate::decision_diff::compare`]).
+//!
+//! It never delays or fails the serving call: it runs after the serving
+//! reconcile has settled, on a blocking thread, in shadow slots of its own
+//! ([`ShadowBook::try_slot`]), and is shed (counted, not run) whenever a
+//! slot is not free at once, a serving call waits for an instance, or the
+//! guest memory budget is more than half spent. A read the serving call
+//! made is answered to the candidate as it was to the serving call
+//! ([`shadow_reads`](super::shadow_reads)); only what the serving version
+//! never asked comes from the cache as it is when the candidate runs.
+
+use std::sync::Arc;
+
+use reconciler_contract::EventType;
+use tracing::Instrument;
+
+use super::call::Shown;
+use super::failure::Failure;
+use super::plan::uid_of;
+use super::primary::Primary;
+use super::reconcile::Reconciler;
+use super::shadow_book::{CandidateId, ShadowBook, ShadowDifference, ShadowOutcome, seen_at};
+use super::shadow_reads::{KeptReads, ReplayedReads};
+use super::watches::Wiring;
+use crate::cluster::{ClusterBackend, EventRecord};
+use crate::decision_diff::report::line;
+use crate::decision_diff::{Decision, Difference, compare};
+use crate::golden::runner::expectation_of;
+use crate::plugin::{LoadedPlugin, ReconcileInput, ValidResponse};
+
+/// One reconcile to be shadowed: what the serving version was shown and
+/// decided, and the candidate to ask.
+pub struct ShadowJob {
+    plugin: String,
+    /// Draws its random numbers as the serving version does.
+    candidate: Arc<LoadedPlugin>,
+    primary: Primary,
+    /// What the candidate is shown: the serving version's children, or its
+    /// own when it declares other kinds.
+    shown: Arc<Shown>,
+    bucket: Option<String>,
+    now_millis: i64,
+    /// The serving call's reads, answered again to the candidate.
+    reads: Arc<KeptReads>,
+    serving: Decision,
+}
+
+/// What the serving call was shown and read.
+pub struct Seen<'a> {
+    pub primary: &'a Primary,
+    pub shown: &'a Arc<Shown>,
+    pub bucket: Option<&'a str>,
+    pub now_millis: i64,
+    pub reads: Arc<KeptReads>,
+}
+
+impl ShadowJob {
+    /// The shadow, by `candidate`, of a reconcile whose serving call was
+    /// shown and read `seen` and answered `called`.
+    pub fn new<B: ClusterBackend>(
+        reconciler: &Reconciler<'_, B>,
+        serving: &LoadedPlugin,
+        candidate: &LoadedPlugin,
+        seen: Seen<'_>,
+        called: &Result<ValidResponse, Failure>,
+    ) -> Self {
+        let shown = if candidate.metadata().owns == serving.metadata().owns {
+            seen.shown.clone()
+        } else {
+            Arc::new(Shown::of(
+                &reconciler.shared.cache,
+                &seen.primary.object,
+                &candidate.metadata().owns,
+            ))
+        };
+        Self {
+            plugin: serving.name().to_string(),
+            candidate: Arc::new(candidate.drawing_random_as(serving)),
+            primary: seen.primary.clone(),
+            shown,
+            bucket: seen.bucket.map(str::to_string),
+            now_millis: seen.now_millis,
+            reads: seen.reads,
+            serving: match called {
+                Ok(response) => Ok(expectation_of(response.clone())),
+                Err(failure) => Err(failure.message.clone()),
+            },
+        }
+    }
+}
+
+/// What a shadow run needs of the engine: the reconcile stages its answer
+/// is checked by, and the wiring that watches the candidate's kinds.
+pub struct Shadow<'a, B: ClusterBackend> {
+    pub reconciler: Reconciler<'a, B>,
+    pub wiring: Wiring<'a, B>,
+}
+
+impl<B: ClusterBackend> Shadow<'_, B> {
+    fn book(&self) -> &ShadowBook {
+        &self.wiring.shared.shadow
+    }
+
+    /// Runs `job`'s candidate (or sheds it), compares, and records the
+    /// outcome in the book; a differing object may be named in an Event.
+    pub async fn run(&self, job: ShadowJob) -> ShadowOutcome {
+        let metadata = job.candidate.metadata();
+        let span = tracing::info_span!(
+            "shadow",
+            plugin = %job.plugin,
+            candidate = %metadata.version,
+            namespace = job.primary.key.namespace.as_deref().unwrap_or(""),
+            object_name = %job.primary.key.name,
+        );
+        let id = CandidateId {
+            plugin: &job.plugin,
+            version: &metadata.version,
+            sha256: job.candidate.sha256(),
+        };
+        let now = self.wiring.shared.now();
+        let object = format!("{} {}", metadata.primary.kind, job.primary.key);
+        let Some(_slot) = self.room_for(&job) else {
+            self.book()
+                .record(&id, &object, ShadowOutcome::Shed, None, now);
+            return ShadowOutcome::Shed;
+        };
+        let decided = self.decide(&job).instrument(span.clone()).await;
+        let differences = compare(&job.serving, &decided);
+        let outcome = match (&decided, differences.is_empty()) {
+            (Err(_), _) => ShadowOutcome::Failed,
+            (Ok(_), true) => ShadowOutcome::Agreed,
+            (Ok(_), false) => ShadowOutcome::Differed,
+        };
+        span.in_scope(|| match &decided {
+            Err(e) => tracing::debug!("the candidate failed: {e}"),
+            Ok(_) => tracing::debug!(differences = differences.len(), "shadow reconcile"),
+        });
+        let kept = (outcome != ShadowOutcome::Agreed).then(|| ShadowDifference {
+            object: object.clone(),
+            cluster: self.wiring.shared.cluster.name.clone(),
+            at: seen_at(now),
+            outcome: if outcome == ShadowOutcome::Failed {
+                "failed"
+            } else {
+                "differed"
+            },
+            differences: differences.clone(),
+        });
+        if self.book().record(&id, &object, outcome, kept, now) {
+            self.announce(&job, &differences).await;
+        }
+        outcome
+    }
+
+    /// A shadow slot, when the host has room for a shadow call now.
+    fn room_for(&self, job: &ShadowJob) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if self.reconciler.calls.slots.waiting() > 0 || job.candidate.guest_memory_pressed() {
+            return None;
+        }
+        self.book().try_slot()
+    }
+
+    /// The candidate's decision, held to every rule the serving version's
+    /// is held to before anything is applied.
+    async fn decide(&self, job: &ShadowJob) -> Decision {
+        let shared = self.wiring.shared;
+        self.watch_kinds_of(&job.candidate).await?;
+        let input = ReconcileInput {
+            request: job.shown.request(&job.primary),
+            primary_namespace: job.primary.key.namespace.clone(),
+            object: job.primary.key.to_string(),
+            reader: Arc::new(ReplayedReads {
+                kept: job.reads.clone(),
+            }),
+            now_millis: job.now_millis,
+            cluster: shared.cluster.clone(),
+        };
+        let candidate = job.candidate.clone();
+        let response = tokio::task::spawn_blocking(move || candidate.reconcile(input))
+            .await
+            .map_err(|e| format!("the candidate's call panicked: {e}"))?
+            .map_err(|e| e.to_string())?;
+        let decision = expectation_of(response.clone());
+        let mut checked = response;
+        let failed = |f: Failure| f.message;
+        self.reconciler
+            .validate(&job.primary, &mut checked, job.bucket.as_deref())
+            .map_err(failed)?;
+        let controller = shared
+            .controllers
+            .get(&job.plugin)
+            .ok_or_else(|| format!("plugin {} stopped serving", job.plugin))?;
+        let superseded = controller.state().superseded_finalizers.clone();
+        self.reconciler
+            .plan(
+                &controller,
+                job.candidate.metadata(),
+                &job.primary,
+                &job.shown,
+                &superseded,
+                checked,
+            )
+            .map_err(failed)?;
+        Ok(decision)
+    }
+
+    /// Watches the kinds the candidate declares and the serving version
+    /// may not, once per candidate version, so it reads what it would read
+    /// serving. Its kinds' scopes are learned for the scope rule.
+    async fn watch_kinds_of(&self, candidate: &LoadedPlugin) -> Result<(), String> {
+        let shared = self.wiring.shared;
+        let sha = candidate.sha256();
+        if shared.candidate_kinds_watched(sha) {
+            return Ok(());
+        }
+        let metadata = candidate.metadata();
+        let scopes = super::scope_rules::check_plugin(&*shared.backend, metadata)
+            .await
+            .map_err(|e| e.to_string())?;
+        shared.kind_scopes.learn(scopes);
+        self.wiring
+            .watch_kinds(candidate)
+            .await
+            .map_err(|e| e.to_string())?;
+        shared.mark_candidate_kinds_watched(sha);
+        Ok(())
+    }
+
+    /// A Normal Event on the primary naming what the candidate would do
+    /// differently (rate-limited per plugin by the book).
+    async fn announce(&self, job: &ShadowJob, differences: &[Difference]) {
+        let metadata = job.candidate.metadata();
+        let Some(first) = differences.first() else {
+            return;
+        };
+        let more = match differences.len() {
+            1 => String::new(),
+            n => format!(" (and {} more)", n - 1),
+        };
+        let message = format!(
+            "candidate {} {} ({}) would decide differently: {}{more}; its last differing objects are at /plugins/{}/shadow",
+            metadata.name,
+            metadata.version,
+            &job.candidate.sha256()[..12.min(job.candidate.sha256().len())],
+            line(first),
+            job.plugin
+        );
+        let record = EventRecord {
+            regarding: job.primary.object_key.clone(),
+            regarding_uid: uid_of(&job.primary.object),
+            event_type: EventType::Normal,
+            reason: "CandidateDiffers".to_string(),
+            message,
+            reporting_controller: metadata.field_manager(),
+        };
+        if let Err(e) = self.wiring.shared.record_event(record).await {
+            tracing::warn!(plugin = %job.plugin, object = %job.primary.key, "cannot record the shadow difference as an Event: {e}");
+        }
+    }
+}

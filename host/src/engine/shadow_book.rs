@@ -1,0 +1,365 @@
+//! What shadow runs found, per plugin: how many reconciles the candidate
+//! agreed with, decided differently, failed or had to skip, and the last
+//! objects it decided differently for, with the differences.
+//!
+//! One book serves the whole process (every member cluster's engine writes
+//! to it), so `/plugins/NAME/shadow`, the metrics and a Plugin's status all
+//! tell the same story. The counts are the current candidate's: a new
+//! candidate digest starts them at zero, since what an earlier candidate
+//! did says nothing about this one.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+
+use crate::cluster::clock::rfc3339;
+use crate::decision_diff::Difference;
+use crate::decision_diff::report::line;
+
+/// Differing objects kept per plugin.
+pub const RECENT_DIFFERENCES: usize = 50;
+/// At most one `CandidateDiffers` Event per plugin in this long.
+pub const EVENT_INTERVAL: Duration = Duration::from_secs(60);
+/// Shadow calls at once, all plugins together, unless the host is told.
+pub const DEFAULT_SHADOW_SLOTS: usize = 2;
+
+/// How one shadow reconcile ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShadowOutcome {
+    /// The candidate decided exactly as the serving version.
+    Agreed,
+    /// It decided something else.
+    Differed,
+    /// Its call failed, or its answer broke a rule the serving version's
+    /// would have been held to.
+    Failed,
+    /// Not run: the host was under pressure (no shadow slot free, serving
+    /// calls waiting for an instance, or guest memory short).
+    Shed,
+}
+
+/// The counts of the current candidate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ShadowCounts {
+    pub agreed: u64,
+    pub differed: u64,
+    pub failed: u64,
+    pub shed: u64,
+}
+
+impl ShadowCounts {
+    fn add(&mut self, outcome: ShadowOutcome) {
+        let count = match outcome {
+            ShadowOutcome::Agreed => &mut self.agreed,
+            ShadowOutcome::Differed => &mut self.differed,
+            ShadowOutcome::Failed => &mut self.failed,
+            ShadowOutcome::Shed => &mut self.shed,
+        };
+        *count += 1;
+    }
+}
+
+/// One object the candidate decided differently for, or failed on.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowDifference {
+    /// `Kind namespace/name`.
+    pub object: String,
+    pub cluster: String,
+    /// When it was seen (RFC 3339).
+    pub at: String,
+    /// `differed` or `failed`.
+    pub outcome: &'static str,
+    pub differences: Vec<Difference>,
+}
+
+/// A plugin's shadow: which candidate, its counts and its last differences.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginShadow {
+    pub plugin: String,
+    pub candidate_version: String,
+    pub candidate_sha256: String,
+    pub counts: ShadowCounts,
+    /// Newest first; one entry per object.
+    pub differing: VecDeque<ShadowDifference>,
+    #[serde(skip)]
+    last_event_millis: Option<i64>,
+}
+
+/// The candidate a result is about.
+pub struct CandidateId<'a> {
+    pub plugin: &'a str,
+    pub version: &'a str,
+    pub sha256: &'a str,
+}
+
+/// Every plugin's shadow, and the slots shadow calls run in.
+pub struct ShadowBook {
+    by_plugin: Mutex<BTreeMap<String, PluginShadow>>,
+    slots: Arc<Semaphore>,
+    /// Shadow runs owed: counted from the serving reconcile that leaves
+    /// one until it has run (or was shed).
+    pending: AtomicUsize,
+    /// Told a line per shadow run (`dev` and `simulate` print them).
+    tap: Mutex<Option<mpsc::UnboundedSender<String>>>,
+}
+
+impl Default for ShadowBook {
+    fn default() -> Self {
+        Self::new(DEFAULT_SHADOW_SLOTS)
+    }
+}
+
+impl ShadowBook {
+    /// A book whose shadow calls run at most `slots` at once.
+    pub fn new(slots: usize) -> Self {
+        Self {
+            by_plugin: Mutex::default(),
+            slots: Arc::new(Semaphore::new(slots.max(1))),
+            pending: AtomicUsize::new(0),
+            tap: Mutex::default(),
+        }
+    }
+
+    /// A line per shadow run from now on, as `dev` prints them.
+    pub fn tap(&self) -> mpsc::UnboundedReceiver<String> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.tap.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        rx
+    }
+
+    /// A shadow run is owed (its serving reconcile just finished).
+    pub fn owe(&self) {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// An owed shadow run is over.
+    pub fn paid(&self) {
+        let _ = self
+            .pending
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
+
+    /// Shadow runs owed now: a loop that waits to settle waits for these.
+    pub fn pending(&self) -> usize {
+        self.pending.load(Ordering::SeqCst)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, PluginShadow>> {
+        self.by_plugin.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A shadow slot if one is free now; never waits (a shadow call that
+    /// would have to wait is shed).
+    pub fn try_slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
+    }
+
+    /// Counts `outcome` for `candidate`, keeping `difference` (for a
+    /// differing or failing reconcile) as the newest of its object's.
+    /// Returns whether a `CandidateDiffers` Event is due at `now_millis`.
+    pub fn record(
+        &self,
+        candidate: &CandidateId<'_>,
+        object: &str,
+        outcome: ShadowOutcome,
+        difference: Option<ShadowDifference>,
+        now_millis: i64,
+    ) -> bool {
+        self.tell(candidate, object, outcome, difference.as_ref());
+        let mut book = self.lock();
+        let shadow = book
+            .entry(candidate.plugin.to_string())
+            .or_insert_with(|| PluginShadow::new(candidate));
+        if shadow.candidate_sha256 != candidate.sha256 {
+            *shadow = PluginShadow::new(candidate);
+        }
+        shadow.counts.add(outcome);
+        let Some(difference) = difference else {
+            return false;
+        };
+        shadow.differing.retain(|d| d.object != difference.object);
+        shadow.differing.push_front(difference);
+        shadow.differing.truncate(RECENT_DIFFERENCES);
+        let due = outcome == ShadowOutcome::Differed
+            && shadow
+                .last_event_millis
+                .is_none_or(|at| now_millis - at >= EVENT_INTERVAL.as_millis() as i64);
+        if due {
+            shadow.last_event_millis = Some(now_millis);
+        }
+        due
+    }
+
+    fn tell(
+        &self,
+        candidate: &CandidateId<'_>,
+        object: &str,
+        outcome: ShadowOutcome,
+        difference: Option<&ShadowDifference>,
+    ) {
+        let tap = self.tap.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(tx) = tap.as_ref() else {
+            return;
+        };
+        let what = match (outcome, difference) {
+            (ShadowOutcome::Agreed, _) => "agreed".to_string(),
+            (ShadowOutcome::Shed, _) => "shed (the host was busy)".to_string(),
+            (_, Some(d)) => {
+                let lines: Vec<String> = d.differences.iter().map(line).collect();
+                format!("{}: {}", d.outcome, lines.join("; "))
+            }
+            (_, None) => format!("{outcome:?}"),
+        };
+        let _ = tx.send(format!(
+            "shadow {} {} {object}: {what}",
+            candidate.plugin, candidate.version
+        ));
+    }
+
+    /// Plugin `name`'s shadow, if a candidate of it ran.
+    pub fn of(&self, name: &str) -> Option<PluginShadow> {
+        self.lock().get(name).cloned()
+    }
+
+    /// Every plugin's counts, with the candidate they are of.
+    pub fn counts(&self) -> Vec<(String, String, ShadowCounts)> {
+        self.lock()
+            .values()
+            .map(|s| (s.plugin.clone(), s.candidate_sha256.clone(), s.counts))
+            .collect()
+    }
+
+    /// Forgets plugins that have no candidate any more.
+    pub fn retain(&self, has_candidate: impl Fn(&str) -> bool) {
+        self.lock().retain(|name, _| has_candidate(name));
+    }
+}
+
+impl PluginShadow {
+    fn new(candidate: &CandidateId<'_>) -> Self {
+        Self {
+            plugin: candidate.plugin.to_string(),
+            candidate_version: candidate.version.to_string(),
+            candidate_sha256: candidate.sha256.to_string(),
+            counts: ShadowCounts::default(),
+            differing: VecDeque::new(),
+            last_event_millis: None,
+        }
+    }
+}
+
+/// `at_millis` as the book writes times.
+pub fn seen_at(at_millis: i64) -> String {
+    rfc3339(at_millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id<'a>(sha: &'a str) -> CandidateId<'a> {
+        CandidateId {
+            plugin: "podset",
+            version: "0.3.0",
+            sha256: sha,
+        }
+    }
+
+    fn differing(object: &str) -> ShadowDifference {
+        ShadowDifference {
+            object: object.into(),
+            cluster: "local".into(),
+            at: seen_at(0),
+            outcome: "differed",
+            differences: vec![Difference::Requeue {
+                serving: None,
+                candidate: Some("30s".into()),
+            }],
+        }
+    }
+
+    #[test]
+    fn counts_belong_to_one_candidate_and_objects_are_kept_newest_first_once_each() {
+        let book = ShadowBook::default();
+        assert!(book.record(
+            &id("a"),
+            "o",
+            ShadowOutcome::Differed,
+            Some(differing("x")),
+            0
+        ));
+        book.record(&id("a"), "o", ShadowOutcome::Agreed, None, 1);
+        book.record(&id("a"), "o", ShadowOutcome::Shed, None, 2);
+        book.record(
+            &id("a"),
+            "o",
+            ShadowOutcome::Differed,
+            Some(differing("y")),
+            3,
+        );
+        book.record(
+            &id("a"),
+            "o",
+            ShadowOutcome::Differed,
+            Some(differing("x")),
+            4,
+        );
+        let shadow = book.of("podset").unwrap();
+        assert_eq!(
+            shadow.counts,
+            ShadowCounts {
+                agreed: 1,
+                differed: 3,
+                failed: 0,
+                shed: 1
+            }
+        );
+        let objects: Vec<&str> = shadow.differing.iter().map(|d| d.object.as_str()).collect();
+        assert_eq!(objects, ["x", "y"]);
+        book.record(&id("b"), "o", ShadowOutcome::Failed, None, 5);
+        let shadow = book.of("podset").unwrap();
+        assert_eq!(shadow.candidate_sha256, "b");
+        assert_eq!(shadow.counts.failed, 1);
+        assert_eq!(shadow.counts.differed, 0);
+        assert!(shadow.differing.is_empty());
+    }
+
+    #[test]
+    fn at_most_fifty_objects_are_kept_and_events_are_rate_limited() {
+        let book = ShadowBook::default();
+        let mut announced = 0;
+        for i in 0..120 {
+            let at = i * 1000;
+            if book.record(
+                &id("a"),
+                "o",
+                ShadowOutcome::Differed,
+                Some(differing(&format!("o{i}"))),
+                at,
+            ) {
+                announced += 1;
+            }
+        }
+        // 120 s of differences: at 0, 60 s.
+        assert_eq!(announced, 2);
+        let shadow = book.of("podset").unwrap();
+        assert_eq!(shadow.differing.len(), RECENT_DIFFERENCES);
+        assert_eq!(shadow.differing[0].object, "o119");
+    }
+
+    #[test]
+    fn shadow_slots_are_taken_without_waiting() {
+        let book = ShadowBook::new(1);
+        let first = book.try_slot();
+        assert!(first.is_some());
+        assert!(book.try_slot().is_none());
+        drop(first);
+        assert!(book.try_slot().is_some());
+    }
+}

@@ -1,0 +1,133 @@
+//! Candidate versions: a plugin's next version running beside the one
+//! serving, deciding on the same inputs and never applying (shadow).
+//!
+//! A candidate is a file named `NAME.candidate.wasm` beside the serving
+//! file `NAME.wasm` (a Plugin's `spec.rollout.candidate` is pulled into
+//! such a file too), so it reaches the host by the same road as every
+//! version: compiled and validated by the plugins directory, refused with
+//! a reason when it cannot stand in for the version it shadows. The
+//! directory publishes its decision here; every engine (one per member
+//! cluster) reads it at each reconcile, so a candidate needs no wiring of
+//! its own through leader election or the fleet.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use super::loaded::LoadedPlugin;
+
+/// The suffix that makes a file a candidate rather than a plugin.
+pub const CANDIDATE_SUFFIX: &str = ".candidate.wasm";
+
+/// The serving file a candidate file stands beside (`podset.candidate.wasm`
+/// -> `podset.wasm`); `None` for a file that is no candidate.
+pub fn serving_file_of(candidate: &Path) -> Option<PathBuf> {
+    let name = candidate.file_name()?.to_str()?;
+    let stem = name.strip_suffix(CANDIDATE_SUFFIX)?;
+    if stem.is_empty() || stem.starts_with('.') {
+        return None;
+    }
+    Some(candidate.with_file_name(format!("{stem}.wasm")))
+}
+
+/// Why `candidate` cannot run in shadow beside `serving`, the plugin its
+/// serving file `serving_file` serves (`None`: that file serves none);
+/// `None` when it can.
+pub fn misfit(
+    candidate: &LoadedPlugin,
+    serving: Option<&LoadedPlugin>,
+    serving_file: &Path,
+) -> Option<String> {
+    let Some(serving) = serving else {
+        return Some(format!(
+            "a candidate runs beside the plugin its serving file serves, and {} serves none",
+            serving_file.display()
+        ));
+    };
+    if serving.name() != candidate.name() {
+        return Some(format!(
+            "the candidate is plugin {}, but {} serves plugin {}: a candidate is a version of the plugin it stands beside",
+            candidate.name(),
+            serving_file.display(),
+            serving.name()
+        ));
+    }
+    let (s, c) = (&serving.metadata().primary, &candidate.metadata().primary);
+    if !s.same_group_kind(c) {
+        return Some(format!(
+            "the candidate reconciles {c}, the serving version reconciles {s}: not two versions of one plugin"
+        ));
+    }
+    None
+}
+
+/// The candidates the directory decided on, by the name of the plugin each
+/// shadows. Cheap to share and to read.
+#[derive(Default)]
+pub struct Candidates {
+    by_plugin: RwLock<BTreeMap<String, Arc<LoadedPlugin>>>,
+}
+
+impl Candidates {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// The candidate of plugin `name`, if one runs beside it.
+    pub fn of(&self, name: &str) -> Option<Arc<LoadedPlugin>> {
+        self.read().get(name).cloned()
+    }
+
+    /// Whether any plugin has a candidate: the reconcile path asks this
+    /// first, so a host without candidates pays one atomic read.
+    pub fn any(&self) -> bool {
+        !self.read().is_empty()
+    }
+
+    /// Replaces every candidate with `candidates`.
+    pub fn set(&self, candidates: BTreeMap<String, Arc<LoadedPlugin>>) {
+        *self.by_plugin.write().unwrap_or_else(|e| e.into_inner()) = candidates;
+    }
+
+    /// Every candidate, by the plugin it shadows.
+    pub fn all(&self) -> Vec<(String, Arc<LoadedPlugin>)> {
+        self.read()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<LoadedPlugin>>> {
+        self.by_plugin.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl std::fmt::Debug for Candidates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.read().iter().map(|(name, c)| (name, c.sha256())))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_candidate_file_names_the_serving_file_beside_it() {
+        let of = |p: &str| serving_file_of(Path::new(p));
+        assert_eq!(
+            of("/plugins/podset.candidate.wasm"),
+            Some(PathBuf::from("/plugins/podset.wasm"))
+        );
+        assert_eq!(
+            of("plugin-web.candidate.wasm"),
+            Some(PathBuf::from("plugin-web.wasm"))
+        );
+        assert_eq!(of("/plugins/podset.wasm"), None);
+        assert_eq!(of("/plugins/.candidate.wasm"), None);
+        assert_eq!(of("/plugins/.x.candidate.wasm"), None);
+        assert_eq!(of("/plugins/podset.candidate.wasm.tmp"), None);
+    }
+}
