@@ -24,9 +24,15 @@ pub fn free_loopback_port() -> std::io::Result<u16> {
 /// The text a host serves on /metrics at `address` (host:port, plain
 /// HTTP, as `--metrics-insecure` serves it on loopback), headers included.
 pub fn metrics_text(address: &str) -> std::io::Result<String> {
+    report_text(address, "/metrics")
+}
+
+/// The text a host serves on `path` of its reports port at `address`
+/// (plain HTTP, `--metrics-insecure`), headers included.
+pub fn report_text(address: &str, path: &str) -> std::io::Result<String> {
     use std::io::{Read as _, Write as _};
     let mut stream = std::net::TcpStream::connect(address)?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
     Ok(response)

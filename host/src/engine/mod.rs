@@ -64,6 +64,7 @@ pub mod scope;
 pub mod scope_rules;
 pub mod shadow;
 pub mod shadow_book;
+pub mod shadow_job;
 pub mod shadow_reads;
 mod shard_labelling;
 pub mod shard_selection;
@@ -89,8 +90,9 @@ use self::queues::Queues;
 use self::reconcile::Reconciler;
 pub use self::record::{Change, Outcome, ReconcileRecord};
 pub use self::scope::{PrimarySelectors, ServeScope};
-use self::shadow::{Shadow, ShadowJob};
+use self::shadow::Shadow;
 use self::shadow_book::{ShadowBook, ShadowOutcome};
+use self::shadow_job::ShadowJob;
 use self::shard_labelling::ShardLabelling;
 use self::shard_selection::ShardSelection;
 use self::shared::Shared;
@@ -296,6 +298,9 @@ impl<B: ClusterBackend> Engine<B> {
     /// Takes every watch event delivered so far into the cache and the
     /// queues; returns how many there were.
     pub fn pump(&self) -> usize {
+        for plugin in self.shared.new_candidates() {
+            queues::queue_all(&self.shared, &plugin);
+        }
         let now = self.shared.now();
         let events = self.watches.drain();
         self.trigger.take_events(&self.shared, &events, now);

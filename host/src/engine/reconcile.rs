@@ -31,7 +31,7 @@ use super::plan::{self, Observed, Plan, has_finalizer, uid_of};
 use super::primary::Primary;
 use super::queues::{Done, Queues};
 use super::record::{Change, Outcome, ReconcileRecord};
-use super::shadow::{Seen, ShadowJob};
+use super::shadow_job::{Seen, ShadowJob};
 use super::shadow_reads::KeptReads;
 use super::shard_labelling::ShardLabelling;
 use super::shard_selection;
@@ -235,7 +235,8 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
                 now_millis,
                 reads: kept,
             };
-            *shadow = Some(ShadowJob::new(self, plugin, &candidate, seen, &called));
+            let cache = &self.shared.cache;
+            *shadow = Some(ShadowJob::new(cache, plugin, &candidate, seen, &called));
         }
         let mut response = called?;
         self.validate(&primary, &mut response, bucket.as_deref())?;

@@ -11,9 +11,9 @@
 //!
 //! It never delays or fails the serving call: it runs after the serving
 //! reconcile has settled, on a blocking thread, in shadow slots of its own
-//! ([`ShadowBook::try_slot`]), and is shed (counted, not run) whenever a
-//! slot is not free at once, a serving call waits for an instance, or the
-//! guest memory budget is more than half spent. A read the serving call
+//! ([`ShadowBook::slot`]), and is shed (counted, not run) whenever no slot
+//! frees within a few seconds, a serving call waits for an instance, or
+//! the guest memory budget is more than half spent. A read the serving call
 //! made is answered to the candidate as it was to the serving call
 //! ([`shadow_reads`](super::shadow_reads)); only what the serving version
 //! never asked comes from the cache as it is when the candidate runs.
@@ -23,80 +23,18 @@ use std::sync::Arc;
 use reconciler_contract::EventType;
 use tracing::Instrument;
 
-use super::call::Shown;
 use super::failure::Failure;
 use super::plan::uid_of;
-use super::primary::Primary;
 use super::reconcile::Reconciler;
 use super::shadow_book::{CandidateId, ShadowBook, ShadowDifference, ShadowOutcome, seen_at};
-use super::shadow_reads::{KeptReads, ReplayedReads};
+use super::shadow_job::ShadowJob;
+use super::shadow_reads::ReplayedReads;
 use super::watches::Wiring;
 use crate::cluster::{ClusterBackend, EventRecord};
 use crate::decision_diff::report::line;
 use crate::decision_diff::{Decision, Difference, compare};
 use crate::golden::runner::expectation_of;
-use crate::plugin::{LoadedPlugin, ReconcileInput, ValidResponse};
-
-/// One reconcile to be shadowed: what the serving version was shown and
-/// decided, and the candidate to ask.
-pub struct ShadowJob {
-    plugin: String,
-    /// Draws its random numbers as the serving version does.
-    candidate: Arc<LoadedPlugin>,
-    primary: Primary,
-    /// What the candidate is shown: the serving version's children, or its
-    /// own when it declares other kinds.
-    shown: Arc<Shown>,
-    bucket: Option<String>,
-    now_millis: i64,
-    /// The serving call's reads, answered again to the candidate.
-    reads: Arc<KeptReads>,
-    serving: Decision,
-}
-
-/// What the serving call was shown and read.
-pub struct Seen<'a> {
-    pub primary: &'a Primary,
-    pub shown: &'a Arc<Shown>,
-    pub bucket: Option<&'a str>,
-    pub now_millis: i64,
-    pub reads: Arc<KeptReads>,
-}
-
-impl ShadowJob {
-    /// The shadow, by `candidate`, of a reconcile whose serving call was
-    /// shown and read `seen` and answered `called`.
-    pub fn new<B: ClusterBackend>(
-        reconciler: &Reconciler<'_, B>,
-        serving: &LoadedPlugin,
-        candidate: &LoadedPlugin,
-        seen: Seen<'_>,
-        called: &Result<ValidResponse, Failure>,
-    ) -> Self {
-        let shown = if candidate.metadata().owns == serving.metadata().owns {
-            seen.shown.clone()
-        } else {
-            Arc::new(Shown::of(
-                &reconciler.shared.cache,
-                &seen.primary.object,
-                &candidate.metadata().owns,
-            ))
-        };
-        Self {
-            plugin: serving.name().to_string(),
-            candidate: Arc::new(candidate.drawing_random_as(serving)),
-            primary: seen.primary.clone(),
-            shown,
-            bucket: seen.bucket.map(str::to_string),
-            now_millis: seen.now_millis,
-            reads: seen.reads,
-            serving: match called {
-                Ok(response) => Ok(expectation_of(response.clone())),
-                Err(failure) => Err(failure.message.clone()),
-            },
-        }
-    }
-}
+use crate::plugin::{LoadedPlugin, ReconcileInput};
 
 /// What a shadow run needs of the engine: the reconcile stages its answer
 /// is checked by, and the wiring that watches the candidate's kinds.
@@ -127,8 +65,18 @@ impl<B: ClusterBackend> Shadow<'_, B> {
             sha256: job.candidate.sha256(),
         };
         let now = self.wiring.shared.now();
-        let object = format!("{} {}", metadata.primary.kind, job.primary.key);
-        let Some(_slot) = self.room_for(&job) else {
+        // Named with its cluster beside others: one name may be in each.
+        let cluster = &self.wiring.shared.cluster.name;
+        let object = match cluster.as_str() {
+            reconciler_contract::LOCAL_CLUSTER => {
+                format!("{} {}", metadata.primary.kind, job.primary.key)
+            }
+            _ => format!(
+                "{} {} in cluster {cluster}",
+                metadata.primary.kind, job.primary.key
+            ),
+        };
+        let Some(_slot) = self.room_for(&job).await else {
             self.book()
                 .record(&id, &object, ShadowOutcome::Shed, None, now);
             return ShadowOutcome::Shed;
@@ -161,12 +109,17 @@ impl<B: ClusterBackend> Shadow<'_, B> {
         outcome
     }
 
-    /// A shadow slot, when the host has room for a shadow call now.
-    fn room_for(&self, job: &ShadowJob) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        if self.reconciler.calls.slots.waiting() > 0 || job.candidate.guest_memory_pressed() {
+    /// A shadow slot, when the host has room for a shadow call: none while
+    /// serving calls wait for an instance or guest memory is short, before
+    /// and after the wait for a slot.
+    async fn room_for(&self, job: &ShadowJob) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let pressed =
+            || self.reconciler.calls.slots.waiting() > 0 || job.candidate.guest_memory_pressed();
+        if pressed() {
             return None;
         }
-        self.book().try_slot()
+        let slot = self.book().slot().await?;
+        (!pressed()).then_some(slot)
     }
 
     /// The candidate's decision, held to every rule the serving version's

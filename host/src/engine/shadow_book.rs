@@ -26,6 +26,10 @@ pub const RECENT_DIFFERENCES: usize = 50;
 pub const EVENT_INTERVAL: Duration = Duration::from_secs(60);
 /// Shadow calls at once, all plugins together, unless the host is told.
 pub const DEFAULT_SHADOW_SLOTS: usize = 2;
+/// How long a shadow run waits for a slot before it is shed.
+pub const SLOT_WAIT: Duration = Duration::from_secs(10);
+/// Shadow runs that may wait for a slot at once; one more is shed at once.
+pub const MAX_WAITING: usize = 256;
 
 /// How one shadow reconcile ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +109,8 @@ pub struct ShadowBook {
     /// Shadow runs owed: counted from the serving reconcile that leaves
     /// one until it has run (or was shed).
     pending: AtomicUsize,
+    /// Shadow runs waiting for a slot now.
+    waiting: AtomicUsize,
     /// Told a line per shadow run (`dev` and `simulate` print them).
     tap: Mutex<Option<mpsc::UnboundedSender<String>>>,
 }
@@ -122,6 +128,7 @@ impl ShadowBook {
             by_plugin: Mutex::default(),
             slots: Arc::new(Semaphore::new(slots.max(1))),
             pending: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
             tap: Mutex::default(),
         }
     }
@@ -154,10 +161,25 @@ impl ShadowBook {
         self.by_plugin.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A shadow slot if one is free now; never waits (a shadow call that
-    /// would have to wait is shed).
+    /// A shadow slot if one is free now.
     pub fn try_slot(&self) -> Option<OwnedSemaphorePermit> {
         self.slots.clone().try_acquire_owned().ok()
+    }
+
+    /// A shadow slot within [`SLOT_WAIT`]; `None` (the run is shed) when
+    /// none frees in time or [`MAX_WAITING`] runs wait already, so a burst
+    /// is compared as far as the slots allow and never piles up.
+    pub async fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        if let Some(slot) = self.try_slot() {
+            return Some(slot);
+        }
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= MAX_WAITING {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        let slot = tokio::time::timeout(SLOT_WAIT, self.slots.clone().acquire_owned()).await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        slot.ok()?.ok()
     }
 
     /// Counts `outcome` for `candidate`, keeping `difference` (for a
@@ -353,13 +375,21 @@ mod tests {
         assert_eq!(shadow.differing[0].object, "o119");
     }
 
-    #[test]
-    fn shadow_slots_are_taken_without_waiting() {
-        let book = ShadowBook::new(1);
-        let first = book.try_slot();
-        assert!(first.is_some());
-        assert!(book.try_slot().is_none());
+    #[tokio::test(start_paused = true)]
+    async fn a_shadow_run_waits_a_while_for_a_slot_then_is_shed() {
+        let book = Arc::new(ShadowBook::new(1));
+        let first = book.slot().await.expect("a free slot");
+        // Freed within the wait: the next run gets it.
+        let waiter = tokio::spawn({
+            let book = book.clone();
+            async move { book.slot().await.is_some() }
+        });
+        tokio::time::sleep(SLOT_WAIT / 2).await;
         drop(first);
-        assert!(book.try_slot().is_some());
+        assert!(waiter.await.unwrap());
+        // Held past the wait: shed.
+        let held = book.slot().await.expect("free again");
+        assert!(book.slot().await.is_none());
+        drop(held);
     }
 }

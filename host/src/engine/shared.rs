@@ -9,7 +9,7 @@
 //! that composes them, and each can be read, and tested, with only what it
 //! touches.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use reconciler_contract::ClusterInfo;
@@ -42,6 +42,8 @@ pub struct Shared<B: ClusterBackend> {
     pub shadow: Arc<ShadowBook>,
     /// Candidate versions (by content hash) whose kinds are watched.
     candidate_kinds: Mutex<BTreeSet<String>>,
+    /// The candidates' generation and versions this engine last acted on.
+    candidates_seen: Mutex<(u64, BTreeMap<String, String>)>,
 }
 
 impl<B: ClusterBackend> Shared<B> {
@@ -58,7 +60,31 @@ impl<B: ClusterBackend> Shared<B> {
             candidates: Candidates::new(),
             shadow: Arc::new(ShadowBook::default()),
             candidate_kinds: Mutex::default(),
+            candidates_seen: Mutex::default(),
         }
+    }
+
+    /// The plugins whose candidate is new since the last call (a new
+    /// candidate, or a new version of one): each of their primaries is to
+    /// be reconciled once, so the candidate is compared on every object
+    /// without waiting for changes.
+    pub fn new_candidates(&self) -> Vec<String> {
+        let generation = self.candidates.generation();
+        let mut seen = self
+            .candidates_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if seen.0 == generation {
+            return Vec::new();
+        }
+        let versions = self.candidates.versions();
+        let fresh = versions
+            .iter()
+            .filter(|(name, sha)| seen.1.get(*name) != Some(*sha))
+            .map(|(name, _)| name.clone())
+            .collect();
+        *seen = (generation, versions);
+        fresh
     }
 
     /// The candidate running in shadow beside plugin `name`, if any.

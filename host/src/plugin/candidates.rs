@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use super::loaded::LoadedPlugin;
@@ -66,6 +67,10 @@ pub fn misfit(
 #[derive(Default)]
 pub struct Candidates {
     by_plugin: RwLock<BTreeMap<String, Arc<LoadedPlugin>>>,
+    /// Bumped whenever a candidate comes, goes or changes version: an
+    /// engine that sees it move compares every primary of the plugins
+    /// whose candidate is new.
+    generation: AtomicU64,
 }
 
 impl Candidates {
@@ -86,7 +91,21 @@ impl Candidates {
 
     /// Replaces every candidate with `candidates`.
     pub fn set(&self, candidates: BTreeMap<String, Arc<LoadedPlugin>>) {
-        *self.by_plugin.write().unwrap_or_else(|e| e.into_inner()) = candidates;
+        let mut held = self.by_plugin.write().unwrap_or_else(|e| e.into_inner());
+        if versions(&held) != versions(&candidates) {
+            self.generation.fetch_add(1, Ordering::SeqCst);
+        }
+        *held = candidates;
+    }
+
+    /// Moves whenever the candidates change (see [`Self::versions`]).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Each candidate's content hash, by the plugin it shadows.
+    pub fn versions(&self) -> BTreeMap<String, String> {
+        versions(&self.read())
     }
 
     /// Every candidate, by the plugin it shadows.
@@ -100,6 +119,13 @@ impl Candidates {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<LoadedPlugin>>> {
         self.by_plugin.read().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+fn versions(candidates: &BTreeMap<String, Arc<LoadedPlugin>>) -> BTreeMap<String, String> {
+    candidates
+        .iter()
+        .map(|(name, c)| (name.clone(), c.sha256().to_string()))
+        .collect()
 }
 
 impl std::fmt::Debug for Candidates {

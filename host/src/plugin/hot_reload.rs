@@ -225,6 +225,10 @@ pub struct PluginStatus {
     pub last_reload_error: Option<String>,
     /// The refused version waits for its kinds to be served and is retried.
     pub waiting_for_kinds: bool,
+    /// A candidate refused only because its serving file serves nothing
+    /// yet: tried again when that changes.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub waiting_for_serving: bool,
     /// For a candidate file: the plugin it runs in shadow beside.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub candidate_for: Option<String>,
@@ -369,7 +373,7 @@ impl PluginDirectory {
         let waiting: BTreeMap<PathBuf, String> = self
             .refused
             .iter()
-            .filter(|(_, r)| r.why == Refusal::Conflict)
+            .filter(|(f, r)| r.why == Refusal::Conflict && serving_file_of(f).is_none())
             .map(|(f, r)| (f.clone(), r.sha256.clone()))
             .collect();
         let mut files = Vec::new();
@@ -657,6 +661,8 @@ impl PluginDirectory {
                     loaded_at: served.map(|s| rfc3339(s.loaded_at_millis)),
                     last_reload_error: refused.map(|r| r.reason.clone()),
                     waiting_for_kinds: refused.is_some_and(|r| r.why == Refusal::Unwatchable),
+                    waiting_for_serving: refused
+                        .is_some_and(|r| r.why == Refusal::NoServingVersion),
                     candidate_for: serving_file_of(file)
                         .and_then(|f| self.served.get(&f))
                         .map(|s| s.name.clone()),

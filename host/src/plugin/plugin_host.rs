@@ -75,6 +75,16 @@ pub enum Refusal {
     /// A kind it declares cannot be watched yet: tried again by the
     /// directory's retries until it starts.
     Unwatchable,
+    /// A candidate whose serving file serves no plugin yet: tried again
+    /// when what is served changes.
+    NoServingVersion,
+}
+
+impl Refusal {
+    /// Whether a change of what serves may lift it.
+    pub fn waits_for_what_serves(self) -> bool {
+        matches!(self, Refusal::Conflict | Refusal::NoServingVersion)
+    }
 }
 
 /// A host's refusal of a plugin version: what to tell the user, and which

@@ -19,6 +19,8 @@
 //! fails stops serving, and the last good digest that passes the new policy
 //! serves instead, or nothing.
 
+mod waiting;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +31,7 @@ use tokio::sync::watch;
 
 use super::api_error::api_error_text;
 use super::conditions::{self, PluginResourceStatus, State};
+use super::rollout_status::Role;
 use super::shared::Shared;
 use super::spec::ValidSpec;
 use crate::plugin::hot_reload::PluginStatus;
@@ -46,6 +49,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 const POLICY_RECHECK: Duration = Duration::from_secs(30);
 /// How many earlier digests are kept to fall back to.
 const HISTORY: usize = 4;
+/// How often a candidate's follower writes its shadow counts, when they
+/// changed.
+const SHADOW_REPORT: Duration = Duration::from_secs(5);
 
 /// What a follower is asked to serve.
 #[derive(Clone, Debug)]
@@ -115,6 +121,7 @@ enum Attempt {
 
 pub struct Follower {
     shared: Arc<Shared>,
+    role: Role,
     /// The served file's name (without `.wasm`).
     file_name: String,
     /// What logs call it: `Plugin podset` or the reference.
@@ -126,12 +133,15 @@ pub struct Follower {
     refused: Vec<(Digest, i64, Admission)>,
     status: PluginResourceStatus,
     written: Option<PluginResourceStatus>,
+    /// The shadow counts last written (a candidate's follower).
+    shadow_written: Option<(String, crate::engine::shadow_book::ShadowCounts)>,
 }
 
 impl Follower {
     pub fn new(shared: Arc<Shared>, file_name: String, label: String) -> Self {
         Self {
             shared,
+            role: Role::Serving,
             file_name,
             label,
             serving: None,
@@ -139,6 +149,17 @@ impl Follower {
             refused: Vec::new(),
             status: PluginResourceStatus::default(),
             written: None,
+            shadow_written: None,
+        }
+    }
+
+    /// A follower of a Plugin's `spec.rollout.candidate`, served as a
+    /// candidate file (`file_name` ends in `.candidate`): its status goes
+    /// under `status.rollout`, beside what it found in shadow.
+    pub fn candidate(shared: Arc<Shared>, file_name: String, label: String) -> Self {
+        Self {
+            role: Role::Candidate,
+            ..Self::new(shared, file_name, label)
         }
     }
 
@@ -148,10 +169,12 @@ impl Follower {
         let mut backoff = FIRST_BACKOFF;
         // The next wake-up only reads the trust policy again (no interval).
         let mut recheck_only = false;
+        let mut last = None;
         loop {
             let Some(current) = desired.borrow_and_update().clone() else {
                 break;
             };
+            last = Some(current.clone());
             let attempt = self.attempt(&current, !recheck_only).await;
             self.publish(&current).await;
             let mut policy_wake = false;
@@ -171,25 +194,20 @@ impl Follower {
                     Some(wait)
                 }
             };
-            let sleep = async {
-                match wait {
-                    Some(wait) => tokio::time::sleep(wait).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                changed = desired.changed() => {
-                    if changed.is_err() {
-                        break;
-                    }
+            match self.wait(&mut desired, wait, &current).await {
+                Woke::Closed => break,
+                Woke::Changed => {
                     backoff = FIRST_BACKOFF;
                     recheck_only = false;
                 }
-                _ = sleep => recheck_only = policy_wake,
+                Woke::Slept => recheck_only = policy_wake,
             }
         }
         if let Err(e) = self.shared.served.remove(&self.file_name) {
             tracing::warn!("{}: cannot stop serving its file: {e}", self.label);
+        }
+        if self.role == Role::Candidate {
+            self.clear_rollout(last.as_ref()).await;
         }
         let _ = self.shared.reload.send(());
         tracing::info!(
@@ -570,6 +588,9 @@ impl Follower {
                 return Ok(entry);
             }
             if let Some(error) = &entry.last_reload_error {
+                if entry.waiting_for_serving {
+                    return Err(("WaitingForServingVersion", error.clone(), true));
+                }
                 let reason = conditions::load_reason(error, entry.waiting_for_kinds);
                 return Err((reason, error.clone(), entry.waiting_for_kinds));
             }
@@ -713,7 +734,7 @@ impl Follower {
         if let Some(object) = &desired.object
             && let Some(name) = &object.name
         {
-            let patch = serde_json::json!({ "status": status_patch(&self.status) });
+            let patch = self.role.status_patch(status_patch(&self.status));
             match self
                 .shared
                 .api
@@ -740,7 +761,7 @@ impl Follower {
         };
         let event = Event {
             type_,
-            reason: reason.to_string(),
+            reason: self.role.reason(reason),
             note: Some(note.chars().take(1000).collect()),
             action: "Serve".into(),
             secondary: None,
@@ -753,6 +774,16 @@ impl Follower {
             );
         }
     }
+}
+
+/// Why a follower's wait ended (see `waiting`).
+enum Woke {
+    /// What it follows changed.
+    Changed,
+    /// The wait was over.
+    Slept,
+    /// The Plugin is gone: its sender was dropped.
+    Closed,
 }
 
 /// `status` as a merge patch: what is no longer set is written as null, so

@@ -33,13 +33,20 @@ pub async fn follow(
     let mut followers = Followers {
         shared: shared.clone(),
         by_name: BTreeMap::new(),
+        candidates: BTreeMap::new(),
         tasks: tokio::task::JoinSet::new(),
     };
     for reference in references {
         followers.follow_reference(reference, &verify_keys);
     }
     let Some(selector) = watch_resources else {
-        let Followers { by_name, tasks, .. } = followers;
+        let Followers {
+            by_name,
+            candidates,
+            tasks,
+            ..
+        } = followers;
+        drop(candidates);
         tasks.join_all().await;
         drop(by_name);
         return;
@@ -67,6 +74,8 @@ struct Followers {
     /// By Plugin name; a `--plugin` reference's key starts with `\0`, which
     /// no Plugin's name does.
     by_name: BTreeMap<String, watch::Sender<Option<Desired>>>,
+    /// The followers of Plugins' `spec.rollout.candidate`, by Plugin name.
+    candidates: BTreeMap<String, watch::Sender<Option<Desired>>>,
     tasks: tokio::task::JoinSet<()>,
 }
 
@@ -77,6 +86,7 @@ impl Followers {
             spec: Ok(ValidSpec {
                 reference: reference.clone(),
                 interval: None,
+                rollout: None,
                 raw: PluginSpec {
                     source: reference.to_string(),
                     ..PluginSpec::default()
@@ -117,6 +127,7 @@ impl Followers {
             if let Some(tx) = self.by_name.remove(&name) {
                 let _ = tx.send(None);
             }
+            self.follow_candidate(&name, None);
         }
     }
 
@@ -127,6 +138,7 @@ impl Followers {
             return;
         };
         let desired = desired_of(object);
+        self.follow_candidate(&name, candidate_of(&desired));
         match self.by_name.get(&name) {
             Some(tx) => {
                 let same = tx.borrow().as_ref().is_some_and(|d| {
@@ -159,7 +171,53 @@ impl Followers {
             tracing::info!("Plugin {name} deleted");
             let _ = tx.send(None);
         }
+        if let Some(name) = &object.metadata.name {
+            self.follow_candidate(name, None);
+        }
     }
+
+    /// Follows Plugin `name`'s candidate as `desired` says: started, told
+    /// of a change, or stopped (`None`: no rollout, or the Plugin is gone).
+    fn follow_candidate(&mut self, name: &str, desired: Option<Desired>) {
+        match (self.candidates.get(name), desired) {
+            (Some(tx), Some(desired)) => {
+                let same = tx.borrow().as_ref().is_some_and(|d| {
+                    d.generation == desired.generation
+                        && d.spec.as_ref().ok() == desired.spec.as_ref().ok()
+                });
+                if !same {
+                    let _ = tx.send(Some(desired));
+                }
+            }
+            (Some(_), None) => {
+                if let Some(tx) = self.candidates.remove(name) {
+                    let _ = tx.send(None);
+                }
+            }
+            (None, Some(desired)) => {
+                tracing::info!("Plugin {name}: following its candidate (spec.rollout)");
+                let (tx, rx) = watch::channel(Some(desired));
+                let follower = Follower::candidate(
+                    self.shared.clone(),
+                    format!("plugin-{name}.candidate"),
+                    format!("Plugin {name} candidate"),
+                );
+                self.tasks.spawn(follower.run(rx));
+                self.candidates.insert(name.to_string(), tx);
+            }
+            (None, None) => {}
+        }
+    }
+}
+
+/// What a Plugin's candidate follower follows: its `spec.rollout`, with the
+/// spec's trust and access; `None` without a rollout or a valid spec.
+fn candidate_of(desired: &Desired) -> Option<Desired> {
+    let spec = desired.spec.as_ref().ok()?.candidate()?;
+    Some(Desired {
+        spec: Ok(spec),
+        ..desired.clone()
+    })
 }
 
 fn desired_of(object: &DynamicObject) -> Desired {

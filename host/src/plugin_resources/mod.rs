@@ -28,6 +28,7 @@ pub mod follower;
 pub mod followers;
 pub mod from_objects;
 pub mod kind;
+pub mod rollout_status;
 pub mod shared;
 pub mod spec;
 

@@ -47,6 +47,8 @@ pub struct Shared {
     /// Whether this replica writes Plugins' status and Events now (one of
     /// several sharding replicas does).
     pub writes_status: crate::support::duty_holder::DutyHolder,
+    /// What candidates in shadow found: a Plugin's status reports its own.
+    pub shadow: std::sync::Arc<crate::engine::shadow_book::ShadowBook>,
 }
 
 impl Shared {

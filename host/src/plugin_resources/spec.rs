@@ -23,6 +23,36 @@ pub struct PluginSpec {
     /// Reach the registry over plain HTTP.
     #[serde(default)]
     pub insecure: bool,
+    /// A candidate version run beside the one `source` serves.
+    #[serde(default)]
+    pub rollout: Option<RolloutSpec>,
+}
+
+/// `spec.rollout`: the next version, and how it is tried.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// The candidate's source, in the forms `source` takes; verified as
+    /// `spec.verification` says and pulled with the same secrets.
+    pub candidate: String,
+    /// `shadow` (the default): the candidate decides on every reconcile
+    /// beside the serving version and is never applied.
+    #[serde(default)]
+    pub mode: Option<String>,
+}
+
+/// How a candidate is tried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RolloutMode {
+    /// Decides beside the serving version on every reconcile; never applied.
+    Shadow,
+}
+
+/// A valid `spec.rollout`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rollout {
+    pub candidate: PluginReference,
+    pub mode: RolloutMode,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -96,10 +126,28 @@ pub struct Identity {
 pub struct ValidSpec {
     pub reference: PluginReference,
     pub interval: Option<Duration>,
+    pub rollout: Option<Rollout>,
     pub raw: PluginSpec,
 }
 
 impl ValidSpec {
+    /// The spec a candidate's follower follows: the candidate as source,
+    /// with this spec's interval, verification, pull secrets and transport;
+    /// `None` without `spec.rollout`.
+    pub fn candidate(&self) -> Option<ValidSpec> {
+        let rollout = self.rollout.as_ref()?;
+        Some(ValidSpec {
+            reference: rollout.candidate.clone(),
+            interval: self.interval,
+            rollout: None,
+            raw: PluginSpec {
+                source: rollout.candidate.to_string(),
+                rollout: None,
+                ..self.raw.clone()
+            },
+        })
+    }
+
     /// `base`, with the source's registry reached over plain HTTP when the
     /// spec says `insecure`.
     pub fn registry_options(
@@ -147,9 +195,25 @@ impl PluginSpec {
                 return Err("spec.verification names no public key and no keyless identity: nothing could verify".into());
             }
         }
+        let rollout = match &self.rollout {
+            None => None,
+            Some(r) => Some(Rollout {
+                candidate: PluginReference::parse_source(&r.candidate)
+                    .map_err(|e| format!("spec.rollout.candidate: {e}"))?,
+                mode: match r.mode.as_deref() {
+                    None | Some("shadow") => RolloutMode::Shadow,
+                    Some(other) => {
+                        return Err(format!(
+                            "spec.rollout.mode is {other:?}: the host runs a candidate in mode shadow (it decides beside the serving version and is never applied)"
+                        ));
+                    }
+                },
+            }),
+        };
         Ok(ValidSpec {
             reference,
             interval,
+            rollout,
             raw: self,
         })
     }
@@ -196,5 +260,33 @@ mod tests {
         let e =
             spec(serde_json::json!({"source": "r.example/p:1", "verification": {}})).unwrap_err();
         assert!(e.contains("nothing could verify"), "{e}");
+        let e =
+            spec(serde_json::json!({"source": "r.example/p:1", "rollout": {"candidate": "p:2"}}))
+                .unwrap_err();
+        assert!(e.starts_with("spec.rollout.candidate:"), "{e}");
+        let e = spec(serde_json::json!({"source": "r.example/p:1",
+            "rollout": {"candidate": "r.example/p:2", "mode": "canary"}}))
+        .unwrap_err();
+        assert!(e.contains("mode shadow"), "{e}");
+    }
+
+    #[test]
+    fn a_rollout_candidate_is_followed_with_the_specs_trust_and_access() {
+        let valid = spec(serde_json::json!({
+            "source": "r.example/plugins/podset:1",
+            "verification": {"publicKeys": [{"secretRef": {"name": "keys"}}]},
+            "pullSecrets": [{"name": "pull"}],
+            "rollout": {"candidate": "r.example/plugins/podset:2"}
+        }))
+        .unwrap();
+        assert_eq!(valid.rollout.as_ref().unwrap().mode, RolloutMode::Shadow);
+        let candidate = valid.candidate().unwrap();
+        assert_eq!(
+            candidate.reference.to_string(),
+            "oci://r.example/plugins/podset:2"
+        );
+        assert_eq!(candidate.raw.verification, valid.raw.verification);
+        assert_eq!(candidate.raw.pull_secrets, valid.raw.pull_secrets);
+        assert!(candidate.candidate().is_none());
     }
 }

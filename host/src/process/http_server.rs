@@ -364,6 +364,7 @@ mod tests {
             loaded_at: Some("2026-01-01T00:00:00Z".into()),
             last_reload_error: None,
             waiting_for_kinds: false,
+            waiting_for_serving: false,
             candidate_for: None,
         }]);
         status.set_sampler(|| {

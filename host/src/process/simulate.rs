@@ -364,15 +364,13 @@ async fn run_turns<B: ClusterBackend>(
                 .or_insert(0);
             *round += 1;
             let record = turn.engine.reconcile(&plugin, key).await;
-            if let Some(lines) = shadow_lines.as_deref_mut() {
-                let prefix = match turns.len() {
-                    1 => String::new(),
-                    _ => format!("{}: ", turn.name),
-                };
-                while let Ok(line) = lines.try_recv() {
-                    shadow.push((records.len() + 1, format!("{prefix}{line}")));
-                }
-            }
+            let prefix = (turns.len() > 1).then_some(turn.name);
+            take_shadow_lines(
+                shadow_lines.as_deref_mut(),
+                prefix,
+                records.len(),
+                &mut shadow,
+            );
             if *round > config.max_rounds || records.len() >= config.max_reconciles {
                 let cluster = match turns.len() {
                     1 => String::new(),
@@ -423,6 +421,26 @@ async fn run_turns<B: ClusterBackend>(
         refused: Vec::new(),
         builtin_changes,
         shadow,
+    }
+}
+
+/// The shadow lines told since the last call, each to follow record
+/// `index`, named by cluster (`prefix`) when there are several.
+fn take_shadow_lines(
+    lines: Option<&mut mpsc::UnboundedReceiver<String>>,
+    prefix: Option<&str>,
+    index: usize,
+    shadow: &mut Vec<(usize, String)>,
+) {
+    let Some(lines) = lines else {
+        return;
+    };
+    while let Ok(line) = lines.try_recv() {
+        let line = match prefix {
+            Some(cluster) => format!("{cluster}: {line}"),
+            None => line,
+        };
+        shadow.push((index + 1, line));
     }
 }
 

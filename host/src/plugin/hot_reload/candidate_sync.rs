@@ -42,7 +42,7 @@ impl PluginDirectory {
         }
         if served_changed || !events.is_empty() {
             self.refused
-                .retain(|f, r| !(files.contains(f) && r.why == Refusal::Conflict));
+                .retain(|f, r| !(files.contains(f) && r.why.waits_for_what_serves()));
         }
         for file in files {
             if let Some(event) = self.sync_candidate(file).await {
@@ -87,7 +87,12 @@ impl PluginDirectory {
         };
         if let Some(reason) = self.misfit(file, &candidate) {
             self.candidates.remove(file);
-            return Some(self.refuse(file, sha256, reason, Refusal::Conflict));
+            let serving = serving_file_of(file).is_some_and(|f| self.served.contains_key(&f));
+            let why = match serving {
+                true => Refusal::Conflict,
+                false => Refusal::NoServingVersion,
+            };
+            return Some(self.refuse(file, sha256, reason, why));
         }
         let serving_version = serving_file_of(file)
             .and_then(|f| self.served.get(&f))

@@ -18,16 +18,13 @@ use tokio::sync::mpsc;
 use super::config::{DevConfig, MemberSeed};
 use super::embedded::{seed_crds, start_embedded};
 use super::manifest_dir::ManifestDir;
-use super::plugins::{
-    follow_object_plugins, say_if_none_serve, serve_plugins, wait_for_shadows, write_shadow_lines,
-};
+use super::plugins::{DevShadow, follow_object_plugins, say_if_none_serve, serve_plugins};
 use super::stamp::stamp;
 use super::tables::clusters_table;
 
 use crate::cluster::embedded::EmbeddedCluster;
 use crate::cluster::embedded::builtins::group_changes;
 use crate::cluster::{Clock, RealClock};
-use crate::engine::shadow_book::ShadowBook;
 use crate::engine::{Engine, ReconcileRecord};
 use crate::fleet::Fleet;
 use crate::fleet::member::{Identity, Settings};
@@ -35,7 +32,6 @@ use crate::fleet::selection::PluginClusters;
 use crate::golden::recorder::CaseRecorder;
 use crate::plugin::Sandbox;
 use crate::plugin::background_reload::BackgroundReload;
-use crate::plugin::candidates::Candidates;
 use crate::support::dir_watch::watch_dir;
 
 /// How often the loop looks for built-in changes and for quiet.
@@ -63,11 +59,9 @@ pub(super) async fn run(
     members: Vec<MemberSeed>,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<u64> {
-    let candidates = Candidates::new();
-    let book = Arc::new(ShadowBook::default());
-    let mut shadow_lines = book.tap();
-    let (fleet, mut finished) = member_fleet(&sandbox, &config, &candidates, &book)?;
-    let plugins = serve_plugins(sandbox, &mut config, fleet.as_ref(), candidates, out).await?;
+    let mut shadow = DevShadow::new();
+    let (fleet, mut finished) = member_fleet(&sandbox, &config, &shadow)?;
+    let plugins = serve_plugins(sandbox, &mut config, fleet.as_ref(), &shadow, out).await?;
     let mut running = engage(&fleet, &config, members, out).await?;
     for member in &mut running {
         for line in member.sync(&config.objects_dir, &fleet.plugins()) {
@@ -105,10 +99,6 @@ pub(super) async fn run(
                 writeln!(out, "{}", stamp(&format!("{name}: {record}")))?;
                 quiet_ticks = 0;
             }
-            Some(line) = shadow_lines.recv() => {
-                writeln!(out, "{}", stamp(&line))?;
-                quiet_ticks = 0;
-            }
             update = reloads.next() => {
                 for event in &update.events {
                     writeln!(out, "{}", stamp(&event.to_string()))?;
@@ -127,9 +117,11 @@ pub(super) async fn run(
                 quiet_ticks = 0;
             }
             _ = tick.tick() => {
+                // Shadow lines come at the tick: a quiet member waits for them.
                 if write_builtin_changes(&running, out)?
+                    || shadow.print(out)?
                     || !quiet(&fleet, &running)
-                    || book.pending() > 0
+                    || shadow.book.pending() > 0
                 {
                     quiet_ticks = 0;
                     continue;
@@ -158,8 +150,7 @@ pub(super) async fn run(
     while let Ok((name, record)) = finished.try_recv() {
         writeln!(out, "{}", stamp(&format!("{name}: {record}")))?;
     }
-    wait_for_shadows(&book, Duration::from_secs(15)).await;
-    write_shadow_lines(&mut shadow_lines, out)?;
+    shadow.finish(out).await?;
     Ok(failures + config.object_plugins.as_ref().map_or(0, |p| p.failures()))
 }
 
@@ -168,8 +159,7 @@ pub(super) async fn run(
 fn member_fleet(
     sandbox: &Sandbox,
     config: &DevConfig,
-    candidates: &Arc<Candidates>,
-    book: &Arc<ShadowBook>,
+    shadow: &DevShadow,
 ) -> anyhow::Result<(Arc<Fleet<EmbeddedCluster>>, Finished)> {
     let (finished_tx, finished) = mpsc::unbounded_channel::<(String, ReconcileRecord)>();
     let recorder = match &config.record {
@@ -184,8 +174,8 @@ fn member_fleet(
         on_finished: Some(Arc::new(move |name: &str, record: &ReconcileRecord, _| {
             let _ = finished_tx.send((name.to_string(), record.clone()));
         })),
-        candidates: candidates.clone(),
-        shadow: book.clone(),
+        candidates: shadow.candidates.clone(),
+        shadow: shadow.book.clone(),
         ..Settings::default()
     };
     let fleet = Arc::new(Fleet::<EmbeddedCluster>::new(

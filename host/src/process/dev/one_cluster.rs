@@ -11,9 +11,7 @@ use tokio::sync::mpsc;
 use super::config::DevConfig;
 use super::embedded::{seed_crds, start_embedded};
 use super::manifest_dir::ManifestDir;
-use super::plugins::{
-    follow_object_plugins, say_if_none_serve, serve_plugins, wait_for_shadows, write_shadow_lines,
-};
+use super::plugins::{DevShadow, follow_object_plugins, say_if_none_serve, serve_plugins};
 use super::stamp::{now_millis, stamp};
 use super::tables::primaries_table;
 use crate::cluster::RealClock;
@@ -21,11 +19,9 @@ use crate::cluster::embedded::EmbeddedCluster;
 use crate::cluster::embedded::builtins::group_changes;
 use crate::engine::Engine;
 use crate::engine::dispatch::{Dispatcher, Wake};
-use crate::engine::shadow_book::ShadowBook;
 use crate::golden::recorder::CaseRecorder;
 use crate::plugin::Sandbox;
 use crate::plugin::background_reload::BackgroundReload;
-use crate::plugin::candidates::Candidates;
 use crate::support::dir_watch::watch_dir;
 
 /// Runs the dev loop over one cluster until Ctrl-C (or until settled, if
@@ -41,19 +37,9 @@ pub(super) async fn run(
             writeln!(out, "{}", stamp(&line))?;
         }
     }
-    let candidates = Candidates::new();
-    let book = Arc::new(ShadowBook::default());
-    let mut shadow_lines = book.tap();
-    let mut engine = Engine::empty(cluster.clone(), Arc::new(RealClock))
-        .with_instance_pool(sandbox.reconcile_instances())
-        .with_shadow(candidates.clone(), book.clone());
-    if let Some(record) = &config.record {
-        let recorder = CaseRecorder::new(record, "dev")
-            .map_err(|e| anyhow::anyhow!("cannot record into {}: {e}", record.dir.display()))?;
-        engine = engine.with_recorder(Arc::new(recorder));
-    }
-    let engine = Arc::new(engine);
-    let plugins = serve_plugins(sandbox, &mut config, engine.as_ref(), candidates, out).await?;
+    let mut shadow = DevShadow::new();
+    let engine = dev_engine(&cluster, &sandbox, &config, &shadow)?;
+    let plugins = serve_plugins(sandbox, &mut config, engine.as_ref(), &shadow, out).await?;
     // Objects after plugins: the plugins that serve admission admit them.
     let mut manifests = ManifestDir::default();
     for line in manifests.sync_admitted(&config.objects_dir, &cluster, &engine.plugins()) {
@@ -79,14 +65,14 @@ pub(super) async fn run(
         while let Some(record) = dispatcher.try_finished() {
             writeln!(out, "{}", stamp(&record.to_string()))?;
         }
-        write_shadow_lines(&mut shadow_lines, out)?;
+        shadow.print(out)?;
         // After the reconciles whose writes they answered: while some run,
         // their records bring the changes with them.
         if dispatcher.outstanding() == 0 {
             write_builtin_changes(&cluster, out)?;
         }
         let changes = dispatcher.dispatch();
-        if dispatcher.outstanding() == 0 && changes == 0 && book.pending() == 0 {
+        if dispatcher.outstanding() == 0 && changes == 0 && shadow.book.pending() == 0 {
             let table = primaries_table(&engine);
             if table != table_shown {
                 write!(out, "{table}")?;
@@ -109,9 +95,7 @@ pub(super) async fn run(
                 }
                 failures = update.failures;
             }
-            Some(line) = shadow_lines.recv() => {
-                writeln!(out, "{}", stamp(&line))?;
-            }
+            Some(line) = shadow.lines.recv() => writeln!(out, "{}", stamp(&line))?,
             () = cluster.builtin_changes_ready(), if config.builtins.is_some() && dispatcher.outstanding() == 0 => {}
             Some(()) = fs_rx.recv() => {
                 while fs_rx.try_recv().is_ok() {}
@@ -131,9 +115,27 @@ pub(super) async fn run(
     for record in records {
         writeln!(out, "{}", stamp(&record.to_string()))?;
     }
-    wait_for_shadows(&book, Duration::from_secs(15)).await;
-    write_shadow_lines(&mut shadow_lines, out)?;
+    shadow.finish(out).await?;
     Ok(failures + config.object_plugins.as_ref().map_or(0, |p| p.failures()))
+}
+
+/// The engine of `dev` over one cluster: the sandbox's pool, the shadow's
+/// candidates and book, and a recorder when asked.
+fn dev_engine(
+    cluster: &Arc<EmbeddedCluster>,
+    sandbox: &Sandbox,
+    config: &DevConfig,
+    shadow: &DevShadow,
+) -> anyhow::Result<Arc<Engine<EmbeddedCluster>>> {
+    let mut engine = Engine::empty(cluster.clone(), Arc::new(RealClock))
+        .with_instance_pool(sandbox.reconcile_instances())
+        .with_shadow(shadow.candidates.clone(), shadow.book.clone());
+    if let Some(record) = &config.record {
+        let recorder = CaseRecorder::new(record, "dev")
+            .map_err(|e| anyhow::anyhow!("cannot record into {}: {e}", record.dir.display()))?;
+        engine = engine.with_recorder(Arc::new(recorder));
+    }
+    Ok(Arc::new(engine))
 }
 
 /// The built-in controllers' changes since the last call, quieter than a

@@ -24,11 +24,11 @@ pub(super) async fn serve_plugins<H: PluginHost>(
     sandbox: Arc<Sandbox>,
     config: &mut DevConfig,
     host: &H,
-    candidates: Arc<Candidates>,
+    shadow: &DevShadow,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<PluginDirectory> {
-    let mut plugins =
-        PluginDirectory::new(&config.plugins_dir, sandbox).publishing_candidates_to(candidates);
+    let mut plugins = PluginDirectory::new(&config.plugins_dir, sandbox)
+        .publishing_candidates_to(shadow.candidates.clone());
     if let Some(pulled) = &config.pulled_dir {
         plugins = plugins.also_serving(pulled);
     }
@@ -69,24 +69,42 @@ pub(super) async fn follow_object_plugins(
     Ok(())
 }
 
-/// Prints the shadow lines told so far.
-pub(super) fn write_shadow_lines(
-    lines: &mut mpsc::UnboundedReceiver<String>,
-    out: &mut (dyn Write + Send),
-) -> std::io::Result<bool> {
-    let mut any = false;
-    while let Ok(line) = lines.try_recv() {
-        writeln!(out, "{}", stamp(&line))?;
-        any = true;
-    }
-    Ok(any)
+/// Candidates in shadow as `dev` runs them: what the directory decides,
+/// the book the engines record into, and a line per shadow run to print.
+pub(super) struct DevShadow {
+    pub candidates: Arc<Candidates>,
+    pub book: Arc<ShadowBook>,
+    pub lines: mpsc::UnboundedReceiver<String>,
 }
 
-/// Waits, up to `within`, for the shadow runs owed to finish.
-pub(super) async fn wait_for_shadows(book: &ShadowBook, within: std::time::Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    while book.pending() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+impl DevShadow {
+    pub fn new() -> Self {
+        let book = Arc::new(ShadowBook::default());
+        let lines = book.tap();
+        Self {
+            candidates: Candidates::new(),
+            book,
+            lines,
+        }
+    }
+
+    /// Prints the lines told so far; whether there were any.
+    pub fn print(&mut self, out: &mut (dyn Write + Send)) -> std::io::Result<bool> {
+        let mut any = false;
+        while let Ok(line) = self.lines.try_recv() {
+            writeln!(out, "{}", stamp(&line))?;
+            any = true;
+        }
+        Ok(any)
+    }
+
+    /// Waits, up to 15 s, for the shadow runs owed, and prints them.
+    pub async fn finish(&mut self, out: &mut (dyn Write + Send)) -> std::io::Result<()> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+        while self.book.pending() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        self.print(out).map(|_| ())
     }
 }
 

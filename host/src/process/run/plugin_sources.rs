@@ -169,6 +169,7 @@ pub(super) fn start_pulled(
             recorder,
             load_timeout,
             writes_status,
+            shadow: status.shadow.clone(),
         },
     ));
     let references = pulled.references.clone();

@@ -1,0 +1,220 @@
+//! Candidates in shadow on the embedded cluster: a `NAME.candidate.wasm`
+//! beside `NAME.wasm` decides on every reconcile with the serving version's
+//! inputs and writes nothing; the book counts and keeps what it decided
+//! differently; a candidate that cannot stand beside its serving file is
+//! refused with the reason, and one that arrives first waits for it; and
+//! `dev` and `simulate` show the same flow, `simulate` byte for byte
+//! again.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use reconciler_host::cluster::VirtualClock;
+use reconciler_host::cluster::embedded::EmbeddedCluster;
+use reconciler_host::engine::Engine;
+use reconciler_host::engine::shadow_book::ShadowBook;
+use reconciler_host::plugin::hot_reload::{PluginDirectory, ReloadEvent};
+use reconciler_host::process::simulate::{SimulationConfig, run};
+use reconciler_tests::{example_plugin, root, sandbox, test_plugin};
+use serde_json::json;
+
+const HOST: &str = env!("CARGO_BIN_EXE_reconciler-host-under-test");
+
+fn podset_js() -> PathBuf {
+    example_plugin("podset-js/podset-js")
+}
+
+fn doubled() -> PathBuf {
+    test_plugin("podset-doubled-js")
+}
+
+fn podset(name: &str, size: i64) -> serde_json::Value {
+    json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": name, "namespace": "default"}, "spec": {"size": size}})
+}
+
+#[tokio::test]
+async fn a_candidate_decides_on_every_reconcile_and_applies_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = VirtualClock::at(reconciler_sdk::testing::DEFAULT_NOW_MILLIS);
+    let cluster = Arc::new(EmbeddedCluster::new(Arc::new(clock.clone())));
+    let mut plugins = PluginDirectory::new(dir.path(), sandbox().clone());
+    let book = Arc::new(ShadowBook::default());
+    let engine = Engine::empty(cluster.clone(), Arc::new(clock.clone()))
+        .with_shadow(plugins.candidates(), book.clone());
+    for (name, size) in [("a", 1), ("b", 2)] {
+        cluster.apply_as_user(podset(name, size)).unwrap();
+    }
+    // The candidate first: it waits for its serving file, then runs.
+    std::fs::copy(doubled(), dir.path().join("podset-js.candidate.wasm")).unwrap();
+    let events = plugins.sync(&engine).await;
+    assert!(
+        matches!(&events[..], [ReloadEvent::Failed { reason, .. }] if reason.contains("serves none")),
+        "{events:?}"
+    );
+    std::fs::copy(podset_js(), dir.path().join("podset-js.wasm")).unwrap();
+    let events = plugins.sync(&engine).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ReloadEvent::CandidateLoaded { name, .. } if name == "podset-js")),
+        "{events:?}"
+    );
+    let status = plugins.status();
+    let entry = status
+        .iter()
+        .find(|s| s.file.ends_with("podset-js.candidate.wasm"))
+        .unwrap();
+    assert_eq!(entry.candidate_for.as_deref(), Some("podset-js"));
+
+    run(&engine, &clock, &SimulationConfig::default()).await;
+    let objects = cluster.objects();
+    for (name, size) in [("a", 1), ("b", 2)] {
+        let deployment = objects
+            .iter()
+            .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == name)
+            .expect("the serving version created it");
+        assert_eq!(deployment["spec"]["replicas"], size, "{name}");
+    }
+    let shadow = book.of("podset-js").expect("the candidate ran");
+    assert_eq!(shadow.counts.agreed, 0);
+    assert_eq!(shadow.counts.failed, 0);
+    assert!(shadow.counts.differed >= 2, "{:?}", shadow.counts);
+    for (name, size) in [("a", 1), ("b", 2)] {
+        let object = format!("PodSet default/{name}");
+        let entry = shadow
+            .differing
+            .iter()
+            .find(|d| d.object == object)
+            .unwrap_or_else(|| panic!("{object} among {:?}", shadow.differing));
+        let text = serde_json::to_string(&entry.differences).unwrap();
+        assert!(
+            text.contains(&format!(
+                "\"path\":\"spec.replicas\",\"serving\":{size},\"candidate\":{}",
+                2 * size
+            )),
+            "{text}"
+        );
+    }
+
+    // Gone with its file: the book stays, no more runs.
+    std::fs::remove_file(dir.path().join("podset-js.candidate.wasm")).unwrap();
+    let events = plugins.sync(&engine).await;
+    assert!(
+        matches!(&events[..], [ReloadEvent::CandidateUnloaded { name, .. }] if name == "podset-js"),
+        "{events:?}"
+    );
+    assert!(plugins.candidates().of("podset-js").is_none());
+}
+
+#[tokio::test]
+async fn a_candidate_of_another_plugin_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = VirtualClock::at(reconciler_sdk::testing::DEFAULT_NOW_MILLIS);
+    let cluster = Arc::new(EmbeddedCluster::new(Arc::new(clock.clone())));
+    let mut plugins = PluginDirectory::new(dir.path(), sandbox().clone());
+    let engine = Engine::empty(cluster, Arc::new(clock));
+    std::fs::copy(podset_js(), dir.path().join("podset-js.wasm")).unwrap();
+    std::fs::copy(
+        example_plugin("memcached"),
+        dir.path().join("podset-js.candidate.wasm"),
+    )
+    .unwrap();
+    let events = plugins.sync(&engine).await;
+    let refused: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            ReloadEvent::Failed { reason, .. } => Some(reason.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        refused.len() == 1 && refused[0].contains("a candidate is a version of the plugin"),
+        "{events:?}"
+    );
+    // The serving version is untouched and still the only plugin.
+    assert_eq!(engine.plugins().len(), 1);
+    assert!(plugins.candidates().of("podset-js").is_none());
+}
+
+fn plugins_dir_with_candidate() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(podset_js(), dir.path().join("podset-js.wasm")).unwrap();
+    std::fs::copy(doubled(), dir.path().join("podset-js.candidate.wasm")).unwrap();
+    dir
+}
+
+fn host(args: &[&str]) -> std::process::Output {
+    Command::new(HOST).args(args).output().unwrap()
+}
+
+fn text(path: &Path) -> String {
+    path.display().to_string()
+}
+
+#[test]
+fn simulate_shows_each_shadow_run_after_its_reconcile_byte_for_byte_again() {
+    let plugins = plugins_dir_with_candidate();
+    let objects = root().join("examples/podset.yaml");
+    let args = [
+        "simulate",
+        "--plugins-dir",
+        &text(plugins.path()),
+        "--objects",
+        &text(&objects),
+    ];
+    let first = host(&args);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let out = String::from_utf8(first.stdout.clone()).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    let reconcile = lines
+        .iter()
+        .position(|l| l.contains("podset-js PodSet default/example: created Deployment"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        lines[reconcile + 1].contains("shadow podset-js")
+            && lines[reconcile + 1].contains("spec.replicas: 3 -> 6"),
+        "{out}"
+    );
+    assert!(out.contains("CandidateDiffers"), "{out}");
+    assert!(out.contains("replicas: 3\n"), "{out}");
+    assert!(!out.contains("replicas: 6\n"), "{out}");
+    let again = host(&args);
+    assert_eq!(first.stdout, again.stdout);
+}
+
+#[test]
+fn dev_prints_a_line_per_shadow_run() {
+    let plugins = plugins_dir_with_candidate();
+    let objects = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join("examples/podset.yaml"),
+        objects.path().join("podset.yaml"),
+    )
+    .unwrap();
+    let out = host(&[
+        "dev",
+        "--plugins-dir",
+        &text(plugins.path()),
+        "--objects",
+        &text(objects.path()),
+        "--until-settled",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("candidate podset-js") && stdout.contains("runs in shadow"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("shadow podset-js") && l.contains("spec.replicas: 3 -> 6")),
+        "{stdout}"
+    );
+}
