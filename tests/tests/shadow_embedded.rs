@@ -46,6 +46,11 @@ async fn a_candidate_decides_on_every_reconcile_and_applies_nothing() {
     for (name, size) in [("a", 1), ("b", 2)] {
         cluster.apply_as_user(podset(name, size)).unwrap();
     }
+    // One the candidate fails on: a failure of its own, not the serving
+    // version's.
+    let mut failing = podset("c", 1);
+    failing["metadata"]["labels"] = json!({"tests.example.com/candidate-fails": ""});
+    cluster.apply_as_user(failing).unwrap();
     // The candidate first: it waits for its serving file, then runs.
     std::fs::copy(doubled(), dir.path().join("podset-js.candidate.wasm")).unwrap();
     let events = plugins.sync(&engine).await;
@@ -70,7 +75,7 @@ async fn a_candidate_decides_on_every_reconcile_and_applies_nothing() {
 
     run(&engine, &clock, &SimulationConfig::default()).await;
     let objects = cluster.objects();
-    for (name, size) in [("a", 1), ("b", 2)] {
+    for (name, size) in [("a", 1), ("b", 2), ("c", 1)] {
         let deployment = objects
             .iter()
             .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == name)
@@ -79,8 +84,16 @@ async fn a_candidate_decides_on_every_reconcile_and_applies_nothing() {
     }
     let shadow = book.of("podset-js").expect("the candidate ran");
     assert_eq!(shadow.counts.agreed, 0);
-    assert_eq!(shadow.counts.failed, 0);
+    assert!(shadow.counts.failed >= 1, "{:?}", shadow.counts);
     assert!(shadow.counts.differed >= 2, "{:?}", shadow.counts);
+    let failed = shadow
+        .differing
+        .iter()
+        .find(|d| d.object == "PodSet default/c")
+        .expect("the failing object is kept");
+    assert_eq!(failed.outcome, "failed");
+    let text = serde_json::to_string(&failed.differences).unwrap();
+    assert!(text.contains("candidate fails on PodSets labelled"), "{text}");
     for (name, size) in [("a", 1), ("b", 2)] {
         let object = format!("PodSet default/{name}");
         let entry = shadow
