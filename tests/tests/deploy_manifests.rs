@@ -1,7 +1,7 @@
 //! The manifests in deploy/ that are derived from code stay in step with it.
 
 use reconciler_host::admission::webhook_configs::{DEFAULT_WEBHOOK_PREFIX, configuration_name};
-use reconciler_host::process::http_server::REPORT_PATHS;
+use reconciler_host::process::http_server::{REPORT_PATHS, SHADOW_PATH};
 use reconciler_host::process::rbac::{Plurals, RbacScope, rbac};
 use reconciler_tests::{example_plugin, load, root};
 
@@ -168,6 +168,14 @@ fn the_deployment_runs_the_host_with_flags_it_has() {
             "deploy/metrics-reader.yaml does not grant {path}, which the metrics port serves: {granted}"
         );
     }
+    // Below /plugins: a candidate's shadow report (SHADOW_PATH).
+    assert!(
+        SHADOW_PATH.starts_with("/plugins/")
+            && granted
+                .as_array()
+                .is_some_and(|g| g.iter().any(|p| p == "/plugins/*")),
+        "deploy/metrics-reader.yaml does not grant /plugins/*, under which {SHADOW_PATH} is served: {granted}"
+    );
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     let security = &container["securityContext"];
@@ -445,7 +453,8 @@ async fn the_metrics_reader_role_lets_a_scraper_read_every_report_on_a_real_clus
     let result = async {
         let yaml = serde_yaml_ng::to_string(&role)?;
         real_cluster::apply_cluster_role(&client, &yaml, (&namespace, "prometheus")).await?;
-        for path in REPORT_PATHS {
+        let shadow = SHADOW_PATH.replace("{name}", "podset");
+        for path in REPORT_PATHS.into_iter().chain([shadow.as_str()]) {
             real_cluster::expect_can_get(&client, (&namespace, "prometheus"), path, true).await?;
             real_cluster::expect_can_get(&client, (&namespace, "stranger"), path, false).await?;
         }

@@ -93,7 +93,10 @@ async fn a_candidate_decides_on_every_reconcile_and_applies_nothing() {
         .expect("the failing object is kept");
     assert_eq!(failed.outcome, "failed");
     let text = serde_json::to_string(&failed.differences).unwrap();
-    assert!(text.contains("candidate fails on PodSets labelled"), "{text}");
+    assert!(
+        text.contains("candidate fails on PodSets labelled"),
+        "{text}"
+    );
     for (name, size) in [("a", 1), ("b", 2)] {
         let object = format!("PodSet default/{name}");
         let entry = shadow

@@ -45,6 +45,7 @@ impl HostSetup {
     pub fn prepare(
         bin: PathBuf,
         plugin: &Path,
+        candidate: Option<&Path>,
         work: &Path,
         extra_args: Vec<String>,
     ) -> anyhow::Result<Self> {
@@ -64,9 +65,16 @@ impl HostSetup {
                 plugin.display()
             )
         })?;
-        let out = Command::new(&bin)
-            .arg("inspect")
-            .arg(plugins_dir.join("podset.wasm"))
+        if let Some(candidate) = candidate {
+            std::fs::copy(candidate, plugins_dir.join("podset.candidate.wasm"))
+                .with_context(|| format!("copying the candidate {}", candidate.display()))?;
+        }
+        let mut inspect = Command::new(&bin);
+        inspect.arg("inspect").arg(plugins_dir.join("podset.wasm"));
+        if candidate.is_some() {
+            inspect.arg(plugins_dir.join("podset.candidate.wasm"));
+        }
+        let out = inspect
             .arg("--compile-cache")
             .arg(&compile_cache)
             .output()

@@ -54,6 +54,11 @@ pub struct BulkArgs {
     /// The podset plugin the host runs.
     #[arg(long, default_value = "plugins/podset.wasm")]
     pub plugin: PathBuf,
+    /// A candidate the host runs in shadow beside podset (copied in as
+    /// podset.candidate.wasm). With --baseline host, the host without it is
+    /// the baseline: what shadow costs.
+    #[arg(long)]
+    pub candidate: Option<PathBuf>,
     /// Longest wait for any one phase.
     #[arg(long, default_value_t = 600)]
     pub timeout_secs: u64,
@@ -135,12 +140,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     );
     std::fs::create_dir_all(state.join("work"))?;
 
-    if args.baseline == Side::Host {
-        bail!("--baseline is native or kopf: the host is what it is compared with");
+    if args.baseline == Side::Host && args.bulk.candidate.is_none() {
+        bail!(
+            "--baseline host compares the host with itself running --candidate in shadow: give --candidate (or choose native or kopf)"
+        );
     }
     let sides: Vec<Side> = match args.only {
         Some(side) => vec![side],
         None => vec![args.baseline, Side::Host],
+    };
+    // The host without its candidate, when it is the baseline.
+    let plain_host = if args.baseline == Side::Host && args.only.is_none() {
+        Some(HostSetup::prepare(
+            args.bulk.host_bin.clone(),
+            &args.bulk.plugin,
+            None,
+            &state.join("work").join("baseline"),
+            args.host_arg.clone(),
+        )?)
+    } else {
+        None
     };
     let kopf = if sides.contains(&Side::Kopf) {
         Some(KopfSetup::check(
@@ -154,6 +173,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(HostSetup::prepare(
             args.bulk.host_bin.clone(),
             &args.bulk.plugin,
+            args.bulk.candidate.as_deref(),
             &state.join("work"),
             args.host_arg.clone(),
         )?)
@@ -164,7 +184,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let load_at_start = load_average();
     let mut baseline_runs = Vec::new();
     let mut host_runs = Vec::new();
-    for &side in &sides {
+    for (index, &side) in sides.iter().enumerate() {
+        let is_baseline = index == 0 && sides.len() > 1;
+        let host = match (is_baseline, &plain_host) {
+            (true, Some(plain)) => Some(plain),
+            _ => host.as_ref(),
+        };
         for run in 1..=args.runs {
             let label = format!("{side} {run}/{}", args.runs);
             eprintln!("[{label}] starting a fresh cluster");
@@ -172,22 +197,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             if matches!(cluster, Cluster::External(_)) {
                 clean_up(&target).await?;
             }
-            let result = measure_side(
-                &args,
-                side,
-                (host.as_ref(), kopf.as_ref()),
-                &target,
-                &state,
-                &label,
-            )
-            .await;
+            let result =
+                measure_side(&args, side, (host, kopf.as_ref()), &target, &state, &label).await;
             if matches!(cluster, Cluster::External(_)) {
                 clean_up(&target).await?;
             }
             let result = result.with_context(|| format!("the {label} run"))?;
-            match side {
-                Side::Native | Side::Kopf => baseline_runs.push(result),
-                Side::Host => host_runs.push(result),
+            match is_baseline || side != Side::Host {
+                true => baseline_runs.push(result),
+                false => host_runs.push(result),
             }
         }
     }

@@ -93,6 +93,7 @@ pub async fn run(args: ReplicasArgs) -> anyhow::Result<()> {
     let host = HostSetup::prepare(
         args.bulk.host_bin.clone(),
         &args.bulk.plugin,
+        args.bulk.candidate.as_deref(),
         &state.join("work"),
         Vec::new(),
     )?;

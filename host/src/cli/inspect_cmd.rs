@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::registry_args::PluginRefArgs;
 use super::sandbox_args::SandboxArgs;
 use crate::plugin::LoadedPlugin;
-use crate::plugin::directory::{load_files, plugin_files};
+use crate::plugin::directory::{load_candidates, load_files, plugin_files};
 use crate::registry::PluginReference;
 use crate::registry::reference::looks_like_reference;
 
@@ -104,17 +104,34 @@ pub fn run(sandbox: &SandboxArgs, args: InspectArgs) -> anyhow::Result<ExitCode>
     if files.is_empty() {
         anyhow::bail!("no plugin (*.wasm) in {}", args.paths.join(", "));
     }
-    let (plugins, failures) = load_files(&sandbox, &files);
+    // A candidate (NAME.candidate.wasm) given with its serving file is
+    // inspected as the candidate it is; alone, as any plugin.
+    let given: std::collections::BTreeSet<PathBuf> = files.iter().cloned().collect();
+    let (files, candidate_files): (Vec<PathBuf>, Vec<PathBuf>) = files.into_iter().partition(|f| {
+        crate::plugin::candidates::serving_file_of(f).is_none_or(|s| !given.contains(&s))
+    });
+    let (plugins, mut failures) = load_files(&sandbox, &files);
+    let (candidates, unfit) = load_candidates(&sandbox, &candidate_files, &plugins);
+    failures.extend(unfit);
     // One plugin asked for and refused: its error is the command's.
-    if let ([], [only]) = (plugins.as_slice(), failures.as_slice()) {
+    if let ([], [], [only]) = (
+        plugins.as_slice(),
+        candidates.as_slice(),
+        failures.as_slice(),
+    ) {
         anyhow::bail!("{only}");
     }
     for failure in &failures {
         eprintln!("error: {failure}");
     }
-    for (i, plugin) in plugins.iter().enumerate() {
+    let shown = plugins.iter().map(|p| (p, None));
+    let shown = shown.chain(candidates.iter().map(|c| (c, Some(c.name()))));
+    for (i, (plugin, candidate_of)) in shown.enumerate() {
         if i > 0 {
             println!("---");
+        }
+        if let Some(name) = candidate_of {
+            println!("# candidate of plugin {name}: runs in shadow beside it");
         }
         print!(
             "{}",
