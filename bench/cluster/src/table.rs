@@ -181,11 +181,13 @@ fn rows(shape: &Shape) -> Vec<Row> {
 /// could not measure shows `n/a`.
 /// The table with the baseline (`native` or `kopf`) first.
 pub fn render(shape: &Shape, baseline: Side, base: &[SideRun], host: &[SideRun]) -> String {
-    let (name, short) = match baseline {
-        Side::Kopf => ("kopf (Python)", "kopf"),
-        _ => ("native kube-rs", "native"),
+    let (name, short, host_name) = match baseline {
+        Side::Kopf => ("kopf (Python)", "kopf", "reconciler-host"),
+        Side::Host => ("host", "host", "host with a candidate in shadow"),
+        Side::Native => ("native kube-rs", "native", "reconciler-host"),
     };
-    let mut out = format!("| | {name} | reconciler-host | host / {short} |\n|---|---|---|---|\n");
+    let mut out =
+        format!("| | {name} | {host_name} | {host_name} / {short} |\n|---|---|---|---|\n");
     for row in rows(shape) {
         let base_values = values(base, &row.value);
         let host_values = values(host, &row.value);
