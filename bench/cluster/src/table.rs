@@ -181,13 +181,12 @@ fn rows(shape: &Shape) -> Vec<Row> {
 /// could not measure shows `n/a`.
 /// The table with the baseline (`native` or `kopf`) first.
 pub fn render(shape: &Shape, baseline: Side, base: &[SideRun], host: &[SideRun]) -> String {
-    let (name, short, host_name) = match baseline {
-        Side::Kopf => ("kopf (Python)", "kopf", "reconciler-host"),
-        Side::Host => ("host", "host", "host with a candidate in shadow"),
-        Side::Native => ("native kube-rs", "native", "reconciler-host"),
+    let (name, host_name, ratio) = match baseline {
+        Side::Kopf => ("kopf (Python)", "reconciler-host", "host / kopf"),
+        Side::Host => ("host", "host with a candidate in shadow", "with / without"),
+        Side::Native => ("native kube-rs", "reconciler-host", "host / native"),
     };
-    let mut out =
-        format!("| | {name} | {host_name} | {host_name} / {short} |\n|---|---|---|---|\n");
+    let mut out = format!("| | {name} | {host_name} | {ratio} |\n|---|---|---|---|\n");
     for row in rows(shape) {
         let base_values = values(base, &row.value);
         let host_values = values(host, &row.value);
@@ -314,6 +313,15 @@ mod tests {
         assert_eq!(
             line(&table, "controller idle RSS"),
             "| controller idle RSS, podset only | 10.0 MiB | 10.0 MiB | 1.00x |"
+        );
+    }
+
+    #[test]
+    fn the_host_as_its_own_baseline_is_named_for_its_candidate() {
+        let table = render(&SHAPE, Side::Host, &[run(20, None)], &[run(10, None)]);
+        assert!(
+            table.starts_with("| | host | host with a candidate in shadow | with / without |"),
+            "{table}"
         );
     }
 
