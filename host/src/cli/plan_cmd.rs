@@ -116,7 +116,7 @@ pub fn run(sandbox: &SandboxArgs, args: PlanArgs) -> anyhow::Result<ExitCode> {
             candidate.metadata().name.as_str(),
         )?,
     };
-    let candidate = candidate.draw_random_as(&serving);
+    let candidate = candidate.drawing_random_as(&serving);
     let serving = Arc::new(serving);
 
     let (objects, now_millis) = match (&args.objects, &client) {

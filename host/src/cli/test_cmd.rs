@@ -65,7 +65,7 @@ pub fn run(sandbox: &SandboxArgs, args: TestArgs) -> anyhow::Result<ExitCode> {
     if let Some(old) = &args.against {
         let (old_path, old_shown) = args.references.file_of(old, cache_dir, &mut keep)?;
         let serving = sandbox.load(&old_path)?;
-        let candidate = plugin.draw_random_as(&serving);
+        let candidate = plugin.drawing_random_as(&serving);
         return compare_cases(&candidate, (&serving, &old_shown), &shown, &files);
     }
     let mut out = std::io::stdout().lock();

@@ -440,11 +440,6 @@ impl<B: ClusterBackend> Engine<B> {
         self
     }
 
-    /// What shadow runs found.
-    pub fn shadow_book(&self) -> &Arc<ShadowBook> {
-        &self.shared.shadow
-    }
-
     /// Whether [`Self::relabel_strays`] has anything to do.
     pub fn has_strays(&self) -> bool {
         self.shards.as_ref().is_some_and(ShardLabelling::has_strays)

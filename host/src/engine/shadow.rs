@@ -26,10 +26,11 @@ use tracing::Instrument;
 use super::failure::Failure;
 use super::plan::uid_of;
 use super::reconcile::Reconciler;
-use super::shadow_book::{CandidateId, ShadowBook, ShadowDifference, ShadowOutcome, seen_at};
+use super::shadow_book::{CandidateId, ShadowBook, ShadowDifference, ShadowOutcome};
 use super::shadow_job::ShadowJob;
 use super::shadow_reads::ReplayedReads;
 use super::watches::Wiring;
+use crate::cluster::clock::rfc3339;
 use crate::cluster::{ClusterBackend, EventRecord};
 use crate::decision_diff::report::line;
 use crate::decision_diff::{Decision, Difference, compare};
@@ -95,7 +96,7 @@ impl<B: ClusterBackend> Shadow<'_, B> {
         let kept = (outcome != ShadowOutcome::Agreed).then(|| ShadowDifference {
             object: object.clone(),
             cluster: self.wiring.shared.cluster.name.clone(),
-            at: seen_at(now),
+            at: rfc3339(now),
             outcome: if outcome == ShadowOutcome::Failed {
                 "failed"
             } else {

@@ -16,7 +16,6 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
-use crate::cluster::clock::rfc3339;
 use crate::decision_diff::Difference;
 use crate::decision_diff::report::line;
 
@@ -256,11 +255,6 @@ impl ShadowBook {
             .map(|s| (s.plugin.clone(), s.candidate_sha256.clone(), s.counts))
             .collect()
     }
-
-    /// Forgets plugins that have no candidate any more.
-    pub fn retain(&self, has_candidate: impl Fn(&str) -> bool) {
-        self.lock().retain(|name, _| has_candidate(name));
-    }
 }
 
 impl PluginShadow {
@@ -276,14 +270,10 @@ impl PluginShadow {
     }
 }
 
-/// `at_millis` as the book writes times.
-pub fn seen_at(at_millis: i64) -> String {
-    rfc3339(at_millis)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::clock::rfc3339;
 
     fn id<'a>(sha: &'a str) -> CandidateId<'a> {
         CandidateId {
@@ -297,7 +287,7 @@ mod tests {
         ShadowDifference {
             object: object.into(),
             cluster: "local".into(),
-            at: seen_at(0),
+            at: rfc3339(0),
             outcome: "differed",
             differences: vec![Difference::Requeue {
                 serving: None,

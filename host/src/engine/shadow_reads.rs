@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use reconciler_contract::memory_cache::{ListBounds, ListJsonError};
 
+use crate::plugin::object_reader::within_bytes;
 use crate::plugin::{GetRequest, ListRequest, ObjectReader};
 
 /// A reader that keeps each answer it gave, by the question.
@@ -106,17 +107,7 @@ impl ObjectReader for ReplayedReads {
             return self.kept.inner.list_within(request, bounds);
         };
         // The candidate's own bound holds, whatever the serving one was.
-        let mut bytes = 0usize;
-        for (n, text) in listed.iter().enumerate() {
-            bytes = bytes.saturating_add(text.len());
-            if bytes > bounds.max_bytes {
-                return Err(ListJsonError::TooLarge {
-                    listed: n,
-                    max_bytes: bounds.max_bytes,
-                });
-            }
-        }
-        Ok(listed)
+        within_bytes(listed, bounds.max_bytes)
     }
 }
 

@@ -10,6 +10,7 @@
 //! touches.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use reconciler_contract::ClusterInfo;
@@ -42,8 +43,10 @@ pub struct Shared<B: ClusterBackend> {
     pub shadow: Arc<ShadowBook>,
     /// Candidate versions (by content hash) whose kinds are watched.
     candidate_kinds: Mutex<BTreeSet<String>>,
-    /// The candidates' generation and versions this engine last acted on.
+    /// The candidates' generation and versions this engine last acted on;
+    /// the generation alone too, read on every pump without the lock.
     candidates_seen: Mutex<(u64, BTreeMap<String, String>)>,
+    candidates_generation: AtomicU64,
 }
 
 impl<B: ClusterBackend> Shared<B> {
@@ -61,6 +64,7 @@ impl<B: ClusterBackend> Shared<B> {
             shadow: Arc::new(ShadowBook::default()),
             candidate_kinds: Mutex::default(),
             candidates_seen: Mutex::default(),
+            candidates_generation: AtomicU64::new(0),
         }
     }
 
@@ -70,6 +74,9 @@ impl<B: ClusterBackend> Shared<B> {
     /// without waiting for changes.
     pub fn new_candidates(&self) -> Vec<String> {
         let generation = self.candidates.generation();
+        if self.candidates_generation.load(Ordering::Relaxed) == generation {
+            return Vec::new();
+        }
         let mut seen = self
             .candidates_seen
             .lock()
@@ -84,14 +91,13 @@ impl<B: ClusterBackend> Shared<B> {
             .map(|(name, _)| name.clone())
             .collect();
         *seen = (generation, versions);
+        self.candidates_generation
+            .store(generation, Ordering::Relaxed);
         fresh
     }
 
     /// The candidate running in shadow beside plugin `name`, if any.
     pub fn candidate_of(&self, name: &str) -> Option<Arc<crate::plugin::LoadedPlugin>> {
-        if !self.candidates.any() {
-            return None;
-        }
         self.candidates.of(name)
     }
 

@@ -83,12 +83,6 @@ impl Candidates {
         self.read().get(name).cloned()
     }
 
-    /// Whether any plugin has a candidate: the reconcile path asks this
-    /// first, so a host without candidates pays one atomic read.
-    pub fn any(&self) -> bool {
-        !self.read().is_empty()
-    }
-
     /// Replaces every candidate with `candidates`.
     pub fn set(&self, candidates: BTreeMap<String, Arc<LoadedPlugin>>) {
         let mut held = self.by_plugin.write().unwrap_or_else(|e| e.into_inner());
@@ -106,14 +100,6 @@ impl Candidates {
     /// Each candidate's content hash, by the plugin it shadows.
     pub fn versions(&self) -> BTreeMap<String, String> {
         versions(&self.read())
-    }
-
-    /// Every candidate, by the plugin it shadows.
-    pub fn all(&self) -> Vec<(String, Arc<LoadedPlugin>)> {
-        self.read()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<LoadedPlugin>>> {

@@ -202,6 +202,20 @@ struct Served {
     loaded_at_millis: i64,
 }
 
+impl Served {
+    /// `plugin`, loaded now from content hashing to `sha256`.
+    fn of(plugin: Arc<LoadedPlugin>, sha256: String) -> Self {
+        Self {
+            name: plugin.name().to_string(),
+            version: plugin.metadata().version.clone(),
+            metadata: plugin.metadata().clone(),
+            plugin,
+            sha256,
+            loaded_at_millis: RealClock.now_millis(),
+        }
+    }
+}
+
 /// A version refused, reported once.
 #[derive(Clone, Debug)]
 struct RefusedVersion {
@@ -500,14 +514,7 @@ impl PluginDirectory {
             Ok(plugin) => plugin?,
             Err(refused) => return Some(refused),
         };
-        let served = Served {
-            plugin: plugin.clone(),
-            name: plugin.name().to_string(),
-            version: plugin.metadata().version.clone(),
-            sha256,
-            metadata: plugin.metadata().clone(),
-            loaded_at_millis: RealClock.now_millis(),
-        };
+        let served = Served::of(plugin, sha256);
         Some(match self.served.get(file).cloned() {
             Some(old) if old.name == served.name => self.reload(file, old, served, engine).await,
             previous => self.start(file, previous, served, engine).await,

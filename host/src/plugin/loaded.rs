@@ -36,7 +36,7 @@ pub struct LoadedPlugin {
     sha256: String,
     /// Whose random streams its calls draw: its own content hash, unless
     /// it is a candidate compared with the version serving
-    /// ([`Self::draw_random_as`]).
+    /// ([`Self::drawing_random_as`]).
     random_identity: Option<String>,
     /// Its compiled component, made ready to instantiate; swapped for a
     /// fresh copy once idle (idle_release.rs).
@@ -150,17 +150,10 @@ impl LoadedPlugin {
         &self.sha256
     }
 
-    /// Seeds this version's random streams as `other`'s are seeded, so two
-    /// versions given the same object draw the same numbers: a plan
-    /// compares their decisions, not their luck.
-    pub fn draw_random_as(mut self, other: &LoadedPlugin) -> Self {
-        self.random_identity = Some(other.sha256.clone());
-        self
-    }
-
     /// A copy of this version that draws its random streams as `other`'s
-    /// are drawn: a candidate in shadow, compared on every reconcile with
-    /// the version serving (which may itself change under it).
+    /// are drawn, so two versions given the same object draw the same
+    /// numbers: a plan or a shadow compares their decisions, not their
+    /// luck.
     pub fn drawing_random_as(&self, other: &LoadedPlugin) -> LoadedPlugin {
         LoadedPlugin {
             metadata: self.metadata.clone(),

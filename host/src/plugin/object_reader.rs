@@ -71,20 +71,25 @@ pub trait ObjectReader: Send + Sync {
         request: &ListRequest<'_>,
         bounds: ListBounds,
     ) -> Result<Vec<String>, ListJsonError> {
-        let max_bytes = bounds.max_bytes;
         let listed = self.list(request).map_err(ListJsonError::Selector)?;
-        let mut bytes = 0usize;
-        for (n, text) in listed.iter().enumerate() {
-            bytes = bytes.saturating_add(text.len());
-            if bytes > max_bytes {
-                return Err(ListJsonError::TooLarge {
-                    listed: n,
-                    max_bytes,
-                });
-            }
-        }
-        Ok(listed)
+        within_bytes(listed, bounds.max_bytes)
     }
+}
+
+/// `listed`, if its JSON text stays within `max_bytes`; otherwise how many
+/// objects fit. For readers that hold a list whole before bounding it.
+pub fn within_bytes(listed: Vec<String>, max_bytes: usize) -> Result<Vec<String>, ListJsonError> {
+    let mut bytes = 0usize;
+    for (n, text) in listed.iter().enumerate() {
+        bytes = bytes.saturating_add(text.len());
+        if bytes > max_bytes {
+            return Err(ListJsonError::TooLarge {
+                listed: n,
+                max_bytes,
+            });
+        }
+    }
+    Ok(listed)
 }
 
 impl ObjectReader for MemoryCache {

@@ -141,13 +141,9 @@ impl Followers {
         self.follow_candidate(&name, candidate_of(&desired));
         match self.by_name.get(&name) {
             Some(tx) => {
-                let same = tx.borrow().as_ref().is_some_and(|d| {
-                    d.generation == desired.generation
-                        && d.spec.as_ref().ok() == desired.spec.as_ref().ok()
-                });
-                if !same {
-                    tracing::info!("Plugin {name} changed (generation {})", desired.generation);
-                    let _ = tx.send(Some(desired));
+                let generation = desired.generation;
+                if tell_if_changed(tx, desired) {
+                    tracing::info!("Plugin {name} changed (generation {generation})");
                 }
             }
             None => {
@@ -181,13 +177,7 @@ impl Followers {
     fn follow_candidate(&mut self, name: &str, desired: Option<Desired>) {
         match (self.candidates.get(name), desired) {
             (Some(tx), Some(desired)) => {
-                let same = tx.borrow().as_ref().is_some_and(|d| {
-                    d.generation == desired.generation
-                        && d.spec.as_ref().ok() == desired.spec.as_ref().ok()
-                });
-                if !same {
-                    let _ = tx.send(Some(desired));
-                }
+                tell_if_changed(tx, desired);
             }
             (Some(_), None) => {
                 if let Some(tx) = self.candidates.remove(name) {
@@ -208,6 +198,18 @@ impl Followers {
             (None, None) => {}
         }
     }
+}
+
+/// Tells a follower `desired` when its generation or spec differs from
+/// what it follows; whether it did.
+fn tell_if_changed(tx: &watch::Sender<Option<Desired>>, desired: Desired) -> bool {
+    let same = tx.borrow().as_ref().is_some_and(|d| {
+        d.generation == desired.generation && d.spec.as_ref().ok() == desired.spec.as_ref().ok()
+    });
+    if !same {
+        let _ = tx.send(Some(desired));
+    }
+    !same
 }
 
 /// What a Plugin's candidate follower follows: its `spec.rollout`, with the

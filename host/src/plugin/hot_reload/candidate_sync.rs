@@ -8,7 +8,6 @@
 use std::path::{Path, PathBuf};
 
 use super::{PluginDirectory, ReloadEvent, Served};
-use crate::cluster::{Clock, RealClock};
 use crate::plugin::candidates::{misfit, serving_file_of};
 use crate::plugin::plugin_host::Refusal;
 use crate::plugin::sandbox::content_hash;
@@ -77,14 +76,7 @@ impl PluginDirectory {
             Ok(plugin) => plugin?,
             Err(refused) => return Some(refused),
         };
-        let candidate = Served {
-            plugin: plugin.clone(),
-            name: plugin.name().to_string(),
-            version: plugin.metadata().version.clone(),
-            sha256: sha256.clone(),
-            metadata: plugin.metadata().clone(),
-            loaded_at_millis: RealClock.now_millis(),
-        };
+        let candidate = Served::of(plugin, sha256.clone());
         if let Some(reason) = self.misfit(file, &candidate) {
             self.candidates.remove(file);
             let serving = serving_file_of(file).is_some_and(|f| self.served.contains_key(&f));
