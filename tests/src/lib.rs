@@ -1,6 +1,7 @@
 //! Shared setup for the end-to-end tests: where the compiled plugins are,
 //! one sandbox per test process, and the harness of the real-cluster tests.
 
+pub mod container;
 pub mod https_client;
 pub mod intercepted;
 pub mod log_capture;

@@ -1,4 +1,4 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -102,7 +102,7 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
     let runtime = tokio::runtime::Runtime::new()?;
     let config = DevConfig {
         plugins_dir,
-        pulled_dir: pulled.as_ref().map(|p| p.dir().to_path_buf()),
+        pulled_dir: pulled.as_ref().and_then(|p| p.dir()).map(Path::to_path_buf),
         object_plugins,
         objects_dir: args.objects,
         crds_dir,

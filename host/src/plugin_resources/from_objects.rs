@@ -115,7 +115,9 @@ impl ObjectPlugins {
 
     /// Where their files are served from.
     pub fn dir(&self) -> &std::path::Path {
-        self.served.dir()
+        self.served
+            .dir()
+            .expect("ServedFiles::new made the directory")
     }
 
     /// Plugin objects that could not be served so far.

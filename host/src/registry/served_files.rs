@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug)]
 pub struct ServedFiles {
-    dir: tempfile::TempDir,
+    /// The directory, or why there is none: a host whose cache cannot be
+    /// written (a read-only root without its volume) still serves its
+    /// plugins directory, and says why pulled plugins fail.
+    dir: Result<tempfile::TempDir, String>,
 }
 
 impl ServedFiles {
@@ -20,31 +23,55 @@ impl ServedFiles {
     /// cache's, so serving is a hard link, and writable where the root
     /// filesystem is not).
     pub fn new(parent: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir_all(parent)?;
         Ok(Self {
-            dir: tempfile::Builder::new()
-                .prefix(".served-")
-                .tempdir_in(parent)?,
+            dir: Ok(Self::make(parent)?),
         })
     }
 
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
+    /// [`Self::new`], or, where `parent` cannot be written, files that
+    /// refuse every plugin with the reason (logged once here).
+    pub fn new_or_refusing(parent: &Path) -> Self {
+        let dir = Self::make(parent).map_err(|e| {
+            let why = format!(
+                "pulled plugins cannot be served: {} cannot be written ({e}); mount a writable volume there (deploy/deployment.yaml mounts one at /cache) or name one with --registry-cache",
+                parent.display()
+            );
+            tracing::error!("{why}; the plugins directory is served as usual");
+            why
+        });
+        Self { dir }
+    }
+
+    fn make(parent: &Path) -> std::io::Result<tempfile::TempDir> {
+        std::fs::create_dir_all(parent)?;
+        tempfile::Builder::new()
+            .prefix(".served-")
+            .tempdir_in(parent)
+    }
+
+    /// The directory, unless it could not be made.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_ref().ok().map(tempfile::TempDir::path)
+    }
+
+    fn served_dir(&self) -> std::io::Result<&Path> {
+        match &self.dir {
+            Ok(dir) => Ok(dir.path()),
+            Err(why) => Err(std::io::Error::other(why.clone())),
+        }
     }
 
     /// The file `name` is served from.
-    pub fn path_of(&self, name: &str) -> PathBuf {
-        self.dir.path().join(format!("{name}.wasm"))
+    fn path_of(dir: &Path, name: &str) -> PathBuf {
+        dir.join(format!("{name}.wasm"))
     }
 
     /// Serves `component` as `name`: a hard link when the cache is on the
     /// same filesystem, a copy otherwise.
     pub fn place(&self, name: &str, component: &Path) -> std::io::Result<PathBuf> {
-        let target = self.path_of(name);
-        let tmp = self
-            .dir
-            .path()
-            .join(format!(".{name}.{}.tmp", std::process::id()));
+        let dir = self.served_dir()?;
+        let target = Self::path_of(dir, name);
+        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         if std::fs::hard_link(component, &tmp).is_err() {
             std::fs::copy(component, &tmp)?;
@@ -55,7 +82,10 @@ impl ServedFiles {
 
     /// Stops serving `name`.
     pub fn remove(&self, name: &str) -> std::io::Result<()> {
-        match std::fs::remove_file(self.path_of(name)) {
+        let Some(dir) = self.dir() else {
+            return Ok(()); // nothing was ever served
+        };
+        match std::fs::remove_file(Self::path_of(dir, name)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
@@ -82,10 +112,25 @@ mod tests {
             b"one",
             "the cache's file is untouched"
         );
-        let names: Vec<_> = crate::plugin::directory::plugin_files(served.dir()).unwrap();
+        let names: Vec<_> = crate::plugin::directory::plugin_files(served.dir().unwrap()).unwrap();
         assert_eq!(names, vec![path.clone()], "temporary files are dotfiles");
         served.remove("podset").unwrap();
         served.remove("podset").unwrap();
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn an_unwritable_parent_refuses_each_plugin_with_the_reason() {
+        let parent = tempfile::tempdir().unwrap();
+        let file = parent.path().join("a-file");
+        std::fs::write(&file, b"not a directory").unwrap();
+        let served = ServedFiles::new_or_refusing(&file.join("registry"));
+        assert!(served.dir().is_none());
+        let refused = served.place("podset", &file).unwrap_err().to_string();
+        assert!(
+            refused.contains("registry") && refused.contains("--registry-cache"),
+            "{refused}"
+        );
+        served.remove("podset").unwrap();
     }
 }

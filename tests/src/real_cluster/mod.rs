@@ -149,7 +149,8 @@ impl Suite {
         }
     }
 
-    fn skip(&self, test: &str, why: &str, command: &str) {
+    /// Says on stderr that `test` is skipped, why, and the command that runs it.
+    pub fn skip(&self, test: &str, why: &str, command: &str) {
         // Straight to the process's stderr: the test harness captures
         // `eprintln!` of a passing test, and a skip must be seen. One
         // write of the whole line, so that the lines of tests skipping

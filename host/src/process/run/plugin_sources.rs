@@ -45,13 +45,12 @@ impl PluginSources {
     /// each version once and publishes what serves to admission.
     pub(super) fn open(config: &RunConfig, sandbox: &Arc<Sandbox>) -> anyhow::Result<Self> {
         let admission = Arc::new(admission_plugins(config.sharding.as_ref()));
-        let served = Arc::new(
-            ServedFiles::new(config.pulled.cache.dir())
-                .context("creating the directory pulled plugins are served from")?,
-        );
-        let directory = PluginDirectory::new(&config.plugins_dir, sandbox.clone())
-            .also_serving(served.dir())
+        let served = Arc::new(ServedFiles::new_or_refusing(config.pulled.cache.dir()));
+        let mut directory = PluginDirectory::new(&config.plugins_dir, sandbox.clone())
             .publishing_to(admission.clone());
+        if let Some(dir) = served.dir() {
+            directory = directory.also_serving(dir);
+        }
         let (plugins_tx, changes) = mpsc::unbounded_channel();
         let rescan = plugins_tx.clone();
         let watch = watch_dir(&config.plugins_dir, plugins_tx);
