@@ -93,6 +93,11 @@ impl Follower {
             .await
         {
             Ok(_) => true,
+            // Deleted: a status of its own went with it.
+            Err(kube::Error::Api(answer)) if answer.code == 404 => {
+                tracing::debug!("{}: gone, no status to write", self.label);
+                false
+            }
             Err(e) => {
                 tracing::warn!(
                     "{}: cannot write its status: {}",
