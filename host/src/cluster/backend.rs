@@ -310,6 +310,16 @@ pub enum BackendError {
     OverBudget { kind: String, max: usize },
 }
 
+/// One label to set with [`ClusterBackend::set_label`], by a field manager,
+/// on the version of the object it was decided from.
+#[derive(Clone, Copy, Debug)]
+pub struct LabelAt<'a> {
+    pub name: &'a str,
+    pub value: &'a str,
+    pub resource_version: &'a str,
+    pub field_manager: &'a str,
+}
+
 /// What the engine needs from a cluster.
 ///
 /// Apply is server-side apply: the fields a field manager sets are merged into
@@ -371,6 +381,54 @@ pub trait ClusterBackend: Send + Sync + 'static {
         propagation: Propagation,
         uid: Option<&str>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Sets one label on the object, only if it exists and is still at
+    /// the given resourceVersion: `NotFound` when it is gone, `Conflict`
+    /// when it changed. Never creates it (as an apply would). Returns the
+    /// object as stored.
+    ///
+    /// By default a read then an apply, for a cluster that holds its
+    /// objects in this process (nothing changes between the two but what
+    /// this process does).
+    fn set_label(
+        &self,
+        key: &ObjectKey,
+        label: LabelAt<'_>,
+    ) -> impl Future<Output = Result<Value, BackendError>> + Send {
+        async move {
+            let current = self.get(key).await?.ok_or_else(|| BackendError::NotFound {
+                key: key.to_string(),
+            })?;
+            let version = current
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str);
+            if version != Some(label.resource_version) {
+                return Err(BackendError::Conflict {
+                    key: key.to_string(),
+                    message: format!(
+                        "at resourceVersion {}, not {}",
+                        version.unwrap_or("(none)"),
+                        label.resource_version
+                    ),
+                });
+            }
+            let mut metadata = serde_json::Map::new();
+            metadata.insert("name".into(), key.name.clone().into());
+            if let Some(namespace) = &key.namespace {
+                metadata.insert("namespace".into(), namespace.clone().into());
+            }
+            metadata.insert(
+                "labels".into(),
+                serde_json::json!({label.name: label.value}),
+            );
+            let object = serde_json::json!({
+                "apiVersion": key.kind.api_version(),
+                "kind": key.kind.kind,
+                "metadata": metadata,
+            });
+            self.apply(object, label.field_manager, true).await
+        }
+    }
 
     /// Adds `finalizer` to the object if it is not there. Returns the object
     /// as stored afterwards.

@@ -7,7 +7,7 @@ pub mod embedded;
 pub mod kubernetes;
 
 pub use backend::{
-    BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, ListedObject,
-    ObjectKey, Propagation, WatchEvent, WatchEventType, WatchScope, WatchStream,
+    BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, LabelAt,
+    ListedObject, ObjectKey, Propagation, WatchEvent, WatchEventType, WatchScope, WatchStream,
 };
 pub use clock::{Clock, RealClock, VirtualClock};

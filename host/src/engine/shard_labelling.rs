@@ -90,11 +90,8 @@ impl ShardLabelling {
         if self.lock_unlabelled().contains(&key.kind) {
             return None;
         }
-        let object = shard_selection::labelled_primary(primary, bucket);
-        match backend
-            .apply(object, shard_selection::SHARD_FIELD_MANAGER, true)
-            .await
-        {
+        let label = shard_selection::primary_label(primary, bucket)?;
+        match backend.set_label(key, label).await {
             Ok(stored) => Some(stored),
             Err(BackendError::Forbidden { message }) => {
                 // Reconciles in flight at once may all be refused: one says so.
@@ -105,6 +102,12 @@ impl ShardLabelling {
                     "cannot label {key} with its shard ({message}): every replica goes on receiving every {} and only its owner reconciles it; grant patch on them (`reconciler-host rbac --sharding`) and restart to have the API server select them",
                     key.kind.kind
                 );
+                None
+            }
+            // Changed or gone since it was read: its next reconcile, which
+            // that change brings, labels the version it reads.
+            Err(BackendError::Conflict { .. } | BackendError::NotFound { .. }) => {
+                tracing::debug!("{key} changed since it was read: labelled at its next reconcile");
                 None
             }
             Err(e) => {

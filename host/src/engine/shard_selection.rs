@@ -27,6 +27,7 @@ use reconciler_contract::selector::LabelSelector;
 use reconciler_contract::{KindRef, PluginMetadata};
 
 use super::work_queue::PrimaryKey;
+use crate::cluster::LabelAt;
 
 /// The label naming the bucket of an object's primary.
 pub const SHARD_LABEL: &str = "reconciler-host.io/shard";
@@ -227,23 +228,20 @@ pub fn label(object: &mut serde_json::Value, bucket: &str) {
     }
 }
 
-/// What the host applies, as [`SHARD_FIELD_MANAGER`], to label a primary:
-/// its identity and the label, nothing else.
-pub fn labelled_primary(primary: &serde_json::Value, bucket: &str) -> serde_json::Value {
-    let field = |pointer: &str| primary.pointer(pointer).cloned();
-    let mut metadata = serde_json::Map::new();
-    for name in ["name", "namespace"] {
-        if let Some(value) = field(&format!("/metadata/{name}")) {
-            metadata.insert(name.to_string(), value);
-        }
-    }
-    let mut object = serde_json::json!({
-        "apiVersion": field("/apiVersion"),
-        "kind": field("/kind"),
-        "metadata": metadata,
-    });
-    label(&mut object, bucket);
-    object
+/// The shard label of `bucket`, set by [`SHARD_FIELD_MANAGER`] on the
+/// version of `primary` that was read: never on a newer one, and never on
+/// one deleted since, which an apply of the label would bring back
+/// ([`ClusterBackend::set_label`](crate::cluster::ClusterBackend::set_label)).
+/// `None` for an object without a resourceVersion (never stored).
+pub fn primary_label<'a>(primary: &'a serde_json::Value, bucket: &'a str) -> Option<LabelAt<'a>> {
+    Some(LabelAt {
+        name: SHARD_LABEL,
+        value: bucket,
+        resource_version: primary
+            .pointer("/metadata/resourceVersion")
+            .and_then(serde_json::Value::as_str)?,
+        field_manager: SHARD_FIELD_MANAGER,
+    })
 }
 
 /// The shard label `object` carries.
@@ -396,6 +394,17 @@ mod tests {
         let mut service = json!({"apiVersion": "v1", "kind": "Service", "spec": {"template": {}}});
         following.label_child(&mut service, "001");
         assert_eq!(label_of(&service["spec"]["template"]), None);
+    }
+
+    #[test]
+    fn a_primary_is_labelled_at_the_version_it_was_read() {
+        let primary = json!({"metadata": {"name": "web", "resourceVersion": "42"}});
+        let label = primary_label(&primary, "00a").unwrap();
+        assert_eq!(
+            (label.name, label.value, label.resource_version),
+            (SHARD_LABEL, "00a", "42")
+        );
+        assert!(primary_label(&json!({"metadata": {"name": "new"}}), "00a").is_none());
     }
 
     #[test]

@@ -28,6 +28,7 @@ mod discovery;
 mod errors;
 mod events;
 mod finalizers;
+mod labels;
 mod object_values;
 pub mod relist_watch;
 mod watch;
@@ -40,8 +41,8 @@ pub use self::connection::KubernetesBackend;
 use self::connection::request;
 use self::object_values::to_value;
 use crate::cluster::backend::{
-    BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, ObjectKey,
-    Propagation, WatchScope, WatchStream,
+    BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, LabelAt,
+    ObjectKey, Propagation, WatchScope, WatchStream,
 };
 
 impl ClusterBackend for KubernetesBackend {
@@ -114,6 +115,10 @@ impl ClusterBackend for KubernetesBackend {
             Err(e) if uid.is_some() && errors::code(&e) == Some(409) => Ok(()),
             Err(e) => Err(errors::map(e, &request("delete", &resolved, key, None))),
         }
+    }
+
+    async fn set_label(&self, key: &ObjectKey, label: LabelAt<'_>) -> Result<Value, BackendError> {
+        labels::set(self, key, label).await
     }
 
     async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<Value, BackendError> {
