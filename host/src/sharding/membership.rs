@@ -374,7 +374,7 @@ fn live_ring(
             continue;
         };
         let expires = renewed.0 + SignedDuration::from_secs(i64::from(seconds));
-        if holder == config.identity || expires <= now {
+        if holder == config.identity || expires <= now || !named_for(lease, config, holder) {
             continue;
         }
         live.insert(holder.to_string(), Replica::new(holder));
@@ -396,6 +396,15 @@ fn live_ring(
     }
 }
 
+/// Whether `lease` is the one its holder writes: only that one counts, so
+/// a copy of a replica's Lease under another name (a manifest applied by
+/// hand, a leftover of an earlier ring) cannot put it in the ring twice or
+/// keep it there after its own Lease expired.
+fn named_for(lease: &Lease, config: &MembershipConfig, holder: &str) -> bool {
+    let own = MembershipConfig::new(&config.namespace, &config.ring, holder).lease_name();
+    lease.metadata.name.as_deref() == Some(own.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::coordination::v1::LeaseSpec;
@@ -403,6 +412,12 @@ mod tests {
     use super::*;
 
     fn lease(holder: &str, renewed: Timestamp, seconds: i32) -> Lease {
+        let mut lease = named_lease(holder, renewed, seconds);
+        lease.metadata.name = Some(MembershipConfig::new("ns", "hosts", holder).lease_name());
+        lease
+    }
+
+    fn named_lease(holder: &str, renewed: Timestamp, seconds: i32) -> Lease {
         Lease {
             spec: Some(LeaseSpec {
                 holder_identity: Some(holder.into()),
@@ -437,6 +452,20 @@ mod tests {
             ids(live_ring(&leases, &config, false, now, &seen)),
             ["fresh"]
         );
+    }
+
+    #[test]
+    fn only_the_lease_named_for_its_holder_counts() {
+        let config = MembershipConfig::new("ns", "hosts", "me");
+        let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let renewed = now - SignedDuration::from_secs(3);
+        let mut copy = named_lease("other", renewed, 15);
+        copy.metadata.name = Some("hosts-someone-else".into());
+        let unnamed = named_lease("nameless", renewed, 15);
+        let leases = [lease("fresh", renewed, 15), copy, unnamed];
+        let view = live_ring(&leases, &config, false, now, &Ring::default());
+        let ids: Vec<_> = view.ring.replicas().iter().map(|r| r.id.clone()).collect();
+        assert_eq!(ids, ["fresh"]);
     }
 
     #[test]
