@@ -49,7 +49,7 @@ use reconciler_tests::container::probes::Prober;
 use reconciler_tests::container::runtime::{Container, PodAddress, pid_inside};
 use reconciler_tests::container::{image, kustomize, unavailable};
 use reconciler_tests::oci_registry::{Mode, Registry, skip};
-use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
+use reconciler_tests::real_cluster::{Probe, RealCluster, Suite, audit_log_flags};
 use reconciler_tests::{example_plugin, root};
 use serde_json::{Value, json};
 
@@ -99,20 +99,10 @@ fn the_image_runs_as_deploy_says_and_a_replica_takes_over() {
 /// tell a create, which a server-side apply makes with a patch answered
 /// 201 Created).
 fn audit_flags(dir: &Path) -> Result<String> {
-    let policy = dir.join("policy.yaml");
-    std::fs::write(
-        &policy,
-        format!(
-            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
-             - level: Metadata\n  verbs: [create, patch, update]\n  users: [\"{USER}\"]\n\
-             - level: None\n"
-        ),
-    )?;
-    Ok(format!(
-        "--audit-policy-file={} --audit-log-path={}",
-        policy.display(),
-        dir.join("audit.log").display()
-    ))
+    audit_log_flags(
+        dir,
+        &format!("- level: Metadata\n  verbs: [create, patch, update]\n  users: [\"{USER}\"]\n"),
+    )
 }
 
 /// One replica: its container, its address and the kubelet's prober.

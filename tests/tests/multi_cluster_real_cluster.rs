@@ -29,7 +29,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use reconciler_sdk::k8s_openapi::jiff::Timestamp;
-use reconciler_tests::real_cluster::{HostProcess, OwnControlPlane, Probe, RealCluster, Suite};
+use reconciler_tests::real_cluster::{
+    HostProcess, OwnControlPlane, Probe, RealCluster, Suite, audit_log_flags,
+};
 use reconciler_tests::{example_plugin, root};
 use serde_json::{Value, json};
 
@@ -202,16 +204,7 @@ async fn member_secret(cluster: &RealCluster, name: &str, kubeconfig: &str) -> R
 /// credentials make (user `rotated-admin`): after beta is disengaged,
 /// there must be none.
 fn audited_plane(audit: &Path) -> Result<OwnControlPlane> {
-    let policy = audit.join("policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  users: [rotated-admin]\n- level: None\n",
-    )?;
-    let flags = format!(
-        "--audit-policy-file={} --audit-log-path={}",
-        policy.display(),
-        audit.join("audit.log").display()
-    );
+    let flags = audit_log_flags(audit, "- level: Metadata\n  users: [rotated-admin]\n")?;
     OwnControlPlane::up(&[("APISERVER_EXTRA", flags.as_str())])
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use reconciler_sdk::KindRef;
 use reconciler_tests::oci_registry::{Mode, Registry, skip};
-use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
+use reconciler_tests::real_cluster::{Probe, RealCluster, Suite, audit_log_flags};
 use reconciler_tests::{example_plugin, report_text, root, test_plugin};
 use serde_json::{Value, json};
 
@@ -39,19 +39,11 @@ fn deployments() -> KindRef {
 
 /// Every write to a Deployment, with what it sent (Request level).
 fn audit_flags(dir: &Path) -> Result<String> {
-    let policy = dir.join("policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
-         - level: Request\n  verbs: [create, update, patch]\n  resources:\n  \
-         - group: apps\n    resources: [deployments]\n\
-         - level: None\n",
-    )?;
-    Ok(format!(
-        "--audit-policy-file={} --audit-log-path={}",
-        policy.display(),
-        dir.join("audit.log").display()
-    ))
+    audit_log_flags(
+        dir,
+        "- level: Request\n  verbs: [create, update, patch]\n  resources:\n  \
+         - group: apps\n    resources: [deployments]\n",
+    )
 }
 
 /// `spec.replicas` of every audited Deployment write that sets it, by name.

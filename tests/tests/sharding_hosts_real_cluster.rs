@@ -25,7 +25,8 @@ use kube::api::{DynamicObject, ListParams, PostParams};
 use reconciler_sdk::k8s_openapi::jiff::Timestamp;
 use reconciler_tests::real_cluster::podset_convergence::{deployments, podsets, problem};
 use reconciler_tests::real_cluster::{
-    HostProcess, Probe, RealCluster, SeverableLink, Suite, TEST_MANAGER, kubeconfig,
+    HostProcess, Probe, RealCluster, SeverableLink, Suite, TEST_MANAGER, audit_log_flags,
+    kubeconfig,
 };
 use reconciler_tests::{example_plugin, root};
 use serde_json::{Value, json};
@@ -60,23 +61,15 @@ fn name_of(i: usize) -> String {
 /// The audit policy: every write of the replicas (users `replica-*`) to
 /// Deployments and PodSets, at Metadata level; nothing else.
 fn audit_flags(dir: &Path, replicas: &[&str]) -> Result<String> {
-    let policy = dir.join("policy.yaml");
     let users = replicas.join(", ");
-    std::fs::write(
-        &policy,
-        format!(
-            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
-             - level: Metadata\n  users: [{users}]\n  verbs: [create, update, patch, delete]\n  resources:\n  \
+    audit_log_flags(
+        dir,
+        &format!(
+            "- level: Metadata\n  users: [{users}]\n  verbs: [create, update, patch, delete]\n  resources:\n  \
              - group: apps\n    resources: [deployments]\n  \
-             - group: example.com\n    resources: [podsets, podsets/status]\n\
-             - level: None\n"
+             - group: example.com\n    resources: [podsets, podsets/status]\n"
         ),
-    )?;
-    Ok(format!(
-        "--audit-policy-file={} --audit-log-path={}",
-        policy.display(),
-        dir.join("audit.log").display()
-    ))
+    )
 }
 
 /// One write of one object by one replica, from the audit log.

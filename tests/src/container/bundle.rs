@@ -70,7 +70,7 @@ impl Pod<'_> {
             .flatten()
             .find(|c| c["name"] == container)
             .with_context(|| format!("the pod template has no container {container}"))?;
-        let image_config = image_config(bundle)?;
+        let image = ImageProcess::of(&config);
         let context = |key: &str| {
             c["securityContext"]
                 .get(key)
@@ -79,8 +79,8 @@ impl Pod<'_> {
                 .unwrap_or(Value::Null)
         };
         let process = &mut config["process"];
-        process["args"] = json!(self.args(&image_config, c)?);
-        process["env"] = json!(self.env(&image_config, c)?);
+        process["args"] = json!(self.args(&image, c)?);
+        process["env"] = json!(self.env(&image, c)?);
         process["cwd"] = json!("/");
         process["terminal"] = json!(false);
         process["user"] = json!({
@@ -146,23 +146,13 @@ impl Pod<'_> {
         })
     }
 
-    fn args(&self, image: &Value, c: &Value) -> Result<Vec<String>> {
-        let strings = |v: &Value| -> Vec<String> {
-            v.as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        };
-        let mut args = if c["command"].is_array() {
-            strings(&c["command"])
+    fn args(&self, image: &ImageProcess, c: &Value) -> Result<Vec<String>> {
+        let (mut args, given) = if c["command"].is_array() {
+            (strings(&c["command"]), strings(&c["args"]))
+        } else if c["args"].is_array() {
+            (image.entrypoint.clone(), strings(&c["args"]))
         } else {
-            strings(&image["Entrypoint"])
-        };
-        let given = if c["args"].is_array() || c["command"].is_array() {
-            strings(&c["args"])
-        } else {
-            strings(&image["Cmd"])
+            (image.entrypoint.clone(), image.cmd.clone())
         };
         args.extend(
             given
@@ -175,13 +165,8 @@ impl Pod<'_> {
         Ok(args)
     }
 
-    fn env(&self, image: &Value, c: &Value) -> Result<Vec<String>> {
-        let mut env: Vec<String> = image["Env"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.as_str().map(str::to_string))
-            .collect();
+    fn env(&self, image: &ImageProcess, c: &Value) -> Result<Vec<String>> {
+        let mut env = image.env.clone();
         env.push(format!("HOSTNAME={}", self.name));
         env.push("KUBERNETES_SERVICE_HOST=127.0.0.1".into());
         env.push(format!("KUBERNETES_SERVICE_PORT={}", self.api_port));
@@ -232,18 +217,36 @@ impl Pod<'_> {
     }
 }
 
-/// The image's own configuration (`Entrypoint`, `Cmd`, `Env`), which
-/// `umoci unpack` keeps beside the bundle's `config.json`.
-fn image_config(bundle: &Path) -> Result<Value> {
-    let config: Value = serde_json::from_slice(&std::fs::read(bundle.join("config.json"))?)?;
-    // umoci has already turned the image's configuration into process.args
-    // and process.env; its annotations keep nothing else we need.
-    let process = &config["process"];
-    Ok(json!({
-        "Entrypoint": process["args"].as_array().map(|a| a[..1.min(a.len())].to_vec()),
-        "Cmd": process["args"].as_array().map(|a| a.iter().skip(1).cloned().collect::<Vec<_>>()),
-        "Env": process["env"],
-    }))
+/// What the image itself runs, as `umoci unpack` left it in the bundle's
+/// `config.json`: its Entrypoint and Cmd joined into `process.args`, split
+/// again here at the first element (this image's Entrypoint is the one
+/// binary), and its Env.
+struct ImageProcess {
+    entrypoint: Vec<String>,
+    cmd: Vec<String>,
+    env: Vec<String>,
+}
+
+impl ImageProcess {
+    fn of(config: &Value) -> Self {
+        let mut cmd = strings(&config["process"]["args"]);
+        let entrypoint = cmd.drain(..1.min(cmd.len())).collect();
+        Self {
+            entrypoint,
+            cmd,
+            env: strings(&config["process"]["env"]),
+        }
+    }
+}
+
+/// The strings of a JSON array (none for anything else).
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().map(str::to_string))
+        .collect()
 }
 
 fn capabilities(context: &Value) -> Result<Value> {
@@ -261,13 +264,18 @@ fn capabilities(context: &Value) -> Result<Value> {
     }))
 }
 
-/// A CPU quantity in millicores: `1` or `100m`.
-fn cpu_millis(value: &Value) -> Result<u64> {
-    let text = value
+/// A quantity as written, a string or a bare number.
+fn quantity_text(value: &Value) -> Result<String> {
+    value
         .as_str()
         .map(str::to_string)
         .or_else(|| value.as_u64().map(|n| n.to_string()))
-        .with_context(|| format!("no CPU quantity in {value}"))?;
+        .with_context(|| format!("no quantity in {value}"))
+}
+
+/// A CPU quantity in millicores: `1` or `100m`.
+fn cpu_millis(value: &Value) -> Result<u64> {
+    let text = quantity_text(value)?;
     let millis = match text.strip_suffix('m') {
         Some(m) => m.parse::<u64>(),
         None => text.parse::<u64>().map(|cores| cores * 1000),
@@ -277,11 +285,7 @@ fn cpu_millis(value: &Value) -> Result<u64> {
 
 /// A memory quantity in bytes: `768Mi`, `1Gi`, `512`.
 fn quantity(value: &Value) -> Result<u64> {
-    let text = value
-        .as_str()
-        .map(str::to_string)
-        .or_else(|| value.as_u64().map(|n| n.to_string()))
-        .with_context(|| format!("no quantity in {value}"))?;
+    let text = quantity_text(value)?;
     let (digits, unit) = text.split_at(
         text.find(|c: char| !c.is_ascii_digit())
             .unwrap_or(text.len()),

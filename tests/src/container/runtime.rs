@@ -48,11 +48,7 @@ impl Container {
 
     /// Its log's lines that contain every one of `needles`.
     pub fn log_lines_with(&self, needles: &[&str]) -> Vec<String> {
-        self.log()
-            .lines()
-            .filter(|l| needles.iter().all(|n| l.contains(n)))
-            .map(str::to_string)
-            .collect()
+        crate::real_cluster::host_process::lines_with(&self.log(), needles)
     }
 
     /// The container's first process, as the machine's PID namespace

@@ -314,3 +314,22 @@ fn send_kill(pid: u32) -> Result<()> {
 fn send_kill(_pid: u32) -> Result<()> {
     bail!("killing a process needs a Unix system")
 }
+
+/// The API server flags of an audit log in `dir` (`audit.log`) kept by the
+/// policy `rules` (YAML list items), after which nothing else is kept;
+/// writes the policy file there too.
+pub fn audit_log_flags(dir: &Path, rules: &str) -> Result<String> {
+    let policy = dir.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n{rules}- level: None\n"
+        ),
+    )
+    .with_context(|| format!("writing {}", policy.display()))?;
+    Ok(format!(
+        "--audit-policy-file={} --audit-log-path={}",
+        policy.display(),
+        dir.join("audit.log").display()
+    ))
+}

@@ -240,11 +240,7 @@ impl HostProcess {
 
     /// The log lines that contain every one of `needles`.
     pub fn log_lines_with(&self, needles: &[&str]) -> Vec<String> {
-        self.log_text()
-            .lines()
-            .filter(|line| needles.iter().all(|n| line.contains(n)))
-            .map(str::to_string)
-            .collect()
+        lines_with(&self.log_text(), needles)
     }
 
     /// The end of the log, framed for printing.
@@ -310,6 +306,14 @@ fn strip_ansi(text: &str) -> String {
         }
     }
     out
+}
+
+/// The lines of `text` that contain every one of `needles`.
+pub fn lines_with(text: &str, needles: &[&str]) -> Vec<String> {
+    text.lines()
+        .filter(|line| needles.iter().all(|n| line.contains(n)))
+        .map(str::to_string)
+        .collect()
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ use kube::api::{
 use reconciler_sdk::KindRef;
 use serde_json::json;
 
-pub use control_plane::OwnControlPlane;
+pub use control_plane::{OwnControlPlane, audit_log_flags};
 pub use crds::InstalledCrd;
 pub use events::SeenEvent;
 pub use host_process::HostProcess;
