@@ -157,6 +157,27 @@ impl Registry {
         format!("oci://{}/{repo_tag}", self.host)
     }
 
+    /// Pushes the plugin `file` as `repo_tag` on this registry, signed with
+    /// the cosign key `key`, through `cx`'s `reconciler-host push`; its
+    /// reference.
+    pub fn push_signed(
+        &self,
+        cx: &crate::real_cluster::RealCluster,
+        file: &Path,
+        repo_tag: &str,
+        key: &str,
+    ) -> anyhow::Result<String> {
+        let reference = self.reference(repo_tag);
+        let file = file.display().to_string();
+        let mut args = vec!["push", file.as_str(), reference.as_str()];
+        let access = self.access_args();
+        args.extend(access.iter().map(String::as_str));
+        args.extend(["--sign-key", key]);
+        let digest = cx.host_cli(&args)?;
+        cx.step(format!("pushed {file} as {reference} ({digest}), signed"));
+        Ok(reference)
+    }
+
     /// The command-line options that reach this registry (no credentials).
     pub fn access_args(&self) -> Vec<String> {
         match self.mode {

@@ -62,22 +62,6 @@ fn replicas_written(dir: &Path) -> Result<BTreeMap<String, Vec<i64>>> {
     Ok(written)
 }
 
-fn push(cx: &RealCluster, registry: &Registry, file: &Path, tag: &str, key: &str) -> Result<()> {
-    let reference = registry.reference(&format!("plugins/podset:{tag}"));
-    let file = file.display().to_string();
-    let digest = cx.host_cli(&[
-        "push",
-        file.as_str(),
-        reference.as_str(),
-        "--insecure-registry",
-        registry.host.as_str(),
-        "--sign-key",
-        key,
-    ])?;
-    cx.step(format!("pushed {file} as {reference} ({digest}), signed"));
-    Ok(())
-}
-
 /// The host's reports address, from its log.
 fn reports_address(cx: &RealCluster) -> Result<String> {
     let marker = "serving /metrics and /plugins on http://";
@@ -129,14 +113,10 @@ async fn shadow(cx: &mut RealCluster, audit: &Path) -> Result<()> {
         "stringData": {"cosign.pub": std::fs::read_to_string(keys.with_extension("pub"))?}}),
     )
     .await?;
-    push(
-        cx,
-        &registry,
-        &example_plugin("podset-js/podset-js"),
-        "1",
-        &key,
-    )?;
-    push(cx, &registry, &test_plugin("podset-doubled-js"), "2", &key)?;
+    let podset_js = example_plugin("podset-js/podset-js");
+    registry.push_signed(cx, &podset_js, "plugins/podset:1", &key)?;
+    let doubled = test_plugin("podset-doubled-js");
+    registry.push_signed(cx, &doubled, "plugins/podset:2", &key)?;
 
     cx.step("1. three PodSets, served by podset-js from a Plugin");
     for (name, size) in SIZES {

@@ -31,6 +31,7 @@ use super::plan::{self, Observed, Plan, has_finalizer, uid_of};
 use super::primary::Primary;
 use super::queues::{Done, Queues};
 use super::record::{Change, Outcome, ReconcileRecord};
+use super::shadow_book::CandidateId;
 use super::shadow_job::{Seen, ShadowJob};
 use super::shadow_reads::KeptReads;
 use super::shard_labelling::ShardLabelling;
@@ -127,8 +128,9 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
         );
         let at_millis = self.shared.now();
         let mut shadow = None;
+        let mut decided_by = None;
         let result = catch_panic(
-            self.run(&controller, &loaded, &key, &mut shadow)
+            self.run(&controller, &loaded, &key, &mut shadow, &mut decided_by)
                 .instrument(span.clone()),
         )
         .await
@@ -153,6 +155,9 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             outcome: settled.outcome,
         };
         self.log(&span, &record, settled.rate_limited);
+        if let Some(candidate) = decided_by {
+            self.count_decided(&candidate, &record, now - at_millis);
+        }
         if let Outcome::Failed {
             reason, message, ..
         } = &record.outcome
@@ -161,6 +166,22 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
                 .await;
         }
         (record, shadow)
+    }
+
+    /// Counts a reconcile a canary candidate decided for, as its rollout's
+    /// gate judges it.
+    fn count_decided(&self, candidate: &LoadedPlugin, record: &ReconcileRecord, took_millis: i64) {
+        let metadata = candidate.metadata();
+        let id = CandidateId {
+            plugin: &record.plugin,
+            version: &metadata.version,
+            sha256: candidate.sha256(),
+        };
+        let failed = matches!(record.outcome, Outcome::Failed { .. });
+        let took = Duration::from_millis(took_millis.max(0).unsigned_abs());
+        self.shared
+            .shadow
+            .record_decided(&id, failed, took, record.at_millis + took_millis);
     }
 
     /// Logs `record` in the reconcile's span, and a requeue asked for too
@@ -191,27 +212,42 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
 
     /// The body of a reconcile. `Ok(None)`: the primary is gone. `Err`:
     /// nothing more of it is applied. Once the plugin has answered,
-    /// `shadow` holds the job of its candidate, if it has one.
+    /// `shadow` holds the job of its candidate, if it has one; when a
+    /// canary's candidate decided instead of the serving version,
+    /// `decided_by` holds it.
     async fn run(
         &self,
         controller: &Controller,
-        plugin: &Arc<LoadedPlugin>,
+        serving: &Arc<LoadedPlugin>,
         key: &PrimaryKey,
         shadow: &mut Option<ShadowJob>,
+        decided_by: &mut Option<Arc<LoadedPlugin>>,
     ) -> Result<Option<Done>, Failure> {
-        let metadata = plugin.metadata();
         let cache = &self.shared.cache;
-        let Some(mut primary) = Primary::read(cache, &self.shared.scope.selectors, metadata, key)
-        else {
+        let selectors = &self.shared.scope.selectors;
+        let Some(mut primary) = Primary::read(cache, selectors, serving.metadata(), key) else {
             return Ok(None);
         };
+        let canary = self.canary_deciding(serving, &primary);
+        if let Some(candidate) = &canary {
+            tracing::debug!(
+                candidate = %candidate.metadata().version,
+                "the canary's candidate decides for this primary"
+            );
+        }
+        *decided_by = canary.clone();
+        let plugin = canary.as_ref().unwrap_or(serving);
+        let metadata = plugin.metadata();
         let mut changes = Vec::new();
         self.add_finalizer(metadata, &mut primary, &mut changes)
             .await?;
         let bucket = self.label_primary(&mut primary).await;
         let shown = Arc::new(Shown::of(cache, &primary.object, &metadata.owns));
         let now_millis = self.shared.now();
-        let candidate = self.shared.candidate_of(plugin.name());
+        let candidate = match canary {
+            Some(_) => None,
+            None => self.shared.candidate_of(plugin.name()),
+        };
         let kept = candidate
             .as_ref()
             .map(|_| Arc::new(KeptReads::new(self.shared.cache.clone())));
@@ -258,6 +294,25 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             changes,
         };
         applier.apply(plan).await.map(Some)
+    }
+
+    /// The candidate, when a canary rollout gives it this primary and its
+    /// kinds are watched (a candidate declaring other kinds is run in
+    /// shadow first, which watches them, so it never decides blind).
+    fn canary_deciding(
+        &self,
+        serving: &LoadedPlugin,
+        primary: &Primary,
+    ) -> Option<Arc<LoadedPlugin>> {
+        let candidate = self.shared.candidates.deciding_for(
+            serving.name(),
+            primary.key.namespace.as_deref(),
+            &primary.key.name,
+            &primary.object,
+        )?;
+        let watched = candidate.metadata().owns == serving.metadata().owns
+            || self.shared.candidate_kinds_watched(candidate.sha256());
+        watched.then_some(candidate)
     }
 
     /// Adds the plugin's finalizer to a live primary missing it. The

@@ -80,6 +80,40 @@ pub struct ShadowDifference {
     pub differences: Vec<Difference>,
 }
 
+/// Reconciles a canary candidate decided and wrote for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DecidedCounts {
+    pub reconciled: u64,
+    pub failed: u64,
+}
+
+/// Samples kept per plugin for a canary's gate, newest last.
+pub const GATE_SAMPLES: usize = 20_000;
+
+/// One reconcile, as a canary's gate judges it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Sample {
+    /// The candidate decided and wrote: whether it failed, and how long the
+    /// reconcile took.
+    Decided { failed: bool, millis: u64 },
+    /// The candidate ran in shadow beside the serving version.
+    Shadow(ShadowOutcome),
+}
+
+/// What a candidate did since a moment: what a canary step is judged by.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GateWindow {
+    /// Reconciles the candidate decided, and how many of them failed.
+    pub decided: u64,
+    pub failed: u64,
+    /// The 99th percentile of those reconciles' durations.
+    pub p99: Option<Duration>,
+    /// Shadow reconciles on the serving version's primaries that were
+    /// compared, and how many of them differed.
+    pub compared: u64,
+    pub differed: u64,
+}
+
 /// A plugin's shadow: which candidate, its counts and its last differences.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -88,10 +122,14 @@ pub struct PluginShadow {
     pub candidate_version: String,
     pub candidate_sha256: String,
     pub counts: ShadowCounts,
+    /// What it decided for itself (canary).
+    pub decided: DecidedCounts,
     /// Newest first; one entry per object.
     pub differing: VecDeque<ShadowDifference>,
     #[serde(skip)]
     last_event_millis: Option<i64>,
+    #[serde(skip)]
+    samples: VecDeque<(i64, Sample)>,
 }
 
 /// The candidate a result is about.
@@ -201,6 +239,7 @@ impl ShadowBook {
             *shadow = PluginShadow::new(candidate);
         }
         shadow.counts.add(outcome);
+        shadow.sample(now_millis, Sample::Shadow(outcome));
         let Some(difference) = difference else {
             return false;
         };
@@ -243,6 +282,59 @@ impl ShadowBook {
         ));
     }
 
+    /// Counts a reconcile `candidate` decided and wrote for (canary):
+    /// whether it failed and how long it took.
+    pub fn record_decided(
+        &self,
+        candidate: &CandidateId<'_>,
+        failed: bool,
+        took: Duration,
+        now_millis: i64,
+    ) {
+        let mut book = self.lock();
+        let shadow = book
+            .entry(candidate.plugin.to_string())
+            .or_insert_with(|| PluginShadow::new(candidate));
+        if shadow.candidate_sha256 != candidate.sha256 {
+            *shadow = PluginShadow::new(candidate);
+        }
+        shadow.decided.reconciled += 1;
+        shadow.decided.failed += u64::from(failed);
+        let millis = took.as_millis().try_into().unwrap_or(u64::MAX);
+        shadow.sample(now_millis, Sample::Decided { failed, millis });
+    }
+
+    /// What the candidate `sha256` of plugin `name` did from `since_millis`
+    /// on (empty when another candidate, or none, ran).
+    pub fn window(&self, name: &str, sha256: &str, since_millis: i64) -> GateWindow {
+        let book = self.lock();
+        let Some(shadow) = book.get(name).filter(|s| s.candidate_sha256 == sha256) else {
+            return GateWindow::default();
+        };
+        let mut window = GateWindow::default();
+        let mut durations = Vec::new();
+        for (_, sample) in shadow.samples.iter().filter(|(at, _)| *at >= since_millis) {
+            match *sample {
+                Sample::Decided { failed, millis } => {
+                    window.decided += 1;
+                    window.failed += u64::from(failed);
+                    durations.push(millis);
+                }
+                Sample::Shadow(ShadowOutcome::Shed) => {}
+                Sample::Shadow(outcome) => {
+                    window.compared += 1;
+                    window.differed += u64::from(outcome != ShadowOutcome::Agreed);
+                }
+            }
+        }
+        durations.sort_unstable();
+        window.p99 = (!durations.is_empty()).then(|| {
+            let at = (durations.len() * 99).div_ceil(100).saturating_sub(1);
+            Duration::from_millis(durations[at])
+        });
+        window
+    }
+
     /// Plugin `name`'s shadow, if a candidate of it ran.
     pub fn of(&self, name: &str) -> Option<PluginShadow> {
         self.lock().get(name).cloned()
@@ -264,9 +356,18 @@ impl PluginShadow {
             candidate_version: candidate.version.to_string(),
             candidate_sha256: candidate.sha256.to_string(),
             counts: ShadowCounts::default(),
+            decided: DecidedCounts::default(),
             differing: VecDeque::new(),
             last_event_millis: None,
+            samples: VecDeque::new(),
         }
+    }
+
+    fn sample(&mut self, at_millis: i64, sample: Sample) {
+        if self.samples.len() == GATE_SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back((at_millis, sample));
     }
 }
 

@@ -1,5 +1,6 @@
 //! Candidate versions: a plugin's next version running beside the one
-//! serving, deciding on the same inputs and never applying (shadow).
+//! serving, deciding on the same inputs and never applying (shadow), or
+//! deciding and writing for a share of the primaries (canary).
 //!
 //! A candidate is a file named `NAME.candidate.wasm` beside the serving
 //! file `NAME.wasm` (a Plugin's `spec.rollout.candidate` is pulled into
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use super::canary_share::CanaryShare;
 use super::loaded::LoadedPlugin;
 
 /// The suffix that makes a file a candidate rather than a plugin.
@@ -63,10 +65,13 @@ pub fn misfit(
 }
 
 /// The candidates the directory decided on, by the name of the plugin each
-/// shadows. Cheap to share and to read.
+/// shadows, and the share of primaries a canary candidate decides for.
+/// Cheap to share and to read.
 #[derive(Default)]
 pub struct Candidates {
     by_plugin: RwLock<BTreeMap<String, Arc<LoadedPlugin>>>,
+    /// Set by a canary rollout (a Plugin's `spec.rollout`), by plugin name.
+    shares: RwLock<BTreeMap<String, CanaryShare>>,
     /// Bumped whenever a candidate comes, goes or changes version: an
     /// engine that sees it move compares every primary of the plugins
     /// whose candidate is new.
@@ -92,14 +97,57 @@ impl Candidates {
         *held = candidates;
     }
 
+    /// Gives plugin `name`'s candidate `share` of its primaries to decide
+    /// and write for (`None`: none, it only runs in shadow). A change moves
+    /// the generation, so every primary of the plugin is reconciled again
+    /// by the version that now decides for it.
+    pub fn set_share(&self, name: &str, share: Option<CanaryShare>) {
+        let mut shares = self.shares.write().unwrap_or_else(|e| e.into_inner());
+        if shares.get(name) == share.as_ref() {
+            return;
+        }
+        match share {
+            Some(share) => shares.insert(name.to_string(), share),
+            None => shares.remove(name),
+        };
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The candidate of plugin `name` when it, not the serving version,
+    /// decides for the primary `object` (`namespace`/`name`): it runs
+    /// beside the plugin and a canary share given to this very version
+    /// takes the primary.
+    pub fn deciding_for(
+        &self,
+        plugin: &str,
+        namespace: Option<&str>,
+        name: &str,
+        object: &serde_json::Value,
+    ) -> Option<Arc<LoadedPlugin>> {
+        let shares = self.shares.read().unwrap_or_else(|e| e.into_inner());
+        let share = shares.get(plugin)?;
+        let candidate = self.of(plugin)?;
+        (candidate.sha256() == share.candidate_sha256 && share.takes(namespace, name, object))
+            .then_some(candidate)
+    }
+
     /// Moves whenever the candidates change (see [`Self::versions`]).
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
 
-    /// Each candidate's content hash, by the plugin it shadows.
+    /// Each candidate's content hash, with the share it decides for when
+    /// it has one, by the plugin it stands beside.
     pub fn versions(&self) -> BTreeMap<String, String> {
-        versions(&self.read())
+        let mut versions = versions(&self.read());
+        let shares = self.shares.read().unwrap_or_else(|e| e.into_inner());
+        for (name, share) in shares.iter() {
+            if let Some(version) = versions.get_mut(name) {
+                version.push(' ');
+                version.push_str(&share.fingerprint());
+            }
+        }
+        versions
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<LoadedPlugin>>> {

@@ -11,6 +11,7 @@ mod call_clock;
 pub mod call_random;
 mod call_state;
 mod call_traps;
+pub mod canary_share;
 pub mod candidates;
 pub mod compile_cache;
 mod compiler;

@@ -19,6 +19,7 @@
 //! fails stops serving, and the last good digest that passes the new policy
 //! serves instead, or nothing.
 
+mod canary_steps;
 mod waiting;
 
 use std::path::PathBuf;
@@ -64,6 +65,11 @@ pub struct Desired {
     /// The keys a `--plugin` reference must be signed by (`--verify-key`);
     /// a Plugin's come from its spec.
     pub policy: Option<TrustPolicy>,
+    /// A candidate's follower in a canary rollout: the rollout's plan.
+    pub canary: Option<super::canary::CanaryPlan>,
+    /// The Plugin's `status.rollout.canary` as last seen; kept current
+    /// without waking the follower (it is read at each report).
+    pub observed_canary: Option<super::canary::CanaryRecord>,
 }
 
 #[derive(Clone, Debug)]
@@ -134,7 +140,16 @@ pub struct Follower {
     status: PluginResourceStatus,
     written: Option<PluginResourceStatus>,
     /// The shadow counts last written (a candidate's follower).
-    shadow_written: Option<(String, crate::engine::shadow_book::ShadowCounts)>,
+    shadow_written: Option<(
+        String,
+        crate::engine::shadow_book::ShadowCounts,
+        crate::engine::shadow_book::DecidedCounts,
+    )>,
+    /// Where the canary rollout stands, as this replica last wrote or read it.
+    canary: Option<super::canary::CanaryRecord>,
+    /// The candidate and step this replica has watched since when, as the
+    /// one that writes the rollout's state.
+    canary_watch: Option<(String, usize, i64)>,
 }
 
 impl Follower {
@@ -150,6 +165,8 @@ impl Follower {
             status: PluginResourceStatus::default(),
             written: None,
             shadow_written: None,
+            canary: None,
+            canary_watch: None,
         }
     }
 
@@ -207,6 +224,7 @@ impl Follower {
             tracing::warn!("{}: cannot stop serving its file: {e}", self.label);
         }
         if self.role == Role::Candidate {
+            self.end_canary();
             self.clear_rollout(last.as_ref()).await;
         }
         let _ = self.shared.reload.send(());
@@ -756,12 +774,19 @@ impl Follower {
     }
 
     async fn event(&self, desired: &Desired, type_: EventType, reason: &str, note: &str) {
+        self.publish_event(desired, type_, self.role.reason(reason), note)
+            .await
+    }
+
+    /// An Event on the Plugin with `reason` as given (a rollout's own
+    /// Events are not told apart by role: they are about the rollout).
+    async fn publish_event(&self, desired: &Desired, type_: EventType, reason: String, note: &str) {
         let Some(object) = &desired.object else {
             return;
         };
         let event = Event {
             type_,
-            reason: self.role.reason(reason),
+            reason: reason.clone(),
             note: Some(note.chars().take(1000).collect()),
             action: "Serve".into(),
             secondary: None,

@@ -14,10 +14,11 @@ use kube::api::DynamicObject;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
+use super::canary::CanaryRecord;
 use super::follower::{Desired, Follower};
 use super::kind::{GROUP, KIND, VERSION};
 use super::shared::Shared;
-use super::spec::{PluginSpec, ValidSpec};
+use super::spec::{PluginSpec, RolloutMode, ValidSpec};
 use crate::cluster::kubernetes::relist_watch::{Change, relist_watch};
 use crate::registry::{PluginReference, TrustPolicy};
 
@@ -93,6 +94,8 @@ impl Followers {
                 },
             }),
             object: None,
+            canary: None,
+            observed_canary: None,
             // With --require-signatures the host's policy, read afresh at
             // every attempt, is the one these references meet.
             policy: self.shared.required.is_none().then(|| verify_keys.clone()),
@@ -200,24 +203,44 @@ impl Followers {
     }
 }
 
-/// Tells a follower `desired` when its generation or spec differs from
-/// what it follows; whether it did.
+/// Tells a follower `desired` when its generation, spec or rollout plan
+/// differs from what it follows; whether it did. The rollout's observed
+/// state is kept current either way, without waking the follower.
 fn tell_if_changed(tx: &watch::Sender<Option<Desired>>, desired: Desired) -> bool {
     let same = tx.borrow().as_ref().is_some_and(|d| {
-        d.generation == desired.generation && d.spec.as_ref().ok() == desired.spec.as_ref().ok()
+        d.generation == desired.generation
+            && d.spec.as_ref().ok() == desired.spec.as_ref().ok()
+            && d.canary == desired.canary
     });
-    if !same {
-        let _ = tx.send(Some(desired));
+    match same {
+        true => {
+            tx.send_if_modified(|held| {
+                if let Some(held) = held {
+                    held.observed_canary = desired.observed_canary;
+                }
+                false
+            });
+        }
+        false => {
+            let _ = tx.send(Some(desired));
+        }
     }
     !same
 }
 
 /// What a Plugin's candidate follower follows: its `spec.rollout`, with the
-/// spec's trust and access; `None` without a rollout or a valid spec.
+/// spec's trust and access, and the canary's plan when it is one; `None`
+/// without a rollout or a valid spec.
 fn candidate_of(desired: &Desired) -> Option<Desired> {
-    let spec = desired.spec.as_ref().ok()?.candidate()?;
+    let valid = desired.spec.as_ref().ok()?;
+    let spec = valid.candidate()?;
+    let canary = match valid.rollout.as_ref().map(|r| &r.mode) {
+        Some(RolloutMode::Canary(plan)) => Some(plan.clone()),
+        _ => None,
+    };
     Some(Desired {
         spec: Ok(spec),
+        canary,
         ..desired.clone()
     })
 }
@@ -242,5 +265,7 @@ fn desired_of(object: &DynamicObject) -> Desired {
             ..ObjectReference::default()
         }),
         policy: None,
+        canary: None,
+        observed_canary: object.data.get("status").and_then(CanaryRecord::of_status),
     }
 }

@@ -18,11 +18,13 @@
 //! Where each piece lives: [`followers`] starts, changes and stops one
 //! [`follower::Follower`] per Plugin and per `--plugin`; [`shared`] holds
 //! what they share and reads a spec's registry access; [`conditions`] and
-//! [`spec`] are the Plugin's status and spec; [`from_objects`] reads
+//! [`spec`] are the Plugin's status and spec; [`canary`] steps a canary
+//! rollout and judges its gate; [`from_objects`] reads
 //! Plugins from `dev`'s and `simulate`'s object files; [`kind`] names the
 //! resource itself.
 
 mod api_error;
+pub mod canary;
 pub mod conditions;
 pub mod follower;
 pub mod followers;

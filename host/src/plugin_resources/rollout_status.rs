@@ -37,10 +37,15 @@ impl Role {
     }
 }
 
-/// The merge patch that writes what `shadow` found, or clears it.
-pub fn shadow_patch(shadow: Option<&PluginShadow>) -> Value {
+/// The merge patch that writes what `shadow` found, or clears it; with
+/// the one-line summary when `summary` (a canary writes its own).
+pub fn shadow_patch(shadow: Option<&PluginShadow>, summary: bool) -> Value {
     let Some(shadow) = shadow else {
-        return json!({ "status": { "rollout": { "shadow": null, "summary": null } } });
+        let mut patch = json!({ "status": { "rollout": { "shadow": null } } });
+        if summary {
+            patch["status"]["rollout"]["summary"] = Value::Null;
+        }
+        return patch;
     };
     let c = &shadow.counts;
     let last = shadow
@@ -48,7 +53,7 @@ pub fn shadow_patch(shadow: Option<&PluginShadow>) -> Value {
         .front()
         .map(|d| Value::String(d.object.clone()))
         .unwrap_or(Value::Null);
-    json!({ "status": { "rollout": {
+    let mut patch = json!({ "status": { "rollout": {
         "shadow": {
             "candidateVersion": shadow.candidate_version,
             "candidateSha256": shadow.candidate_sha256,
@@ -57,12 +62,17 @@ pub fn shadow_patch(shadow: Option<&PluginShadow>) -> Value {
             "failed": c.failed,
             "shed": c.shed,
             "lastDiffering": last,
+            "decided": shadow.decided.reconciled,
+            "decidedFailed": shadow.decided.failed,
         },
-        "summary": format!(
+    } } });
+    if summary {
+        patch["status"]["rollout"]["summary"] = json!(format!(
             "shadow {}: {} agreed, {} differed, {} failed, {} shed",
             shadow.candidate_version, c.agreed, c.differed, c.failed, c.shed
-        ),
-    } } })
+        ));
+    }
+    patch
 }
 
 /// The patch that removes everything of a rollout once the Plugin has none.
@@ -88,7 +98,7 @@ mod tests {
         assert_eq!(Role::Candidate.reason("Loaded"), "CandidateLoaded");
         assert_eq!(Role::Serving.reason("Loaded"), "Loaded");
         assert_eq!(
-            shadow_patch(None)["status"]["rollout"]["shadow"],
+            shadow_patch(None, true)["status"]["rollout"]["shadow"],
             Value::Null
         );
     }

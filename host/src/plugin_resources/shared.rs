@@ -49,6 +49,8 @@ pub struct Shared {
     pub writes_status: crate::support::duty_holder::DutyHolder,
     /// What candidates in shadow found: a Plugin's status reports its own.
     pub shadow: std::sync::Arc<crate::engine::shadow_book::ShadowBook>,
+    /// Where a canary rollout gives its candidate a share of the primaries.
+    pub candidates: std::sync::Arc<crate::plugin::candidates::Candidates>,
 }
 
 impl Shared {

@@ -1,9 +1,11 @@
 //! A Plugin's spec, as the user writes it.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use super::canary::{CanaryPlan, Gate};
 use crate::registry::PluginReference;
 
 /// `spec` of a `reconciler-host.io/v1alpha1` Plugin.
@@ -36,16 +38,62 @@ pub struct RolloutSpec {
     /// `spec.verification` says and pulled with the same secrets.
     pub candidate: String,
     /// `shadow` (the default): the candidate decides on every reconcile
-    /// beside the serving version and is never applied.
+    /// beside the serving version and is never applied. `canary`: it
+    /// decides and writes for a growing share of the primaries.
     #[serde(default)]
     pub mode: Option<String>,
+    /// Canary: the candidate's share at each step, in percent, rising to 100.
+    #[serde(default)]
+    pub steps: Vec<u32>,
+    /// Canary: how long each step is watched before the next (`5m`).
+    #[serde(default)]
+    pub interval: Option<String>,
+    /// Canary: only primaries in these namespaces are ever the candidate's.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// Canary: only primaries with these labels are ever the candidate's.
+    #[serde(default)]
+    pub selector: Option<SelectorSpec>,
+    /// Canary: what a step must stay within to pass.
+    #[serde(default)]
+    pub gate: Option<GateSpec>,
+}
+
+/// A label selector of equalities (`matchLabels`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SelectorSpec {
+    #[serde(default)]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+/// `spec.rollout.gate`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GateSpec {
+    /// The highest share of the candidate's reconciles that may fail
+    /// (0 to 1; 0.05 unless given).
+    #[serde(default)]
+    pub max_error_rate: Option<f64>,
+    /// The slowest the candidate's p99 reconcile may be (`2s`); unchecked
+    /// unless given.
+    #[serde(default)]
+    pub max_p99: Option<String>,
+    /// The highest share of shadow reconciles on the serving version's
+    /// primaries in which the candidate may decide differently (0 to 1);
+    /// unchecked unless given, since a new version usually means to differ.
+    #[serde(default)]
+    pub max_disagreement: Option<f64>,
 }
 
 /// How a candidate is tried.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum RolloutMode {
     /// Decides beside the serving version on every reconcile; never applied.
     Shadow,
+    /// Decides and writes for its share of primaries, step by step, while
+    /// the gate holds; rolled back by the host when it does not.
+    Canary(CanaryPlan),
 }
 
 /// A valid `spec.rollout`.
@@ -201,10 +249,16 @@ impl PluginSpec {
                 candidate: PluginReference::parse_source(&r.candidate)
                     .map_err(|e| format!("spec.rollout.candidate: {e}"))?,
                 mode: match r.mode.as_deref() {
-                    None | Some("shadow") => RolloutMode::Shadow,
+                    None | Some("shadow") => {
+                        if !r.steps.is_empty() || r.interval.is_some() || r.gate.is_some() {
+                            return Err("spec.rollout: steps, interval and gate belong to mode canary; in mode shadow the candidate never writes".into());
+                        }
+                        RolloutMode::Shadow
+                    }
+                    Some("canary") => RolloutMode::Canary(CanaryPlan::from_spec(r)?),
                     Some(other) => {
                         return Err(format!(
-                            "spec.rollout.mode is {other:?}: the host runs a candidate in mode shadow (it decides beside the serving version and is never applied)"
+                            "spec.rollout.mode is {other:?}: it is shadow (the candidate decides beside the serving version and is never applied) or canary (it decides and writes for a growing share)"
                         ));
                     }
                 },
@@ -265,9 +319,13 @@ mod tests {
                 .unwrap_err();
         assert!(e.starts_with("spec.rollout.candidate:"), "{e}");
         let e = spec(serde_json::json!({"source": "r.example/p:1",
-            "rollout": {"candidate": "r.example/p:2", "mode": "canary"}}))
+            "rollout": {"candidate": "r.example/p:2", "mode": "blue-green"}}))
         .unwrap_err();
-        assert!(e.contains("mode shadow"), "{e}");
+        assert!(e.contains("shadow") && e.contains("canary"), "{e}");
+        let e = spec(serde_json::json!({"source": "r.example/p:1",
+            "rollout": {"candidate": "r.example/p:2", "steps": [10, 100]}}))
+        .unwrap_err();
+        assert!(e.contains("belong to mode canary"), "{e}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! A follower between attempts: it waits for its Plugin to change or its
 //! next attempt to be due, and a candidate's follower writes what the
 //! candidate found in shadow meanwhile (`status.rollout`, see
-//! [`rollout_status`](super::super::rollout_status)).
+//! [`rollout_status`](super::super::rollout_status)) and steps a canary
+//! rollout ([`canary_steps`](super::canary_steps)).
 
 use std::time::Duration;
 
@@ -43,7 +44,14 @@ impl Follower {
                     };
                 }
                 () = &mut sleep => return Woke::Slept,
-                () = report => self.publish_shadow(current).await,
+                () = report => {
+                    let observed = desired
+                        .borrow()
+                        .as_ref()
+                        .and_then(|d| d.observed_canary.clone());
+                    self.step_canary(current, observed).await;
+                    self.publish_shadow(current).await;
+                }
             }
         }
     }
@@ -57,12 +65,16 @@ impl Follower {
         let shadow = self.shared.shadow.of(&plugin);
         let counts = shadow
             .as_ref()
-            .map(|s| (s.candidate_sha256.clone(), s.counts));
+            .map(|s| (s.candidate_sha256.clone(), s.counts, s.decided));
         if counts == self.shadow_written {
             return;
         }
+        let summary = desired.canary.is_none();
         if self
-            .patch(desired, rollout_status::shadow_patch(shadow.as_ref()))
+            .patch(
+                desired,
+                rollout_status::shadow_patch(shadow.as_ref(), summary),
+            )
             .await
         {
             self.shadow_written = counts;
@@ -78,7 +90,7 @@ impl Follower {
 
     /// Merge-patches the Plugin's status, when this replica writes it;
     /// whether it was written.
-    async fn patch(&self, desired: &Desired, patch: serde_json::Value) -> bool {
+    pub(super) async fn patch(&self, desired: &Desired, patch: serde_json::Value) -> bool {
         if !self.shared.writes_status.holds() {
             return false;
         }

@@ -52,7 +52,7 @@ use endpoints::serve_endpoints;
 use fleet::{build_fleet, case_recorder, start_serving};
 use leadership::{Elected, elect, released_on_error};
 use once_only::{install_crds_alone, once_only_duties};
-use plugin_sources::{PluginSources, serve_admission, start_pulled};
+use plugin_sources::{PluginSources, PulledInto, serve_admission, start_pulled};
 use ring::{follow_ring, join_ring};
 use stop::{Serving, serve_until_stop, shut_down};
 
@@ -90,11 +90,15 @@ pub async fn run(
     };
     // Plugins from registries: Plugin resources and --plugin references,
     // each followed by a task of its own that serves through `served`.
+    let into = PulledInto {
+        served: sources.served.clone(),
+        rescan: sources.rescan,
+        candidates: candidates.clone(),
+    };
     let _pulled = start_pulled(
         &config,
         &status,
-        sources.served.clone(),
-        sources.rescan,
+        into,
         client.clone(),
         &sandbox,
         duties.clone(),

@@ -17,6 +17,7 @@ use crate::admission::plugin_set::AdmissionPlugins;
 use crate::admission::shard_labels::ShardLabels;
 use crate::plugin::Sandbox;
 use crate::plugin::background_reload::BackgroundReload;
+use crate::plugin::candidates::Candidates;
 use crate::plugin::hot_reload::PluginDirectory;
 use crate::plugin::standby::Standby;
 use crate::process::http_server::HostStatus;
@@ -134,13 +135,20 @@ pub(super) async fn serve_admission(
     )))
 }
 
+/// Where pulled plugins go: the files they are served as, the rescan
+/// that loads them, and the candidates a canary rollout gives a share.
+pub(super) struct PulledInto {
+    pub served: Arc<ServedFiles>,
+    pub rescan: mpsc::UnboundedSender<()>,
+    pub candidates: Arc<Candidates>,
+}
+
 /// Starts following --plugin references and (unless told not to) Plugin
 /// resources; dropping the handle stops them.
 pub(super) fn start_pulled(
     config: &RunConfig,
     status: &Arc<HostStatus>,
-    served: Arc<ServedFiles>,
-    rescan: mpsc::UnboundedSender<()>,
+    into: PulledInto,
     client: kube::Client,
     sandbox: &Arc<Sandbox>,
     writes_status: DutyHolder,
@@ -158,8 +166,8 @@ pub(super) fn start_pulled(
             api,
             options: pulled.options.clone(),
             cache: pulled.cache.clone(),
-            served,
-            reload: rescan,
+            served: into.served,
+            reload: into.rescan,
             feed,
             namespace: pulled.namespace.clone(),
             trust_root: pulled.trust_root.clone(),
@@ -169,6 +177,7 @@ pub(super) fn start_pulled(
             load_timeout,
             writes_status,
             shadow: status.shadow.clone(),
+            candidates: into.candidates,
         },
     ));
     let references = pulled.references.clone();
