@@ -13,6 +13,8 @@
 //!   the second step: the next leader resumes at that step (it never starts
 //!   over at the first), then promotes the candidate, which then decides
 //!   for every PodSet.
+//! - In waves across member clusters: the candidate decides in the member
+//!   labelled `env=staging` first, then in every member, then is promoted.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -21,7 +23,10 @@ use anyhow::{Context, Result, ensure};
 use reconciler_host::plugin::canary_share::{PLACES, place};
 use reconciler_sdk::KindRef;
 use reconciler_tests::oci_registry::{Mode, Registry, skip};
-use reconciler_tests::real_cluster::{HostProcess, Probe, RealCluster, Suite};
+use reconciler_tests::real_cluster::members::{
+    client_of, create_podset, member_secret_labelled, prepare_member, replicas_of,
+};
+use reconciler_tests::real_cluster::{HostProcess, OwnControlPlane, Probe, RealCluster, Suite};
 use reconciler_tests::{example_plugin, root, test_plugin};
 use serde_json::{Value, json};
 
@@ -396,5 +401,111 @@ async fn new_leader(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Re
     for replica in replicas.drain(..) {
         drop(replica);
     }
+    Ok(())
+}
+
+#[test]
+fn waves_take_the_candidate_to_the_staging_member_first_then_to_every_member() {
+    const TEST: &str = "waves_take_the_candidate_to_the_staging_member_first_then_to_every_member";
+    if skip(SUITE.name, TEST, Mode::Anonymous) {
+        return;
+    }
+    SUITE.run_on_own_control_plane(TEST, &[], async |cx| waves(cx).await);
+}
+
+/// PodSets per member.
+const PER_MEMBER: usize = 4;
+
+/// Waits until every PodSet's Deployment in `member` has `size` replicas.
+async fn wait_for_member_sizes(
+    cx: &RealCluster,
+    member: &kube::Client,
+    which: &str,
+    size: i64,
+) -> Result<()> {
+    let ns = cx.namespace.clone();
+    let what = format!("every Deployment in {which} at size {size}");
+    cx.wait_for(&what, TIMEOUT, async || {
+        let mut wrong = Vec::new();
+        for i in 0..PER_MEMBER {
+            let replicas = replicas_of(member, &ns, &name_of(i)).await?;
+            if replicas != Some(size) {
+                wrong.push(format!("{}: {replicas:?}", name_of(i)));
+            }
+        }
+        Ok(match wrong.is_empty() {
+            true => Probe::Ready(()),
+            false => Probe::Pending(wrong.join(", ")),
+        })
+    })
+    .await
+}
+
+async fn waves(cx: &mut RealCluster) -> Result<()> {
+    let registry = registry_with_versions(cx).await?;
+    let ns = cx.namespace.clone();
+    cx.step("members staging (env=staging) and prod (env=prod), each with PodSets of size 1");
+    let (staging_plane, prod_plane) = (OwnControlPlane::up(&[])?, OwnControlPlane::up(&[])?);
+    let mut members = Vec::new();
+    for (name, plane) in [("staging", &staging_plane), ("prod", &prod_plane)] {
+        let kubeconfig = std::fs::read_to_string(plane.kubeconfig())?;
+        let client = client_of(&kubeconfig).await?;
+        prepare_member(&client, &ns).await?;
+        member_secret_labelled(cx, name, &kubeconfig, &[("env", name)]).await?;
+        for i in 0..PER_MEMBER {
+            create_podset(&client, &ns, &name_of(i), 1).await?;
+        }
+        members.push(client);
+    }
+    let (staging, prod) = (&members[0], &members[1]);
+    let hub = cx.own_control_plane()?.kubeconfig().to_path_buf();
+    let mut args = vec![
+        "--no-local-cluster".to_string(),
+        "--cluster-secrets".into(),
+        "--cluster-secrets-namespace".into(),
+        ns.clone(),
+    ];
+    args.extend(pulling_args(cx));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    cx.start_host_with_kubeconfig_and_args(&[], &hub, &args)?;
+
+    cx.step("1. wave 1 selects env=staging: the candidate decides there, and only there");
+    let plugin = plugin_with_rollout(
+        cx,
+        &registry,
+        json!({"clusters": [{"matchLabels": {"env": "staging"}}, {}], "interval": "30s"}),
+    )
+    .await?;
+    wait_for_canary(cx, &plugin, "the first wave", |c| {
+        c["phase"] == "Progressing" && c["step"] == 0
+    })
+    .await?;
+    wait_for_member_sizes(cx, staging, "staging", 2).await?;
+    wait_for_member_sizes(cx, prod, "prod", 1).await?;
+    let rollout = cx.must_get(&plugins_kind(), &plugin).await?["status"]["rollout"].clone();
+    ensure!(
+        rollout["canary"]["step"] == 0 && rollout["summary"] == "canary wave 1 of 2",
+        "still the first wave once staging converged: {rollout}"
+    );
+    for i in 0..PER_MEMBER {
+        let replicas = replicas_of(prod, &ns, &name_of(i)).await?;
+        ensure!(
+            replicas == Some(1),
+            "prod's {} has {replicas:?} replicas during the staging wave",
+            name_of(i)
+        );
+    }
+    cx.step("staging's Deployments have the candidate's size 2; prod's keep 1");
+
+    cx.step("2. its gate kept, wave 2 (every cluster) brings prod too; then it is promoted");
+    wait_for_member_sizes(cx, prod, "prod", 2).await?;
+    wait_for_canary(cx, &plugin, "the candidate promoted", |c| {
+        c["phase"] == "Promoted"
+    })
+    .await?;
+    wait_for_member_sizes(cx, staging, "staging", 2).await?;
+    cx.wait_for_log(&["wave 2 of 2"], TIMEOUT).await?;
+    drop(staging_plane);
+    drop(prod_plane);
     Ok(())
 }

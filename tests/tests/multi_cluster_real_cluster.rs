@@ -24,16 +24,17 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail, ensure};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::discovery::ApiResource;
+use anyhow::{Context as _, Result, ensure};
+use kube::api::{Api, DynamicObject};
 use reconciler_sdk::k8s_openapi::jiff::Timestamp;
+use reconciler_tests::real_cluster::members::{
+    client_of, create_podset, member_secret, podset_resource, prepare_member, replicas_of,
+};
 use reconciler_tests::real_cluster::{
     HostProcess, OwnControlPlane, Probe, RealCluster, Suite, audit_log_flags,
 };
 use reconciler_tests::{example_plugin, root};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const SUITE: Suite = Suite {
     name: "multi_cluster_real_cluster",
@@ -41,101 +42,6 @@ const SUITE: Suite = Suite {
 };
 
 const CONVERGE: Duration = Duration::from_secs(90);
-const MANAGER: &str = "multi-cluster-test";
-
-fn podset_resource() -> ApiResource {
-    ApiResource {
-        group: "example.com".into(),
-        version: "v1alpha1".into(),
-        api_version: "example.com/v1alpha1".into(),
-        kind: "PodSet".into(),
-        plural: "podsets".into(),
-    }
-}
-
-fn deployment_resource() -> ApiResource {
-    ApiResource {
-        group: "apps".into(),
-        version: "v1".into(),
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        plural: "deployments".into(),
-    }
-}
-
-async fn client_of(kubeconfig: &str) -> Result<kube::Client> {
-    let parsed = kube::config::Kubeconfig::from_yaml(kubeconfig)?;
-    let config =
-        kube::Config::from_custom_kubeconfig(parsed, &kube::config::KubeConfigOptions::default())
-            .await?;
-    Ok(kube::Client::try_from(config)?)
-}
-
-/// The podset CRD, applied and established on a member that is not the
-/// test's own cluster.
-async fn install_podset_crd(client: &kube::Client) -> Result<()> {
-    let text = std::fs::read_to_string(root().join("crds/podset.yaml"))?;
-    let crd: Value = serde_yaml_ng::from_str(&text)?;
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(
-        "podsets.example.com",
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .context("applying the podset CRD on B")?;
-    for _ in 0..120 {
-        let found = api.get("podsets.example.com").await?;
-        let established = found
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    bail!("the podset CRD was not established on B within 30 s")
-}
-
-async fn apply(
-    client: &kube::Client,
-    resource: &ApiResource,
-    ns: &str,
-    object: Value,
-) -> Result<()> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, resource);
-    let name = object["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    api.patch(
-        &name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&object),
-    )
-    .await
-    .with_context(|| format!("applying {} {ns}/{name}", resource.kind))?;
-    Ok(())
-}
-
-async fn create_podset(client: &kube::Client, ns: &str, name: &str, size: i64) -> Result<()> {
-    let object = json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
-        "metadata": {"name": name, "namespace": ns,
-            "labels": {"reconciler-tests/namespace": ns}},
-        "spec": {"size": size}});
-    apply(client, &podset_resource(), ns, object).await
-}
-
-async fn replicas_of(client: &kube::Client, ns: &str, name: &str) -> Result<Option<i64>> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &deployment_resource());
-    Ok(api
-        .get_opt(name)
-        .await?
-        .and_then(|d| d.data["spec"]["replicas"].as_i64()))
-}
 
 async fn wait_for_deployment(
     cluster: &RealCluster,
@@ -182,24 +88,6 @@ async fn wait_for_reasons(cluster: &RealCluster, secret: &str, wanted: &[&str]) 
         .await
 }
 
-async fn member_secret(cluster: &RealCluster, name: &str, kubeconfig: &str) -> Result<()> {
-    use base64::Engine as _;
-    let ns = &cluster.namespace;
-    let secret = json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": format!("member-{name}"), "namespace": ns,
-            "labels": {"reconciler-host.io/cluster": name}},
-        "data": {"kubeconfig": base64::engine::general_purpose::STANDARD.encode(kubeconfig)}});
-    let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(cluster.client.clone(), ns);
-    api.patch(
-        &format!("member-{name}"),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&secret),
-    )
-    .await
-    .with_context(|| format!("applying the kubeconfig Secret of member {name}"))?;
-    Ok(())
-}
-
 /// B's API server writes an audit entry for every request the rotated
 /// credentials make (user `rotated-admin`): after beta is disengaged,
 /// there must be none.
@@ -227,21 +115,6 @@ fn requests_after(audit: &Path, user: &str, since: Timestamp) -> Result<Vec<Stri
         }
     }
     Ok(after)
-}
-
-/// The namespace and the podset CRD on a member.
-async fn prepare_member(client: &kube::Client, ns: &str) -> Result<()> {
-    install_podset_crd(client).await?;
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    namespaces
-        .patch(
-            ns,
-            &PatchParams::apply(MANAGER),
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": ns}})),
-        )
-        .await?;
-    Ok(())
 }
 
 #[test]

@@ -39,6 +39,7 @@ use super::shard_selection;
 use super::shared::Shared;
 use super::work_queue::PrimaryKey;
 use crate::cluster::{ClusterBackend, EventRecord, ObjectKey};
+use crate::plugin::candidates::PrimaryRef;
 use crate::plugin::{LoadedPlugin, ValidResponse};
 use crate::support::panic_guard::catch_panic;
 
@@ -304,12 +305,16 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
         serving: &LoadedPlugin,
         primary: &Primary,
     ) -> Option<Arc<LoadedPlugin>> {
-        let candidate = self.shared.candidates.deciding_for(
-            serving.name(),
-            primary.key.namespace.as_deref(),
-            &primary.key.name,
-            &primary.object,
-        )?;
+        let of = PrimaryRef {
+            namespace: primary.key.namespace.as_deref(),
+            name: &primary.key.name,
+            object: &primary.object,
+        };
+        let cluster = &self.shared.cluster.labels;
+        let candidate = self
+            .shared
+            .candidates
+            .deciding_for(serving.name(), of, cluster)?;
         let watched = candidate.metadata().owns == serving.metadata().owns
             || self.shared.candidate_kinds_watched(candidate.sha256());
         watched.then_some(candidate)

@@ -42,13 +42,27 @@ pub struct CanaryShare {
     pub namespaces: BTreeSet<String>,
     /// Only primaries carrying these labels are eligible.
     pub match_labels: BTreeMap<String, String>,
+    /// Only primaries in a cluster whose labels one of these selects are
+    /// eligible (all clusters when empty): the waves reached so far.
+    pub clusters: Vec<BTreeMap<String, String>>,
 }
 
 impl CanaryShare {
-    /// Whether the primary `object` (named `namespace`/`name`) is the
-    /// candidate's.
-    pub fn takes(&self, namespace: Option<&str>, name: &str, object: &Value) -> bool {
+    /// Whether the primary `object` (named `namespace`/`name`), in the
+    /// cluster labelled `cluster`, is the candidate's.
+    pub fn takes(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        object: &Value,
+        cluster: &BTreeMap<String, String>,
+    ) -> bool {
         if self.percent == 0 {
+            return false;
+        }
+        let selects =
+            |wave: &BTreeMap<String, String>| wave.iter().all(|(k, v)| cluster.get(k) == Some(v));
+        if !self.clusters.is_empty() && !self.clusters.iter().any(selects) {
             return false;
         }
         if !self.namespaces.is_empty() && !namespace.is_some_and(|ns| self.namespaces.contains(ns))
@@ -69,8 +83,8 @@ impl CanaryShare {
     /// A short fingerprint that changes whenever the share does.
     pub fn fingerprint(&self) -> String {
         format!(
-            "{}@{}%{:?}{:?}",
-            self.candidate_sha256, self.percent, self.namespaces, self.match_labels
+            "{}@{}%{:?}{:?}{:?}",
+            self.candidate_sha256, self.percent, self.namespaces, self.match_labels, self.clusters
         )
     }
 }
@@ -87,6 +101,7 @@ mod tests {
             percent,
             namespaces: BTreeSet::new(),
             match_labels: BTreeMap::new(),
+            clusters: Vec::new(),
         }
     }
 
@@ -96,7 +111,7 @@ mod tests {
         let taken = |percent| -> BTreeSet<&String> {
             names
                 .iter()
-                .filter(|n| share(percent).takes(Some("default"), n, &json!({})))
+                .filter(|n| share(percent).takes(Some("default"), n, &json!({}), &BTreeMap::new()))
                 .collect()
         };
         let (ten, fifty, all) = (taken(10), taken(50), taken(100));
@@ -113,9 +128,10 @@ mod tests {
         s.namespaces.insert("staging".into());
         s.match_labels.insert("tier".into(), "canary".into());
         let labelled = json!({"metadata": {"labels": {"tier": "canary"}}});
-        assert!(s.takes(Some("staging"), "a", &labelled));
-        assert!(!s.takes(Some("prod"), "a", &labelled));
-        assert!(!s.takes(Some("staging"), "a", &json!({})));
-        assert!(!s.takes(None, "a", &labelled));
+        let any = BTreeMap::new();
+        assert!(s.takes(Some("staging"), "a", &labelled, &any));
+        assert!(!s.takes(Some("prod"), "a", &labelled, &any));
+        assert!(!s.takes(Some("staging"), "a", &json!({}), &any));
+        assert!(!s.takes(None, "a", &labelled, &any));
     }
 }

@@ -64,6 +64,14 @@ pub fn misfit(
     None
 }
 
+/// A primary, as a canary share judges it.
+#[derive(Clone, Copy)]
+pub struct PrimaryRef<'a> {
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
+    pub object: &'a serde_json::Value,
+}
+
 /// The candidates the directory decided on, by the name of the plugin each
 /// shadows, and the share of primaries a canary candidate decides for.
 /// Cheap to share and to read.
@@ -113,22 +121,21 @@ impl Candidates {
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// The candidate of plugin `name` when it, not the serving version,
-    /// decides for the primary `object` (`namespace`/`name`): it runs
+    /// The candidate of plugin `plugin` when it, not the serving version,
+    /// decides for `primary` in the cluster labelled `cluster`: it runs
     /// beside the plugin and a canary share given to this very version
     /// takes the primary.
     pub fn deciding_for(
         &self,
         plugin: &str,
-        namespace: Option<&str>,
-        name: &str,
-        object: &serde_json::Value,
+        primary: PrimaryRef<'_>,
+        cluster: &BTreeMap<String, String>,
     ) -> Option<Arc<LoadedPlugin>> {
         let shares = self.shares.read().unwrap_or_else(|e| e.into_inner());
         let share = shares.get(plugin)?;
         let candidate = self.of(plugin)?;
-        (candidate.sha256() == share.candidate_sha256 && share.takes(namespace, name, object))
-            .then_some(candidate)
+        let takes = share.takes(primary.namespace, primary.name, primary.object, cluster);
+        (candidate.sha256() == share.candidate_sha256 && takes).then_some(candidate)
     }
 
     /// Moves whenever the candidates change (see [`Self::versions`]).

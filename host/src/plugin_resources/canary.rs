@@ -36,8 +36,12 @@ pub const DEFAULT_MAX_ERROR_RATE: f64 = 0.05;
 /// A valid canary `spec.rollout`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CanaryPlan {
-    /// Percent of the eligible primaries at each step; rising, ending at 100.
+    /// Percent of the eligible primaries at each step; rising, ending at
+    /// 100 (each 100 when the steps are waves).
     pub steps: Vec<u32>,
+    /// Waves of member clusters, by their labels: at step `i` the
+    /// candidate decides in the clusters the first `i + 1` select.
+    pub waves: Vec<BTreeMap<String, String>>,
     pub interval: Duration,
     pub namespaces: BTreeSet<String>,
     pub match_labels: BTreeMap<String, String>,
@@ -55,19 +59,21 @@ pub struct Gate {
 impl CanaryPlan {
     /// The plan `spec` describes, or what is wrong with it (naming the field).
     pub fn from_spec(spec: &RolloutSpec) -> Result<Self, String> {
-        let steps = match spec.steps.is_empty() {
-            true => DEFAULT_STEPS.to_vec(),
-            false => spec.steps.clone(),
-        };
-        if steps.windows(2).any(|w| w[0] >= w[1]) || steps[0] == 0 {
-            return Err(format!(
-                "spec.rollout.steps is {steps:?}: each step is a percent above the one before, starting above 0"
-            ));
+        let waves: Vec<BTreeMap<String, String>> = spec
+            .clusters
+            .iter()
+            .map(|s| s.match_labels.clone())
+            .collect();
+        if !waves.is_empty() && !spec.steps.is_empty() {
+            return Err("spec.rollout: give steps or clusters, not both: with clusters each wave of clusters is a step, in which the candidate decides for every eligible primary".into());
         }
-        if steps.last() != Some(&100) {
-            return Err(format!(
-                "spec.rollout.steps is {steps:?}: the last step is 100, where the candidate decides for every primary"
-            ));
+        let steps = match (waves.is_empty(), spec.steps.is_empty()) {
+            (false, _) => vec![100; waves.len()],
+            (true, true) => DEFAULT_STEPS.to_vec(),
+            (true, false) => spec.steps.clone(),
+        };
+        if waves.is_empty() {
+            check_steps(&steps)?;
         }
         let interval = match &spec.interval {
             None => DEFAULT_INTERVAL,
@@ -99,6 +105,7 @@ impl CanaryPlan {
             .map_err(|e| format!("spec.rollout.gate.maxP99: {e}"))?;
         Ok(Self {
             steps,
+            waves,
             interval,
             namespaces: spec.namespaces.iter().cloned().collect(),
             match_labels: spec
@@ -117,18 +124,67 @@ impl CanaryPlan {
     /// The share the candidate `candidate_sha256` decides for in `record`'s
     /// state; `None` once rolled back.
     pub fn share(&self, record: &CanaryRecord) -> Option<CanaryShare> {
-        let percent = match record.phase {
+        let (percent, clusters) = match record.phase {
             Phase::RolledBack => return None,
-            Phase::Promoted => 100,
-            Phase::Progressing => *self.steps.get(record.step)?,
+            Phase::Promoted => (100, Vec::new()),
+            Phase::Progressing => {
+                let waves = self.waves.get(..=record.step).unwrap_or_default();
+                (*self.steps.get(record.step)?, waves.to_vec())
+            }
         };
         Some(CanaryShare {
             candidate_sha256: record.candidate_sha256.clone(),
             percent,
             namespaces: self.namespaces.clone(),
             match_labels: self.match_labels.clone(),
+            clusters,
         })
     }
+
+    /// What step `step` gives the candidate, in words.
+    pub fn describe(&self, step: usize, percent: u32) -> String {
+        match self.waves.get(step) {
+            Some(labels) => format!(
+                "wave {} of {}: the candidate decides for every eligible primary in the clusters of waves 1 to {} (this one: {})",
+                step + 1,
+                self.waves.len(),
+                step + 1,
+                selector_text(labels)
+            ),
+            None => format!(
+                "step {} of {}: the candidate decides for {percent}% of the eligible primaries",
+                step + 1,
+                self.steps.len()
+            ),
+        }
+    }
+}
+
+/// `a=b,c=d`, or `every cluster` for an empty selector.
+fn selector_text(labels: &BTreeMap<String, String>) -> String {
+    match labels.is_empty() {
+        true => "every cluster".into(),
+        false => labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
+/// Percent steps rise above 0 and end at 100.
+fn check_steps(steps: &[u32]) -> Result<(), String> {
+    if steps.windows(2).any(|w| w[0] >= w[1]) || steps.first() == Some(&0) {
+        return Err(format!(
+            "spec.rollout.steps is {steps:?}: each step is a percent above the one before, starting above 0"
+        ));
+    }
+    if steps.last() != Some(&100) {
+        return Err(format!(
+            "spec.rollout.steps is {steps:?}: the last step is 100, where the candidate decides for every primary"
+        ));
+    }
+    Ok(())
 }
 
 /// Where a rollout stands.
@@ -316,6 +372,9 @@ pub fn next(
 /// when it rolled back) and the one-line summary `kubectl get` shows.
 pub fn status_patch(plan: &CanaryPlan, record: &CanaryRecord, now_millis: i64) -> Value {
     let summary = match record.phase {
+        Phase::Progressing if !plan.waves.is_empty() => {
+            format!("canary wave {} of {}", record.step + 1, plan.waves.len())
+        }
         Phase::Progressing => format!(
             "canary {}% (step {} of {})",
             record.percent,
@@ -458,6 +517,44 @@ mod tests {
             ..GateWindow::default()
         };
         assert_eq!(judge(&slow.gate, &w).unwrap_err().0, "Disagreement");
+    }
+
+    #[test]
+    fn waves_of_clusters_are_steps_each_adding_its_clusters() {
+        let p = plan(json!({"candidate": "r/p:2", "mode": "canary",
+            "clusters": [{"matchLabels": {"env": "staging"}}, {}]}))
+        .unwrap();
+        assert_eq!(p.steps, [100, 100]);
+        let Next::Start(r) = next(&p, None, "c", &GateWindow::default(), 0, 0) else {
+            panic!("starts")
+        };
+        let share = p.share(&r).unwrap();
+        let labels = |env: &str| BTreeMap::from([("env".to_string(), env.to_string())]);
+        let object = json!({});
+        assert!(share.takes(Some("ns"), "a", &object, &labels("staging")));
+        assert!(!share.takes(Some("ns"), "a", &object, &labels("prod")));
+        let Next::Advance(r) = next(
+            &p,
+            Some(&r),
+            "c",
+            &GateWindow::default(),
+            0,
+            DEFAULT_INTERVAL.as_millis() as i64,
+        ) else {
+            panic!("the next wave")
+        };
+        assert!(
+            p.share(&r)
+                .unwrap()
+                .takes(Some("ns"), "a", &object, &labels("prod"))
+        );
+        assert_eq!(
+            status_patch(&p, &r, 0)["status"]["rollout"]["summary"],
+            "canary wave 2 of 2"
+        );
+        let e =
+            plan(json!({"candidate": "r/p:2", "steps": [50, 100], "clusters": [{}]})).unwrap_err();
+        assert!(e.contains("steps or clusters"), "{e}");
     }
 
     #[test]

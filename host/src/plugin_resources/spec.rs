@@ -57,6 +57,10 @@ pub struct RolloutSpec {
     /// Canary: what a step must stay within to pass.
     #[serde(default)]
     pub gate: Option<GateSpec>,
+    /// Canary in waves across member clusters: each selector (of the
+    /// clusters' labels) is a step, in order, each with its own gate.
+    #[serde(default)]
+    pub clusters: Vec<SelectorSpec>,
 }
 
 /// A label selector of equalities (`matchLabels`).
@@ -250,8 +254,12 @@ impl PluginSpec {
                     .map_err(|e| format!("spec.rollout.candidate: {e}"))?,
                 mode: match r.mode.as_deref() {
                     None | Some("shadow") => {
-                        if !r.steps.is_empty() || r.interval.is_some() || r.gate.is_some() {
-                            return Err("spec.rollout: steps, interval and gate belong to mode canary; in mode shadow the candidate never writes".into());
+                        if !r.steps.is_empty()
+                            || r.interval.is_some()
+                            || r.gate.is_some()
+                            || !r.clusters.is_empty()
+                        {
+                            return Err("spec.rollout: steps, interval, gate and clusters belong to mode canary; in mode shadow the candidate never writes".into());
                         }
                         RolloutMode::Shadow
                     }

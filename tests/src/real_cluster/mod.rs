@@ -27,6 +27,7 @@ pub mod crds;
 pub mod events;
 pub mod host_process;
 pub mod kubeconfig;
+pub mod members;
 pub mod objects;
 pub mod podset_convergence;
 pub mod poll;

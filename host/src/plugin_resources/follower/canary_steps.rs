@@ -82,19 +82,14 @@ impl Follower {
             Next::Stay => return,
             Next::Start(r) => {
                 let note = format!(
-                    "canary rollout started: the candidate decides for {}% of the primaries for {}s",
-                    r.percent,
+                    "canary rollout started, {} for {}s",
+                    plan.describe(r.step, r.percent),
                     plan.interval.as_secs()
                 );
                 (r, (EventType::Normal, "CanaryStep", note))
             }
             Next::Advance(r) => {
-                let note = format!(
-                    "step {} of {}: the candidate now decides for {}% of the primaries",
-                    r.step + 1,
-                    plan.steps.len(),
-                    r.percent
-                );
+                let note = plan.describe(r.step, r.percent);
                 (r, (EventType::Normal, "CanaryStep", note))
             }
             Next::Promote(r) => {
