@@ -385,6 +385,7 @@ async fn measure_side(
         all_deployments,
         lag_p50: percentile(&lags, 0.5).unwrap_or_default(),
         lag_p95: percentile(&lags, 0.95).unwrap_or_default(),
+        lag_p99: percentile(&lags, 0.99).unwrap_or_default(),
         all_pod_names,
         controller_cpu,
         cpu_to_pod_names,

@@ -14,6 +14,7 @@ pub struct SideRun {
     pub all_deployments: Duration,
     pub lag_p50: Duration,
     pub lag_p95: Duration,
+    pub lag_p99: Duration,
     pub all_pod_names: Duration,
     pub controller_cpu: Duration,
     /// Controller CPU from the first bulk create to the moment every
@@ -101,6 +102,11 @@ fn rows(shape: &Shape) -> Vec<Row> {
             "per-PodSet lag, create -> its Deployment, p95".into(),
             Unit::Seconds,
             |r| Some(r.lag_p95.as_secs_f64()),
+        ),
+        row(
+            "per-PodSet lag, create -> its Deployment, p99".into(),
+            Unit::Seconds,
+            |r| Some(r.lag_p99.as_secs_f64()),
         ),
         row(
             format!("{n} PodSets: all status.podNames filled"),

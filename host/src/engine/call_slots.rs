@@ -142,6 +142,20 @@ impl CallSlots {
     pub fn running(&self) -> usize {
         self.state().plugins.values().map(|c| c.running).sum()
     }
+
+    /// Resolves once no call runs or waits (at once if none does).
+    /// Cancel-safe.
+    pub async fn idle(&self) {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if self.state().plugins.is_empty() {
+                return;
+            }
+            freed.await;
+        }
+    }
 }
 
 impl Drop for CallSlot {
@@ -226,6 +240,25 @@ mod tests {
         assert_eq!(slots.running(), 2);
         drop((other, greedy));
         assert_eq!(slots.running(), 0);
+    }
+
+    #[tokio::test]
+    async fn idle_waits_until_the_last_call_is_given_back() {
+        let slots = CallSlots::new(2);
+        slots.idle().await;
+        let (a, b) = (slots.acquire("a", 2).await, slots.acquire("b", 2).await);
+        let waiter = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.idle().await }
+        });
+        drop(a);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "one call still runs");
+        drop(b);
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("idle once no call runs")
+            .unwrap();
     }
 
     #[tokio::test]

@@ -11,8 +11,9 @@
 //!
 //! It never delays or fails the serving call: it runs after the serving
 //! reconcile has settled, on a blocking thread, in shadow slots of its own
-//! ([`ShadowBook::slot`]), and is shed (counted, not run) whenever no slot
-//! frees within a few seconds, a serving call waits for an instance, or
+//! ([`ShadowBook::slot`]), once no serving call runs, and is shed
+//! (counted, not run) whenever no slot frees or the serving calls do not
+//! pause within a few seconds, a serving call waits for an instance, or
 //! the guest memory budget is more than half spent. A read the serving call
 //! made is answered to the candidate as it was to the serving call
 //! ([`shadow_reads`](super::shadow_reads)); only what the serving version
@@ -26,7 +27,7 @@ use tracing::Instrument;
 use super::failure::Failure;
 use super::plan::uid_of;
 use super::reconcile::Reconciler;
-use super::shadow_book::{CandidateId, ShadowBook, ShadowDifference, ShadowOutcome};
+use super::shadow_book::{CandidateId, SLOT_WAIT, ShadowBook, ShadowDifference, ShadowOutcome};
 use super::shadow_job::ShadowJob;
 use super::shadow_reads::ReplayedReads;
 use super::watches::Wiring;
@@ -112,14 +113,18 @@ impl<B: ClusterBackend> Shadow<'_, B> {
 
     /// A shadow slot, when the host has room for a shadow call: none while
     /// serving calls wait for an instance or guest memory is short, before
-    /// and after the wait for a slot.
+    /// and after the wait for a slot. With its slot, a shadow call waits
+    /// until no serving call runs, so the two do not take turns on a core
+    /// while a burst is being served; one that waits longer than the slot
+    /// wait is shed.
     async fn room_for(&self, job: &ShadowJob) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let pressed =
-            || self.reconciler.calls.slots.waiting() > 0 || job.candidate.guest_memory_pressed();
+        let slots = &self.reconciler.calls.slots;
+        let pressed = || slots.waiting() > 0 || job.candidate.guest_memory_pressed();
         if pressed() {
             return None;
         }
         let slot = self.book().slot().await?;
+        tokio::time::timeout(SLOT_WAIT, slots.idle()).await.ok()?;
         (!pressed()).then_some(slot)
     }
 
