@@ -234,3 +234,141 @@ fn dev_prints_a_line_per_shadow_run() {
         "{stdout}"
     );
 }
+
+/// Ten PodSets of size 1 (`ps-0`..`ps-9`), those named in `failing`
+/// labelled for the doubling candidate to fail on.
+fn ten_podsets(failing: &[usize]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::new();
+    for i in 0..10 {
+        let labels = match failing.contains(&i) {
+            true => "\n  labels: {tests.example.com/candidate-fails: \"yes\"}",
+            false => "",
+        };
+        text.push_str(&format!(
+            "---\napiVersion: example.com/v1alpha1\nkind: PodSet\nmetadata:\n  name: ps-{i}\n  namespace: default{labels}\nspec:\n  size: 1\n"
+        ));
+    }
+    std::fs::write(dir.path().join("podsets.yaml"), text).unwrap();
+    dir
+}
+
+/// `spec.replicas` of each Deployment `simulate` ended with, by name.
+fn final_replicas(out: &str) -> std::collections::BTreeMap<String, i64> {
+    let objects = out
+        .split("\n# objects")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{out}"));
+    let mut sizes = std::collections::BTreeMap::new();
+    for doc in objects.split("\n---") {
+        let Ok(v) = serde_yaml_ng::from_str::<serde_json::Value>(doc) else {
+            continue;
+        };
+        if v["kind"] == "Deployment" {
+            let name = v["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            sizes.insert(name, v["spec"]["replicas"].as_i64().unwrap_or(-1));
+        }
+    }
+    sizes
+}
+
+fn simulate_with_rollout(rollout: &str, objects: &Path) -> std::process::Output {
+    let plugins = plugins_dir_with_candidate();
+    std::fs::write(plugins.path().join("podset-js.rollout.yaml"), rollout).unwrap();
+    host(&[
+        "simulate",
+        "--plugins-dir",
+        &text(plugins.path()),
+        "--objects",
+        &text(objects),
+        "--advance",
+        "5m",
+    ])
+}
+
+#[test]
+fn simulate_steps_a_canary_of_candidate_files_and_promotes_it_byte_for_byte_again() {
+    let objects = ten_podsets(&[]);
+    let rollout = "steps: [50, 100]\ninterval: 1m\n";
+    let first = simulate_with_rollout(rollout, objects.path());
+    let out = String::from_utf8(first.stdout.clone()).unwrap();
+    assert!(first.status.success(), "{out}");
+    let started = out
+        .lines()
+        .position(|l| l.contains("[+0s] canary podset-js") && l.contains("rollout started"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let second = out
+        .lines()
+        .position(|l| l.contains("[+1m] canary podset-js") && l.contains("step 2 of 2"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let promoted = out
+        .lines()
+        .position(|l| l.contains("[+2m] canary podset-js") && l.contains("every step passed"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(started < second && second < promoted, "{out}");
+    // At the first step about half are the candidate's; at the end all.
+    let sizes = final_replicas(&out);
+    assert_eq!(sizes.len(), 10, "{out}");
+    assert!(sizes.values().all(|n| *n == 2), "{sizes:?}");
+    let again = simulate_with_rollout(rollout, objects.path());
+    assert_eq!(first.stdout, again.stdout);
+}
+
+#[test]
+fn simulate_rolls_a_failing_canary_back_and_the_serving_sizes_return() {
+    let objects = ten_podsets(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    let first = simulate_with_rollout("steps: [50, 100]\ninterval: 1m\n", objects.path());
+    let out = String::from_utf8(first.stdout.clone()).unwrap();
+    assert!(first.status.success(), "{out}");
+    assert!(
+        out.lines().any(|l| l.contains("canary podset-js")
+            && l.contains("rolled back: at step 1 (50%)")
+            && l.contains("maxErrorRate")),
+        "{out}"
+    );
+    assert!(!out.contains("step 2 of 2"), "{out}");
+    let sizes = final_replicas(&out);
+    assert_eq!(sizes.len(), 10, "{out}");
+    assert!(sizes.values().all(|n| *n == 1), "{sizes:?}");
+}
+
+#[test]
+fn dev_gives_a_canary_candidate_its_share_and_says_so() {
+    let plugins = plugins_dir_with_candidate();
+    std::fs::write(
+        plugins.path().join("podset-js.rollout.yaml"),
+        "steps: [100]\ninterval: 1h\n",
+    )
+    .unwrap();
+    let objects = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root().join("examples/podset.yaml"),
+        objects.path().join("podset.yaml"),
+    )
+    .unwrap();
+    let out = host(&[
+        "dev",
+        "--plugins-dir",
+        &text(plugins.path()),
+        "--objects",
+        &text(objects.path()),
+        "--until-settled",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("canary podset-js") && l.contains("rollout started, step 1 of 1")),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("Deployment default/example") && l.contains("6")),
+        "the candidate decided: {stdout}"
+    );
+}

@@ -13,6 +13,7 @@ use super::registry_args::PluginRefArgs;
 use super::sandbox_args::SandboxArgs;
 use crate::plugin::candidates::Candidates;
 use crate::plugin::{LoadedPlugin, RandomKey, Sandbox};
+use crate::process::canary_files::FileRollouts;
 use crate::process::simulate::{SimulatedCluster, SimulationConfig, simulate_clusters};
 use crate::support::duration_text::parse_duration;
 use reconciler_contract::ClusterInfo;
@@ -75,6 +76,7 @@ pub fn run(sandbox: &SandboxArgs, args: SimulateArgs) -> anyhow::Result<ExitCode
         record: args.record.options(),
         builtins: args.builtins.config(),
         candidates: candidates_of(loaded.candidates),
+        rollouts: Some(FileRollouts::read(&args.plugins_dir)),
         ..SimulationConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_current_thread()

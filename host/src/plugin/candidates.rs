@@ -138,6 +138,14 @@ impl Candidates {
         (candidate.sha256() == share.candidate_sha256 && takes).then_some(candidate)
     }
 
+    /// Every candidate, by the plugin it stands beside.
+    pub fn all(&self) -> Vec<(String, Arc<LoadedPlugin>)> {
+        self.read()
+            .iter()
+            .map(|(name, c)| (name.clone(), c.clone()))
+            .collect()
+    }
+
     /// Moves whenever the candidates change (see [`Self::versions`]).
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)

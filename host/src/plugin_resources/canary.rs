@@ -260,6 +260,53 @@ pub enum Next {
     RollBack(CanaryRecord),
 }
 
+/// A change of a rollout's state, as it is told: in an Event, a log line,
+/// a line of `dev` or `simulate`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Told {
+    pub record: CanaryRecord,
+    /// A rollback: a warning, not news.
+    pub warning: bool,
+    /// `CanaryStep`, `CanaryPromoted` or `RolledBack`.
+    pub reason: &'static str,
+    pub note: String,
+}
+
+impl Next {
+    /// The new state and how it is told; `None` when nothing changes.
+    pub fn told(self, plan: &CanaryPlan) -> Option<Told> {
+        let (record, warning, reason, note) = match self {
+            Next::Stay => return None,
+            Next::Start(r) => {
+                let note = format!(
+                    "canary rollout started, {} for {}s",
+                    plan.describe(r.step, r.percent),
+                    plan.interval.as_secs()
+                );
+                (r, false, "CanaryStep", note)
+            }
+            Next::Advance(r) => {
+                let note = plan.describe(r.step, r.percent);
+                (r, false, "CanaryStep", note)
+            }
+            Next::Promote(r) => {
+                let note = r.message.clone().unwrap_or_default();
+                (r, false, "CanaryPromoted", note)
+            }
+            Next::RollBack(r) => {
+                let note = format!("rolled back: {}", r.message.as_deref().unwrap_or_default());
+                (r, true, "RolledBack", note)
+            }
+        };
+        Some(Told {
+            record,
+            warning,
+            reason,
+            note,
+        })
+    }
+}
+
 /// What the gate says of `window`: `Err` names the limit broken.
 pub fn judge(gate: &Gate, window: &GateWindow) -> Result<(), (&'static str, String)> {
     if window.decided > 0 {
@@ -360,7 +407,7 @@ pub fn next(
             phase: Phase::Promoted,
             reason: Some("AllStepsPassed".into()),
             message: Some(format!(
-                "every step passed ({:?}): the candidate decides for every primary; make it spec.source to end the rollout",
+                "every step passed ({:?}): the candidate decides for every primary; make it the serving version (spec.source, or the NAME.wasm file) to end the rollout",
                 plan.steps
             )),
             ..record.clone()

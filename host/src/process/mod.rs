@@ -4,6 +4,7 @@
 //! generated RBAC and deploy manifests, the Kubernetes client's settings,
 //! and the process's memory and threads.
 
+pub mod canary_files;
 pub mod crd_install;
 pub mod dev;
 pub mod duties;

@@ -25,6 +25,7 @@ use crate::engine::{Engine, ReconcileRecord};
 use crate::golden::recorder::{CaseRecorder, RecordOptions};
 use crate::plugin::LoadedPlugin;
 use crate::plugin::candidates::Candidates;
+use crate::process::canary_files::FileRollouts;
 use crate::support::duration_text::format_duration;
 use reconciler_contract::ClusterInfo;
 
@@ -48,6 +49,8 @@ pub struct SimulationConfig {
     pub builtins: Option<BuiltinConfig>,
     /// Candidates run in shadow beside their plugins (`NAME.candidate.wasm`).
     pub candidates: Arc<Candidates>,
+    /// Their canary rollouts (`NAME.rollout.yaml`), stepped on the clock.
+    pub rollouts: Option<FileRollouts>,
 }
 
 impl Default for SimulationConfig {
@@ -60,6 +63,7 @@ impl Default for SimulationConfig {
             record: None,
             builtins: None,
             candidates: Candidates::new(),
+            rollouts: None,
         }
     }
 }
@@ -86,6 +90,9 @@ pub struct SimulationReport {
     /// What candidates in shadow found, each line after how many of
     /// `records` (the reconcile it shadows).
     pub shadow: Vec<(usize, String)>,
+    /// What canary rollouts did, each before how many of `records`, at
+    /// what time.
+    pub rollouts: Vec<(usize, i64, String)>,
 }
 
 /// One cluster of a simulation as it ended.
@@ -219,7 +226,13 @@ pub async fn simulate_clusters(
             cluster: Some(&m.cluster),
         })
         .collect();
-    let mut report = run_turns(&turns, &clock, config, Some(&mut shadow_lines)).await;
+    let mut rollouts = config.rollouts.clone();
+    let shadowing = Shadowing {
+        lines: &mut shadow_lines,
+        book: &book,
+        rollouts: rollouts.as_mut(),
+    };
+    let mut report = run_turns(&turns, &clock, config, Some(shadowing)).await;
     seeded.append(&mut report.builtin_changes);
     let report = SimulationReport {
         start_millis: config.start_millis,
@@ -328,15 +341,27 @@ async fn run_turns<B: ClusterBackend>(
     turns: &[Turn<'_, B>],
     clock: &VirtualClock,
     config: &SimulationConfig,
-    mut shadow_lines: Option<&mut mpsc::UnboundedReceiver<String>>,
+    mut shadowing: Option<Shadowing<'_>>,
 ) -> SimulationReport {
     let mut shadow = Vec::new();
+    let mut rollouts = Vec::new();
     let end = config.start_millis + i64::try_from(config.advance.as_millis()).unwrap_or(i64::MAX);
     let mut records = Vec::new();
     let mut builtin_changes = Vec::new();
     let mut rounds: HashMap<(String, String, String, i64), u32> = HashMap::new();
     let mut unsettled = None;
     'run: loop {
+        if let Some(Shadowing {
+            book,
+            rollouts: Some(files),
+            ..
+        }) = shadowing.as_mut()
+        {
+            let now = clock.now_millis();
+            for line in files.step(&config.candidates, book, now) {
+                rollouts.push((records.len(), now, line));
+            }
+        }
         for turn in turns {
             if let Some(cluster) = turn.cluster {
                 if cluster
@@ -366,7 +391,7 @@ async fn run_turns<B: ClusterBackend>(
             let record = turn.engine.reconcile(&plugin, key).await;
             let prefix = (turns.len() > 1).then_some(turn.name);
             take_shadow_lines(
-                shadow_lines.as_deref_mut(),
+                shadowing.as_mut().map(|s| &mut *s.lines),
                 prefix,
                 records.len(),
                 &mut shadow,
@@ -389,6 +414,10 @@ async fn run_turns<B: ClusterBackend>(
             records.push(record);
             continue 'run;
         }
+        let step_due = shadowing
+            .as_ref()
+            .and_then(|s| s.rollouts.as_ref())
+            .and_then(|r| r.next_due());
         let next = turns
             .iter()
             .flat_map(|t| {
@@ -398,6 +427,7 @@ async fn run_turns<B: ClusterBackend>(
                 ]
             })
             .flatten()
+            .chain(step_due)
             .min();
         match next {
             Some(at) if at <= end => clock.set(at.max(clock.now_millis())),
@@ -421,7 +451,16 @@ async fn run_turns<B: ClusterBackend>(
         refused: Vec::new(),
         builtin_changes,
         shadow,
+        rollouts,
     }
+}
+
+/// What a simulation's candidates tell and steer: the lines of their
+/// shadow runs, the book they count in, and their canary rollouts.
+struct Shadowing<'a> {
+    lines: &'a mut mpsc::UnboundedReceiver<String>,
+    book: &'a ShadowBook,
+    rollouts: Option<&'a mut FileRollouts>,
 }
 
 /// The shadow lines told since the last call, each to follow record
@@ -514,8 +553,13 @@ impl SimulationReport {
         out.push_str("# reconciles\n");
         let mut changes = self.builtin_changes.iter().peekable();
         let mut shadow = self.shadow.iter().peekable();
+        let mut rollouts = self.rollouts.iter().peekable();
         for (i, r) in self.records.iter().enumerate() {
             self.render_changes_before(i, &mut changes, &mut out);
+            while let Some((_, at, line)) = rollouts.next_if(|(before, _, _)| *before <= i) {
+                let at = offset(self.start_millis, *at);
+                out.push_str(&format!("[{at}] {line}\n"));
+            }
             let at = offset(self.start_millis, r.at_millis);
             out.push_str(&format!("[{at}] {}{r}\n", self.cluster_prefix(&r.cluster)));
             while let Some((_, line)) = shadow.next_if(|(after, _)| *after == i + 1) {
@@ -523,6 +567,10 @@ impl SimulationReport {
             }
         }
         self.render_changes_before(usize::MAX, &mut changes, &mut out);
+        for (_, at, line) in rollouts {
+            let at = offset(self.start_millis, *at);
+            out.push_str(&format!("[{at}] {line}\n"));
+        }
         if let Some(why) = &self.unsettled {
             out.push_str(&format!("NOT SETTLED: {why}\n"));
         }

@@ -5,7 +5,7 @@
 
 use kube::runtime::events::EventType;
 
-use super::super::canary::{self, CanaryRecord, Next, Phase};
+use super::super::canary::{self, CanaryRecord, Next};
 use super::{Desired, Follower};
 use crate::cluster::clock::{Clock, RealClock};
 
@@ -78,40 +78,26 @@ impl Follower {
     /// Writes the rollout's new state, with an Event saying what happened;
     /// kept only once written, so the next look tries again.
     async fn take(&mut self, desired: &Desired, plan: &canary::CanaryPlan, next: Next, now: i64) {
-        let (record, event) = match next {
-            Next::Stay => return,
-            Next::Start(r) => {
-                let note = format!(
-                    "canary rollout started, {} for {}s",
-                    plan.describe(r.step, r.percent),
-                    plan.interval.as_secs()
-                );
-                (r, (EventType::Normal, "CanaryStep", note))
-            }
-            Next::Advance(r) => {
-                let note = plan.describe(r.step, r.percent);
-                (r, (EventType::Normal, "CanaryStep", note))
-            }
-            Next::Promote(r) => {
-                let note = r.message.clone().unwrap_or_default();
-                (r, (EventType::Normal, "CanaryPromoted", note))
-            }
-            Next::RollBack(r) => {
-                let note = r.message.clone().unwrap_or_default();
-                (r, (EventType::Warning, "RolledBack", note))
-            }
+        let Some(told) = next.told(plan) else {
+            return;
         };
-        let patch = canary::status_patch(plan, &record, now);
+        let patch = canary::status_patch(plan, &told.record, now);
         if !self.patch(desired, patch).await {
             return;
         }
-        let (type_, reason, note) = event;
-        match record.phase {
-            Phase::RolledBack => tracing::warn!("{}: rolled back: {note}", self.label),
-            _ => tracing::info!("{}: {note}", self.label),
-        }
-        self.publish_event(desired, type_, reason.to_string(), &note)
+        let type_ = match told.warning {
+            true => {
+                tracing::warn!("{}: {}", self.label, told.note);
+                EventType::Warning
+            }
+            false => {
+                tracing::info!("{}: {}", self.label, told.note);
+                EventType::Normal
+            }
+        };
+        self.publish_event(desired, type_, told.reason.to_string(), &told.note)
             .await;
+        let record = told.record;
         self.canary_watch = Some((record.candidate_sha256.clone(), record.step, now));
         self.canary = Some(record);
     }

@@ -59,7 +59,7 @@ pub(super) async fn run(
     members: Vec<MemberSeed>,
     out: &mut (dyn Write + Send),
 ) -> anyhow::Result<u64> {
-    let mut shadow = DevShadow::new();
+    let mut shadow = DevShadow::new(&config.plugins_dir);
     let (fleet, mut finished) = member_fleet(&sandbox, &config, &shadow)?;
     let plugins = serve_plugins(sandbox, &mut config, fleet.as_ref(), &shadow, out).await?;
     let mut running = engage(&fleet, &config, members, out).await?;
@@ -117,6 +117,7 @@ pub(super) async fn run(
                 quiet_ticks = 0;
             }
             _ = tick.tick() => {
+                shadow.step_rollouts(RealClock.now_millis(), out)?;
                 // Shadow lines come at the tick: a quiet member waits for them.
                 if write_builtin_changes(&running, out)?
                     || shadow.print(out)?

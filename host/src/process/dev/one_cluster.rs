@@ -37,7 +37,7 @@ pub(super) async fn run(
             writeln!(out, "{}", stamp(&line))?;
         }
     }
-    let mut shadow = DevShadow::new();
+    let mut shadow = DevShadow::new(&config.plugins_dir);
     let engine = dev_engine(&cluster, &sandbox, &config, &shadow)?;
     let plugins = serve_plugins(sandbox, &mut config, engine.as_ref(), &shadow, out).await?;
     // Objects after plugins: the plugins that serve admission admit them.
@@ -66,6 +66,7 @@ pub(super) async fn run(
             writeln!(out, "{}", stamp(&record.to_string()))?;
         }
         shadow.print(out)?;
+        shadow.step_rollouts(now_millis(), out)?;
         // After the reconciles whose writes they answered: while some run,
         // their records bring the changes with them.
         if dispatcher.outstanding() == 0 {

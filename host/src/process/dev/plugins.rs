@@ -15,6 +15,7 @@ use crate::plugin::Sandbox;
 use crate::plugin::candidates::Candidates;
 use crate::plugin::hot_reload::PluginDirectory;
 use crate::plugin::plugin_host::PluginHost;
+use crate::process::canary_files::FileRollouts;
 
 /// Loads the plugins directory (with the pulled plugins and the Plugin
 /// objects' files beside it) into `host`: a line per plugin loaded or
@@ -75,17 +76,38 @@ pub(super) struct DevShadow {
     pub candidates: Arc<Candidates>,
     pub book: Arc<ShadowBook>,
     pub lines: mpsc::UnboundedReceiver<String>,
+    /// The canary rollouts of the candidate files (`NAME.rollout.yaml`).
+    rollouts: FileRollouts,
+    read_at: std::time::Instant,
 }
 
+/// How often `dev` reads its rollout files again.
+const ROLLOUTS_REREAD: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl DevShadow {
-    pub fn new() -> Self {
+    pub fn new(plugins_dir: &std::path::Path) -> Self {
         let book = Arc::new(ShadowBook::default());
         let lines = book.tap();
         Self {
             candidates: Candidates::new(),
             book,
             lines,
+            rollouts: FileRollouts::read(plugins_dir),
+            read_at: std::time::Instant::now(),
         }
+    }
+
+    /// Steps the candidates' canary rollouts at `now` and prints what
+    /// happened; the rollout files are read again at most once a second.
+    pub fn step_rollouts(&mut self, now: i64, out: &mut (dyn Write + Send)) -> std::io::Result<()> {
+        if self.read_at.elapsed() >= ROLLOUTS_REREAD {
+            self.rollouts.reread();
+            self.read_at = std::time::Instant::now();
+        }
+        for line in self.rollouts.step(&self.candidates, &self.book, now) {
+            writeln!(out, "{}", stamp(&line))?;
+        }
+        Ok(())
     }
 
     /// Prints the lines told so far; whether there were any.
