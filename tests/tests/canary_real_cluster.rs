@@ -347,26 +347,29 @@ async fn new_leader(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Re
     cx.wait_for_log_of(&replicas[1], &["waiting for leadership of lease"], TIMEOUT)
         .await?;
 
-    cx.step("1. steps 10, 50, 100 of 20 s each; the leader reaches the second step");
+    cx.step("1. steps 10, 50, 100 of 30 s each; the leader reaches the second step");
     let plugin = plugin_with_rollout(
         cx,
         &registry,
-        json!({"steps": [10, 50, 100], "interval": "20s"}),
+        json!({"steps": [10, 50, 100], "interval": "30s"}),
     )
     .await?;
-    let second = wait_for_canary(cx, &plugin, "the canary at 50%", |c| {
+    wait_for_canary(cx, &plugin, "the canary at 50%", |c| {
         c["phase"] == "Progressing" && c["step"] == 1
     })
     .await?;
-    let started = second["canary"]["stepStartedAt"].clone();
     wait_for_sizes(cx, FEW, &share_of(cx, FEW, 50)).await?;
 
     cx.step("2. the leader is SIGKILLed at 50%; the next leader resumes there");
+    let before = cx.must_get(&plugins_kind(), &plugin).await?;
+    let at_kill = before["status"]["rollout"]["canary"].clone();
+    ensure!(at_kill["step"] == 1, "still at 50% when killed: {at_kill}");
+    let started = at_kill["stepStartedAt"].clone();
     replicas[0].sigkill()?;
     cx.wait_for_log_of(&replicas[1], &["leading: lease"], TIMEOUT)
         .await?;
     // Two of its follower's looks at the rollout (one each 5 s), well
-    // within the 20 s it must watch a step before it moves on.
+    // within the 30 s it must watch a step before it moves on.
     tokio::time::sleep(Duration::from_secs(12)).await;
     let resumed = cx.must_get(&plugins_kind(), &plugin).await?;
     let canary = &resumed["status"]["rollout"]["canary"];

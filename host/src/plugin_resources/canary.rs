@@ -17,11 +17,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::spec::RolloutSpec;
 use crate::cluster::clock::rfc3339;
 use crate::engine::shadow_book::GateWindow;
 use crate::plugin::canary_share::CanaryShare;
-use crate::support::duration_text::parse_duration;
 
 /// The steps when the spec gives none.
 pub const DEFAULT_STEPS: [u32; 3] = [10, 50, 100];
@@ -57,70 +55,6 @@ pub struct Gate {
 }
 
 impl CanaryPlan {
-    /// The plan `spec` describes, or what is wrong with it (naming the field).
-    pub fn from_spec(spec: &RolloutSpec) -> Result<Self, String> {
-        let waves: Vec<BTreeMap<String, String>> = spec
-            .clusters
-            .iter()
-            .map(|s| s.match_labels.clone())
-            .collect();
-        if !waves.is_empty() && !spec.steps.is_empty() {
-            return Err("spec.rollout: give steps or clusters, not both: with clusters each wave of clusters is a step, in which the candidate decides for every eligible primary".into());
-        }
-        let steps = match (waves.is_empty(), spec.steps.is_empty()) {
-            (false, _) => vec![100; waves.len()],
-            (true, true) => DEFAULT_STEPS.to_vec(),
-            (true, false) => spec.steps.clone(),
-        };
-        if waves.is_empty() {
-            check_steps(&steps)?;
-        }
-        let interval = match &spec.interval {
-            None => DEFAULT_INTERVAL,
-            Some(text) => {
-                parse_duration(text).map_err(|e| format!("spec.rollout.interval: {e}"))?
-            }
-        };
-        if interval < MIN_INTERVAL {
-            return Err(format!(
-                "spec.rollout.interval is {interval:?}: a step lasts at least {}s, so its gate has reconciles to judge",
-                MIN_INTERVAL.as_secs()
-            ));
-        }
-        let gate = spec.gate.clone().unwrap_or_default();
-        let rate = |field: &str, value: Option<f64>| match value {
-            Some(v) if !(0.0..=1.0).contains(&v) => Err(format!(
-                "spec.rollout.gate.{field} is {v}: a share between 0 and 1"
-            )),
-            _ => Ok(value),
-        };
-        let max_error_rate =
-            rate("maxErrorRate", gate.max_error_rate)?.unwrap_or(DEFAULT_MAX_ERROR_RATE);
-        let max_disagreement = rate("maxDisagreement", gate.max_disagreement)?;
-        let max_p99 = gate
-            .max_p99
-            .as_deref()
-            .map(parse_duration)
-            .transpose()
-            .map_err(|e| format!("spec.rollout.gate.maxP99: {e}"))?;
-        Ok(Self {
-            steps,
-            waves,
-            interval,
-            namespaces: spec.namespaces.iter().cloned().collect(),
-            match_labels: spec
-                .selector
-                .as_ref()
-                .map(|s| s.match_labels.clone())
-                .unwrap_or_default(),
-            gate: Gate {
-                max_error_rate,
-                max_p99,
-                max_disagreement,
-            },
-        })
-    }
-
     /// The share the candidate `candidate_sha256` decides for in `record`'s
     /// state; `None` once rolled back.
     pub fn share(&self, record: &CanaryRecord) -> Option<CanaryShare> {
@@ -173,7 +107,7 @@ fn selector_text(labels: &BTreeMap<String, String>) -> String {
 }
 
 /// Percent steps rise above 0 and end at 100.
-fn check_steps(steps: &[u32]) -> Result<(), String> {
+pub fn check_steps(steps: &[u32]) -> Result<(), String> {
     if steps.windows(2).any(|w| w[0] >= w[1]) || steps.first() == Some(&0) {
         return Err(format!(
             "spec.rollout.steps is {steps:?}: each step is a percent above the one before, starting above 0"
@@ -457,8 +391,7 @@ mod tests {
     use super::*;
 
     fn plan(json: Value) -> Result<CanaryPlan, String> {
-        let spec: RolloutSpec = serde_json::from_value(json).map_err(|e| e.to_string())?;
-        CanaryPlan::from_spec(&spec)
+        crate::plugin_resources::spec::rollout_plan(json)
     }
 
     fn basic() -> CanaryPlan {

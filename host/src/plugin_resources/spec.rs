@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::canary;
 pub use super::canary::{CanaryPlan, Gate};
 use crate::registry::PluginReference;
+use crate::support::duration_text::parse_duration;
 
 /// `spec` of a `reconciler-host.io/v1alpha1` Plugin.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -61,6 +63,81 @@ pub struct RolloutSpec {
     /// clusters' labels) is a step, in order, each with its own gate.
     #[serde(default)]
     pub clusters: Vec<SelectorSpec>,
+}
+
+impl RolloutSpec {
+    /// The canary plan this rollout describes, or what is wrong with it
+    /// (naming the field).
+    pub fn canary_plan(&self) -> Result<CanaryPlan, String> {
+        let spec = self;
+        let waves: Vec<BTreeMap<String, String>> = spec
+            .clusters
+            .iter()
+            .map(|s| s.match_labels.clone())
+            .collect();
+        if !waves.is_empty() && !spec.steps.is_empty() {
+            return Err("spec.rollout: give steps or clusters, not both: with clusters each wave of clusters is a step, in which the candidate decides for every eligible primary".into());
+        }
+        let steps = match (waves.is_empty(), spec.steps.is_empty()) {
+            (false, _) => vec![100; waves.len()],
+            (true, true) => canary::DEFAULT_STEPS.to_vec(),
+            (true, false) => spec.steps.clone(),
+        };
+        if waves.is_empty() {
+            canary::check_steps(&steps)?;
+        }
+        let interval = match &spec.interval {
+            None => canary::DEFAULT_INTERVAL,
+            Some(text) => {
+                parse_duration(text).map_err(|e| format!("spec.rollout.interval: {e}"))?
+            }
+        };
+        if interval < canary::MIN_INTERVAL {
+            return Err(format!(
+                "spec.rollout.interval is {interval:?}: a step lasts at least {}s, so its gate has reconciles to judge",
+                canary::MIN_INTERVAL.as_secs()
+            ));
+        }
+        let gate = spec.gate.clone().unwrap_or_default();
+        let rate = |field: &str, value: Option<f64>| match value {
+            Some(v) if !(0.0..=1.0).contains(&v) => Err(format!(
+                "spec.rollout.gate.{field} is {v}: a share between 0 and 1"
+            )),
+            _ => Ok(value),
+        };
+        let max_error_rate =
+            rate("maxErrorRate", gate.max_error_rate)?.unwrap_or(canary::DEFAULT_MAX_ERROR_RATE);
+        let max_disagreement = rate("maxDisagreement", gate.max_disagreement)?;
+        let max_p99 = gate
+            .max_p99
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+            .map_err(|e| format!("spec.rollout.gate.maxP99: {e}"))?;
+        Ok(CanaryPlan {
+            steps,
+            waves,
+            interval,
+            namespaces: spec.namespaces.iter().cloned().collect(),
+            match_labels: spec
+                .selector
+                .as_ref()
+                .map(|s| s.match_labels.clone())
+                .unwrap_or_default(),
+            gate: canary::Gate {
+                max_error_rate,
+                max_p99,
+                max_disagreement,
+            },
+        })
+    }
+}
+
+/// The canary plan of a `spec.rollout` given as JSON (tests build plans so).
+#[cfg(test)]
+pub fn rollout_plan(json: serde_json::Value) -> Result<CanaryPlan, String> {
+    let spec: RolloutSpec = serde_json::from_value(json).map_err(|e| e.to_string())?;
+    spec.canary_plan()
 }
 
 /// A label selector of equalities (`matchLabels`).
@@ -263,7 +340,7 @@ impl PluginSpec {
                         }
                         RolloutMode::Shadow
                     }
-                    Some("canary") => RolloutMode::Canary(CanaryPlan::from_spec(r)?),
+                    Some("canary") => RolloutMode::Canary(r.canary_plan()?),
                     Some(other) => {
                         return Err(format!(
                             "spec.rollout.mode is {other:?}: it is shadow (the candidate decides beside the serving version and is never applied) or canary (it decides and writes for a growing share)"

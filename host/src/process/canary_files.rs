@@ -145,7 +145,7 @@ fn plan_in(path: &Path) -> Result<Option<CanaryPlan>, String> {
     fields.insert("candidate".into(), serde_json::json!("file"));
     let spec: RolloutSpec = serde_json::from_value(value).map_err(|e| e.to_string())?;
     match spec.mode.as_deref() {
-        None | Some("canary") => CanaryPlan::from_spec(&spec).map(Some),
+        None | Some("canary") => spec.canary_plan().map(Some),
         Some("shadow") => Ok(None),
         Some(other) => Err(format!("mode is {other:?}: it is canary or shadow")),
     }

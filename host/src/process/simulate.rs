@@ -351,14 +351,9 @@ async fn run_turns<B: ClusterBackend>(
     let mut rounds: HashMap<(String, String, String, i64), u32> = HashMap::new();
     let mut unsettled = None;
     'run: loop {
-        if let Some(Shadowing {
-            book,
-            rollouts: Some(files),
-            ..
-        }) = shadowing.as_mut()
-        {
+        if let Some(shadowing) = shadowing.as_mut() {
             let now = clock.now_millis();
-            for line in files.step(&config.candidates, book, now) {
+            for line in shadowing.step_rollouts(&config.candidates, now) {
                 rollouts.push((records.len(), now, line));
             }
         }
@@ -414,21 +409,8 @@ async fn run_turns<B: ClusterBackend>(
             records.push(record);
             continue 'run;
         }
-        let step_due = shadowing
-            .as_ref()
-            .and_then(|s| s.rollouts.as_ref())
-            .and_then(|r| r.next_due());
-        let next = turns
-            .iter()
-            .flat_map(|t| {
-                [
-                    t.engine.next_wakeup(),
-                    t.cluster.and_then(EmbeddedCluster::next_builtin_due),
-                ]
-            })
-            .flatten()
-            .chain(step_due)
-            .min();
+        let step_due = shadowing.as_ref().and_then(Shadowing::next_due);
+        let next = next_due(turns).into_iter().chain(step_due).min();
         match next {
             Some(at) if at <= end => clock.set(at.max(clock.now_millis())),
             _ => break,
@@ -461,6 +443,35 @@ struct Shadowing<'a> {
     lines: &'a mut mpsc::UnboundedReceiver<String>,
     book: &'a ShadowBook,
     rollouts: Option<&'a mut FileRollouts>,
+}
+
+impl Shadowing<'_> {
+    /// Steps the canary rollouts at `now`; what happened, as lines.
+    fn step_rollouts(&mut self, candidates: &Candidates, now: i64) -> Vec<String> {
+        match self.rollouts.as_mut() {
+            Some(files) => files.step(candidates, self.book, now),
+            None => Vec::new(),
+        }
+    }
+
+    /// When a rollout's next step is due.
+    fn next_due(&self) -> Option<i64> {
+        self.rollouts.as_ref().and_then(|r| r.next_due())
+    }
+}
+
+/// The earliest time an engine's requeue or a built-in controller is due.
+fn next_due<B: ClusterBackend>(turns: &[Turn<'_, B>]) -> Option<i64> {
+    turns
+        .iter()
+        .flat_map(|t| {
+            [
+                t.engine.next_wakeup(),
+                t.cluster.and_then(EmbeddedCluster::next_builtin_due),
+            ]
+        })
+        .flatten()
+        .min()
 }
 
 /// The shadow lines told since the last call, each to follow record

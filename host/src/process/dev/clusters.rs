@@ -117,10 +117,9 @@ pub(super) async fn run(
                 quiet_ticks = 0;
             }
             _ = tick.tick() => {
-                shadow.step_rollouts(RealClock.now_millis(), out)?;
                 // Shadow lines come at the tick: a quiet member waits for them.
                 if write_builtin_changes(&running, out)?
-                    || shadow.print(out)?
+                    || shadow.tick(RealClock.now_millis(), out)?
                     || !quiet(&fleet, &running)
                     || shadow.book.pending() > 0
                 {

@@ -65,8 +65,7 @@ pub(super) async fn run(
         while let Some(record) = dispatcher.try_finished() {
             writeln!(out, "{}", stamp(&record.to_string()))?;
         }
-        shadow.print(out)?;
-        shadow.step_rollouts(now_millis(), out)?;
+        shadow.tick(now_millis(), out)?;
         // After the reconciles whose writes they answered: while some run,
         // their records bring the changes with them.
         if dispatcher.outstanding() == 0 {

@@ -97,17 +97,21 @@ impl DevShadow {
         }
     }
 
-    /// Steps the candidates' canary rollouts at `now` and prints what
-    /// happened; the rollout files are read again at most once a second.
-    pub fn step_rollouts(&mut self, now: i64, out: &mut (dyn Write + Send)) -> std::io::Result<()> {
+    /// Prints the shadow lines told so far, then steps the candidates'
+    /// canary rollouts at `now` and prints what happened (the rollout
+    /// files are read again at most once a second); whether anything was
+    /// printed.
+    pub fn tick(&mut self, now: i64, out: &mut (dyn Write + Send)) -> std::io::Result<bool> {
+        let mut any = self.print(out)?;
         if self.read_at.elapsed() >= ROLLOUTS_REREAD {
             self.rollouts.reread();
             self.read_at = std::time::Instant::now();
         }
         for line in self.rollouts.step(&self.candidates, &self.book, now) {
             writeln!(out, "{}", stamp(&line))?;
+            any = true;
         }
-        Ok(())
+        Ok(any)
     }
 
     /// Prints the lines told so far; whether there were any.
