@@ -14,7 +14,9 @@
 //! deadline starts with the call, not the wait).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
@@ -40,6 +42,8 @@ pub struct CallSlots {
     capacity: usize,
     state: Mutex<State>,
     freed: Notify,
+    /// Calls started so far.
+    started: AtomicU64,
 }
 
 /// One call's instance; given back when dropped, whatever the call did.
@@ -56,6 +60,7 @@ impl CallSlots {
             capacity: capacity.max(1),
             state: Mutex::default(),
             freed: Notify::new(),
+            started: AtomicU64::new(0),
         })
     }
 
@@ -85,6 +90,7 @@ impl CallSlots {
                     let calls = state.plugins.get_mut(plugin).expect("inserted above");
                     calls.waiting -= 1;
                     calls.running += 1;
+                    self.started.fetch_add(1, Ordering::SeqCst);
                     return CallSlot {
                         slots: self.clone(),
                         plugin: plugin.to_string(),
@@ -141,6 +147,22 @@ impl CallSlots {
     /// Calls running now, all plugins together.
     pub fn running(&self) -> usize {
         self.state().plugins.values().map(|c| c.running).sum()
+    }
+
+    /// Resolves once no call has run or waited for `pause` (once none
+    /// runs, for a zero pause). Cancel-safe.
+    pub async fn paused_for(&self, pause: Duration) {
+        loop {
+            self.idle().await;
+            if pause.is_zero() {
+                return;
+            }
+            let mark = self.started.load(Ordering::SeqCst);
+            tokio::time::sleep(pause).await;
+            if self.started.load(Ordering::SeqCst) == mark && self.state().plugins.is_empty() {
+                return;
+            }
+        }
     }
 
     /// Resolves once no call runs or waits (at once if none does).

@@ -11,7 +11,7 @@
 //!
 //! It never delays or fails the serving call: it runs after the serving
 //! reconcile has settled, on a blocking thread, in shadow slots of its own
-//! ([`ShadowBook::slot`]), once no serving call runs, and is shed
+//! ([`ShadowBook::slot`]), once serving calls have paused, and is shed
 //! (counted, not run) whenever no slot frees or the serving calls do not
 //! pause within a few seconds, a serving call waits for an instance, or
 //! the guest memory budget is more than half spent. A read the serving call
@@ -114,9 +114,10 @@ impl<B: ClusterBackend> Shadow<'_, B> {
     /// A shadow slot, when the host has room for a shadow call: none while
     /// serving calls wait for an instance or guest memory is short, before
     /// and after the wait for a slot. With its slot, a shadow call waits
-    /// until no serving call runs, so the two do not take turns on a core
-    /// while a burst is being served; one that waits longer than the slot
-    /// wait is shed.
+    /// until serving calls have paused (the book's pause, 50 ms), so it
+    /// runs in the gaps between serving work rather than between two
+    /// serving calls of a burst; one that waits longer than the slot wait
+    /// is shed.
     async fn room_for(&self, job: &ShadowJob) -> Option<tokio::sync::OwnedSemaphorePermit> {
         let slots = &self.reconciler.calls.slots;
         let pressed = || slots.waiting() > 0 || job.candidate.guest_memory_pressed();
@@ -124,7 +125,10 @@ impl<B: ClusterBackend> Shadow<'_, B> {
             return None;
         }
         let slot = self.book().slot().await?;
-        tokio::time::timeout(SLOT_WAIT, slots.idle()).await.ok()?;
+        let pause = self.book().pause();
+        tokio::time::timeout(SLOT_WAIT, slots.paused_for(pause))
+            .await
+            .ok()?;
         (!pressed()).then_some(slot)
     }
 

@@ -29,6 +29,10 @@ pub const DEFAULT_SHADOW_SLOTS: usize = 2;
 pub const SLOT_WAIT: Duration = Duration::from_secs(10);
 /// Shadow runs that may wait for a slot at once; one more is shed at once.
 pub const MAX_WAITING: usize = 256;
+/// How long serving calls must have paused before a shadow call starts:
+/// shadow work runs in the gaps between serving work, not between two
+/// serving calls of a burst.
+pub const SERVING_PAUSE: Duration = Duration::from_millis(50);
 
 /// How one shadow reconcile ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,6 +154,8 @@ pub struct ShadowBook {
     waiting: AtomicUsize,
     /// Told a line per shadow run (`dev` and `simulate` print them).
     tap: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    /// How long serving calls must have paused before a shadow call starts.
+    pause: Duration,
 }
 
 impl Default for ShadowBook {
@@ -167,7 +173,21 @@ impl ShadowBook {
             pending: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
             tap: Mutex::default(),
+            pause: SERVING_PAUSE,
         }
+    }
+
+    /// This book with shadow calls starting after serving calls paused
+    /// for `pause` (zero: as soon as none runs; `simulate`, where none
+    /// runs beside a shadow call, uses it).
+    pub fn pausing(mut self, pause: Duration) -> Self {
+        self.pause = pause;
+        self
+    }
+
+    /// How long serving calls must have paused before a shadow call starts.
+    pub fn pause(&self) -> Duration {
+        self.pause
     }
 
     /// A line per shadow run from now on, as `dev` prints them.

@@ -179,7 +179,8 @@ pub async fn simulate_clusters(
     let mut members = Vec::new();
     let mut admission = Vec::new();
     let mut refused = Vec::new();
-    let book = Arc::new(ShadowBook::default());
+    // One reconcile at a time: a shadow call never waits for a pause.
+    let book = Arc::new(ShadowBook::default().pausing(Duration::ZERO));
     let mut shadow_lines = book.tap();
     for SimulatedCluster { info, objects } in clusters {
         let mut cluster = EmbeddedCluster::new(Arc::new(clock.clone()));
