@@ -36,10 +36,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::pinned_kind;
+use kube::{Api, ResourceExt};
 use reconciler_host::admission::shard_labels;
 use reconciler_host::admission::webhook_configs::DEFAULT_WEBHOOK_PREFIX;
 use reconciler_host::engine::shard_selection::SHARD_LABEL;
@@ -492,25 +492,35 @@ async fn set_endpoints(cx: &RealCluster, replicas: &[Replica]) -> Result<()> {
     .await
 }
 
+/// Waits until the shard-label webhook labels a PodSet: registered, its
+/// rules naming PodSets, and taken up by the API server, which reads
+/// webhook configurations through an informer of its own and so starts
+/// calling a new one a moment after it is stored. A dry-run create goes
+/// through admission without storing anything.
 async fn wait_for_webhook(cx: &RealCluster) -> Result<()> {
     let name = shard_labels::configuration_name(DEFAULT_WEBHOOK_PREFIX);
-    let kind = KindRef::new(
-        "admissionregistration.k8s.io",
-        "v1",
-        "MutatingWebhookConfiguration",
-    );
+    let api = cx
+        .api(&KindRef::new("example.com", "v1alpha1", "PodSet"))
+        .await?;
+    let probe: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1alpha1", "kind": "PodSet",
+        "metadata": {"name": "webhook-probe"}, "spec": {"size": 1}}))?;
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
     cx.wait_for(
-        &format!("the webhook configuration {name}"),
+        &format!("the webhook configuration {name} to label a PodSet"),
         TIMEOUT,
         async || {
-            Ok(match cx.get(&kind, &name).await? {
-                Some(c) => Probe::Ready(c),
-                None => Probe::Pending("not registered yet".into()),
+            Ok(match api.create(&params, &probe).await {
+                Ok(created) if created.labels().contains_key(SHARD_LABEL) => Probe::Ready(()),
+                Ok(_) => Probe::Pending("a dry-run create came back unlabelled".into()),
+                Err(e) => Probe::Pending(format!("a dry-run create failed: {e}")),
             })
         },
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 /// A PodSet whose create comes back with its shard label: the webhook
