@@ -66,6 +66,7 @@ pub mod shadow;
 pub mod shadow_book;
 pub mod shadow_job;
 pub mod shadow_reads;
+pub mod shadow_threads;
 mod shard_labelling;
 pub mod shard_selection;
 mod shared;
@@ -419,8 +420,10 @@ impl<B: ClusterBackend> Engine<B> {
             reconciler: self.reconciler(),
             wiring: self.wiring(),
         };
+        // Paid however the run ends: finished, panicked, or aborted with
+        // its dispatcher's abandoned reconciles.
+        let _paid = self.shared.shadow.owed_run();
         let ran = crate::support::panic_guard::catch_panic(shadow.run(job)).await;
-        self.shared.shadow.paid();
         match ran {
             Ok(outcome) => Some(outcome),
             Err(panic) => {

@@ -10,7 +10,8 @@
 //! serving decision ([`crate::decision_diff::compare`]).
 //!
 //! It never delays or fails the serving call: it runs after the serving
-//! reconcile has settled, on a blocking thread, in shadow slots of its own
+//! reconcile has settled, on a low-priority thread of its own
+//! ([`shadow_threads`](super::shadow_threads)), in shadow slots of its own
 //! ([`ShadowBook::slot`]), once serving calls have paused, and is shed
 //! (counted, not run) whenever no slot frees or the serving calls do not
 //! pause within a few seconds, a serving call waits for an instance, or
@@ -30,13 +31,29 @@ use super::reconcile::Reconciler;
 use super::shadow_book::{CandidateId, SLOT_WAIT, ShadowBook, ShadowDifference, ShadowOutcome};
 use super::shadow_job::ShadowJob;
 use super::shadow_reads::ReplayedReads;
+use super::shadow_threads::Ran;
 use super::watches::Wiring;
 use crate::cluster::clock::rfc3339;
 use crate::cluster::{ClusterBackend, EventRecord};
 use crate::decision_diff::report::line;
 use crate::decision_diff::{Decision, Difference, compare};
 use crate::golden::runner::expectation_of;
-use crate::plugin::{LoadedPlugin, ReconcileInput};
+use crate::plugin::{CallError, LoadedPlugin, ReconcileInput, ValidResponse};
+
+/// A shadow call that timed out having had less than half its deadline
+/// of CPU: it runs at the lowest priority
+/// ([`shadow_threads`](super::shadow_threads)), so on a busy machine its
+/// wall-clock deadline can pass while it waits for a core. That says
+/// nothing about the candidate, so it is shed, not counted as a failure
+/// (which a canary's gate would hold against it).
+struct Starved;
+
+fn starved(ran: &Ran<Result<ValidResponse, CallError>>) -> bool {
+    match (&ran.answer, ran.cpu) {
+        (Err(CallError::Timeout { limit }), Some(cpu)) => cpu < *limit / 2,
+        _ => false,
+    }
+}
 
 /// What a shadow run needs of the engine: the reconcile stages its answer
 /// is checked by, and the wiring that watches the candidate's kinds.
@@ -83,7 +100,14 @@ impl<B: ClusterBackend> Shadow<'_, B> {
                 .record(&id, &object, ShadowOutcome::Shed, None, now);
             return ShadowOutcome::Shed;
         };
-        let decided = self.decide(&job).instrument(span.clone()).await;
+        let Ok(decided) = self.decide(&job).instrument(span.clone()).await else {
+            span.in_scope(|| {
+                tracing::debug!("the candidate's call was starved of CPU past its deadline: shed")
+            });
+            self.book()
+                .record(&id, &object, ShadowOutcome::Shed, None, now);
+            return ShadowOutcome::Shed;
+        };
         let differences = compare(&job.serving, &decided);
         let outcome = match (&decided, differences.is_empty()) {
             (Err(_), _) => ShadowOutcome::Failed,
@@ -133,10 +157,13 @@ impl<B: ClusterBackend> Shadow<'_, B> {
     }
 
     /// The candidate's decision, held to every rule the serving version's
-    /// is held to before anything is applied.
-    async fn decide(&self, job: &ShadowJob) -> Decision {
+    /// is held to before anything is applied; [`Starved`] when its call
+    /// timed out without having run.
+    async fn decide(&self, job: &ShadowJob) -> Result<Decision, Starved> {
         let shared = self.wiring.shared;
-        self.watch_kinds_of(&job.candidate).await?;
+        if let Err(e) = self.watch_kinds_of(&job.candidate).await {
+            return Ok(Err(e));
+        }
         let input = ReconcileInput {
             request: job.shown.request(&job.primary),
             primary_namespace: job.primary.key.namespace.clone(),
@@ -148,10 +175,23 @@ impl<B: ClusterBackend> Shadow<'_, B> {
             cluster: shared.cluster.clone(),
         };
         let candidate = job.candidate.clone();
-        let response = tokio::task::spawn_blocking(move || candidate.reconcile(input))
+        let response = match self
+            .book()
+            .threads()
+            .run(move || candidate.reconcile(input))
             .await
-            .map_err(|e| format!("the candidate's call panicked: {e}"))?
-            .map_err(|e| e.to_string())?;
+        {
+            Err(e) => return Ok(Err(e)),
+            Ok(ran) if starved(&ran) => return Err(Starved),
+            Ok(ran) => ran.answer,
+        };
+        Ok(self.checked(job, response))
+    }
+
+    /// The candidate's answer held to the serving version's rules.
+    fn checked(&self, job: &ShadowJob, response: Result<ValidResponse, CallError>) -> Decision {
+        let shared = self.wiring.shared;
+        let response = response.map_err(|e| e.to_string())?;
         let decision = expectation_of(response.clone());
         let mut checked = response;
         let failed = |f: Failure| f.message;
@@ -228,5 +268,34 @@ impl<B: ClusterBackend> Shadow<'_, B> {
         if let Err(e) = self.wiring.shared.record_event(record).await {
             tracing::warn!(plugin = %job.plugin, object = %job.primary.key, "cannot record the shadow difference as an Event: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn ran(answer: CallError, cpu: Option<Duration>) -> Ran<Result<ValidResponse, CallError>> {
+        Ran {
+            answer: Err(answer),
+            cpu,
+        }
+    }
+
+    #[test]
+    fn a_timeout_with_little_cpu_is_starvation_and_one_that_ran_is_the_candidates() {
+        let timeout = || CallError::Timeout {
+            limit: Duration::from_secs(1),
+        };
+        assert!(starved(&ran(timeout(), Some(Duration::from_millis(20)))));
+        assert!(!starved(&ran(timeout(), Some(Duration::from_millis(900)))));
+        // Where the CPU time is unknown, a timeout stays the candidate's.
+        assert!(!starved(&ran(timeout(), None)));
+        let trap = CallError::Trap {
+            message: "unreachable".into(),
+        };
+        assert!(!starved(&ran(trap, Some(Duration::ZERO))));
     }
 }

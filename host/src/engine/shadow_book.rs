@@ -16,6 +16,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
+use super::shadow_threads::ShadowThreads;
 use crate::decision_diff::Difference;
 use crate::decision_diff::report::line;
 
@@ -136,6 +137,15 @@ pub struct PluginShadow {
     samples: VecDeque<(i64, Sample)>,
 }
 
+/// An owed shadow run: paid when dropped.
+pub struct Paid<'a>(&'a ShadowBook);
+
+impl Drop for Paid<'_> {
+    fn drop(&mut self) {
+        self.0.paid();
+    }
+}
+
 /// The candidate a result is about.
 pub struct CandidateId<'a> {
     pub plugin: &'a str,
@@ -156,6 +166,8 @@ pub struct ShadowBook {
     tap: Mutex<Option<mpsc::UnboundedSender<String>>>,
     /// How long serving calls must have paused before a shadow call starts.
     pause: Duration,
+    /// Where shadow calls run: one low-priority thread per slot.
+    threads: ShadowThreads,
 }
 
 impl Default for ShadowBook {
@@ -174,6 +186,7 @@ impl ShadowBook {
             waiting: AtomicUsize::new(0),
             tap: Mutex::default(),
             pause: SERVING_PAUSE,
+            threads: ShadowThreads::new(slots.max(1)),
         }
     }
 
@@ -190,6 +203,11 @@ impl ShadowBook {
         self.pause
     }
 
+    /// The low-priority threads shadow calls run on.
+    pub fn threads(&self) -> &ShadowThreads {
+        &self.threads
+    }
+
     /// A line per shadow run from now on, as `dev` prints them.
     pub fn tap(&self) -> mpsc::UnboundedReceiver<String> {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -202,8 +220,13 @@ impl ShadowBook {
         self.pending.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// An owed shadow run, paid when the returned guard goes.
+    pub fn owed_run(&self) -> Paid<'_> {
+        Paid(self)
+    }
+
     /// An owed shadow run is over.
-    pub fn paid(&self) {
+    fn paid(&self) {
         let _ = self
             .pending
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
