@@ -178,6 +178,34 @@ impl Registry {
         Ok(reference)
     }
 
+    /// A registry for a rollout between two podset versions: the PodSet
+    /// and Plugin CRDs installed, a cosign key the test's namespace trusts
+    /// (Secret `plugin-keys`), and, signed with it, podset-js as
+    /// `plugins/podset:1` and the candidate that doubles `size` as
+    /// `plugins/podset:2`.
+    pub async fn with_podset_versions(
+        cx: &mut crate::real_cluster::RealCluster,
+    ) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        let registry = Self::start(Mode::Anonymous);
+        cx.install_crds(&crate::root().join("crds/podset.yaml"))
+            .await?;
+        cx.install_crds(&crate::root().join("crds/plugin.yaml"))
+            .await?;
+        let keys = cx.workdir().join("signer");
+        cx.host_cli(&["keygen", "--output", keys.to_str().context("a UTF-8 path")?])?;
+        let key = keys.with_extension("key").display().to_string();
+        cx.create(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "plugin-keys"},
+            "stringData": {"cosign.pub": std::fs::read_to_string(keys.with_extension("pub"))?}}))
+            .await?;
+        let serving = crate::example_plugin("podset-js/podset-js");
+        registry.push_signed(cx, &serving, "plugins/podset:1", &key)?;
+        let candidate = crate::test_plugin("podset-doubled-js");
+        registry.push_signed(cx, &candidate, "plugins/podset:2", &key)?;
+        Ok(registry)
+    }
+
     /// The command-line options that reach this registry (no credentials).
     pub fn access_args(&self) -> Vec<String> {
         match self.mode {

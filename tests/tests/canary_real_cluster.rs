@@ -27,7 +27,6 @@ use reconciler_tests::real_cluster::members::{
     client_of, create_podset, member_secret_labelled, prepare_member, replicas_of,
 };
 use reconciler_tests::real_cluster::{HostProcess, OwnControlPlane, Probe, RealCluster, Suite};
-use reconciler_tests::{example_plugin, root, test_plugin};
 use serde_json::{Value, json};
 
 const SUITE: Suite = Suite {
@@ -52,27 +51,6 @@ fn deployments() -> KindRef {
 
 fn name_of(i: usize) -> String {
     format!("ps-{i:03}")
-}
-
-/// A registry with the serving podset (`:1`) and the doubling candidate
-/// (`:2`), both signed by a key the namespace's `plugin-keys` Secret holds.
-async fn registry_with_versions(cx: &mut RealCluster) -> Result<Registry> {
-    let registry = Registry::start(Mode::Anonymous);
-    cx.install_crds(&root().join("crds/podset.yaml")).await?;
-    cx.install_crds(&root().join("crds/plugin.yaml")).await?;
-    let keys = cx.workdir().join("signer");
-    cx.host_cli(&["keygen", "--output", keys.to_str().context("a UTF-8 path")?])?;
-    let key = keys.with_extension("key").display().to_string();
-    cx.create(
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "plugin-keys"},
-        "stringData": {"cosign.pub": std::fs::read_to_string(keys.with_extension("pub"))?}}),
-    )
-    .await?;
-    let serving = example_plugin("podset-js/podset-js");
-    registry.push_signed(cx, &serving, "plugins/podset:1", &key)?;
-    let candidate = test_plugin("podset-doubled-js");
-    registry.push_signed(cx, &candidate, "plugins/podset:2", &key)?;
-    Ok(registry)
 }
 
 /// `count` PodSets of size 1.
@@ -212,7 +190,7 @@ fn a_ten_percent_canary_decides_for_its_share_and_rolls_back_when_its_gate_break
 const MANY: usize = 300;
 
 async fn ten_percent(cx: &mut RealCluster) -> Result<()> {
-    let registry = registry_with_versions(cx).await?;
+    let registry = Registry::with_podset_versions(cx).await?;
     podsets_of_size_one(cx, MANY).await?;
     let args = pulling_args(cx);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -328,7 +306,7 @@ fn a_new_leader_resumes_the_canary_at_the_step_it_reached_and_promotes_it() {
 const FEW: usize = 20;
 
 async fn new_leader(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Result<()> {
-    let registry = registry_with_versions(cx).await?;
+    let registry = Registry::with_podset_versions(cx).await?;
     podsets_of_size_one(cx, FEW).await?;
     let ns = cx.namespace.clone();
     let mut args = vec![
@@ -445,7 +423,7 @@ async fn wait_for_member_sizes(
 }
 
 async fn waves(cx: &mut RealCluster) -> Result<()> {
-    let registry = registry_with_versions(cx).await?;
+    let registry = Registry::with_podset_versions(cx).await?;
     let ns = cx.namespace.clone();
     cx.step("members staging (env=staging) and prod (env=prod), each with PodSets of size 1");
     let (staging_plane, prod_plane) = (OwnControlPlane::up(&[])?, OwnControlPlane::up(&[])?);

@@ -204,23 +204,29 @@ fn simulate_shows_each_shadow_run_after_its_reconcile_byte_for_byte_again() {
     assert_eq!(first.stdout, again.stdout);
 }
 
-#[test]
-fn dev_prints_a_line_per_shadow_run() {
-    let plugins = plugins_dir_with_candidate();
+/// `dev --until-settled` over examples/podset.yaml with the plugins of
+/// `plugins`.
+fn dev_on_example_podset(plugins: &Path) -> std::process::Output {
     let objects = tempfile::tempdir().unwrap();
     std::fs::copy(
         root().join("examples/podset.yaml"),
         objects.path().join("podset.yaml"),
     )
     .unwrap();
-    let out = host(&[
+    host(&[
         "dev",
         "--plugins-dir",
-        &text(plugins.path()),
+        &text(plugins),
         "--objects",
         &text(objects.path()),
         "--until-settled",
-    ]);
+    ])
+}
+
+#[test]
+fn dev_prints_a_line_per_shadow_run() {
+    let plugins = plugins_dir_with_candidate();
+    let out = dev_on_example_podset(plugins.path());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     assert!(
@@ -343,20 +349,7 @@ fn dev_gives_a_canary_candidate_its_share_and_says_so() {
         "steps: [100]\ninterval: 1h\n",
     )
     .unwrap();
-    let objects = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        root().join("examples/podset.yaml"),
-        objects.path().join("podset.yaml"),
-    )
-    .unwrap();
-    let out = host(&[
-        "dev",
-        "--plugins-dir",
-        &text(plugins.path()),
-        "--objects",
-        &text(objects.path()),
-        "--until-settled",
-    ]);
+    let out = dev_on_example_podset(plugins.path());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     assert!(

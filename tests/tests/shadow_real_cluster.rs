@@ -18,7 +18,7 @@ use anyhow::{Context, Result, ensure};
 use reconciler_sdk::KindRef;
 use reconciler_tests::oci_registry::{Mode, Registry, skip};
 use reconciler_tests::real_cluster::{Probe, RealCluster, Suite, audit_log_flags};
-use reconciler_tests::{example_plugin, report_text, root, test_plugin};
+use reconciler_tests::report_text;
 use serde_json::{Value, json};
 
 const SUITE: Suite = Suite {
@@ -102,21 +102,7 @@ fn a_candidate_in_shadow_decides_on_every_podset_and_writes_nothing() {
 }
 
 async fn shadow(cx: &mut RealCluster, audit: &Path) -> Result<()> {
-    let registry = Registry::start(Mode::Anonymous);
-    cx.install_crds(&root().join("crds/podset.yaml")).await?;
-    cx.install_crds(&root().join("crds/plugin.yaml")).await?;
-    let keys = cx.workdir().join("signer");
-    cx.host_cli(&["keygen", "--output", keys.to_str().context("a UTF-8 path")?])?;
-    let key = keys.with_extension("key").display().to_string();
-    cx.create(
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "plugin-keys"},
-        "stringData": {"cosign.pub": std::fs::read_to_string(keys.with_extension("pub"))?}}),
-    )
-    .await?;
-    let podset_js = example_plugin("podset-js/podset-js");
-    registry.push_signed(cx, &podset_js, "plugins/podset:1", &key)?;
-    let doubled = test_plugin("podset-doubled-js");
-    registry.push_signed(cx, &doubled, "plugins/podset:2", &key)?;
+    let registry = Registry::with_podset_versions(cx).await?;
 
     cx.step("1. three PodSets, served by podset-js from a Plugin");
     for (name, size) in SIZES {

@@ -159,7 +159,8 @@ impl CanaryRecord {
         serde_json::from_value(status["rollout"]["canary"].clone()).ok()
     }
 
-    fn started_millis(&self) -> Option<i64> {
+    /// When its step started, if `stepStartedAt` reads as a time.
+    pub fn started_millis(&self) -> Option<i64> {
         self.step_started_at
             .parse::<k8s_openapi::jiff::Timestamp>()
             .ok()

@@ -37,7 +37,11 @@ impl Follower {
         if writes {
             let now = now_millis();
             let since = self.watching_since(&sha, now);
-            let started = self.canary.as_ref().map_or(now, started_or_now);
+            let started = self
+                .canary
+                .as_ref()
+                .and_then(CanaryRecord::started_millis)
+                .unwrap_or(now);
             let window = self.shared.shadow.window(&plugin, &sha, since.max(started));
             let next = canary::next(&plan, self.canary.as_ref(), &sha, &window, since, now);
             self.take(desired, &plan, next, now).await;
@@ -101,13 +105,6 @@ impl Follower {
         self.canary_watch = Some((record.candidate_sha256.clone(), record.step, now));
         self.canary = Some(record);
     }
-}
-
-fn started_or_now(record: &CanaryRecord) -> i64 {
-    record
-        .step_started_at
-        .parse::<k8s_openapi::jiff::Timestamp>()
-        .map_or(now_millis(), |t| t.as_millisecond())
 }
 
 fn now_millis() -> i64 {
