@@ -2,6 +2,8 @@
 //! cluster misbehave in one way (a kind not served yet, writes that go
 //! unanswered, a host bug reached by data) and behave in every other.
 
+use std::sync::Arc;
+
 use reconciler_host::cluster::embedded::EmbeddedCluster;
 use reconciler_host::cluster::{
     BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, ObjectKey,
@@ -9,6 +11,7 @@ use reconciler_host::cluster::{
 };
 use reconciler_sdk::KindRef;
 use serde_json::Value;
+use tokio::sync::watch;
 
 /// The call about to reach the cluster.
 #[derive(Debug)]
@@ -32,6 +35,11 @@ impl Call<'_> {
     pub fn is_request(&self) -> bool {
         !matches!(self, Call::KindScope(_) | Call::Watch(_))
     }
+
+    /// Whether it changes something in the cluster.
+    pub fn is_write(&self) -> bool {
+        !matches!(self, Call::KindScope(_) | Call::Watch(_) | Call::Get(_))
+    }
 }
 
 /// A hook a test can name in types (`Engine<Intercepted<Hook>>`).
@@ -40,8 +48,10 @@ pub type Hook = Box<dyn Fn(Call<'_>) -> Result<(), BackendError> + Send + Sync>;
 /// `cluster`, with `hook` asked before every call: an `Err` is the call's
 /// answer instead of the cluster's.
 pub struct Intercepted<F> {
-    pub cluster: EmbeddedCluster,
+    pub cluster: Arc<EmbeddedCluster>,
     hook: F,
+    /// While it reads true, every request waits (see [`Self::holding`]).
+    held: Option<watch::Receiver<bool>>,
 }
 
 impl<F> Intercepted<F>
@@ -49,7 +59,35 @@ where
     F: Fn(Call<'_>) -> Result<(), BackendError> + Send + Sync + 'static,
 {
     pub fn new(cluster: EmbeddedCluster, hook: F) -> Self {
-        Self { cluster, hook }
+        Self::sharing(Arc::new(cluster), hook)
+    }
+
+    /// A view of `cluster` another backend may share: two members' engines
+    /// on the same objects.
+    pub fn sharing(cluster: Arc<EmbeddedCluster>, hook: F) -> Self {
+        Self {
+            cluster,
+            hook,
+            held: None,
+        }
+    }
+
+    /// Every write ([`Call::is_write`]) waits, before its hook, while
+    /// `held` reads true: a write in flight for as long as a test wants,
+    /// which an abort ends at its await as it would a request to a slow
+    /// API server.
+    pub fn holding(mut self, held: watch::Receiver<bool>) -> Self {
+        self.held = Some(held);
+        self
+    }
+
+    async fn ask(&self, call: Call<'_>) -> Result<(), BackendError> {
+        if let Some(held) = &self.held
+            && call.is_write()
+        {
+            let _ = held.clone().wait_for(|held| !held).await;
+        }
+        (self.hook)(call)
     }
 }
 
@@ -58,15 +96,15 @@ where
     F: Fn(Call<'_>) -> Result<(), BackendError> + Send + Sync + 'static,
 {
     async fn kind_scope(&self, kind: &KindRef) -> Result<KindScope, BackendError> {
-        (self.hook)(Call::KindScope(kind))?;
+        self.ask(Call::KindScope(kind)).await?;
         self.cluster.kind_scope(kind).await
     }
     async fn watch(&self, kind: &KindRef, scope: &WatchScope) -> Result<WatchStream, BackendError> {
-        (self.hook)(Call::Watch(kind))?;
+        self.ask(Call::Watch(kind)).await?;
         self.cluster.watch(kind, scope).await
     }
     async fn get(&self, key: &ObjectKey) -> Result<Option<Value>, BackendError> {
-        (self.hook)(Call::Get(key))?;
+        self.ask(Call::Get(key)).await?;
         self.cluster.get(key).await
     }
     async fn apply(
@@ -75,7 +113,7 @@ where
         manager: &str,
         force: bool,
     ) -> Result<Value, BackendError> {
-        (self.hook)(Call::Apply(&object))?;
+        self.ask(Call::Apply(&object)).await?;
         self.cluster.apply(object, manager, force).await
     }
     async fn apply_status(
@@ -85,7 +123,7 @@ where
         manager: &str,
         resource_version: Option<&str>,
     ) -> Result<Value, BackendError> {
-        (self.hook)(Call::ApplyStatus(key))?;
+        self.ask(Call::ApplyStatus(key)).await?;
         self.cluster
             .apply_status(key, status, manager, resource_version)
             .await
@@ -96,19 +134,19 @@ where
         propagation: Propagation,
         uid: Option<&str>,
     ) -> Result<(), BackendError> {
-        (self.hook)(Call::Delete(key))?;
+        self.ask(Call::Delete(key)).await?;
         self.cluster.delete(key, propagation, uid).await
     }
     async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<Value, BackendError> {
-        (self.hook)(Call::AddFinalizer(key))?;
+        self.ask(Call::AddFinalizer(key)).await?;
         self.cluster.add_finalizer(key, finalizer).await
     }
     async fn remove_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
-        (self.hook)(Call::RemoveFinalizer(key))?;
+        self.ask(Call::RemoveFinalizer(key)).await?;
         self.cluster.remove_finalizer(key, finalizer).await
     }
     async fn record_event(&self, event: EventRecord) -> Result<EventRef, BackendError> {
-        (self.hook)(Call::RecordEvent)?;
+        self.ask(Call::RecordEvent).await?;
         self.cluster.record_event(event).await
     }
     async fn update_event_series(
@@ -116,7 +154,7 @@ where
         event: &EventRef,
         series: EventSeries,
     ) -> Result<(), BackendError> {
-        (self.hook)(Call::UpdateEventSeries)?;
+        self.ask(Call::UpdateEventSeries).await?;
         self.cluster.update_event_series(event, series).await
     }
 }

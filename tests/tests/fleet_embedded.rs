@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use reconciler_host::cluster::embedded::EmbeddedCluster;
@@ -15,7 +15,7 @@ use reconciler_host::cluster::{BackendError, ClusterBackend, ObjectKey, RealCloc
 use reconciler_host::fleet::{Fleet, Hooks, Identity, PluginClusters, Probe, Settings};
 use reconciler_host::plugin::plugin_host::PluginHost;
 use reconciler_sdk::KindRef;
-use reconciler_tests::intercepted::{Call, Intercepted};
+use reconciler_tests::intercepted::{Call, Hook, Intercepted};
 use reconciler_tests::{example_plugin, sandbox};
 use serde_json::json;
 
@@ -365,4 +365,109 @@ async fn a_member_past_its_cache_budget_pauses_while_the_others_serve() {
     }
     assert!(!said.iter().any(|(m, _)| m == "small"), "{said:?}");
     fleet.stop_all(Duration::from_secs(5)).await;
+}
+
+/// A backend over `cluster` whose writes wait while `held` reads true, and
+/// a count of the writes that got past that wait.
+fn held_backend(
+    cluster: &Arc<EmbeddedCluster>,
+    held: tokio::sync::watch::Receiver<bool>,
+) -> (Arc<Intercepted<Hook>>, Arc<AtomicUsize>) {
+    let writes = Arc::new(AtomicUsize::new(0));
+    let counted = writes.clone();
+    let hook: Hook = Box::new(move |call| {
+        if call.is_write() {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
+    });
+    let backend = Intercepted::sharing(cluster.clone(), hook).holding(held);
+    (Arc::new(backend), writes)
+}
+
+/// Engages member east on `backend` with podset, and waits up to 20 s
+/// until a reconcile is in flight.
+async fn serve_until_in_flight(fleet: &Fleet<Intercepted<Hook>>, backend: Arc<Intercepted<Hook>>) {
+    fleet.engage(
+        member("east", "prod"),
+        backend,
+        Hooks::default(),
+        Duration::ZERO,
+    );
+    let podset = Arc::new(sandbox().load(&example_plugin("podset")).unwrap());
+    fleet.add_plugin(podset).await.unwrap();
+    for _ in 0..400 {
+        if fleet.in_flight() > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no reconcile started");
+}
+
+/// A member whose kubeconfig changed is served by a new engine; the old
+/// one's reconcile, stuck in a write, is drained, then abandoned, and only
+/// then does the new engine reconcile: the two never write the same object
+/// at once. The abandoned write never lands, even once it could.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_engaged_member_reconciles_only_once_the_old_engines_reconciles_are_over() {
+    let cluster = cluster_with_podset("set", 2);
+    let (hold, held) = tokio::sync::watch::channel(true);
+    let (old, old_writes) = held_backend(&cluster, held);
+    let (_never, open) = tokio::sync::watch::channel(false);
+    let (new, new_writes) = held_backend(&cluster, open);
+    let fleet = Fleet::new(PluginClusters::default(), Settings::default());
+    serve_until_in_flight(&fleet, old).await;
+
+    let mut rotated = member("east", "prod");
+    rotated.server = "embedded east, rotated".into();
+    let drain = Duration::from_secs(2);
+    let replaced_at = std::time::Instant::now();
+    fleet.engage(rotated, new, Hooks::default(), drain);
+    // While the old engine drains, its reconcile still counts, and the new
+    // engine writes nothing.
+    tokio::time::sleep(drain / 2).await;
+    assert_eq!(fleet.in_flight(), 1);
+    assert_eq!(new_writes.load(Ordering::SeqCst), 0);
+    // Past the drain the old reconcile is abandoned; the new engine serves.
+    eventually(&cluster, "set", Some(2)).await;
+    assert!(
+        replaced_at.elapsed() >= drain,
+        "{:?}",
+        replaced_at.elapsed()
+    );
+    assert!(new_writes.load(Ordering::SeqCst) > 0);
+    // The abandoned write, let through now, is not made: it was stopped.
+    hold.send_replace(false);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(old_writes.load(Ordering::SeqCst), 0);
+    fleet.stop_all(Duration::from_secs(5)).await;
+}
+
+/// Stopping every member: a reconcile stuck in a write still counts as in
+/// flight while it drains, though its member has left the fleet; past the
+/// bound it is abandoned, counted, and stopped, so nothing it would have
+/// written lands after the stop returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_counts_the_draining_and_stops_what_it_abandons() {
+    let cluster = cluster_with_podset("set", 2);
+    let (hold, held) = tokio::sync::watch::channel(true);
+    let (backend, writes) = held_backend(&cluster, held);
+    let fleet = Arc::new(Fleet::new(PluginClusters::default(), Settings::default()));
+    serve_until_in_flight(&fleet, backend).await;
+
+    let stopping = tokio::spawn({
+        let fleet = fleet.clone();
+        async move { fleet.stop_all(Duration::from_secs(1)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(fleet.statuses().is_empty(), "the member left the fleet");
+    assert_eq!(fleet.in_flight(), 1, "its reconcile still counts");
+    let abandoned = stopping.await.unwrap();
+    assert_eq!(abandoned, 1);
+    assert_eq!(fleet.in_flight(), 0);
+    hold.send_replace(false);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(writes.load(Ordering::SeqCst), 0);
+    assert_eq!(replicas(&cluster, "set").await, None);
 }

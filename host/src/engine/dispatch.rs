@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
 use super::work_queue::PrimaryKey;
 use super::{Engine, ReconcileRecord};
@@ -23,6 +24,9 @@ use crate::support::heap_trim::{TrimPacer, release_freed_memory};
 /// How often counts of repeated Events that are behind are written (each
 /// series at most once per its own refresh interval).
 const EVENT_FLUSH: Duration = Duration::from_secs(5);
+
+/// How often a drain asks whether the host still holds its Lease.
+pub const LIVE_CHECK: Duration = Duration::from_millis(100);
 
 /// Told of every finished reconcile and how long it took (metrics).
 pub type OnFinished = Arc<dyn Fn(&ReconcileRecord, Duration) + Send + Sync>;
@@ -34,6 +38,10 @@ pub struct Dispatcher<B: ClusterBackend> {
     done_rx: mpsc::UnboundedReceiver<ReconcileRecord>,
     /// Reconciles spawned whose record has not been collected.
     outstanding: usize,
+    /// Every reconcile task still running (with its shadow, which runs on
+    /// after the record is out), so a drain that runs out of time can stop
+    /// them and know they stopped.
+    tasks: JoinSet<()>,
     last_event_flush: tokio::time::Instant,
     trim: TrimPacer,
 }
@@ -56,6 +64,7 @@ impl<B: ClusterBackend> Dispatcher<B> {
             done_tx,
             done_rx,
             outstanding: 0,
+            tasks: JoinSet::new(),
             last_event_flush: tokio::time::Instant::now(),
             trim: TrimPacer::default(),
         }
@@ -96,7 +105,7 @@ impl<B: ClusterBackend> Dispatcher<B> {
         let (engine, tx) = (self.engine.clone(), self.done_tx.clone());
         let hook = self.on_finished.clone();
         self.outstanding += 1;
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let started = std::time::Instant::now();
             let (record, shadow) = engine.reconcile_before_shadow(&plugin, key).await;
             if let Some(hook) = hook {
@@ -142,6 +151,7 @@ impl<B: ClusterBackend> Dispatcher<B> {
     /// Counts a collected record, and tells the trim pacer.
     fn collected(&mut self) {
         self.outstanding -= 1;
+        while self.tasks.try_join_next().is_some() {}
         if self.trim.reconcile_finished(std::time::Instant::now()) {
             trim_off_thread();
         }
@@ -186,17 +196,42 @@ impl<B: ClusterBackend> Dispatcher<B> {
 
     /// Waits, up to `within`, for the reconciles already started to finish;
     /// starts no new ones. Returns the records collected and how many were
-    /// still running when time ran out.
-    pub async fn drain(&mut self, within: Duration) -> (Vec<ReconcileRecord>, usize) {
+    /// still running when time ran out: those are abandoned, aborted at
+    /// their next await and waited for, so when this returns none of them
+    /// runs or starts a request any more. (A request already sent may still
+    /// land: the caller keeps its Lease until that cannot matter.) With
+    /// nothing abandoned, shadows still running finish on their own.
+    ///
+    /// `live` is asked every [`LIVE_CHECK`] while it waits: once it says
+    /// no (the Lease this host reconciles under may have lapsed, so another
+    /// replica may take these keys), the wait ends there.
+    pub async fn drain(
+        &mut self,
+        within: Duration,
+        live: impl Fn() -> bool,
+    ) -> (Vec<ReconcileRecord>, usize) {
         let mut records = Vec::new();
         let deadline = tokio::time::Instant::now() + within;
-        while self.outstanding > 0 {
-            match tokio::time::timeout_at(deadline, self.finished()).await {
+        while self.outstanding > 0 && live() {
+            let until = deadline.min(tokio::time::Instant::now() + LIVE_CHECK);
+            match tokio::time::timeout_at(until, self.finished()).await {
                 Ok(record) => records.push(record),
-                Err(_) => break,
+                Err(_) if until >= deadline => break,
+                Err(_) => {}
             }
         }
-        (records, self.outstanding)
+        let abandoned = self.outstanding;
+        if abandoned == 0 {
+            self.tasks.detach_all();
+            return (records, 0);
+        }
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+        while let Ok(record) = self.done_rx.try_recv() {
+            records.push(record);
+        }
+        self.outstanding = 0;
+        (records, abandoned)
     }
 }
 

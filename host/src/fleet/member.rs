@@ -51,6 +51,10 @@ pub struct Hooks {
     pub announce: Option<Announce>,
 }
 
+/// Turns true once a stopped member's reconciles have all ended: what a
+/// member engaged in its place waits for before it reconciles anything.
+pub type Stopped = tokio::sync::watch::Receiver<bool>;
+
 /// The default of `run --member-cache-max-objects`: far more than a
 /// healthy member caches, far less than takes a process down.
 pub const DEFAULT_MEMBER_CACHE_MAX_OBJECTS: usize = 500_000;
@@ -180,7 +184,8 @@ pub struct Member<B: ClusterBackend> {
     state: Arc<Mutex<State>>,
     nudge: mpsc::UnboundedSender<()>,
     stop: Option<oneshot::Sender<Duration>>,
-    task: Option<JoinHandle<()>>,
+    /// Ends with how many reconciles its stop abandoned.
+    task: Option<JoinHandle<usize>>,
 }
 
 impl<B: ClusterBackend + 'static> Member<B> {
@@ -194,6 +199,7 @@ impl<B: ClusterBackend + 'static> Member<B> {
         settings: &Settings,
         wanted: Wanted,
         hooks: Hooks,
+        after: Option<Stopped>,
     ) -> Self {
         let engine = Arc::new(Mutex::new(new_engine(&identity, &backend, settings)));
         let state = Arc::new(Mutex::new(State {
@@ -214,6 +220,7 @@ impl<B: ClusterBackend + 'static> Member<B> {
             settings: settings.clone(),
             wanted,
             hooks,
+            after,
         };
         let task = tokio::spawn(serve(serving, nudged, stopped).instrument(span));
         tracing::info!(
@@ -255,12 +262,16 @@ impl<B: ClusterBackend> Member<B> {
 
     /// Stops the task after the reconciles in flight finish (up to
     /// `within`), and waits for it.
-    pub async fn stop(mut self, within: Duration) {
+    ///
+    /// Returns how many reconciles were abandoned. A task that panicked
+    /// counts as one: what it left running is not known.
+    pub async fn stop(mut self, within: Duration) -> usize {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(within);
         }
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
+        match self.task.take() {
+            Some(task) => task.await.unwrap_or(1),
+            None => 0,
         }
     }
 
@@ -341,6 +352,9 @@ struct Serving<B: ClusterBackend> {
     settings: Settings,
     wanted: Wanted,
     hooks: Hooks,
+    /// The stop of the member this one replaces: nothing is reconciled
+    /// here until its reconciles are over.
+    after: Option<Stopped>,
 }
 
 impl<B: ClusterBackend + 'static> Serving<B> {
@@ -377,7 +391,7 @@ impl<B: ClusterBackend + 'static> Serving<B> {
             state.paused = Some(note.clone());
             state.last_error = Some((note, RealClock.now_millis()));
         }
-        let (records, _) = dispatcher.drain(PAUSE_DRAIN).await;
+        let (records, _) = dispatcher.drain(PAUSE_DRAIN, || self.live()).await;
         records.iter().for_each(log_record);
         let fresh = new_engine(&self.identity, &self.backend, &self.settings);
         let old = std::mem::replace(
@@ -403,17 +417,25 @@ impl<B: ClusterBackend + 'static> Serving<B> {
         note_probe(&self.identity, &self.state, result)
     }
 
-    /// Disengaged: the reconciles in flight finish, up to `within`; those
-    /// still running then are abandoned, and said so.
-    async fn finish(&self, dispatcher: &mut Dispatcher<B>, within: Duration) {
-        let (records, abandoned) = dispatcher.drain(within).await;
+    /// Disengaged: the reconciles in flight finish, up to `within` and
+    /// while the host holds its Lease; those still running then are
+    /// abandoned (aborted and waited for), and said so. Returns how many.
+    async fn finish(&self, dispatcher: &mut Dispatcher<B>, within: Duration) -> usize {
+        let (records, abandoned) = dispatcher.drain(within, || self.live()).await;
         records.iter().for_each(log_record);
         if abandoned > 0 {
             tracing::warn!(
-                "{abandoned} reconcile(s) in cluster {} abandoned on disengage",
+                "{abandoned} reconcile(s) in cluster {} abandoned on disengage: stopped at their next step, none runs any more",
                 self.identity.name
             );
         }
+        abandoned
+    }
+
+    /// Whether the host still holds the Lease it reconciles under (always,
+    /// without one).
+    fn live(&self) -> bool {
+        self.settings.gate.as_ref().is_none_or(|gate| gate())
     }
 
     /// The pause is over: the plugins are tried again.
@@ -434,7 +456,7 @@ async fn serve<B: ClusterBackend + 'static>(
     serving: Serving<B>,
     mut nudged: mpsc::UnboundedReceiver<()>,
     mut stopped: oneshot::Receiver<Duration>,
-) {
+) -> usize {
     let Serving {
         identity,
         state,
@@ -443,6 +465,7 @@ async fn serve<B: ClusterBackend + 'static>(
         ..
     } = &serving;
     let probe = serving.hooks.probe.clone();
+    let mut after = serving.after.clone();
     let mut engine = serving
         .engine
         .lock()
@@ -480,7 +503,8 @@ async fn serve<B: ClusterBackend + 'static>(
         // An unreachable member's reconciles would only fail and back off:
         // its queue waits until the probe sees the server again. Nothing
         // starts once the Lease may be lost, or while the member is paused.
-        let may_start = settings.gate.as_ref().is_none_or(|gate| gate());
+        let predecessor_over = after.as_ref().is_none_or(|stopped| *stopped.borrow());
+        let may_start = predecessor_over && serving.live();
         let serving_now = reachable && paused_until.is_none();
         if serving_now && may_start {
             dispatcher.dispatch();
@@ -498,6 +522,9 @@ async fn serve<B: ClusterBackend + 'static>(
                 }
             }
             Some(()) = nudged.recv() => dirty = true,
+            () = predecessor_stopped(&mut after), if !predecessor_over => {
+                tracing::info!(cluster = %identity.name, "the replaced engine's reconciles are over: reconciling here now");
+            }
             () = sleep_until(retry_at) => dirty = true,
             () = sleep_until(paused_until) => {
                 paused_until = None;
@@ -514,11 +541,22 @@ async fn serve<B: ClusterBackend + 'static>(
                 }
             }
             within = &mut stopped => {
-                serving.finish(&mut dispatcher, within.unwrap_or(Duration::ZERO)).await;
-                return;
+                return serving.finish(&mut dispatcher, within.unwrap_or(Duration::ZERO)).await;
             }
         }
     }
+}
+
+/// Waits for the replaced member's stop to be over. Its sender goes only
+/// after saying so, so gone unsaid it is over too.
+async fn predecessor_stopped(after: &mut Option<Stopped>) {
+    match after {
+        Some(stopped) => {
+            let _ = stopped.wait_for(|over| *over).await;
+        }
+        None => std::future::pending().await,
+    }
+    *after = None;
 }
 
 /// The first pause of a member whose cache outgrew its budget; each pause

@@ -9,6 +9,7 @@
 //! crosses clusters. Members come and go at runtime as their sources say
 //! ([`sources`]); engaging never waits on a cluster.
 
+pub mod draining;
 pub mod kubeconfig_trust;
 pub mod member;
 pub mod selection;
@@ -18,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use self::draining::Draining;
 use crate::cluster::ClusterBackend;
 use crate::plugin::LoadedPlugin;
 use crate::plugin::finalizer_report::FinalizerHold;
@@ -78,6 +80,8 @@ pub struct Fleet<B: ClusterBackend> {
     selection: Arc<PluginClusters>,
     settings: Settings,
     members: Mutex<BTreeMap<String, Member<B>>>,
+    /// Members stopped or replaced whose reconciles may still run.
+    draining: Draining<B>,
 }
 
 impl<B: ClusterBackend + 'static> Fleet<B> {
@@ -87,12 +91,15 @@ impl<B: ClusterBackend + 'static> Fleet<B> {
             selection: Arc::new(selection),
             settings,
             members: Mutex::new(BTreeMap::new()),
+            draining: Draining::default(),
         }
     }
 
     /// Starts serving a member, or serves it anew when its source changed
     /// (new credentials or address): the old member's reconciles in flight
-    /// finish in the background, bounded by `drain`.
+    /// finish in the background, bounded by `drain`, and the new member
+    /// watches meanwhile but reconciles nothing until they have, so the
+    /// two never reconcile the same object at once.
     pub fn engage(&self, identity: Identity, backend: Arc<B>, hooks: Hooks, drain: Duration) {
         let desired = self.desired.clone();
         let selection = self.selection.clone();
@@ -104,12 +111,19 @@ impl<B: ClusterBackend + 'static> Fleet<B> {
                 .collect()
         });
         let name = identity.name.clone();
-        let member = Member::engage(identity, backend, &self.settings, wanted, hooks);
-        let replaced = self.lock().insert(name.clone(), member);
-        if let Some(old) = replaced {
-            tracing::info!("re-engaged cluster {name}: its source changed");
-            tokio::spawn(old.stop(drain));
-        }
+        let mut members = self.lock();
+        let after = members.remove(&name).map(|old| {
+            tracing::info!(
+                "re-engaged cluster {name}: its source changed; the new engine starts once the old one's reconciles in flight are over"
+            );
+            let (stopping, stopped) = self.draining.stop(old, drain);
+            tokio::spawn(async move {
+                stopping.await;
+            });
+            stopped
+        });
+        let member = Member::engage(identity, backend, &self.settings, wanted, hooks, after);
+        members.insert(name, member);
     }
 
     /// Stops serving a member: its reconciles in flight finish (up to
@@ -125,7 +139,7 @@ impl<B: ClusterBackend + 'static> Fleet<B> {
                     .into_iter()
                     .map(|(_, n)| n)
                     .sum();
-                member.stop(drain).await;
+                self.draining.stop(member, drain).0.await;
                 // A member's cache is its largest allocation: give it back
                 // to the kernel now, not at the next burst of reconciles.
                 crate::support::heap_trim::release_freed_memory();
@@ -139,9 +153,16 @@ impl<B: ClusterBackend + 'static> Fleet<B> {
     }
 
     /// Disengages every member, each draining in parallel.
-    pub async fn stop_all(&self, drain: Duration) {
+    /// Their reconciles count as in flight (and, for the shard ring, as
+    /// still writing) until each member's stop is over. Returns how many
+    /// reconciles were abandoned; none of them runs any more.
+    pub async fn stop_all(&self, drain: Duration) -> usize {
         let members: Vec<Member<B>> = std::mem::take(&mut *self.lock()).into_values().collect();
-        futures::future::join_all(members.into_iter().map(|m| m.stop(drain))).await;
+        let stops = members
+            .into_iter()
+            .map(|m| self.draining.stop(m, drain).0)
+            .collect::<Vec<_>>();
+        futures::future::join_all(stops).await.into_iter().sum()
     }
 
     /// The engaged members' identities, by name.
@@ -219,13 +240,22 @@ impl<B: ClusterBackend + 'static> Fleet<B> {
         (queues.into_values().collect(), kinds.into_iter().collect())
     }
 
-    /// Reconciles running now, over every member.
+    /// Reconciles running now, over every member and every member still
+    /// draining.
     pub fn in_flight(&self) -> usize {
-        self.lock()
-            .values()
-            .flat_map(|m| m.engine().queue_stats())
+        self.engines_and_draining()
+            .iter()
+            .flat_map(|(_, engine)| engine.queue_stats())
             .map(|q| q.in_flight)
             .sum()
+    }
+
+    /// The engaged members' engines and those of members still draining:
+    /// every engine that may still write.
+    pub fn engines_and_draining(&self) -> Vec<(String, Arc<crate::engine::Engine<B>>)> {
+        let mut engines = self.engines();
+        engines.extend(self.draining.engines());
+        engines
     }
 
     /// The plugins the fleet serves, whichever members run them.

@@ -406,10 +406,11 @@ impl Coordinator {
         status.clone()
     }
 
-    /// This replica's reconciles still running of keys it gave up.
+    /// This replica's reconciles still running of keys it gave up,
+    /// members being stopped included.
     fn leaving<B: ClusterBackend + 'static>(&self, fleet: &Fleet<B>, handover: &Handover) -> usize {
         fleet
-            .engines()
+            .engines_and_draining()
             .iter()
             .map(|(cluster, engine)| {
                 engine

@@ -111,7 +111,7 @@ pub(super) async fn run(
         }
     }
     // In-flight reconciles finish (each is bounded by its plugin deadline).
-    let (records, _) = dispatcher.drain(Duration::from_secs(15)).await;
+    let (records, _) = dispatcher.drain(Duration::from_secs(15), || true).await;
     for record in records {
         writeln!(out, "{}", stamp(&record.to_string()))?;
     }

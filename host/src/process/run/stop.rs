@@ -69,7 +69,7 @@ pub(super) async fn shut_down(
 ) -> anyhow::Result<()> {
     let Serving {
         fleet,
-        mut leadership,
+        leadership,
         coordinator,
         duties,
         shutdown_timeout,
@@ -79,16 +79,12 @@ pub(super) async fn shut_down(
         Stop::Signal(signal) => signal,
         Stop::Lost(lost) => {
             // The members' gates already start nothing more.
-            let in_flight = fleet.in_flight();
-            fleet.stop_all(Duration::ZERO).await;
-            return Err(lost_leadership(lost, in_flight));
+            let abandoned = fleet.stop_all(Duration::ZERO).await;
+            return Err(lost_leadership(lost, abandoned));
         }
         Stop::OutOfRing => {
-            let in_flight = fleet.in_flight();
-            fleet.stop_all(Duration::ZERO).await;
-            anyhow::bail!(
-                "this replica's Lease in the shard ring was not renewed within the renew deadline: stopped reconciling ({in_flight} in flight abandoned) before another replica may take its keys; exiting to restart and join again"
-            );
+            let abandoned = fleet.stop_all(Duration::ZERO).await;
+            return Err(out_of_ring_error(abandoned));
         }
     };
     tracing::info!(
@@ -96,16 +92,26 @@ pub(super) async fn shut_down(
         shutdown_timeout.as_secs(),
         fleet.in_flight()
     );
-    let drained = tokio::select! {
-        () = fleet.stop_all(shutdown_timeout) => true,
-        // The reconciles in flight must not outlive the Lease either.
-        lost = leadership_lost(&mut leadership) => {
-            return Err(lost_leadership(lost, fleet.in_flight()));
-        }
-    };
-    if drained {
-        tracing::info!("stopped cleanly");
+    // Each member's drain ends early should the Lease it reconciles under
+    // lapse meanwhile; whatever still runs then is aborted and awaited.
+    let abandoned = fleet.stop_all(shutdown_timeout).await;
+    if let Some(Err(lost)) = leadership.as_ref().map(Leadership::check) {
+        return Err(lost_leadership(lost, abandoned));
     }
+    if coordinator.is_some_and(|c| !c.is_live()) {
+        return Err(out_of_ring_error(abandoned));
+    }
+    if abandoned > 0 {
+        // A request an abandoned reconcile had sent may still land. The
+        // Leases are kept until they expire, so no other replica takes
+        // these keys (nor the duties) before that cannot matter.
+        tracing::warn!(
+            "{signal}: {abandoned} reconcile(s) still ran after {}s and were abandoned: this replica's Leases are left to expire rather than given up",
+            shutdown_timeout.as_secs()
+        );
+        return Ok(());
+    }
+    tracing::info!("stopped cleanly");
     // Nothing reconciles here any more: the others may take the keys now.
     if let Some(coordinator) = coordinator {
         coordinator.leave().await;
@@ -115,4 +121,10 @@ pub(super) async fn shut_down(
     }
     release(leadership).await;
     Ok(())
+}
+
+fn out_of_ring_error(abandoned: usize) -> anyhow::Error {
+    anyhow::anyhow!(
+        "this replica's Lease in the shard ring was not renewed within the renew deadline: stopped reconciling ({abandoned} in flight abandoned) before another replica may take its keys; exiting to restart and join again"
+    )
 }
