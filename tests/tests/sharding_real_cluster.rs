@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use reconciler_host::sharding::handover::{Handover, ring_version};
-use reconciler_host::sharding::membership::{Membership, MembershipConfig};
+use reconciler_host::sharding::membership::{Membership, MembershipConfig, RING_LABEL};
 use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
 
 const SUITE: Suite = Suite {
@@ -108,6 +108,55 @@ fn replicas_join_the_ring_and_leave_it_by_expiry_or_by_saying_so() {
             cx.step("replica-b leaves");
             b.leave().await?;
             wait_for_view(cx, &a, &["replica-a"]).await?;
+            a.leave().await?;
+            Ok(())
+        },
+    );
+}
+
+/// A replica whose clock ran an hour ahead stamped its Lease an hour into
+/// the future, then died. Judged by its stamp against our clock, it would
+/// stay in the ring, owning keys no one reconciles, for an hour; judged by
+/// when it was seen renewed, it leaves after its duration, and its Lease
+/// is removed.
+#[test]
+fn a_lease_stamped_by_a_clock_ahead_expires_when_seen_idle_and_is_removed() {
+    SUITE.run(
+        "a_lease_stamped_by_a_clock_ahead_expires_when_seen_idle_and_is_removed",
+        async |cx| {
+            let a = Membership::join(cx.client.clone(), config(cx, "replica-a")).await?;
+            let gone = config(cx, "replica-z");
+            let ahead = k8s_openapi::jiff::Timestamp::now()
+                + k8s_openapi::jiff::SignedDuration::from_secs(3600);
+            cx.create(serde_json::json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": gone.lease_name(), "labels": {RING_LABEL: "hosts"}},
+                "spec": {"holderIdentity": "replica-z", "leaseDurationSeconds": 4,
+                    "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(ahead)},
+            }))
+            .await?;
+            wait_for_view(cx, &a, &["replica-a", "replica-z"]).await?;
+            let seen = std::time::Instant::now();
+            cx.step("replica-z, stamped an hour ahead, never renews");
+            wait_for_view(cx, &a, &["replica-a"]).await?;
+            let took = seen.elapsed();
+            cx.step(format!("dropped after {:.1} s", took.as_secs_f64()));
+            anyhow::ensure!(
+                took < Duration::from_secs(15),
+                "replica-z stayed {took:?}, not its 4 s duration after it was last seen renewed"
+            );
+            let leases = reconciler_sdk::KindRef::new("coordination.k8s.io", "v1", "Lease");
+            cx.wait_for(
+                "replica-z's Lease to be removed",
+                Duration::from_secs(10),
+                async || {
+                    Ok(match cx.get(&leases, &gone.lease_name()).await? {
+                        None => Probe::Ready(()),
+                        Some(_) => Probe::Pending("still there".into()),
+                    })
+                },
+            )
+            .await?;
             a.leave().await?;
             Ok(())
         },

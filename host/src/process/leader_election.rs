@@ -25,11 +25,12 @@
 //! write). A hung API server is covered too: the deadline does not wait for
 //! the renewal request to fail.
 //!
-//! Assumptions: the clocks of the replicas agree to within the gap between
-//! the renew deadline and the lease duration (5 s by default). A standby
-//! compares the holder's `renewTime` (written from the holder's clock) with
-//! its own clock; a standby whose clock runs ahead by more than that gap can
-//! take over while the old leader still reconciles.
+//! No two clocks are compared: a standby judges the holder's Lease by when
+//! it saw its `renewTime` change, by its own clock
+//! ([`Sightings`](crate::sharding::lease_sightings::Sightings)), and lets
+//! the crate contend only once the Lease is free or was seen unrenewed for
+//! its duration. (The crate then also judges by the stamp: a holder whose
+//! clock ran ahead is taken over late, never early.)
 //!
 //! Caveats, from the crate: renewals and releases are merge patches without
 //! a resourceVersion precondition, and a standby clears an expired holder
@@ -47,12 +48,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Api;
 use kube_lease_manager::{LeaseCreateMode, LeaseManager, LeaseManagerError, LeaseParams};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+
+use crate::sharding::lease_sightings::Sightings;
 
 /// The Lease's name unless `--leader-election-id` says otherwise.
 pub const DEFAULT_LEASE_NAME: &str = "reconciler-host";
@@ -260,7 +262,9 @@ pub async fn acquire(
     let api: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
     tracing::debug!("contending for lease {lease} as {}", config.identity);
     let mut seen_holder = None;
+    let mut sightings = Sightings::default();
     let manager = loop {
+        until_free(&api, &config, &mut seen_holder, &mut sightings).await;
         let attempt = async {
             // A fresh manager reads the Lease anew; one that waited keeps
             // the expiry it saw and would not notice a release.
@@ -272,7 +276,7 @@ pub async fn acquire(
                 LeaseCreateMode::AutoCreate,
             )
             .await?;
-            let led = contend(&manager, &api, &config, &mut seen_holder).await?;
+            let led = contend(&manager, &config).await?;
             Ok::<_, LeaseManagerError>(led.then_some(manager))
         };
         match attempt.await {
@@ -301,13 +305,12 @@ pub async fn acquire(
     Ok(Leadership::start(manager, api, &config, renewals))
 }
 
-/// `Ok(true)` once we lead; `Ok(false)` when the Lease looks free to take
-/// but the manager is still waiting out the expiry it saw earlier.
+/// `Ok(true)` once we lead; `Ok(false)` when the crate did not take the
+/// Lease within a retry period (it judges the holder live by its stamp, or
+/// waits out an expiry it saw earlier): the caller looks again.
 async fn contend(
     manager: &LeaseManager,
-    api: &Api<Lease>,
     config: &LeaderElectionConfig,
-    seen_holder: &mut Option<String>,
 ) -> Result<bool, LeaseManagerError> {
     let led = async {
         // `changed` reports changes of our state; before we lead the only
@@ -317,85 +320,89 @@ async fn contend(
     };
     tokio::select! {
         led = led => led,
-        () = until_free(api, config, seen_holder) => Ok(false),
+        () = tokio::time::sleep(config.retry_period) => Ok(false),
     }
 }
 
-/// Resolves once a read of the Lease (one every retry period, after a first
-/// one that only reports who holds it) finds it free to take: absent, with
-/// no holder, or not renewed within its duration by our clock. Logs the
-/// holder whenever it differs from the last one logged.
-async fn until_free(api: &Api<Lease>, config: &LeaderElectionConfig, seen: &mut Option<String>) {
+/// Resolves once a read of the Lease (one every retry period) finds it
+/// free to take: absent, with no holder, or not seen renewed for its
+/// duration by our clock. Logs the holder whenever it differs from the
+/// last one logged.
+async fn until_free(
+    api: &Api<Lease>,
+    config: &LeaderElectionConfig,
+    seen: &mut Option<String>,
+    sightings: &mut Sightings,
+) {
     let lease_name = config.lease();
     let mut first = true;
     loop {
         if !first {
             tokio::time::sleep(config.retry_period).await;
         }
-        match api.get_opt(&config.lease_name).await {
-            Ok(lease) => {
-                let holder = lease
-                    .as_ref()
-                    .map_or(Holder::Free, |lease| holder_of(lease, Timestamp::now()));
-                match holder {
-                    Holder::Live(holder) if holder == config.identity => {}
-                    Holder::Live(holder) => {
-                        if seen.as_deref() != Some(holder.as_str()) {
-                            tracing::info!(
-                                "waiting for leadership of lease {lease_name} held by {holder}"
-                            );
-                            *seen = Some(holder);
-                        }
-                    }
-                    Holder::Expired(holder) => {
-                        if seen.as_deref() != Some(holder.as_str()) {
-                            tracing::info!(
-                                "lease {lease_name} held by {holder} was not renewed in time: taking it over"
-                            );
-                            *seen = Some(holder);
-                        }
-                        if !first {
-                            return;
-                        }
-                    }
-                    Holder::Free if !first => return,
-                    Holder::Free => {}
+        first = false;
+        let lease = match api.get_opt(&config.lease_name).await {
+            Ok(lease) => lease,
+            // Refused (RBAC, no namespace): the manager's first request
+            // meets the same answer and says what to fix.
+            Err(kube::Error::Api(e)) if matches!(e.code, 401 | 403 | 404) => return,
+            // Others pass: read again, without contending meanwhile.
+            Err(e) => {
+                tracing::debug!("reading lease {lease_name} failed: {e}");
+                continue;
+            }
+        };
+        let holder = lease.as_ref().map_or(Holder::Free, |lease| {
+            holder_of(lease, sightings, Instant::now())
+        });
+        match holder {
+            Holder::Free => return,
+            Holder::Live(holder) if holder == config.identity => return,
+            Holder::Live(holder) => {
+                if seen.as_deref() != Some(holder.as_str()) {
+                    tracing::info!("waiting for leadership of lease {lease_name} held by {holder}");
+                    *seen = Some(holder);
                 }
             }
-            // The manager's own requests report errors that last.
-            Err(e) => tracing::debug!("reading lease {lease_name} failed: {e}"),
+            Holder::Expired(holder) => {
+                tracing::info!(
+                    "lease {lease_name} held by {holder} was not seen renewed in its duration: taking it over"
+                );
+                *seen = Some(holder);
+                return;
+            }
         }
-        first = false;
     }
 }
 
-/// What a Lease says about its holder, by our clock.
+/// What a Lease says about its holder, as seen by us.
 #[derive(Debug, PartialEq, Eq)]
 enum Holder {
     Free,
     Live(String),
-    /// Held, but `renewTime + leaseDurationSeconds` has passed (or is
-    /// missing, which the crate treats the same way).
+    /// Held, but not seen renewed for its duration (or without a
+    /// `renewTime` or duration, which the crate treats the same way).
     Expired(String),
 }
 
-fn holder_of(lease: &Lease, now: Timestamp) -> Holder {
+fn holder_of(lease: &Lease, sightings: &mut Sightings, now: Instant) -> Holder {
     let Some(spec) = &lease.spec else {
         return Holder::Free;
     };
     let Some(holder) = spec.holder_identity.as_deref().filter(|h| !h.is_empty()) else {
         return Holder::Free;
     };
-    let expiry = match (&spec.renew_time, spec.lease_duration_seconds) {
-        (Some(renewed), Some(seconds)) => renewed
-            .0
-            .checked_add(SignedDuration::from_secs(seconds.into()))
-            .ok(),
-        _ => None,
+    let name = lease.metadata.name.as_deref().unwrap_or_default();
+    let expires = match (&spec.renew_time, spec.lease_duration_seconds) {
+        (Some(renewed), Some(seconds)) => {
+            let duration = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+            sightings.expires(name, &renewed.0.to_string(), duration, now)
+        }
+        _ => now,
     };
-    match expiry {
-        Some(expiry) if expiry > now => Holder::Live(holder.to_string()),
-        _ => Holder::Expired(holder.to_string()),
+    match expires > now {
+        true => Holder::Live(holder.to_string()),
+        false => Holder::Expired(holder.to_string()),
     }
 }
 
@@ -641,8 +648,17 @@ pub struct LeadershipGate {
 impl LeadershipGate {
     /// Whether a reconcile may start now.
     pub fn holds(&self) -> bool {
-        self.lost_rx.borrow().is_none()
-            && Instant::now() < self.renewals.deadline(self.renew_deadline)
+        self.held_until()
+            .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// Until when this process leads unless it renews before: the renew
+    /// deadline after its last write to the Lease; `None` once it lost it.
+    pub fn held_until(&self) -> Option<Instant> {
+        self.lost_rx
+            .borrow()
+            .is_none()
+            .then(|| self.renewals.deadline(self.renew_deadline))
     }
 }
 

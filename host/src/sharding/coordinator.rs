@@ -179,6 +179,12 @@ impl Coordinator {
 
     /// Whether this replica's renewals are current: it may start
     /// reconciles only while they are.
+    /// Until when this replica counts itself in the ring unless it renews
+    /// before; `None` once it left.
+    pub fn held_until(&self) -> Option<tokio::time::Instant> {
+        self.lock_membership().as_ref().map(Membership::live_until)
+    }
+
     pub fn is_live(&self) -> bool {
         self.lock_membership()
             .as_ref()

@@ -8,10 +8,12 @@
 //! gone) leaves the ring when its Lease expires, as a leader's does.
 //!
 //! A replica counts itself in only while its own renewals succeed: once the
-//! renew deadline has passed since its last successful renewal it drops
-//! itself from its view, before the others may drop it from theirs (the
-//! lease duration after that renewal). The clocks of the replicas must
-//! agree to within the gap between the two, as for leader election.
+//! renew deadline has passed since it sent its last successful renewal it
+//! drops itself from its view, before the others may drop it from theirs:
+//! a lease duration after they saw that renewal, by their own clocks
+//! ([`lease_sightings`](super::lease_sightings)), so no two clocks are
+//! compared. A Lease the others saw expire is deleted by them, so the
+//! Leases of replicas that are gone do not pile up.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -19,7 +21,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
@@ -28,6 +30,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::assignment::{Replica, Ring};
+use super::lease_sightings::Sightings;
 
 /// The label naming the ring a replica's Lease belongs to.
 pub const RING_LABEL: &str = "reconciler-host.io/shard-ring";
@@ -130,15 +133,18 @@ impl Membership {
         }
         let api: Api<Lease> = Api::namespaced(client, &config.namespace);
         let settled = Arc::new(Mutex::new(None));
+        let sent = Instant::now();
         renew(&api, &config, None)
             .await
             .map_err(|source| MembershipError::Join {
                 lease: format!("{}/{}", config.namespace, config.lease_name()),
                 source,
             })?;
-        let last_renewed = Arc::new(Mutex::new(Instant::now()));
-        let first = read_ring(&api, &config, true, None, &Ring::default())
+        let last_renewed = Arc::new(Mutex::new(sent));
+        let mut sightings = Sightings::default();
+        let first = read_ring(&api, &config, true, None, &Ring::default(), &mut sightings)
             .await
+            .map(|(view, _)| view)
             .unwrap_or_else(|_| RingView {
                 ring: Ring::new([Replica::new(&config.identity)]),
                 settled: BTreeMap::new(),
@@ -147,11 +153,14 @@ impl Membership {
         let (stop, stopped) = oneshot::channel();
         let renew_now = Arc::new(Notify::new());
         let task = tokio::spawn(keep(
-            api.clone(),
-            config.clone(),
-            last_renewed.clone(),
-            settled.clone(),
-            renew_now.clone(),
+            Kept {
+                api: api.clone(),
+                config: config.clone(),
+                last_renewed: last_renewed.clone(),
+                settled: settled.clone(),
+                renew_now: renew_now.clone(),
+                sightings,
+            },
             publish,
             stopped,
         ));
@@ -245,37 +254,52 @@ fn is_live(last_renewed: &Mutex<Instant>, renew_deadline: Duration) -> bool {
     Instant::now() < live_until(last_renewed, renew_deadline)
 }
 
-/// Renews and reads every retry period until stopped.
-async fn keep(
+/// What the renewing task holds.
+struct Kept {
     api: Api<Lease>,
     config: MembershipConfig,
     last_renewed: Arc<Mutex<Instant>>,
     settled: Arc<Mutex<Option<String>>>,
     renew_now: Arc<Notify>,
+    sightings: Sightings,
+}
+
+/// Renews and reads every retry period until stopped.
+async fn keep(
+    mut kept: Kept,
     publish: watch::Sender<RingView>,
     mut stopped: oneshot::Receiver<()>,
 ) {
-    let mut tick = tokio::time::interval(config.retry_period);
+    let mut tick = tokio::time::interval(kept.config.retry_period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            () = renew_now.notified() => {}
+            () = kept.renew_now.notified() => {}
             _ = &mut stopped => return,
         }
-        let mine = settled.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        match renew(&api, &config, mine.as_deref()).await {
-            Ok(()) => *last_renewed.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now(),
-            Err(e) => tracing::warn!(
-                "cannot renew this replica's Lease {}/{}: {e}",
-                config.namespace,
-                config.lease_name()
-            ),
-        }
-        let me = is_live(&last_renewed, config.renew_deadline);
+        let mine = kept
+            .settled
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        renew_in_time(&kept, mine.as_deref()).await;
+        let config = &kept.config;
+        let me = is_live(&kept.last_renewed, config.renew_deadline);
         let seen = publish.borrow().ring.clone();
-        match read_ring(&api, &config, me, mine.as_deref(), &seen).await {
-            Ok(view) => {
+        let read = read_ring(
+            &kept.api,
+            config,
+            me,
+            mine.as_deref(),
+            &seen,
+            &mut kept.sightings,
+        );
+        match read.await {
+            Ok((view, expired)) => {
+                if me {
+                    remove_expired(&kept.api, config, expired).await;
+                }
                 publish.send_if_modified(|seen| {
                     if *seen == view {
                         return false;
@@ -295,6 +319,64 @@ async fn keep(
                 });
             }
             Err(e) => tracing::warn!("cannot read the shard ring {}'s Leases: {e}", config.ring),
+        }
+    }
+}
+
+/// One renewal. Its clock starts before the Lease is stamped, so this
+/// replica never counts itself live longer than the others will; and it
+/// waits no longer than this replica is live (a retry period once it is
+/// not), so a hung request does not hold up reading the ring.
+async fn renew_in_time(kept: &Kept, settled: Option<&str>) {
+    let config = &kept.config;
+    let sent = Instant::now();
+    let left =
+        live_until(&kept.last_renewed, config.renew_deadline).saturating_duration_since(sent);
+    let bound = if left.is_zero() {
+        config.retry_period
+    } else {
+        left
+    };
+    let failed = match tokio::time::timeout(bound, renew(&kept.api, config, settled)).await {
+        Ok(Ok(())) => {
+            let mut last = kept.last_renewed.lock().unwrap_or_else(|e| e.into_inner());
+            *last = (*last).max(sent);
+            return;
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {} ms", bound.as_millis()),
+    };
+    tracing::warn!(
+        "cannot renew this replica's Lease {}/{}: {failed}",
+        config.namespace,
+        config.lease_name()
+    );
+}
+
+/// Deletes the Leases of replicas seen to have stopped renewing, each only
+/// as it was read (a renewal since keeps it).
+async fn remove_expired(api: &Api<Lease>, config: &MembershipConfig, expired: Vec<Expired>) {
+    for lease in expired {
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                resource_version: lease.resource_version,
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&lease.name, &params).await {
+            Ok(_) => tracing::info!(
+                "shard ring {}: removed the Lease {} of replica {}: not seen renewed for its duration",
+                config.ring,
+                lease.name,
+                lease.holder
+            ),
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => tracing::warn!(
+                "shard ring {}: cannot remove the expired Lease {}: {e}",
+                config.ring,
+                lease.name
+            ),
         }
     }
 }
@@ -334,38 +416,54 @@ async fn renew(
 
 /// The ring's live replicas from their Leases; this replica counts only
 /// if `me` (its renewals are recent), as having settled on `mine`. The
-/// assignment of `seen` is reused if the members are the same.
+/// assignment of `seen` is reused if the members are the same. Also the
+/// other replicas' Leases seen expired.
 async fn read_ring(
     api: &Api<Lease>,
     config: &MembershipConfig,
     me: bool,
     mine: Option<&str>,
     seen: &Ring,
-) -> Result<RingView, kube::Error> {
+    sightings: &mut Sightings,
+) -> Result<(RingView, Vec<Expired>), kube::Error> {
     let leases = api
         .list(&ListParams::default().labels(&format!("{RING_LABEL}={}", config.ring)))
         .await?;
-    let mut view = live_ring(&leases.items, config, me, Timestamp::now(), seen);
+    let (mut view, expired) = live_ring(&leases.items, config, me, Instant::now(), seen, sightings);
     if let Some(version) = mine.filter(|_| me) {
         view.settled
             .insert(config.identity.clone(), version.to_string());
     }
-    Ok(view)
+    Ok((view, expired))
 }
 
-/// The replicas whose Lease was renewed within its duration at `now`, and
-/// the ring version each says it settled on.
+/// A Lease of another replica seen expired, as read.
+#[derive(Debug, PartialEq, Eq)]
+struct Expired {
+    name: String,
+    holder: String,
+    resource_version: Option<String>,
+}
+
+/// The replicas whose Lease was seen renewed within its duration by `now`
+/// (see [`Sightings`]), the ring version each says it settled on, and the
+/// Leases seen expired.
 fn live_ring(
     leases: &[Lease],
     config: &MembershipConfig,
     me: bool,
-    now: Timestamp,
+    now: Instant,
     seen: &Ring,
-) -> RingView {
+    sightings: &mut Sightings,
+) -> (RingView, Vec<Expired>) {
     let mut live = BTreeMap::new();
     let mut settled = BTreeMap::new();
+    let mut expired = Vec::new();
+    sightings.keep_only(leases.iter().filter_map(|l| l.metadata.name.as_deref()));
     for lease in leases {
-        let Some(spec) = &lease.spec else { continue };
+        let (Some(spec), Some(name)) = (&lease.spec, lease.metadata.name.as_deref()) else {
+            continue;
+        };
         let (Some(holder), Some(renewed), Some(seconds)) = (
             spec.holder_identity.as_deref(),
             spec.renew_time.as_ref(),
@@ -373,8 +471,16 @@ fn live_ring(
         ) else {
             continue;
         };
-        let expires = renewed.0 + SignedDuration::from_secs(i64::from(seconds));
-        if holder == config.identity || expires <= now || !named_for(lease, config, holder) {
+        if holder == config.identity || !named_for(lease, config, holder) {
+            continue;
+        }
+        let duration = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+        if sightings.expires(name, &renewed.0.to_string(), duration, now) <= now {
+            expired.push(Expired {
+                name: name.to_string(),
+                holder: holder.to_string(),
+                resource_version: lease.metadata.resource_version.clone(),
+            });
             continue;
         }
         live.insert(holder.to_string(), Replica::new(holder));
@@ -390,10 +496,11 @@ fn live_ring(
     if me {
         live.insert(config.identity.clone(), Replica::new(&config.identity));
     }
-    RingView {
+    let view = RingView {
         ring: seen.with_members(live.into_values()),
         settled,
-    }
+    };
+    (view, expired)
 }
 
 /// Whether `lease` is the one its holder writes: only that one counts, so
@@ -413,7 +520,7 @@ mod tests {
 
     fn lease(holder: &str, renewed: Timestamp, seconds: i32) -> Lease {
         let mut lease = named_lease(holder, renewed, seconds);
-        lease.metadata.name = Some(MembershipConfig::new("ns", "hosts", holder).lease_name());
+        lease.metadata.name = Some(config_for(holder).lease_name());
         lease
     }
 
@@ -429,43 +536,77 @@ mod tests {
         }
     }
 
+    fn ids(view: &RingView) -> Vec<String> {
+        view.ring.replicas().iter().map(|r| r.id.clone()).collect()
+    }
+
+    /// Live is "seen renewed within its duration, by our clock", whatever
+    /// the holder's clock wrote: a Lease stamped in the future, from a
+    /// clock running ahead, expires as soon as one stamped in the past.
     #[test]
-    fn the_ring_is_the_replicas_whose_lease_is_unexpired() {
+    fn the_ring_is_the_replicas_seen_renewed_within_their_duration() {
         let config = MembershipConfig::new("ns", "hosts", "me");
-        let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
-        let ago = |s: i64| now - SignedDuration::from_secs(s);
-        let leases = [
-            lease("fresh", ago(3), 15),
-            lease("stale", ago(16), 15),
-            lease("me", ago(30), 15),
+        let stamp: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let ahead = stamp + k8s_openapi::jiff::SignedDuration::from_secs(3600);
+        let mut leases = vec![
+            lease("steady", stamp, 15),
+            lease("ahead", ahead, 15),
+            lease("me", stamp, 15),
         ];
-        let ids = |view: RingView| -> Vec<String> {
-            view.ring.replicas().iter().map(|r| r.id.clone()).collect()
-        };
-        // Our own Lease as read does not count: our renewals do.
+        let mut sightings = Sightings::default();
         let seen = Ring::default();
-        assert_eq!(
-            ids(live_ring(&leases, &config, true, now, &seen)),
-            ["fresh", "me"]
+        // First seen now: both live; our own Lease as read does not count,
+        // our renewals do.
+        let (view, expired) = live_ring(&leases, &config, true, at(0), &seen, &mut sightings);
+        assert_eq!(ids(&view), ["ahead", "me", "steady"]);
+        assert!(expired.is_empty());
+        let (view, _) = live_ring(&leases, &config, false, at(0), &seen, &mut sightings);
+        assert_eq!(ids(&view), ["ahead", "steady"]);
+        // `steady` renews at 10 s; `ahead`, an hour ahead, never does.
+        leases[0] = lease(
+            "steady",
+            stamp + k8s_openapi::jiff::SignedDuration::from_secs(10),
+            15,
         );
+        leases[1].metadata.resource_version = Some("42".into());
+        let (view, _) = live_ring(&leases, &config, false, at(10), &seen, &mut sightings);
+        assert_eq!(ids(&view), ["ahead", "steady"]);
+        let (view, expired) = live_ring(&leases, &config, false, at(15), &seen, &mut sightings);
+        assert_eq!(ids(&view), ["steady"]);
         assert_eq!(
-            ids(live_ring(&leases, &config, false, now, &seen)),
-            ["fresh"]
+            expired,
+            [Expired {
+                name: config_for("ahead").lease_name(),
+                holder: "ahead".into(),
+                resource_version: Some("42".into()),
+            }]
         );
+    }
+
+    fn config_for(holder: &str) -> MembershipConfig {
+        MembershipConfig::new("ns", "hosts", holder)
     }
 
     #[test]
     fn only_the_lease_named_for_its_holder_counts() {
         let config = MembershipConfig::new("ns", "hosts", "me");
-        let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
-        let renewed = now - SignedDuration::from_secs(3);
+        let renewed: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
         let mut copy = named_lease("other", renewed, 15);
         copy.metadata.name = Some("hosts-someone-else".into());
         let unnamed = named_lease("nameless", renewed, 15);
         let leases = [lease("fresh", renewed, 15), copy, unnamed];
-        let view = live_ring(&leases, &config, false, now, &Ring::default());
-        let ids: Vec<_> = view.ring.replicas().iter().map(|r| r.id.clone()).collect();
-        assert_eq!(ids, ["fresh"]);
+        let mut sightings = Sightings::default();
+        let (view, _) = live_ring(
+            &leases,
+            &config,
+            false,
+            Instant::now(),
+            &Ring::default(),
+            &mut sightings,
+        );
+        assert_eq!(ids(&view), ["fresh"]);
     }
 
     #[test]

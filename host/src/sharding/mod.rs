@@ -9,4 +9,5 @@
 pub mod assignment;
 pub mod coordinator;
 pub mod handover;
+pub mod lease_sightings;
 pub mod membership;

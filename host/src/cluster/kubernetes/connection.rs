@@ -14,6 +14,7 @@ use reconciler_contract::KindRef;
 
 use super::discovery::{KindCache, Resolved};
 use super::errors;
+use super::write_fence::WriteFence;
 use crate::cluster::backend::{BackendError, ObjectKey};
 
 /// A `ClusterBackend` that drives a Kubernetes API server through `kube`.
@@ -23,6 +24,8 @@ pub struct KubernetesBackend {
     kinds: Arc<KindCache>,
     /// `reportingInstance` of recorded Events: which replica reported.
     pub(super) reporting_instance: String,
+    /// Asked immediately before every write.
+    pub(super) fence: WriteFence,
 }
 
 impl KubernetesBackend {
@@ -43,7 +46,14 @@ impl KubernetesBackend {
             client,
             kinds: Arc::default(),
             reporting_instance: instance,
+            fence: WriteFence::default(),
         }
+    }
+
+    /// This backend with its writes checked by `fence` before they leave.
+    pub fn with_fence(mut self, fence: WriteFence) -> Self {
+        self.fence = fence;
+        self
     }
 
     /// Tells the backend how `kind` is served, sparing a discovery request.

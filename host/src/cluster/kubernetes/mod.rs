@@ -32,6 +32,7 @@ mod labels;
 mod object_values;
 pub mod relist_watch;
 mod watch;
+pub mod write_fence;
 
 use kube::api::{DeleteParams, Preconditions, PropagationPolicy};
 use reconciler_contract::KindRef;
@@ -74,6 +75,8 @@ impl ClusterBackend for KubernetesBackend {
         field_manager: &str,
         force: bool,
     ) -> Result<Value, BackendError> {
+        self.fence
+            .check(format_args!("the apply of {}", named(&object)))?;
         apply::apply(self, object, field_manager, force).await
     }
 
@@ -84,6 +87,8 @@ impl ClusterBackend for KubernetesBackend {
         field_manager: &str,
         resource_version: Option<&str>,
     ) -> Result<Value, BackendError> {
+        self.fence
+            .check(format_args!("the status apply of {key}"))?;
         apply::apply_status(self, key, status, field_manager, resource_version).await
     }
 
@@ -95,6 +100,7 @@ impl ClusterBackend for KubernetesBackend {
     ) -> Result<(), BackendError> {
         let resolved = self.resolve(&key.kind).await?;
         let api = self.api_for(&resolved, key)?;
+        self.fence.check(format_args!("the delete of {key}"))?;
         let params = DeleteParams {
             propagation_policy: Some(match propagation {
                 Propagation::Background => PropagationPolicy::Background,
@@ -118,18 +124,28 @@ impl ClusterBackend for KubernetesBackend {
     }
 
     async fn set_label(&self, key: &ObjectKey, label: LabelAt<'_>) -> Result<Value, BackendError> {
+        self.fence
+            .check(format_args!("the label {} of {key}", label.name))?;
         labels::set(self, key, label).await
     }
 
     async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<Value, BackendError> {
+        self.fence
+            .check(format_args!("adding finalizer {finalizer} to {key}"))?;
         finalizers::add(self, key, finalizer).await
     }
 
     async fn remove_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
+        self.fence
+            .check(format_args!("removing finalizer {finalizer} from {key}"))?;
         finalizers::remove(self, key, finalizer).await
     }
 
     async fn record_event(&self, event: EventRecord) -> Result<EventRef, BackendError> {
+        self.fence.check(format_args!(
+            "the Event {} on {}",
+            event.reason, event.regarding
+        ))?;
         events::record(self, event).await
     }
 
@@ -138,7 +154,19 @@ impl ClusterBackend for KubernetesBackend {
         event: &EventRef,
         series: EventSeries,
     ) -> Result<(), BackendError> {
+        self.fence.check("a count of a repeated Event")?;
         events::update_series(self, event, series).await
+    }
+}
+
+/// `Kind namespace/name` of an object about to be written.
+fn named(object: &Value) -> String {
+    let metadata = &object["metadata"];
+    let name = metadata["name"].as_str().unwrap_or("(unnamed)");
+    let kind = object["kind"].as_str().unwrap_or("(no kind)");
+    match metadata["namespace"].as_str() {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
     }
 }
 

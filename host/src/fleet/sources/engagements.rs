@@ -162,7 +162,8 @@ fn engaged(
         server: server.clone(),
         ..described.identity
     };
-    let backend = Arc::new(KubernetesBackend::new(client.clone()));
+    let backend =
+        Arc::new(KubernetesBackend::new(client.clone()).with_fence(to.options.fence.clone()));
     let probe = probe_of(client, announcer.clone(), described.secret.clone(), name);
     let announce: Announce = {
         let (announcer, secret) = (announcer.clone(), described.secret.clone());

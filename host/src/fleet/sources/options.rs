@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cluster::kubernetes::client_rate_limit::RateLimit;
+use crate::cluster::kubernetes::write_fence::WriteFence;
 use crate::fleet::kubeconfig_trust::Widening;
 
 /// What the sources follow.
@@ -26,4 +27,6 @@ pub struct SourceOptions {
     pub member_rate: Option<RateLimit>,
     /// How long a disengaged member's reconciles in flight may finish.
     pub drain: Duration,
+    /// What every member's writes are checked by before they leave.
+    pub fence: WriteFence,
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::config::RunConfig;
 use crate::cluster::kubernetes::KubernetesBackend;
+use crate::cluster::kubernetes::write_fence::{HeldUntil, WriteFence};
 use crate::fleet::Fleet;
 use crate::golden::recorder::CaseRecorder;
 use crate::plugin::Sandbox;
@@ -27,6 +28,26 @@ pub(super) fn case_recorder(config: &RunConfig) -> anyhow::Result<Option<Arc<Cas
     match CaseRecorder::new(record, "run") {
         Ok(recorder) => Ok(Some(Arc::new(recorder))),
         Err(e) => anyhow::bail!("cannot record into {}: {e}", record.dir.display()),
+    }
+}
+
+/// Until when this process holds the Lease it reconciles under: the
+/// leader's, else its place in the ring's; `None` for a host with neither.
+/// What a reconcile must hold to start, and a write to leave.
+pub(super) fn held_until(
+    leadership: Option<&Leadership>,
+    coordinator: Option<&Arc<Coordinator>>,
+) -> Option<HeldUntil> {
+    match (leadership, coordinator) {
+        (Some(l), _) => {
+            let gate = l.gate();
+            Some(Arc::new(move || gate.held_until()))
+        }
+        (None, Some(c)) => {
+            let c = c.clone();
+            Some(Arc::new(move || c.held_until()))
+        }
+        (None, None) => None,
     }
 }
 
@@ -50,17 +71,10 @@ pub(super) fn build_fleet(
         on_finished: Some(Arc::new(move |cluster, record, took| {
             metrics_status.metrics.reconciled_in(cluster, record, took)
         })),
-        gate: match (leadership, coordinator) {
-            (Some(l), _) => {
-                let gate = l.gate();
-                Some(Arc::new(move || gate.holds()) as Arc<dyn Fn() -> bool + Send + Sync>)
-            }
-            (None, Some(c)) => {
-                let c = c.clone();
-                Some(Arc::new(move || c.is_live()) as Arc<dyn Fn() -> bool + Send + Sync>)
-            }
-            (None, None) => None,
-        },
+        gate: held_until(leadership, coordinator).map(|held| {
+            Arc::new(move || held().is_some_and(|until| tokio::time::Instant::now() < until))
+                as Arc<dyn Fn() -> bool + Send + Sync>
+        }),
         ownership: coordinator.map(|c| c.ownership()),
         recorder,
         cache_max_objects: config.clusters.cache_max_objects,
@@ -85,6 +99,7 @@ pub(super) async fn start_serving(
     fleet: &Arc<Fleet<KubernetesBackend>>,
     client: kube::Client,
     plugins: &mut PluginDirectory,
+    fence: &WriteFence,
 ) -> tokio::task::JoinHandle<()> {
     status.not_ready("loading plugins and filling their caches");
     let mut events = plugins.attach(&**fleet).await;
@@ -103,6 +118,7 @@ pub(super) async fn start_serving(
             request_timeout: config.clusters.request_timeout,
             member_rate: config.clusters.member_rate,
             drain: config.shutdown_timeout,
+            fence: fence.clone(),
         },
     );
     // The cluster the host runs in serves from filled caches before the

@@ -42,6 +42,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::cluster::kubernetes::KubernetesBackend;
+use crate::cluster::kubernetes::write_fence::WriteFence;
 use crate::plugin::Sandbox;
 use crate::plugin::background_reload::BackgroundReload;
 
@@ -49,7 +50,7 @@ pub use config::{PulledConfig, RunConfig, ShardingConfig};
 pub use signals::shutdown_signal;
 
 use endpoints::serve_endpoints;
-use fleet::{build_fleet, case_recorder, start_serving};
+use fleet::{build_fleet, case_recorder, held_until, start_serving};
 use leadership::{Elected, elect, released_on_error};
 use once_only::{install_crds_alone, once_only_duties};
 use plugin_sources::{PluginSources, PulledInto, serve_admission, start_pulled};
@@ -70,7 +71,10 @@ pub async fn run(
     let _plugins_watch = sources.watch;
     // CRDs, webhook configurations and Plugin status: one replica does
     // them when several shard the work, the one process otherwise.
-    let backend = Arc::new(KubernetesBackend::new(client.clone()));
+    // Every write of the process is checked against the Lease it
+    // reconciles under, once there is one (below).
+    let fence = WriteFence::default();
+    let backend = Arc::new(KubernetesBackend::new(client.clone()).with_fence(fence.clone()));
     let (duties, duties_task) = once_only_duties(&config, &client, &backend);
     let before_engine = serve_admission(
         &mut config,
@@ -104,6 +108,9 @@ pub async fn run(
         duties.clone(),
     );
     let coordinator = join_ring(&client, config.sharding.take()).await?;
+    if let Some(held) = held_until(leadership.as_ref(), coordinator.as_ref()) {
+        fence.hold_to(held);
+    }
     let installed = install_crds_alone(&config, &backend, &status, coordinator.is_some()).await;
     released_on_error(installed, &mut leadership).await?;
     let recorder = released_on_error(case_recorder(&config), &mut leadership).await?;
@@ -118,7 +125,7 @@ pub async fn run(
     );
     let _follow_ring = follow_ring(coordinator.as_ref(), &status, &fleet);
     let (mut plugins, changes) = before_engine.into_directory().await?;
-    let _sources = start_serving(&config, &status, &fleet, client, &mut plugins).await;
+    let _sources = start_serving(&config, &status, &fleet, client, &mut plugins, &fence).await;
     // Later plugin files load, and waiting ones are retried, beside the
     // members, which keep serving.
     let mut reloads =
