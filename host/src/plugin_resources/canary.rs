@@ -538,6 +538,56 @@ mod tests {
         assert!(e.contains("steps or clusters"), "{e}");
     }
 
+    /// What a Plugin's status says is read with suspicion: a record that
+    /// does not parse, names a step the plan has not, or another candidate
+    /// starts the rollout over at its smallest step; a percent written
+    /// into it gives nothing beyond its step's share.
+    #[test]
+    fn a_malformed_or_forged_record_starts_over_or_gives_only_its_steps_share() {
+        let p = basic();
+        let starts_over = |record: Option<&CanaryRecord>| {
+            matches!(
+                next(&p, record, "c", &GateWindow::default(), 0, MINUTE),
+                Next::Start(r) if r.step == 0 && r.percent == 10
+            )
+        };
+        for junk in [
+            json!({"rollout": {"canary": {"step": "two"}}}),
+            json!({"rollout": {"canary": {"candidateSha256": "c", "step": 1, "percent": 50,
+                "stepStartedAt": "2026-01-01T00:00:00Z", "phase": "Sideways"}}}),
+            json!({"rollout": {"canary": "yes"}}),
+        ] {
+            let record = CanaryRecord::of_status(&junk);
+            assert_eq!(record, None, "{junk}");
+            assert!(starts_over(record.as_ref()));
+        }
+        let Next::Start(mut record) = next(&p, None, "c", &GateWindow::default(), 0, 0) else {
+            panic!("starts")
+        };
+        record.step = 7;
+        assert!(starts_over(Some(&record)), "a step past the plan");
+        record.step = 0;
+        record.candidate_sha256 = "another".into();
+        assert!(starts_over(Some(&record)), "another candidate's record");
+        record.candidate_sha256 = "c".into();
+        record.percent = 100;
+        assert_eq!(p.share(&record).unwrap().percent, 10);
+        // A time that does not read counts the step from now: not promoted
+        // early.
+        record.step_started_at = "yesterday".into();
+        assert!(matches!(
+            next(
+                &p,
+                Some(&record),
+                "c",
+                &GateWindow::default(),
+                0,
+                MINUTE / 2
+            ),
+            Next::Stay
+        ));
+    }
+
     #[test]
     fn the_record_round_trips_through_the_status_patch() {
         let p = basic();
