@@ -23,9 +23,7 @@ use super::primary::Primary;
 use super::queues::Done;
 use super::record::Change;
 use super::shared::Shared;
-use crate::cluster::{
-    BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation, WatchEvent, WatchEventType,
-};
+use crate::cluster::{BackendError, ClusterBackend, EventRecord, ObjectKey, Propagation};
 
 /// One plan being applied, and the changes made so far.
 pub struct Applier<'a, B: ClusterBackend> {
@@ -144,9 +142,7 @@ impl<B: ClusterBackend> Applier<'_, B> {
                 // watch event comes: a reconcile starting before that
                 // would otherwise write its status against the old
                 // resourceVersion and be refused.
-                self.shared
-                    .cache
-                    .observe(&WatchEvent::new(WatchEventType::Modified, stored));
+                self.shared.cache.observe_written(stored, &primary.object);
                 self.changes.push(Change::StatusUpdated);
                 Ok(true)
             }
@@ -228,8 +224,8 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::cluster::VirtualClock;
     use crate::cluster::embedded::EmbeddedCluster;
+    use crate::cluster::{VirtualClock, WatchEvent, WatchEventType};
     use crate::engine::scope::{PrimarySelectors, ServeScope};
     use crate::engine::work_queue::PrimaryKey;
     use crate::plugin::WriteRole;

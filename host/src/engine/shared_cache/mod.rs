@@ -145,6 +145,26 @@ impl SharedCache {
         self.objects.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Takes in the object a write of this engine's returned, unless the
+    /// cache moved past `read`, the version the write was decided on: the
+    /// watch may bring a newer version while the write is in flight, and
+    /// putting the older one back over it would hide that change from
+    /// every reconcile until the object changes again.
+    pub fn observe_written(&self, stored: Value, read: &Value) {
+        let stored = if is_slim(&stored) {
+            stored
+        } else {
+            slimmed(stored)
+        };
+        let Ok(prepared) = Cached::prepare(&stored, None) else {
+            return;
+        };
+        let mut cache = self.write();
+        if cache.holds_version(read) {
+            cache.insert(prepared);
+        }
+    }
+
     /// Applies one watch event. Objects the cache cannot hold (no name,
     /// nested too deep to read back) are logged and skipped: one malformed
     /// object must not stop the watch. A version it cannot hold also drops
@@ -302,6 +322,29 @@ mod tests {
 
     use super::*;
     use crate::cluster::backend::LAST_APPLIED;
+
+    fn podset(version: &str, size: i64) -> Value {
+        json!({"apiVersion": "example.com/v1", "kind": "PodSet",
+            "metadata": {"name": "p", "namespace": "d", "resourceVersion": version},
+            "spec": {"size": size}})
+    }
+
+    /// A status write decided on version 1 returns version 2; the watch
+    /// brought version 3 (a resize) before the write's answer was taken
+    /// in. Version 2 must not go back over 3: the resize would be hidden
+    /// until the PodSet changed again.
+    #[test]
+    fn a_write_answered_after_a_newer_version_arrived_does_not_replace_it() {
+        let cache = SharedCache::new();
+        let key = ObjectKey::of(&podset("1", 1)).unwrap();
+        cache.observe(&WatchEvent::new(WatchEventType::Added, podset("1", 1)));
+        cache.observe(&WatchEvent::new(WatchEventType::Modified, podset("3", 3)));
+        cache.observe_written(podset("2", 1), &podset("1", 1));
+        assert_eq!(cache.get(&key).unwrap()["spec"]["size"], 3);
+        // With nothing newer meanwhile, the write's answer is taken in.
+        cache.observe_written(podset("4", 3), &podset("3", 3));
+        assert_eq!(cache.get(&key).unwrap()["metadata"]["resourceVersion"], "4");
+    }
 
     #[test]
     fn a_version_too_deep_to_read_back_replaces_the_old_one_by_nothing() {
