@@ -23,6 +23,7 @@ use anyhow::{Context as _, Result, ensure};
 use futures::StreamExt as _;
 use kube::api::{DynamicObject, ListParams, PostParams};
 use reconciler_sdk::k8s_openapi::jiff::Timestamp;
+use reconciler_sdk::KindRef;
 use reconciler_tests::real_cluster::podset_convergence::{deployments, podsets, problem};
 use reconciler_tests::real_cluster::{
     HostProcess, Probe, RealCluster, SeverableLink, Suite, TEST_MANAGER, audit_log_flags,
@@ -78,6 +79,8 @@ struct Write {
     at: Timestamp,
     user: String,
     object: String,
+    /// The API server's answer: 2xx landed, 403 was refused (the fence).
+    code: u64,
 }
 
 fn audited_writes(dir: &Path) -> Result<Vec<Write>> {
@@ -105,6 +108,7 @@ fn audited_writes(dir: &Path) -> Result<Vec<Write>> {
                 reference["namespace"].as_str().unwrap_or_default(),
                 name
             ),
+            code: entry["responseStatus"]["code"].as_u64().unwrap_or_default(),
         });
     }
     Ok(writes)
@@ -649,6 +653,7 @@ mod overlap_check {
             at: Timestamp::from_second(at).unwrap(),
             user: user.to_string(),
             object: object.to_string(),
+            code: 200,
         }
     }
 
@@ -1267,5 +1272,216 @@ async fn labelled_at_creation(
     for replica in replicas.iter() {
         replica.stop().await?;
     }
+    Ok(())
+}
+
+/// Flags for a 1.28 API server that serves ValidatingAdmissionPolicy (beta
+/// there, off by default).
+const POLICIES: &str = "--feature-gates=ValidatingAdmissionPolicy=true --runtime-config=admissionregistration.k8s.io/v1beta1=true";
+
+/// The API server's own fence (`rbac --write-fence`): with it installed, a
+/// replica frozen past its Lease (SIGSTOP) lands nothing once thawed, even
+/// a write the host itself would have let through.
+#[test]
+fn the_api_servers_fence_refuses_a_frozen_replica_the_buckets_it_lost() {
+    let audit = tempfile::tempdir().expect("a temporary directory");
+    let flags = audit_flags(audit.path(), &["replica-a", "replica-b"]).expect("the audit policy");
+    let flags = format!("{POLICIES} {flags}");
+    with_replicas(
+        "the_api_servers_fence_refuses_a_frozen_replica_the_buckets_it_lost",
+        &[("APISERVER_EXTRA", flags.as_str())],
+        async |cx, replicas| fenced(cx, audit.path(), replicas).await,
+    );
+}
+
+/// The published map's buckets, each with the writers it names, once
+/// every bucket names exactly one writer and those writers are `expected`.
+async fn published(cx: &RealCluster, expected: &[&str]) -> Result<BTreeMap<String, String>> {
+    let configmaps = cx.api(&KindRef::new("", "v1", "ConfigMap")).await?;
+    let name = format!("{RING}-writers");
+    cx.wait_for(
+        &format!("the fence's map to name {expected:?} alone"),
+        LEASE_DURATION * 2 + MARGIN * 2,
+        async || {
+            let Some(map) = configmaps.get_opt(&name).await? else {
+                return Ok(Probe::Pending(format!("no ConfigMap {name} yet")));
+            };
+            let data: BTreeMap<String, String> =
+                serde_json::from_value(map.data["data"].clone()).unwrap_or_default();
+            let buckets: BTreeMap<String, String> =
+                data.into_iter().filter(|(k, _)| k != "ring").collect();
+            let named: std::collections::BTreeSet<&str> = buckets
+                .values()
+                .flat_map(|v| v.split(',').filter(|w| !w.is_empty()))
+                .collect();
+            let single = buckets
+                .values()
+                .all(|v| v.split(',').filter(|w| !w.is_empty()).count() == 1);
+            let wanted: std::collections::BTreeSet<&str> = expected.iter().copied().collect();
+            Ok(if buckets.len() == 1024 && single && named == wanted {
+                Probe::Ready(buckets.clone())
+            } else {
+                Probe::Pending(format!(
+                    "{} buckets, each with one writer: {single}, writers {named:?}",
+                    buckets.len()
+                ))
+            })
+        },
+    )
+    .await
+}
+
+/// A merge patch of an annotation on PodSet `name`, as the user of
+/// `kubeconfig` (a replica's credentials, used directly).
+async fn touch_as(cx: &RealCluster, kubeconfig: &str, name: &str) -> Result<Result<(), kube::Error>> {
+    let text = std::fs::read_to_string(cx.workdir().join(format!("{kubeconfig}.kubeconfig")))?;
+    let client = reconciler_tests::real_cluster::members::client_of(&text).await?;
+    let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(
+        client,
+        &cx.namespace,
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("example.com", "v1alpha1", "PodSet"),
+            "podsets",
+        ),
+    );
+    let patch = json!({"metadata": {"annotations": {"reconciler-tests/touched-by": kubeconfig}}});
+    Ok(api
+        .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .map(drop))
+}
+
+/// Whether `answer` is the fence's refusal.
+fn refused_by_fence(answer: &Result<(), kube::Error>) -> bool {
+    matches!(answer, Err(kube::Error::Api(e))
+        if e.code == 403 && e.message.contains("refused by the reconciler-host shard fence"))
+}
+
+async fn fenced(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProcess>) -> Result<()> {
+    cx.install_crds(&podset_crd()).await?;
+    let ns = cx.namespace.clone();
+    let generated = cx
+        .host_command()
+        .args([
+            "rbac",
+            "--write-fence",
+            "--write-fence-api-version",
+            "v1beta1",
+            "--write-fence-user",
+            "replica-a",
+            "--write-fence-user",
+            "replica-b",
+            "--leader-election-namespace",
+            &ns,
+            "--leader-election-id",
+            RING,
+        ])
+        .output()?;
+    ensure!(
+        generated.status.success(),
+        "rbac --write-fence: {}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    let text = String::from_utf8(generated.stdout)?;
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let object = <Value as serde::Deserialize>::deserialize(document)?;
+        cx.apply_as(TEST_MANAGER, &object)
+            .await?
+            .with_context(|| format!("applying {}", object["kind"]))?;
+    }
+    cx.step("1. the fence rbac --write-fence generates, applied (v1beta1 on this 1.28 API server)");
+
+    replicas.push(start(cx, "replica-a")?);
+    replicas.push(start(cx, "replica-b")?);
+    let map = published(cx, &["replica-a", "replica-b"]).await?;
+    create(cx, 0..30).await?;
+    converged(cx, 30).await?;
+    cx.step("2. two replicas published who writes each bucket and converged 30 PodSets through the fence");
+
+    // Each replica's credentials, used directly: the API server refuses
+    // replica-a a PodSet of replica-b's bucket, and lets it write its own.
+    let listed = cx.api(&podsets()).await?.list(&ListParams::default()).await?;
+    let owner_of = |p: &DynamicObject| -> String {
+        let bucket = p.metadata.labels.as_ref().and_then(|l| l.get("reconciler-host.io/shard"));
+        bucket
+            .and_then(|b| map.get(b))
+            .map(|w| w.trim_matches(',').to_string())
+            .unwrap_or_default()
+    };
+    let of = |replica: &str| -> Result<String> {
+        listed
+            .items
+            .iter()
+            .find(|p| owner_of(p) == replica)
+            .and_then(|p| p.metadata.name.clone())
+            .with_context(|| format!("no PodSet of {replica}'s buckets among 30"))
+    };
+    let (of_a, of_b) = (of("replica-a")?, of("replica-b")?);
+    let answer = touch_as(cx, "replica-a", &of_b).await?;
+    ensure!(
+        refused_by_fence(&answer),
+        "replica-a wrote PodSet {of_b} of replica-b's bucket: {answer:?}"
+    );
+    touch_as(cx, "replica-a", &of_a)
+        .await?
+        .with_context(|| format!("replica-a writing PodSet {of_a} of its own bucket"))?;
+    cx.step(format!(
+        "3. as replica-a: PodSet {of_b} (replica-b's bucket) refused by the fence, {of_a} (its own) written"
+    ));
+
+    replicas[1].freeze()?;
+    let frozen = Instant::now();
+    let api = cx.api(&podsets()).await?;
+    for i in 0..30 {
+        api.patch(
+            &name_of(i),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"size": 2}})),
+        )
+        .await?;
+    }
+    published(cx, &["replica-a"]).await?;
+    let fenced_at = Timestamp::now();
+    cx.step(format!(
+        "4. replica-b frozen (SIGSTOP), 30 PodSets resized; {:.1} s later the map names replica-a alone",
+        frozen.elapsed().as_secs_f64()
+    ));
+    // What a thawed replica-b would send from where it froze.
+    let answer = touch_as(cx, "replica-b", &of_b).await?;
+    ensure!(
+        refused_by_fence(&answer),
+        "a write as replica-b to its lost bucket was not refused: {answer:?}"
+    );
+    converged(cx, 30).await?;
+    cx.step("5. replica-b's write to its old bucket refused; replica-a converged every resize");
+
+    replicas[1].thaw()?;
+    let thawed = Instant::now();
+    while replicas[1].exited()?.is_none() {
+        ensure!(
+            thawed.elapsed() < MARGIN * 3,
+            "replica-b still runs {:.0} s after it was thawed past its Lease",
+            thawed.elapsed().as_secs_f64()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    converged(cx, 30).await?;
+    replicas[0].stop().await?;
+    let writes = audited_writes(audit)?;
+    let landed_after: Vec<&Write> = writes
+        .iter()
+        .filter(|w| w.user == "replica-b" && w.at >= fenced_at && (200..300).contains(&w.code))
+        .collect();
+    let refused = writes
+        .iter()
+        .filter(|w| w.user == "replica-b" && w.at >= fenced_at && w.code == 403)
+        .count();
+    ensure!(
+        landed_after.is_empty(),
+        "writes of replica-b landed after the fence named replica-a alone: {landed_after:?}"
+    );
+    cx.step(format!(
+        "6. thawed, replica-b exited; the audit log shows none of its writes landed after the fence moved its buckets ({refused} refused)"
+    ));
     Ok(())
 }

@@ -10,7 +10,7 @@ use crate::admission::shard_labels;
 use crate::admission::webhook_configs::{DEFAULT_WEBHOOK_PREFIX, configuration_name};
 use crate::plugin::directory::load_dir;
 use crate::process::leader_election::DEFAULT_LEASE_NAME;
-use crate::process::rbac::{Plurals, RbacScope, rbac};
+use crate::process::rbac::{FenceScope, Plurals, RbacScope, fence, rbac};
 
 #[derive(Debug, Args)]
 pub struct RbacArgs {
@@ -37,11 +37,12 @@ pub struct RbacArgs {
     #[arg(long, default_value = "reconciler-host", value_name = "NAMESPACE")]
     pub service_account_namespace: String,
     /// Where the leader-election Lease lives, as `run --leader-election-namespace`: it is
-    /// granted by a Role there [default: the service account's namespace].
+    /// granted by a Role there [default: the service account's namespace]. With --sharding or
+    /// --write-fence, also the ring's, as `run --sharding-namespace`.
     #[arg(long, value_name = "NAMESPACE")]
     pub leader_election_namespace: Option<String>,
     /// The name of the Lease, as `run --leader-election-id`: the only Lease the host may read
-    /// and renew.
+    /// and renew. With --sharding or --write-fence, also the ring's name, as `run --sharding-id`.
     #[arg(long, default_value = DEFAULT_LEASE_NAME, value_name = "NAME")]
     pub leader_election_id: String,
     /// Also grant what `run --sharding` needs: get, list, patch, update and delete on every Lease
@@ -86,9 +87,33 @@ pub struct RbacArgs {
     /// identity your CI plans with; the RoleBindings (with --namespace) name --service-account.
     #[arg(long, conflicts_with_all = ["member", "sharding", "install_crds", "cluster_secrets"])]
     pub plan: bool,
+    /// Print the shard fence instead of the role: a ValidatingAdmissionPolicy and its binding
+    /// with which the API server refuses a write by the host to an object of a shard bucket
+    /// unless the ring the replicas publish names the writer for it, so a replica frozen past
+    /// its Lease (SIGSTOP, a long pause) lands nothing once thawed. The ring is published (as
+    /// the ConfigMap <--leader-election-id>-writers in --leader-election-namespace, which `rbac
+    /// --sharding` grants) by `run --sharding`; until it is first published, writes are let
+    /// through (the host's own check before each write still holds). Each replica is told apart by its user
+    /// and, with tokens bound to pods (as the kubelet mounts them), its pod. It does not depend
+    /// on the plugins.
+    #[arg(long, conflicts_with_all = ["member", "plan"])]
+    pub write_fence: bool,
+    /// A user the host writes as, whose writes the fence checks (repeatable)
+    /// [default: the service account, system:serviceaccount:<NAMESPACE>:<NAME>].
+    #[arg(long, value_name = "USER", requires = "write_fence")]
+    pub write_fence_user: Vec<String>,
+    /// The admissionregistration.k8s.io version of the fence: v1 (Kubernetes 1.30 and later), or
+    /// v1beta1 on 1.28 and 1.29 with the ValidatingAdmissionPolicy feature gate and that API
+    /// enabled.
+    #[arg(long, value_name = "VERSION", default_value = "v1", value_parser = ["v1", "v1beta1"], requires = "write_fence")]
+    pub write_fence_api_version: String,
 }
 
 pub fn run(sandbox: &SandboxArgs, args: RbacArgs) -> anyhow::Result<ExitCode> {
+    if args.write_fence {
+        print!("{}", fence(&fence_scope(args)));
+        return Ok(ExitCode::SUCCESS);
+    }
     let sandbox = sandbox.sandbox()?;
     let (plugins, failed) = load_dir(&sandbox, &args.plugins_dir)
         .with_context(|| format!("reading {}", args.plugins_dir.display()))?;
@@ -108,6 +133,27 @@ pub fn run(sandbox: &SandboxArgs, args: RbacArgs) -> anyhow::Result<ExitCode> {
         .collect();
     print!("{}", rbac(&metadata, &plurals, &scope_of(args, &admission)));
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the fence is for: the host's users, the ring's namespace and name.
+fn fence_scope(args: RbacArgs) -> FenceScope {
+    let users = if args.write_fence_user.is_empty() {
+        vec![format!(
+            "system:serviceaccount:{}:{}",
+            args.service_account_namespace, args.service_account
+        )]
+    } else {
+        args.write_fence_user
+    };
+    FenceScope {
+        prefix: args.admission_webhook_prefix,
+        api_version: args.write_fence_api_version,
+        users,
+        namespace: args
+            .leader_election_namespace
+            .unwrap_or(args.service_account_namespace),
+        ring: args.leader_election_id,
+    }
 }
 
 /// The scope of the role; `admission`: the plugins that serve admission.

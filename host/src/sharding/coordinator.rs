@@ -17,6 +17,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::assignment::ShardKey;
+use super::fence::FencePublisher;
 use super::handover::Handover;
 use super::membership::{Membership, MembershipConfig, MembershipError, RingView};
 use crate::cluster::ClusterBackend;
@@ -156,6 +157,11 @@ impl Coordinator {
         }))
     }
 
+    /// The namespace of the ring's Leases and the ring's name.
+    pub fn ring_name(&self) -> (&str, &str) {
+        (&self.config.namespace, &self.config.ring)
+    }
+
     /// What the fleet's engines ask before every dispatch.
     pub fn ownership(&self) -> MemberOwnership {
         let (handover, buckets, by) = (self.handover.clone(), self.buckets.clone(), self.by);
@@ -238,11 +244,13 @@ impl Coordinator {
     /// Follows the ring for as long as this replica serves `fleet`: on
     /// every change, queues the keys that arrived and settles once the keys
     /// that left are no longer reconciled here. `on_change` is told after
-    /// each.
+    /// each; `fence`, when given, publishes who may write each bucket
+    /// while this replica holds the duties.
     pub async fn follow<B: ClusterBackend + 'static>(
         self: Arc<Self>,
         fleet: Arc<Fleet<B>>,
         on_change: Option<OnShards>,
+        mut fence: Option<FencePublisher>,
     ) {
         let Some(mut changes) = self.lock_membership().as_ref().map(Membership::changes) else {
             return;
@@ -250,7 +258,11 @@ impl Coordinator {
         let mut settled_on: Option<String> = None;
         loop {
             let view = changes.borrow_and_update().clone();
+            let writers = view.writers.clone();
             let (before, after) = self.observe(view);
+            if let Some(fence) = &mut fence {
+                fence.publish(&after, &writers, self.held_until()).await;
+            }
             let ring_changed = before.version_to_settle() != after.version_to_settle();
             self.reselect(&fleet).await;
             let moves = self.moves(&fleet, &before, &after, ring_changed);

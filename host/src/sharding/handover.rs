@@ -160,6 +160,42 @@ impl Handover {
         !self.owns_bucket(key.bucket())
     }
 
+    /// By bucket, the replicas the API server may let write its objects
+    /// (the shard fence, `sharding/fence.rs`): its owner in the ring seen
+    /// now once it may reconcile there (by the same rule as this replica's
+    /// own [`Self::may_reconcile_bucket`]), and, until every live replica
+    /// settled on that ring, each owner it had since the last agreed ring
+    /// that has not said it settled (it may still be finishing a
+    /// reconcile; one that died never says so). A new owner is therefore
+    /// never listed beside an old one that may still write.
+    pub fn writers_by_bucket(&self) -> Vec<Vec<&str>> {
+        Bucket::all()
+            .map(|b| {
+                let mut writers: Vec<&str> = Vec::new();
+                if let Some(owner) = self.current.owner_of(b) {
+                    let kept = !self.since_agreed.is_empty()
+                        && self
+                            .since_agreed
+                            .iter()
+                            .all(|r| r.owner_of(b) == Some(owner));
+                    if self.agreed || kept {
+                        writers.push(owner);
+                    }
+                }
+                if !self.agreed {
+                    for ring in self.since_agreed.iter().filter(|r| **r != self.current) {
+                        let Some(old) = ring.owner_of(b) else { continue };
+                        let settled = self.settled.get(old) == Some(&self.version);
+                        if !settled && !writers.contains(&old) {
+                            writers.push(old);
+                        }
+                    }
+                }
+                writers
+            })
+            .collect()
+    }
+
     /// Whether this replica owns `bucket` in the ring seen now.
     pub fn owns_bucket(&self, bucket: Bucket) -> bool {
         self.current.owner_of(bucket) == Some(self.me.as_str())
@@ -324,5 +360,47 @@ mod tests {
             assert!(!a.may_reconcile(key) && a.gave_up(key));
         }
         assert_eq!(a.version_to_settle(), ring_version(&three));
+    }
+
+    /// What the fence publishes for `key`, as `h` sees the ring.
+    fn fenced<'a>(h: &'a Handover, key: &ShardKey) -> Vec<&'a str> {
+        h.writers_by_bucket()[key.bucket().index()].clone()
+    }
+
+    #[test]
+    fn the_fence_names_the_old_owner_until_the_move_is_agreed_then_the_new_one_alone() {
+        let (three, two) = (ring(&["a", "b", "c"]), ring(&["a", "b"]));
+        let mut a = Handover::new("a", three.clone());
+        assert!(
+            keys().iter().all(|k| fenced(&a, k).is_empty()),
+            "nobody may write before a ring is agreed"
+        );
+        a.observe(three.clone(), settled(&["a", "b", "c"], &three));
+        for key in keys() {
+            assert_eq!(fenced(&a, &key), [three.owner(&key).unwrap()]);
+        }
+        // c froze and its Lease expired; a settled on the ring without it,
+        // b not yet.
+        a.observe(two.clone(), settled(&["a"], &two));
+        let from_c: Vec<ShardKey> = keys()
+            .into_iter()
+            .filter(|k| three.owner(k) == Some("c"))
+            .collect();
+        assert!(!from_c.is_empty());
+        for key in &from_c {
+            assert_eq!(
+                fenced(&a, key),
+                ["c"],
+                "{key:?}: only the old owner, which may still be writing; its new owner not yet"
+            );
+        }
+        for key in keys().iter().filter(|k| three.owner(k) != Some("c")) {
+            assert_eq!(fenced(&a, key), [two.owner(key).unwrap()], "{key:?} stays");
+        }
+        // Once b settled too, c (frozen, perhaps thawing) is named nowhere.
+        a.observe(two.clone(), settled(&["a", "b"], &two));
+        for key in keys() {
+            assert_eq!(fenced(&a, &key), [two.owner(&key).unwrap()]);
+        }
     }
 }

@@ -37,6 +37,9 @@ pub const RING_LABEL: &str = "reconciler-host.io/shard-ring";
 /// The annotation on a replica's Lease naming the ring version it has
 /// settled on (see `handover.rs`).
 pub const SETTLED_ANNOTATION: &str = "reconciler-host.io/settled-ring";
+/// The annotation on a replica's Lease naming who the API server knows it
+/// as (`sharding/fence.rs`): the fence lets it write only its buckets.
+pub const WRITER_ANNOTATION: &str = "reconciler-host.io/writer";
 /// Who writes the Leases.
 const FIELD_MANAGER: &str = "reconciler-host-sharding";
 
@@ -46,6 +49,8 @@ const FIELD_MANAGER: &str = "reconciler-host-sharding";
 pub struct RingView {
     pub ring: Ring,
     pub settled: BTreeMap<String, String>,
+    /// By replica: who the API server knows it as, as it says on its Lease.
+    pub writers: BTreeMap<String, String>,
 }
 
 /// Which ring, who we are, and the timing of the Leases (leader
@@ -61,6 +66,10 @@ pub struct MembershipConfig {
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,
+    /// Who the API server knows this replica as (its user, and its pod
+    /// when its token is bound to one), written on its Lease for the
+    /// shard fence; `None` when it could not be learned.
+    pub writer: Option<String>,
 }
 
 impl MembershipConfig {
@@ -72,6 +81,7 @@ impl MembershipConfig {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+            writer: None,
         }
     }
 
@@ -147,7 +157,7 @@ impl Membership {
             .map(|(view, _)| view)
             .unwrap_or_else(|_| RingView {
                 ring: Ring::new([Replica::new(&config.identity)]),
-                settled: BTreeMap::new(),
+                ..RingView::default()
             });
         let (publish, view) = watch::channel(first);
         let (stop, stopped) = oneshot::channel();
@@ -392,8 +402,15 @@ async fn renew(
         "name": config.lease_name(),
         "labels": {RING_LABEL: config.ring},
     });
+    let mut annotations = serde_json::Map::new();
     if let Some(version) = settled {
-        metadata["annotations"] = json!({SETTLED_ANNOTATION: version});
+        annotations.insert(SETTLED_ANNOTATION.into(), version.into());
+    }
+    if let Some(writer) = &config.writer {
+        annotations.insert(WRITER_ANNOTATION.into(), writer.as_str().into());
+    }
+    if !annotations.is_empty() {
+        metadata["annotations"] = annotations.into();
     }
     let lease = json!({
         "apiVersion": "coordination.k8s.io/v1",
@@ -434,6 +451,10 @@ async fn read_ring(
         view.settled
             .insert(config.identity.clone(), version.to_string());
     }
+    if let Some(writer) = config.writer.as_ref().filter(|_| me) {
+        view.writers
+            .insert(config.identity.clone(), writer.clone());
+    }
     Ok((view, expired))
 }
 
@@ -458,6 +479,7 @@ fn live_ring(
 ) -> (RingView, Vec<Expired>) {
     let mut live = BTreeMap::new();
     let mut settled = BTreeMap::new();
+    let mut writers = BTreeMap::new();
     let mut expired = Vec::new();
     sightings.keep_only(leases.iter().filter_map(|l| l.metadata.name.as_deref()));
     for lease in leases {
@@ -484,13 +506,12 @@ fn live_ring(
             continue;
         }
         live.insert(holder.to_string(), Replica::new(holder));
-        let version = lease
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(SETTLED_ANNOTATION));
-        if let Some(version) = version {
+        let annotations = lease.metadata.annotations.as_ref();
+        if let Some(version) = annotations.and_then(|a| a.get(SETTLED_ANNOTATION)) {
             settled.insert(holder.to_string(), version.clone());
+        }
+        if let Some(writer) = annotations.and_then(|a| a.get(WRITER_ANNOTATION)) {
+            writers.insert(holder.to_string(), writer.clone());
         }
     }
     if me {
@@ -499,6 +520,7 @@ fn live_ring(
     let view = RingView {
         ring: seen.with_members(live.into_values()),
         settled,
+        writers,
     };
     (view, expired)
 }

@@ -8,6 +8,7 @@
 
 pub mod assignment;
 pub mod coordinator;
+pub mod fence;
 pub mod handover;
 pub mod lease_sightings;
 pub mod membership;

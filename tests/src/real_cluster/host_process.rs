@@ -222,6 +222,20 @@ impl HostProcess {
         Ok(())
     }
 
+    /// SIGSTOP: the host is frozen where it is, mid-request perhaps, as a
+    /// long pause would hold it, until [`Self::thaw`].
+    #[cfg(unix)]
+    pub fn freeze(&self) -> Result<()> {
+        self.ensure_running()?;
+        send(self.pid, libc::SIGSTOP, "SIGSTOP")
+    }
+
+    /// SIGCONT: a frozen host goes on from where it stopped.
+    #[cfg(unix)]
+    pub fn thaw(&self) -> Result<()> {
+        send(self.pid, libc::SIGCONT, "SIGCONT")
+    }
+
     fn kill(&self) {
         let mut child = self.child();
         if let Ok(None) = child.try_wait() {
@@ -270,13 +284,19 @@ impl Drop for HostProcess {
 
 #[cfg(unix)]
 fn terminate(pid: u32) -> Result<()> {
+    send(pid, libc::SIGTERM, "SIGTERM")
+}
+
+/// Sends `signal` (called `name` in errors) to the host.
+#[cfg(unix)]
+fn send(pid: u32, signal: libc::c_int, name: &str) -> Result<()> {
     let pid = libc::pid_t::try_from(pid)?;
     // SAFETY: kill(2) on our own child, which has not been reaped (the
     // caller saw it running, and only this type waits for it), so the pid
     // is still ours.
-    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+    if unsafe { libc::kill(pid, signal) } != 0 {
         bail!(
-            "sending SIGTERM to the host: {}",
+            "sending {name} to the host: {}",
             std::io::Error::last_os_error()
         );
     }

@@ -80,12 +80,23 @@ fn is_namespace_terminating(status: &kube::core::Status) -> bool {
             .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
 }
 
+/// What the shard fence's policy says when it refuses a write
+/// (`process/rbac/fence.rs` writes it into every refusal).
+pub const SHARD_FENCE_REFUSAL: &str = "refused by the reconciler-host shard fence";
+
 /// Maps an HTTP status code (from a response or a watch error event).
 pub(crate) fn from_status(code: u16, message: &str, request: &Request<'_>) -> BackendError {
     let key = request.target.clone();
     let message = message.to_string();
     match code {
         409 => BackendError::Conflict { key, message },
+        // Not RBAC: the published ring does not name this replica for the
+        // object's bucket yet (a move it waits for) or any more (a replica
+        // that lost it); a later attempt, on a newer map, may land.
+        403 if message.contains(SHARD_FENCE_REFUSAL) => BackendError::Transient(format!(
+            "{} {}: the API server's shard fence does not let this replica write it now ({message})",
+            request.verb, request.target
+        )),
         403 => BackendError::Forbidden {
             message: format!(
                 "{} {}: the service account lacks RBAC permission for {} ({message})",
@@ -155,6 +166,17 @@ mod tests {
                 "{transient}"
             );
         }
+    }
+
+    #[test]
+    fn a_shard_fence_refusal_is_retried_not_taken_for_rbac() {
+        let refusal = format!(
+            "ValidatingAdmissionPolicy 'reconciler-host.shard-fence' with binding 'reconciler-host.shard-fence' denied request: {SHARD_FENCE_REFUSAL}: u/p may not write bucket 0a1"
+        );
+        let BackendError::Transient(message) = from_status(403, &refusal, &request()) else {
+            panic!("not transient");
+        };
+        assert!(message.contains("shard fence") && message.contains("bucket 0a1"), "{message}");
     }
 
     #[test]

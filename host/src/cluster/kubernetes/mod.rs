@@ -39,6 +39,7 @@ use reconciler_contract::KindRef;
 use serde_json::Value;
 
 pub use self::connection::KubernetesBackend;
+pub use self::errors::SHARD_FENCE_REFUSAL;
 use self::connection::request;
 use self::object_values::to_value;
 use crate::cluster::backend::{

@@ -40,6 +40,7 @@
 //! cluster-scoped kinds, kinds whose scope is not known (a custom kind
 //! without its CRD), and CRD installation.
 
+mod fence;
 mod grants;
 mod needs;
 mod plurals;
@@ -50,6 +51,7 @@ mod tests;
 
 use reconciler_contract::PluginMetadata;
 
+pub use fence::{FenceScope, fence, policy_name};
 pub use plurals::Plurals;
 pub use scope::RbacScope;
 

@@ -123,7 +123,7 @@ pub async fn run(
         recorder,
         candidates,
     );
-    let _follow_ring = follow_ring(coordinator.as_ref(), &status, &fleet);
+    let _follow_ring = follow_ring(coordinator.as_ref(), &status, &fleet, &client, &duties);
     let (mut plugins, changes) = before_engine.into_directory().await?;
     let _sources = start_serving(&config, &status, &fleet, client, &mut plugins, &fence).await;
     // Later plugin files load, and waiting ones are retried, beside the

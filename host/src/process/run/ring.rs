@@ -12,15 +12,28 @@ use crate::cluster::kubernetes::KubernetesBackend;
 use crate::fleet::Fleet;
 use crate::process::http_server::HostStatus;
 use crate::sharding::coordinator::{Coordinator, OnShards};
+use crate::sharding::fence::{FencePublisher, writer_of};
+use crate::support::duty_holder::DutyHolder;
 
 /// Joins the ring with this replica's Lease; `None` without sharding.
+/// The Lease says who the API server knows this replica as, for the
+/// shard fence.
 pub(super) async fn join_ring(
     client: &kube::Client,
     sharding: Option<ShardingConfig>,
 ) -> anyhow::Result<Option<Arc<Coordinator>>> {
-    let Some(sharding) = sharding else {
+    let Some(mut sharding) = sharding else {
         return Ok(None);
     };
+    match writer_of(client.clone()).await {
+        Ok(writer) => {
+            tracing::info!("the API server knows this replica as {writer} (the shard fence's name for it)");
+            sharding.membership.writer = Some(writer);
+        }
+        Err(e) => tracing::warn!(
+            "cannot ask the API server who this replica is (a SelfSubjectReview): {e}; where the shard fence is installed, it refuses this replica's writes"
+        ),
+    }
     Ok(Some(
         Coordinator::join(
             client.clone(),
@@ -34,18 +47,25 @@ pub(super) async fn join_ring(
 }
 
 /// Follows the ring's changes into `fleet`'s ownership, /shards and the
-/// metrics; dropping the handle stops it.
+/// metrics, and, while this replica holds the duties, into the shard
+/// fence's ConfigMap; dropping the handle stops it.
 pub(super) fn follow_ring(
     coordinator: Option<&Arc<Coordinator>>,
     status: &Arc<HostStatus>,
     fleet: &Arc<Fleet<KubernetesBackend>>,
+    client: &kube::Client,
+    duties: &DutyHolder,
 ) -> Option<AbortOnDrop> {
     coordinator.map(|c| {
         let shards = c.clone();
         status.set_shards(move || shards.status());
         let metrics_status = status.clone();
         let hook: OnShards = Arc::new(move |s| metrics_status.metrics.shards(s));
-        AbortOnDrop(tokio::spawn(c.clone().follow(fleet.clone(), Some(hook))))
+        let (namespace, ring) = c.ring_name();
+        let fence = FencePublisher::new(client.clone(), namespace, ring, duties.clone());
+        AbortOnDrop(tokio::spawn(
+            c.clone().follow(fleet.clone(), Some(hook), Some(fence)),
+        ))
     })
 }
 
