@@ -81,8 +81,10 @@ fn the_image_runs_as_deploy_says_and_a_replica_takes_over() {
         return;
     }
     let audit = tempfile::tempdir().expect("a temporary directory");
+    // ValidatingAdmissionPolicy is beta on this 1.28 API server: deploy/'s
+    // shard fence needs it.
     let flags = format!(
-        "{} --enable-aggregator-routing=true",
+        "{} --enable-aggregator-routing=true --feature-gates=ValidatingAdmissionPolicy=true --runtime-config=admissionregistration.k8s.io/v1beta1=true",
         audit_flags(audit.path()).expect("the audit policy")
     );
     SUITE.run_on_own_control_plane(
@@ -125,7 +127,8 @@ async fn containers(cx: &mut RealCluster, audit: &Path) -> Result<()> {
     let deploy = work.join("deploy");
     copy_dir(&root().join("deploy"), &deploy)?;
     kustomize::set_image(&deploy, "reconciler-host", &repository, &built.digest)?;
-    for object in kustomize::render(&deploy)? {
+    for mut object in kustomize::render(&deploy)? {
+        as_served_by_1_28(&mut object);
         apply(cx, &object).await?;
     }
     cx.install_crds(&root().join("crds/podset.yaml")).await?;
@@ -577,9 +580,13 @@ async fn converged(cx: &RealCluster, sizes: &BTreeMap<String, i64>) -> Result<()
 /// What the host's service account created, by resource, from the audit
 /// log: only what its work needs.
 fn created_only_what_its_work_needs(audit: &Path) -> Result<BTreeMap<String, usize>> {
-    const NEEDED: [&str; 8] = [
+    const NEEDED: [&str; 10] = [
         // the ring's and the duties' Leases
         "leases",
+        // the shard fence's map of writers, and each replica asking who
+        // it is for it
+        "configmaps",
+        "selfsubjectreviews",
         "events",
         // the PodSets' children
         "deployments",
@@ -633,6 +640,19 @@ async fn namespaced(
         NAMESPACE,
         &resource,
     ))
+}
+
+/// deploy/'s shard fence is admissionregistration.k8s.io/v1 (Kubernetes
+/// 1.30 and later); this 1.28 API server serves the same objects as
+/// v1beta1, as `rbac --write-fence --write-fence-api-version v1beta1`
+/// would write them.
+fn as_served_by_1_28(object: &mut Value) {
+    let policy = object["kind"]
+        .as_str()
+        .is_some_and(|k| k.starts_with("ValidatingAdmissionPolicy"));
+    if policy && object["apiVersion"] == "admissionregistration.k8s.io/v1" {
+        object["apiVersion"] = "admissionregistration.k8s.io/v1beta1".into();
+    }
 }
 
 /// Server-side apply of one manifest, in its own namespace if it names

@@ -2,7 +2,7 @@
 
 use reconciler_host::admission::webhook_configs::{DEFAULT_WEBHOOK_PREFIX, configuration_name};
 use reconciler_host::process::http_server::{REPORT_PATHS, SHADOW_PATH};
-use reconciler_host::process::rbac::{Plurals, RbacScope, rbac};
+use reconciler_host::process::rbac::{FenceScope, Plurals, RbacScope, fence, rbac};
 use reconciler_tests::{example_plugin, load, root};
 
 const EXAMPLES: [&str; 5] = [
@@ -33,14 +33,37 @@ fn the_cluster_role_in_deploy_is_what_rbac_generates_for_the_example_plugins() {
         sharding: true,
         ..RbacScope::cluster_wide("reconciler-host")
     };
-    let generated = rbac(&metadata, &plurals, &scope);
-    let path = root().join("deploy/cluster-role.yaml");
+    in_step(
+        "cluster-role.yaml",
+        &rbac(&metadata, &plurals, &scope),
+        "rbac --plugins-dir plugins --crds crds --sharding",
+    );
+}
+
+/// Fails unless deploy/`file` is `generated`, saying how to regenerate it
+/// (`command`, the host's arguments).
+fn in_step(file: &str, generated: &str, command: &str) {
+    let path = root().join("deploy").join(file);
     let checked_in = std::fs::read_to_string(&path).unwrap();
     assert!(
         generated == checked_in,
-        "{} is stale; regenerate it with\n  cargo run -p reconciler-host -- rbac --plugins-dir plugins --crds crds --sharding > deploy/cluster-role.yaml\n--- generated:\n{generated}",
+        "{} is stale; regenerate it with\n  cargo run -p reconciler-host -- {command} > deploy/{file}\n--- generated:\n{generated}",
         path.display()
     );
+}
+
+#[test]
+fn the_shard_fence_in_deploy_is_what_rbac_write_fence_generates() {
+    let scope = FenceScope {
+        prefix: DEFAULT_WEBHOOK_PREFIX.into(),
+        api_version: "v1".into(),
+        users: vec!["system:serviceaccount:reconciler-host:reconciler-host".into()],
+        // deploy/'s replicas shard under the default ring name, in their
+        // own namespace.
+        namespace: "reconciler-host".into(),
+        ring: "reconciler-host".into(),
+    };
+    in_step("shard-fence.yaml", &fence(&scope), "rbac --write-fence");
 }
 
 fn manifest(name: &str) -> serde_json::Value {

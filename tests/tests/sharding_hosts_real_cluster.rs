@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, ensure};
 use futures::StreamExt as _;
 use kube::api::{DynamicObject, ListParams, PostParams};
-use reconciler_sdk::k8s_openapi::jiff::Timestamp;
 use reconciler_sdk::KindRef;
+use reconciler_sdk::k8s_openapi::jiff::Timestamp;
 use reconciler_tests::real_cluster::podset_convergence::{deployments, podsets, problem};
 use reconciler_tests::real_cluster::{
     HostProcess, Probe, RealCluster, SeverableLink, Suite, TEST_MANAGER, audit_log_flags,
@@ -1333,7 +1333,11 @@ async fn published(cx: &RealCluster, expected: &[&str]) -> Result<BTreeMap<Strin
 
 /// A merge patch of an annotation on PodSet `name`, as the user of
 /// `kubeconfig` (a replica's credentials, used directly).
-async fn touch_as(cx: &RealCluster, kubeconfig: &str, name: &str) -> Result<Result<(), kube::Error>> {
+async fn touch_as(
+    cx: &RealCluster,
+    kubeconfig: &str,
+    name: &str,
+) -> Result<Result<(), kube::Error>> {
     let text = std::fs::read_to_string(cx.workdir().join(format!("{kubeconfig}.kubeconfig")))?;
     let client = reconciler_tests::real_cluster::members::client_of(&text).await?;
     let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(
@@ -1346,7 +1350,11 @@ async fn touch_as(cx: &RealCluster, kubeconfig: &str, name: &str) -> Result<Resu
     );
     let patch = json!({"metadata": {"annotations": {"reconciler-tests/touched-by": kubeconfig}}});
     Ok(api
-        .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
         .await
         .map(drop))
 }
@@ -1400,9 +1408,17 @@ async fn fenced(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProce
 
     // Each replica's credentials, used directly: the API server refuses
     // replica-a a PodSet of replica-b's bucket, and lets it write its own.
-    let listed = cx.api(&podsets()).await?.list(&ListParams::default()).await?;
+    let listed = cx
+        .api(&podsets())
+        .await?
+        .list(&ListParams::default())
+        .await?;
     let owner_of = |p: &DynamicObject| -> String {
-        let bucket = p.metadata.labels.as_ref().and_then(|l| l.get("reconciler-host.io/shard"));
+        let bucket = p
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("reconciler-host.io/shard"));
         bucket
             .and_then(|b| map.get(b))
             .map(|w| w.trim_matches(',').to_string())

@@ -251,8 +251,14 @@ mod tests {
     fn each_bucket_names_its_owners_writer_between_commas() {
         let h = agreed(&["a", "b"]);
         let writers = BTreeMap::from([
-            ("a".to_string(), "system:serviceaccount:ns:host/pod-a".to_string()),
-            ("b".to_string(), "system:serviceaccount:ns:host/pod-b".to_string()),
+            (
+                "a".to_string(),
+                "system:serviceaccount:ns:host/pod-a".to_string(),
+            ),
+            (
+                "b".to_string(),
+                "system:serviceaccount:ns:host/pod-b".to_string(),
+            ),
         ]);
         let data = params_data(&h, &writers);
         assert_eq!(data.len(), 1025, "the ring and every bucket");
@@ -292,6 +298,9 @@ mod tests {
     #[test]
     fn a_writer_is_its_user_and_its_pod() {
         assert_eq!(writer_name("u", None), "u");
-        assert_eq!(writer_name("system:serviceaccount:n:s", Some("p-1")), "system:serviceaccount:n:s/p-1");
+        assert_eq!(
+            writer_name("system:serviceaccount:n:s", Some("p-1")),
+            "system:serviceaccount:n:s/p-1"
+        );
     }
 }

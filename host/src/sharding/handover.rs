@@ -184,7 +184,9 @@ impl Handover {
                 }
                 if !self.agreed {
                     for ring in self.since_agreed.iter().filter(|r| **r != self.current) {
-                        let Some(old) = ring.owner_of(b) else { continue };
+                        let Some(old) = ring.owner_of(b) else {
+                            continue;
+                        };
                         let settled = self.settled.get(old) == Some(&self.version);
                         if !settled && !writers.contains(&old) {
                             writers.push(old);

@@ -452,8 +452,7 @@ async fn read_ring(
             .insert(config.identity.clone(), version.to_string());
     }
     if let Some(writer) = config.writer.as_ref().filter(|_| me) {
-        view.writers
-            .insert(config.identity.clone(), writer.clone());
+        view.writers.insert(config.identity.clone(), writer.clone());
     }
     Ok((view, expired))
 }

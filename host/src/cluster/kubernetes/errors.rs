@@ -176,7 +176,10 @@ mod tests {
         let BackendError::Transient(message) = from_status(403, &refusal, &request()) else {
             panic!("not transient");
         };
-        assert!(message.contains("shard fence") && message.contains("bucket 0a1"), "{message}");
+        assert!(
+            message.contains("shard fence") && message.contains("bucket 0a1"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -39,8 +39,8 @@ use reconciler_contract::KindRef;
 use serde_json::Value;
 
 pub use self::connection::KubernetesBackend;
-pub use self::errors::SHARD_FENCE_REFUSAL;
 use self::connection::request;
+pub use self::errors::SHARD_FENCE_REFUSAL;
 use self::object_values::to_value;
 use crate::cluster::backend::{
     BackendError, ClusterBackend, EventRecord, EventRef, EventSeries, KindScope, LabelAt,

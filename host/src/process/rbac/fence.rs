@@ -69,7 +69,10 @@ fn labelled(object: &str) -> String {
 /// Whether the map names the writer for `object`'s bucket.
 fn named(object: &str) -> String {
     let bucket = format!("{object}.metadata.labels[{}]", quoted(SHARD_LABEL));
-    format!("({bucket} in params.data && params.data[{bucket}].contains(',' + {} + ','))", writer())
+    format!(
+        "({bucket} in params.data && params.data[{bucket}].contains(',' + {} + ','))",
+        writer()
+    )
 }
 
 /// The refusal, naming the writer, the bucket and the ring.
@@ -190,18 +193,22 @@ mod tests {
         assert_eq!(policy["kind"], "ValidatingAdmissionPolicy");
         assert_eq!(policy["metadata"]["name"], "reconciler-host.shard-fence");
         assert_eq!(policy["spec"]["failurePolicy"], "Fail");
-        let users = policy["spec"]["matchConditions"][0]["expression"].as_str().unwrap();
+        let users = policy["spec"]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap();
         assert_eq!(
             users,
             "request.userInfo.username in ['system:serviceaccount:ops:host', 'o\\'brien']"
         );
         let binding = &docs[1];
         assert_eq!(binding["spec"]["policyName"], "reconciler-host.shard-fence");
-        assert_eq!(binding["spec"]["paramRef"]["name"], "reconciler-host-writers");
+        assert_eq!(
+            binding["spec"]["paramRef"]["name"],
+            "reconciler-host-writers"
+        );
         assert_eq!(binding["spec"]["paramRef"]["namespace"], "ops");
         assert_eq!(
-            binding["spec"]["paramRef"]["parameterNotFoundAction"],
-            "Allow",
+            binding["spec"]["paramRef"]["parameterNotFoundAction"], "Allow",
             "the API server looks the map up before any match condition: with Deny, a missing map would refuse the Leases too, and nobody could publish it"
         );
         for validation in policy["spec"]["validations"].as_array().unwrap() {

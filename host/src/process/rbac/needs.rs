@@ -160,7 +160,12 @@ impl<'a> Needs<'a> {
             // The duties' holder publishes who may write each bucket, for
             // the shard fence (`sharding/fence.rs`).
             let writers = crate::sharding::fence::params_name(&scope.lease_name);
-            leases.grant("", "configmaps", std::slice::from_ref(&writers), &["get", "update"]);
+            leases.grant(
+                "",
+                "configmaps",
+                std::slice::from_ref(&writers),
+                &["get", "update"],
+            );
             leases.grant("", "configmaps", &[], &["create"]);
         }
     }

@@ -459,7 +459,10 @@ fn sharding_grants_the_leases_of_the_namespace_and_nothing_beyond() {
         "{yaml}"
     );
     // The shard fence's ConfigMap: read and replaced by name only.
-    assert!(role.contains(&t("", "configmaps=reconciler-host-writers", "get,update")), "{yaml}");
+    assert!(
+        role.contains(&t("", "configmaps=reconciler-host-writers", "get,update")),
+        "{yaml}"
+    );
     assert!(role.contains(&t("", "configmaps", "create")), "{yaml}");
     let cluster = rules_of(&docs[&("ClusterRole".to_string(), String::new())]);
     assert!(

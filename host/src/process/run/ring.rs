@@ -27,7 +27,9 @@ pub(super) async fn join_ring(
     };
     match writer_of(client.clone()).await {
         Ok(writer) => {
-            tracing::info!("the API server knows this replica as {writer} (the shard fence's name for it)");
+            tracing::info!(
+                "the API server knows this replica as {writer} (the shard fence's name for it)"
+            );
             sharding.membership.writer = Some(writer);
         }
         Err(e) => tracing::warn!(
@@ -63,9 +65,11 @@ pub(super) fn follow_ring(
         let hook: OnShards = Arc::new(move |s| metrics_status.metrics.shards(s));
         let (namespace, ring) = c.ring_name();
         let fence = FencePublisher::new(client.clone(), namespace, ring, duties.clone());
-        AbortOnDrop(tokio::spawn(
-            c.clone().follow(fleet.clone(), Some(hook), Some(fence)),
-        ))
+        AbortOnDrop(tokio::spawn(c.clone().follow(
+            fleet.clone(),
+            Some(hook),
+            Some(fence),
+        )))
     })
 }
 
