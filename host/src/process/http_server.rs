@@ -309,10 +309,12 @@ mod tests {
                 ShardMember {
                     identity: "replica-a_1".into(),
                     settled: Some("v2".into()),
+                    writer: Some("system:serviceaccount:ops:host/pod-a".into()),
                 },
                 ShardMember {
                     identity: "replica-b_2".into(),
                     settled: Some("v1".into()),
+                    writer: None,
                 },
             ],
             keys_owned: 7,
@@ -331,6 +333,10 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(json["keysOwned"], 7);
         assert_eq!(json["members"][1]["settled"], "v1");
+        assert_eq!(
+            json["members"][0]["writer"],
+            "system:serviceaccount:ops:host/pod-a"
+        );
         assert_eq!(json["settled"], false);
 
         let (_, metrics) = get_text(&status, "/metrics").await;

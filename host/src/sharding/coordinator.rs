@@ -62,6 +62,9 @@ pub struct ShardMember {
     pub identity: String,
     /// The ring version it last said it settled on.
     pub settled: Option<String>,
+    /// Who the API server knows it as, as its Lease says: the name the
+    /// shard fence's map gives it (`sharding/fence.rs`).
+    pub writer: Option<String>,
 }
 
 /// `/shards`: the ring as this replica sees it, its share, and the moves
@@ -276,7 +279,7 @@ impl Coordinator {
                 settled_on = Some(version.clone());
             }
             self.say(&before, &after, &version, ring_changed, &moves, leaving);
-            let status = self.record(&after, version, ring_changed, &moves, leaving);
+            let status = self.record(&after, version, ring_changed, &moves, leaving, &writers);
             if let Some(hook) = &on_change {
                 hook(&status);
             }
@@ -401,6 +404,7 @@ impl Coordinator {
         ring_changed: bool,
         moves: &Moves,
         leaving: usize,
+        writers: &std::collections::BTreeMap<String, String>,
     ) -> ShardsStatus {
         let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
         status.version = version;
@@ -412,6 +416,7 @@ impl Coordinator {
             .map(|r| ShardMember {
                 identity: r.id.clone(),
                 settled: after.settled().get(&r.id).cloned(),
+                writer: writers.get(&r.id).cloned(),
             })
             .collect();
         status.keys_owned = moves.owned;
