@@ -167,8 +167,26 @@ fn with_replicas(
     SUITE.run_on_own_control_plane(test, env, async |cx| {
         let mut replicas: Vec<HostProcess> = Vec::new();
         let outcome = body(cx, &mut replicas).await;
-        if outcome.is_err() {
+        if let Err(e) = &outcome {
+            // What each replica said of the PodSets the failure names,
+            // so a rare one can be followed from its log.
+            let failure = format!("{e:#}");
+            let named: std::collections::BTreeSet<&str> = failure
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .filter(|w| w.starts_with("ps-"))
+                .collect();
             for replica in &replicas {
+                for name in &named {
+                    let about = replica.log_lines_with(&[&format!("/{name}")]);
+                    eprintln!(
+                        "--- replica pid {}: {} line(s) about {name}, the last 20:",
+                        replica.pid(),
+                        about.len()
+                    );
+                    for line in about.iter().rev().take(20).rev() {
+                        eprintln!("{line}");
+                    }
+                }
                 eprintln!("{}", replica.log_tail());
             }
         }
