@@ -288,6 +288,19 @@ async fn keep(
             () = kept.renew_now.notified() => {}
             _ = &mut stopped => return,
         }
+        // Lapsed is final: a replica frozen past its renew deadline (or
+        // cut off that long) must not renew on waking, or the others would
+        // count it in again while it still acts on the ring it saw before,
+        // and its writes would pass its own checks until it exits. `run`
+        // exits on the lapse; a restart joins afresh.
+        if !is_live(&kept.last_renewed, kept.config.renew_deadline) {
+            tracing::warn!(
+                "this replica's Lease {}/{} lapsed past the renew deadline: it renews no more",
+                kept.config.namespace,
+                kept.config.lease_name()
+            );
+            return;
+        }
         let mine = kept
             .settled
             .lock()
@@ -335,18 +348,13 @@ async fn keep(
 
 /// One renewal. Its clock starts before the Lease is stamped, so this
 /// replica never counts itself live longer than the others will; and it
-/// waits no longer than this replica is live (a retry period once it is
-/// not), so a hung request does not hold up reading the ring.
+/// waits no longer than this replica is live, so a hung request does not
+/// hold up reading the ring.
 async fn renew_in_time(kept: &Kept, settled: Option<&str>) {
     let config = &kept.config;
     let sent = Instant::now();
-    let left =
+    let bound =
         live_until(&kept.last_renewed, config.renew_deadline).saturating_duration_since(sent);
-    let bound = if left.is_zero() {
-        config.retry_period
-    } else {
-        left
-    };
     let failed = match tokio::time::timeout(bound, renew(&kept.api, config, settled)).await {
         Ok(Ok(())) => {
             let mut last = kept.last_renewed.lock().unwrap_or_else(|e| e.into_inner());
