@@ -1519,3 +1519,673 @@ async fn fenced(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProce
     ));
     Ok(())
 }
+
+/// The replicas the chaos test may start, each as a user of its own.
+const CHAOS_USERS: usize = 30;
+/// Ring changes the chaos test makes at least.
+const CHAOS_CHANGES: usize = 22;
+/// libfaketime, for a replica whose wall clock runs ahead (Debian's
+/// `faketime` package).
+const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+fn chaos_user(i: usize) -> String {
+    format!("replica-{i:02}")
+}
+
+/// Object writes of the replicas (as `audit_flags`), and their Lease
+/// writes with the body: who settled on which ring, and when.
+fn chaos_audit_flags(dir: &Path) -> Result<String> {
+    let users: Vec<String> = (0..CHAOS_USERS).map(chaos_user).collect();
+    let users = users.join(", ");
+    audit_log_flags(
+        dir,
+        &format!(
+            "- level: Request\n  users: [{users}]\n  verbs: [create, update, patch, delete]\n  resources:\n  \
+             - group: coordination.k8s.io\n    resources: [leases]\n\
+             - level: Metadata\n  users: [{users}]\n  verbs: [create, update, patch, delete]\n  resources:\n  \
+             - group: apps\n    resources: [deployments]\n  \
+             - group: example.com\n    resources: [podsets, podsets/status]\n"
+        ),
+    )
+}
+
+/// A small deterministic generator, so a failing run can be repeated
+/// with its seed (`CHAOS_SEED`).
+struct Dice(u64);
+
+impl Dice {
+    fn below(&mut self, n: usize) -> usize {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+    }
+}
+
+/// Randomized ring changes with PodSets created and changed throughout,
+/// then the audit log checked against the protocol (`protocol_check`).
+#[test]
+fn chaos_of_ring_changes_keeps_one_writer_per_object() {
+    let audit = tempfile::tempdir().expect("a temporary directory");
+    let flags = chaos_audit_flags(audit.path()).expect("the audit policy");
+    let flags = format!("{POLICIES} {flags}");
+    with_replicas(
+        "chaos_of_ring_changes_keeps_one_writer_per_object",
+        &[("APISERVER_EXTRA", flags.as_str())],
+        async |cx, replicas| chaos(cx, audit.path(), replicas).await,
+    );
+}
+
+/// One replica of the chaos test.
+struct Member {
+    user: String,
+    /// Its index in the test's list of started replicas.
+    process: usize,
+    /// The link it reaches the API server through, when it may be cut off.
+    link: Option<SeverableLink>,
+    /// When it was frozen, until it is thawed.
+    frozen: Option<Instant>,
+    /// Whether its link was cut.
+    cut: bool,
+}
+
+async fn chaos(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProcess>) -> Result<()> {
+    cx.install_crds(&podset_crd()).await?;
+    let seed = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| Timestamp::now().as_nanosecond() as u64 | 1);
+    let mut dice = Dice(seed);
+    let skew = Path::new(FAKETIME).is_file();
+    cx.step(format!(
+        "chaos seed {seed} (CHAOS_SEED repeats it); a clock running 2 s ahead: {}",
+        if skew {
+            "yes"
+        } else {
+            "no, libfaketime is not installed"
+        }
+    ));
+    let users: Vec<String> = (0..CHAOS_USERS).map(chaos_user).collect();
+    let mut fence_args = vec![
+        "rbac".to_string(),
+        "--write-fence".into(),
+        "--write-fence-api-version".into(),
+        "v1beta1".into(),
+        "--leader-election-namespace".into(),
+        cx.namespace.clone(),
+        "--leader-election-id".into(),
+        RING.into(),
+    ];
+    for user in &users {
+        fence_args.extend(["--write-fence-user".to_string(), user.clone()]);
+    }
+    let generated = cx.host_command().args(&fence_args).output()?;
+    ensure!(generated.status.success(), "rbac --write-fence failed");
+    for document in serde_yaml_ng::Deserializer::from_str(&String::from_utf8(generated.stdout)?) {
+        let object = <Value as serde::Deserialize>::deserialize(document)?;
+        cx.apply_as(TEST_MANAGER, &object)
+            .await?
+            .context("applying the fence")?;
+    }
+
+    let mut members: Vec<Member> = Vec::new();
+    let mut next_user = 0;
+    let mut join =
+        |cx: &RealCluster, replicas: &mut Vec<HostProcess>, how: &str| -> Result<Member> {
+            let user = chaos_user(next_user);
+            next_user += 1;
+            ensure!(
+                next_user <= CHAOS_USERS,
+                "more replicas than the audit policy names"
+            );
+            let mut link = None;
+            let process = match how {
+                "through a link" => {
+                    let severable =
+                        SeverableLink::start(cx.own_control_plane()?.api_server_address()?)?;
+                    let path = cx.workdir().join(format!("{user}.kubeconfig"));
+                    std::fs::write(
+                        &path,
+                        kubeconfig::minted(cx.own_control_plane()?, &user, "system:masters")?,
+                    )?;
+                    let through = cx.workdir().join(format!("{user}-link.kubeconfig"));
+                    kubeconfig::with_server(Some(&path), &severable.url(), &through)?;
+                    link = Some(severable);
+                    start_with(cx, &user, &through, &[])?
+                }
+                "clock ahead" => {
+                    let path = cx.workdir().join(format!("{user}.kubeconfig"));
+                    std::fs::write(
+                        &path,
+                        kubeconfig::minted(cx.own_control_plane()?, &user, "system:masters")?,
+                    )?;
+                    start_with(
+                        cx,
+                        &user,
+                        &path,
+                        &[
+                            ("LD_PRELOAD", FAKETIME),
+                            ("FAKETIME", "+2s"),
+                            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+                        ],
+                    )?
+                }
+                _ => start(cx, &user)?,
+            };
+            replicas.push(process);
+            Ok(Member {
+                user,
+                process: replicas.len() - 1,
+                link,
+                frozen: None,
+                cut: false,
+            })
+        };
+    for _ in 0..3 {
+        members.push(join(cx, replicas, "plainly")?);
+    }
+    settled_over(
+        cx,
+        &members
+            .iter()
+            .map(|m| &replicas[m.process])
+            .collect::<Vec<_>>(),
+        &[0, 0, 0],
+        3,
+    )
+    .await?;
+    let mut created = 0;
+    create(cx, 0..30).await?;
+    created += 30;
+    let api = cx.api(&podsets()).await?;
+    let mut thaws: Vec<(String, Timestamp)> = Vec::new();
+    let mut changes = Vec::new();
+    while changes.len() < CHAOS_CHANGES {
+        // Thaw the replicas frozen past their Lease: once the fence's map
+        // names them nowhere (their buckets moved). Each then finds its
+        // Lease lost and exits on its own: it leaves the test's hands.
+        let named = writers_named(cx).await?;
+        let due = |m: &Member| {
+            m.frozen
+                .is_some_and(|at| at.elapsed() > LEASE_DURATION + RETRY_PERIOD * 2)
+                && !named.contains(&m.user)
+        };
+        for member in members.iter().filter(|m| due(m)) {
+            replicas[member.process].thaw()?;
+            thaws.push((member.user.clone(), Timestamp::now()));
+        }
+        members.retain(|m| !due(m));
+        members.retain(|m| {
+            m.frozen.is_some() || replicas[m.process].exited().ok().flatten().is_none()
+        });
+        let working = members
+            .iter()
+            .filter(|m| m.frozen.is_none() && !m.cut)
+            .count();
+        let action = if working < 2 {
+            0
+        } else if working >= 4 {
+            1 + dice.below(4)
+        } else {
+            dice.below(if skew { 6 } else { 5 })
+        };
+        let pick = |dice: &mut Dice, members: &[Member]| -> Option<usize> {
+            let candidates: Vec<usize> = (0..members.len())
+                .filter(|&i| members[i].frozen.is_none() && !members[i].cut)
+                .collect();
+            (!candidates.is_empty()).then(|| candidates[dice.below(candidates.len())])
+        };
+        let said = match action {
+            0 | 5 => {
+                let how = match (action, dice.below(3)) {
+                    (5, _) => "clock ahead",
+                    (_, 0) => "through a link",
+                    _ => "plainly",
+                };
+                let member = join(cx, replicas, how)?;
+                let said = format!("{} joins ({how})", member.user);
+                members.push(member);
+                said
+            }
+            1 => {
+                let Some(i) = pick(&mut dice, &members) else {
+                    continue;
+                };
+                let member = members.remove(i);
+                replicas[member.process].stop().await?;
+                format!("{} stops (SIGTERM)", member.user)
+            }
+            2 => {
+                let Some(i) = pick(&mut dice, &members) else {
+                    continue;
+                };
+                let member = members.remove(i);
+                replicas[member.process].sigkill()?;
+                format!("{} is killed (SIGKILL)", member.user)
+            }
+            3 => {
+                let Some(i) = pick(&mut dice, &members) else {
+                    continue;
+                };
+                replicas[members[i].process].freeze()?;
+                members[i].frozen = Some(Instant::now());
+                format!("{} is frozen past its Lease (SIGSTOP)", members[i].user)
+            }
+            _ => {
+                let Some(i) = (0..members.len()).find(|&i| {
+                    members[i].frozen.is_none() && members[i].link.is_some() && !members[i].cut
+                }) else {
+                    continue;
+                };
+                if let Some(link) = &members[i].link {
+                    link.sever();
+                }
+                members[i].cut = true;
+                format!("{} is cut off from the API server", members[i].user)
+            }
+        };
+        changes.push(said.clone());
+        // PodSets created and changed throughout.
+        create(cx, created..created + 5).await?;
+        created += 5;
+        for _ in 0..5 {
+            let name = name_of(dice.below(created));
+            let size = 1 + dice.below(3) as i64;
+            api.patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"size": size}})),
+            )
+            .await?;
+        }
+        cx.step(format!("change {}: {said}", changes.len()));
+        tokio::time::sleep(Duration::from_secs(1 + dice.below(4) as u64)).await;
+    }
+    // The last frozen replicas thawed (they exit on their own), and at
+    // least two left working.
+    let (frozen, working): (Vec<Member>, Vec<Member>) =
+        members.into_iter().partition(|m| m.frozen.is_some());
+    members = working;
+    for member in frozen {
+        while member
+            .frozen
+            .is_some_and(|at| at.elapsed() <= LEASE_DURATION + RETRY_PERIOD * 2)
+            || writers_named(cx).await?.contains(&member.user)
+        {
+            ensure!(
+                member
+                    .frozen
+                    .is_some_and(|at| at.elapsed() < LEASE_DURATION * 4),
+                "the fence's map still names {}, frozen for {:.0} s",
+                member.user,
+                member
+                    .frozen
+                    .map(|at| at.elapsed().as_secs_f64())
+                    .unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        replicas[member.process].thaw()?;
+        thaws.push((member.user.clone(), Timestamp::now()));
+    }
+    for _ in 0..2 {
+        members.push(join(cx, replicas, "plainly")?);
+    }
+    converged(cx, created).await?;
+    cx.step(format!(
+        "{} ring changes; every one of the {created} PodSets converged, none lost or doubled",
+        changes.len()
+    ));
+    tokio::time::sleep(RETRY_PERIOD * 2).await;
+    for member in &members {
+        if replicas[member.process].exited()?.is_none() && !member.cut {
+            replicas[member.process].stop().await?;
+        }
+    }
+    let report = protocol_check(audit, &thaws)?;
+    cx.step(format!("the audit log against the protocol: {report}"));
+    Ok(())
+}
+
+/// The writers the fence's map names now.
+async fn writers_named(cx: &RealCluster) -> Result<std::collections::BTreeSet<String>> {
+    let configmaps = cx.api(&KindRef::new("", "v1", "ConfigMap")).await?;
+    let Some(map) = configmaps.get_opt(&format!("{RING}-writers")).await? else {
+        return Ok(Default::default());
+    };
+    let data: BTreeMap<String, String> =
+        serde_json::from_value(map.data["data"].clone()).unwrap_or_default();
+    Ok(data
+        .into_iter()
+        .filter(|(k, _)| k != "ring")
+        .flat_map(|(_, v)| {
+            v.split(',')
+                .filter(|w| !w.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect())
+}
+
+/// Starts replica `user` with the kubeconfig at `path` and `env`.
+fn start_with(
+    cx: &RealCluster,
+    user: &str,
+    path: &Path,
+    env: &[(&str, &str)],
+) -> Result<HostProcess> {
+    let ns = cx.namespace.clone();
+    let path = path.to_str().context("a UTF-8 path")?;
+    cx.start_replica_with_env(
+        user,
+        &[example_plugin("podset")],
+        &[
+            "--sharding",
+            "--sharding-namespace",
+            &ns,
+            "--sharding-id",
+            RING,
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--metrics-insecure",
+        ],
+        &[&[("KUBECONFIG", path)], env].concat(),
+    )
+}
+
+/// What one replica's Lease writes say, from the audit log.
+#[derive(Default)]
+struct LeaseLife {
+    identity: String,
+    /// Every renewal the API server took, and the ring version it said
+    /// it had settled on then.
+    renewals: Vec<(Timestamp, Option<String>)>,
+    /// When its Lease was deleted (it left, or another removed it expired).
+    deleted: Option<Timestamp>,
+}
+
+impl LeaseLife {
+    /// Whether the others may still count it live at `at`: renewed within
+    /// a Lease duration before, and not deleted since (by the API server's
+    /// clock: the others' own clocks only ever see a renewal later).
+    fn alive(&self, at: Timestamp) -> bool {
+        let last = self.renewals.iter().rev().find(|(t, _)| *t <= at);
+        let Some((renewed, _)) = last else {
+            return false;
+        };
+        let deleted = self.deleted.is_some_and(|d| d > *renewed && d <= at);
+        !deleted && at.duration_since(*renewed).as_secs_f64() <= LEASE_DURATION.as_secs_f64()
+    }
+}
+
+/// Checks every write of the run against the handover protocol, read from
+/// the audit log alone: a replica writes an object only while the last
+/// ring it said it settled on gives it the object's bucket (an old owner
+/// writes until its settle mark), and never while another replica that
+/// may still count as live has held a claim on that bucket since earlier
+/// (a new owner waits for the old one to settle or expire). Rings are
+/// named by version; each is found among the sets of replicas live around
+/// the time it was declared. Also: no write of a thawed replica landed.
+fn protocol_check(audit: &Path, thaws: &[(String, Timestamp)]) -> Result<String> {
+    use reconciler_host::sharding::assignment::{Replica, Ring, ShardKey};
+    use reconciler_host::sharding::handover::ring_version;
+
+    let text = std::fs::read_to_string(audit.join("audit.log"))?;
+    let mut leases: BTreeMap<String, LeaseLife> = BTreeMap::new();
+    let mut writes: Vec<(Timestamp, String, String, String)> = Vec::new();
+    for line in text.lines() {
+        let entry: Value = serde_json::from_str(line)?;
+        let code = entry["responseStatus"]["code"].as_u64().unwrap_or_default();
+        if !(200..300).contains(&code) {
+            continue;
+        }
+        let at: Timestamp = entry["requestReceivedTimestamp"]
+            .as_str()
+            .context("no timestamp")?
+            .parse()?;
+        let user = entry["user"]["username"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let reference = &entry["objectRef"];
+        let name = reference["name"].as_str().unwrap_or_default();
+        if reference["resource"] == "leases" {
+            let owner = (0..CHAOS_USERS)
+                .map(chaos_user)
+                .find(|u| name.starts_with(&format!("{RING}-{u}-")));
+            let Some(owner) = owner else { continue };
+            let life = leases.entry(owner.clone()).or_default();
+            if entry["verb"] == "delete" {
+                life.deleted = Some(at);
+            } else if owner == user {
+                let body = &entry["requestObject"];
+                if let Some(identity) = body["spec"]["holderIdentity"].as_str() {
+                    life.identity = identity.to_string();
+                }
+                let settled = body["metadata"]["annotations"]["reconciler-host.io/settled-ring"]
+                    .as_str()
+                    .map(str::to_string);
+                life.renewals.push((at, settled));
+            }
+        } else {
+            let namespace = reference["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            writes.push((at, user, namespace, name.to_string()));
+        }
+    }
+    for life in leases.values_mut() {
+        life.renewals.sort_by_key(|(t, _)| *t);
+    }
+    // Each declared version resolved to its members, once.
+    // Each declared version resolved to its members: a set of the
+    // replicas live around the time it was declared.
+    let mut rings: BTreeMap<String, Ring> = BTreeMap::new();
+    let mut resolve = |version: &str, at: Timestamp| -> Result<Ring, String> {
+        if let Some(found) = rings.get(version) {
+            return Ok(found.clone());
+        }
+        // A replica counts another live for a Lease duration after it
+        // first saw its Lease, however old its last renewal: any Lease
+        // that still existed then may be in the ring.
+        let secs = |t: Timestamp| at.duration_since(t).as_secs_f64();
+        let around: Vec<&str> = leases
+            .values()
+            .filter(|l| {
+                let created = l.renewals.first().is_some_and(|(t, _)| secs(*t) >= -5.0);
+                let kept = l.deleted.is_none_or(|d| secs(d) <= 5.0);
+                !l.identity.is_empty() && created && kept
+            })
+            .map(|l| l.identity.as_str())
+            .collect();
+        let found = (1u32..(1 << around.len().min(12)))
+            .map(|mask| {
+                Ring::new(
+                    around
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| mask & (1 << i) != 0)
+                        .map(|(_, id)| Replica::new(id)),
+                )
+            })
+            .find(|ring| ring_version(ring) == version)
+            .ok_or_else(|| {
+                format!("ring {version} is no set of the replicas live around then ({around:?})")
+            })?;
+        rings.insert(version.to_string(), found.clone());
+        Ok(found)
+    };
+    // By user: its declarations in order, each with the ring it names.
+    type Declared = Vec<(Timestamp, Result<Ring, String>)>;
+    let mut declared: BTreeMap<&str, Declared> = BTreeMap::new();
+    for (user, life) in &leases {
+        let mut last: Option<&str> = None;
+        for (at, settled) in &life.renewals {
+            if let Some(version) = settled.as_deref().filter(|v| Some(*v) != last) {
+                declared
+                    .entry(user)
+                    .or_default()
+                    .push((*at, resolve(version, *at)));
+                last = Some(version);
+            }
+        }
+    }
+    // Since when `user` has held `bucket` without a break, at `at`.
+    let claim = |user: &str, bucket, at: Timestamp| -> Result<Option<Timestamp>, String> {
+        let Some(said) = declared.get(user) else {
+            return Ok(None);
+        };
+        let identity = &leases[user].identity;
+        let upto = said.iter().take_while(|(t, _)| *t <= at).count();
+        let mut since = None;
+        for (t, ring) in said[..upto].iter().rev() {
+            let ring = ring
+                .as_ref()
+                .map_err(|e| format!("{user} settled at {t} on an unknown {e}"))?;
+            if ring.owner_of(bucket) != Some(identity.as_str()) {
+                break;
+            }
+            since = Some(*t);
+        }
+        Ok(since)
+    };
+    let mut violations = Vec::new();
+    let mut checked = 0;
+    for (at, user, namespace, name) in &writes {
+        if !leases.contains_key(user) {
+            continue;
+        }
+        let bucket = ShardKey::object("local", Some(namespace), name).bucket();
+        checked += 1;
+        let mine = match claim(user, bucket, *at) {
+            Ok(Some(since)) => since,
+            Ok(None) => {
+                violations.push(format!(
+                    "{at}: {user} wrote {name}, whose bucket its last settled ring does not give it"
+                ));
+                continue;
+            }
+            Err(e) => {
+                violations.push(format!("{at}: {user} wrote {name}: {e}"));
+                continue;
+            }
+        };
+        for (other, other_life) in &leases {
+            if other == user || !other_life.alive(*at) {
+                continue;
+            }
+            if let Ok(Some(since)) = claim(other, bucket, *at)
+                && since < mine
+            {
+                violations.push(format!(
+                    "{at}: {user} wrote {name} while {other}, live, held its bucket since {since} (before {user}, since {mine})"
+                ));
+            }
+        }
+    }
+    for (user, thawed) in thaws {
+        let landed = writes
+            .iter()
+            .filter(|(at, u, _, _)| u == user && at >= thawed)
+            .count();
+        if landed > 0 {
+            violations.push(format!(
+                "{landed} write(s) of {user} landed after it was thawed at {thawed}"
+            ));
+        }
+    }
+    ensure!(
+        violations.is_empty(),
+        "{} protocol violation(s), such as:\n{}",
+        violations.len(),
+        violations
+            .iter()
+            .take(10)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    ensure!(checked > 0, "no write of a replica in the audit log");
+    Ok(format!(
+        "{checked} writes by {} replicas checked, {} settle marks read, {} thawed replica(s) landed nothing; no violation",
+        leases.len(),
+        declared.values().map(Vec::len).sum::<usize>(),
+        thaws.len()
+    ))
+}
+
+#[cfg(test)]
+mod protocol_checks {
+    use reconciler_host::sharding::assignment::{Replica, Ring, ShardKey};
+    use reconciler_host::sharding::handover::ring_version;
+
+    use super::*;
+
+    const A: &str = "replica-00_aaa";
+    const B: &str = "replica-01_bbb";
+
+    fn at(second: i64) -> String {
+        Timestamp::from_second(1_800_000_000 + second)
+            .unwrap()
+            .to_string()
+    }
+
+    fn renewal(second: i64, user: &str, identity: &str, settled: &Ring) -> String {
+        json!({
+            "verb": "patch", "user": {"username": user},
+            "objectRef": {"resource": "leases", "name": format!("{RING}-{}", identity.replace('_', "-"))},
+            "responseStatus": {"code": 200}, "requestReceivedTimestamp": at(second),
+            "requestObject": {"spec": {"holderIdentity": identity},
+                "metadata": {"annotations": {"reconciler-host.io/settled-ring": ring_version(settled)}}},
+        })
+        .to_string()
+    }
+
+    fn write(second: i64, user: &str, name: &str) -> String {
+        json!({
+            "verb": "patch", "user": {"username": user},
+            "objectRef": {"resource": "deployments", "namespace": "ns", "name": name},
+            "responseStatus": {"code": 200}, "requestReceivedTimestamp": at(second),
+        })
+        .to_string()
+    }
+
+    /// The check on a made-up log: `b_writes_at` is when the new owner
+    /// writes a key that moved to it; the old owner settles at 10.
+    fn check(b_writes_at: i64) -> Result<String> {
+        let one = Ring::new([Replica::new(A)]);
+        let two = Ring::new([Replica::new(A), Replica::new(B)]);
+        let moved = (0..1000)
+            .map(|i| format!("ps-{i:03}"))
+            .find(|n| {
+                let bucket = ShardKey::object("local", Some("ns"), n).bucket();
+                one.owner_of(bucket) == Some(A) && two.owner_of(bucket) == Some(B)
+            })
+            .unwrap();
+        let mut lines = vec![
+            renewal(0, "replica-00", A, &one),
+            write(1, "replica-00", &moved),
+        ];
+        for second in (2..20).step_by(2) {
+            let settled_a = if second >= 10 { &two } else { &one };
+            lines.push(renewal(second, "replica-00", A, settled_a));
+            lines.push(renewal(second + 1, "replica-01", B, &two));
+        }
+        lines.push(write(b_writes_at, "replica-01", &moved));
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("audit.log"), lines.join("\n"))?;
+        protocol_check(dir.path(), &[])
+    }
+
+    #[test]
+    fn a_new_owner_writing_before_the_old_one_settled_is_a_violation_and_after_is_not() {
+        let early = check(7).unwrap_err().to_string();
+        assert!(
+            early.contains("replica-01 wrote ps-") && early.contains("while replica-00"),
+            "{early}"
+        );
+        check(13).unwrap();
+    }
+}
