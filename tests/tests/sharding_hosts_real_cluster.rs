@@ -1524,6 +1524,10 @@ async fn fenced(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProce
 const CHAOS_USERS: usize = 30;
 /// Ring changes the chaos test makes at least.
 const CHAOS_CHANGES: usize = 22;
+/// The chaos test's first changes, one of each kind: a join through a link,
+/// that link cut, a join with the clock ahead, a freeze, a SIGKILL, a
+/// SIGTERM, a plain join.
+const OPENING: [usize; 7] = [6, 4, 5, 3, 2, 1, 7];
 /// libfaketime, for a replica whose wall clock runs ahead (Debian's
 /// `faketime` package).
 const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
@@ -1700,7 +1704,8 @@ async fn chaos(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProces
     created += 30;
     let api = cx.api(&podsets()).await?;
     let mut thaws: Vec<(String, Timestamp)> = Vec::new();
-    let mut changes = Vec::new();
+    let mut changes: Vec<String> = Vec::new();
+    let mut step = 0;
     while changes.len() < CHAOS_CHANGES {
         // Thaw the replicas frozen past their Lease: once the fence's map
         // names them nowhere (their buckets moved). Each then finds its
@@ -1723,12 +1728,18 @@ async fn chaos(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProces
             .iter()
             .filter(|m| m.frozen.is_none() && !m.cut)
             .count();
+        // The first changes are one of each kind, so every run has them
+        // all; then at random.
+        let opening = OPENING.get(step).copied();
+        step += 1;
         let action = if working < 2 {
             0
+        } else if let Some(kind) = opening {
+            kind
         } else if working >= 4 {
             1 + dice.below(4)
         } else {
-            dice.below(if skew { 6 } else { 5 })
+            dice.below(6)
         };
         let pick = |dice: &mut Dice, members: &[Member]| -> Option<usize> {
             let candidates: Vec<usize> = (0..members.len())
@@ -1737,10 +1748,10 @@ async fn chaos(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProces
             (!candidates.is_empty()).then(|| candidates[dice.below(candidates.len())])
         };
         let said = match action {
-            0 | 5 => {
+            0 | 5..=7 => {
                 let how = match (action, dice.below(3)) {
-                    (5, _) => "clock ahead",
-                    (_, 0) => "through a link",
+                    (5, _) if skew => "clock ahead",
+                    (6, _) | (0, 0) => "through a link",
                     _ => "plainly",
                 };
                 let member = join(cx, replicas, how)?;
@@ -1801,6 +1812,21 @@ async fn chaos(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProces
         }
         cx.step(format!("change {}: {said}", changes.len()));
         tokio::time::sleep(Duration::from_secs(1 + dice.below(4) as u64)).await;
+    }
+    let kinds = [
+        "(through a link)",
+        "cut off",
+        if skew { "(clock ahead)" } else { "joins" },
+        "frozen",
+        "SIGKILL",
+        "SIGTERM",
+        "(plainly)",
+    ];
+    for kind in kinds {
+        ensure!(
+            changes.iter().any(|c| c.contains(kind)),
+            "no change of the kind {kind:?} among {changes:?}"
+        );
     }
     // The last frozen replicas thawed (they exit on their own), and at
     // least two left working.
