@@ -38,6 +38,9 @@ pub struct Applier<'a, B: ClusterBackend> {
     pub changes: Vec<Change>,
 }
 
+/// How soon a reconcile whose status met a newer primary runs again.
+const STALE_STATUS_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl<B: ClusterBackend> Applier<'_, B> {
     /// Applies `plan`; what it changed, and the requeue the plugin asked
     /// for.
@@ -48,7 +51,14 @@ impl<B: ClusterBackend> Applier<'_, B> {
         if let Some(status) = plan.status
             && !self.status(status, &manager).await?
         {
-            return Ok(self.done(plan.requeue_after));
+            // Not left to the newer version's watch event: it may have
+            // come while this reconcile ran from an older copy, and a
+            // status never written would stay wrong until the object
+            // changes again.
+            let soon = plan
+                .requeue_after
+                .map_or(STALE_STATUS_RETRY, |asked| asked.min(STALE_STATUS_RETRY));
+            return Ok(self.done(Some(soon)));
         }
         for event in plan.events {
             self.event(event, &manager).await;
@@ -148,8 +158,7 @@ impl<B: ClusterBackend> Applier<'_, B> {
             }
             // The primary changed since it was read (or was deleted and
             // made again under its name): this status describes an older
-            // object. Its watch event queues a reconcile of the new one,
-            // which decides afresh.
+            // object. A reconcile of the new one, soon, decides afresh.
             Err(BackendError::Conflict { .. }) => {
                 self.changes.push(Change::StatusStale);
                 Ok(false)
@@ -342,6 +351,11 @@ mod tests {
         assert_eq!(
             done.changes,
             vec![Change::Created(key("web-settings")), Change::StatusStale]
+        );
+        assert_eq!(
+            done.requeue_after,
+            Some(STALE_STATUS_RETRY),
+            "reconciled again soon, whatever the watch brings"
         );
         assert!(
             shared.backend.events().is_empty(),
