@@ -206,33 +206,17 @@ fn start_in_group(cx: &RealCluster, name: &str, group: &str) -> Result<HostProce
 
 /// Starts replica `name` as user `name` in `group`, with `extra` arguments.
 fn start_as(cx: &RealCluster, name: &str, group: &str, extra: &[&str]) -> Result<HostProcess> {
-    let kubeconfig = cx.workdir().join(format!("{name}.kubeconfig"));
+    start_with(cx, name, &minted(cx, name, group)?, extra, &[])
+}
+
+/// A kubeconfig of user `name` in `group`, written in the test's directory.
+fn minted(cx: &RealCluster, name: &str, group: &str) -> Result<PathBuf> {
+    let path = cx.workdir().join(format!("{name}.kubeconfig"));
     std::fs::write(
-        &kubeconfig,
+        &path,
         kubeconfig::minted(cx.own_control_plane()?, name, group)?,
     )?;
-    let ns = cx.namespace.clone();
-    cx.start_replica_with_env(
-        name,
-        &[example_plugin("podset")],
-        &[
-            "--sharding",
-            "--sharding-namespace",
-            &ns,
-            "--sharding-id",
-            RING,
-            // Port 0: the replicas of a test, and tests in parallel, never
-            // fight over one. The address bound is in the log.
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--metrics-insecure",
-        ]
-        .iter()
-        .chain(extra)
-        .copied()
-        .collect::<Vec<_>>(),
-        &[("KUBECONFIG", kubeconfig.to_str().context("a UTF-8 path")?)],
-    )
+    Ok(path)
 }
 
 /// How many objects of `kind` `replica`'s cache holds, from its /metrics.
@@ -1315,19 +1299,13 @@ fn the_api_servers_fence_refuses_a_frozen_replica_the_buckets_it_lost() {
 /// The published map's buckets, each with the writers it names, once
 /// every bucket names exactly one writer and those writers are `expected`.
 async fn published(cx: &RealCluster, expected: &[&str]) -> Result<BTreeMap<String, String>> {
-    let configmaps = cx.api(&KindRef::new("", "v1", "ConfigMap")).await?;
-    let name = format!("{RING}-writers");
     cx.wait_for(
         &format!("the fence's map to name {expected:?} alone"),
         LEASE_DURATION * 2 + MARGIN * 2,
         async || {
-            let Some(map) = configmaps.get_opt(&name).await? else {
-                return Ok(Probe::Pending(format!("no ConfigMap {name} yet")));
+            let Some(buckets) = fence_map(cx).await? else {
+                return Ok(Probe::Pending(format!("no ConfigMap {RING}-writers yet")));
             };
-            let data: BTreeMap<String, String> =
-                serde_json::from_value(map.data["data"].clone()).unwrap_or_default();
-            let buckets: BTreeMap<String, String> =
-                data.into_iter().filter(|(k, _)| k != "ring").collect();
             let named: std::collections::BTreeSet<&str> = buckets
                 .values()
                 .flat_map(|v| v.split(',').filter(|w| !w.is_empty()))
@@ -1644,38 +1622,28 @@ async fn chaos(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProces
                 "more replicas than the audit policy names"
             );
             let mut link = None;
+            let path = minted(cx, &user, "system:masters")?;
             let process = match how {
                 "through a link" => {
                     let severable =
                         SeverableLink::start(cx.own_control_plane()?.api_server_address()?)?;
-                    let path = cx.workdir().join(format!("{user}.kubeconfig"));
-                    std::fs::write(
-                        &path,
-                        kubeconfig::minted(cx.own_control_plane()?, &user, "system:masters")?,
-                    )?;
                     let through = cx.workdir().join(format!("{user}-link.kubeconfig"));
                     kubeconfig::with_server(Some(&path), &severable.url(), &through)?;
                     link = Some(severable);
-                    start_with(cx, &user, &through, &[])?
+                    start_with(cx, &user, &through, &[], &[])?
                 }
-                "clock ahead" => {
-                    let path = cx.workdir().join(format!("{user}.kubeconfig"));
-                    std::fs::write(
-                        &path,
-                        kubeconfig::minted(cx.own_control_plane()?, &user, "system:masters")?,
-                    )?;
-                    start_with(
-                        cx,
-                        &user,
-                        &path,
-                        &[
-                            ("LD_PRELOAD", FAKETIME),
-                            ("FAKETIME", "+2s"),
-                            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-                        ],
-                    )?
-                }
-                _ => start(cx, &user)?,
+                "clock ahead" => start_with(
+                    cx,
+                    &user,
+                    &path,
+                    &[],
+                    &[
+                        ("LD_PRELOAD", FAKETIME),
+                        ("FAKETIME", "+2s"),
+                        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+                    ],
+                )?,
+                _ => start_with(cx, &user, &path, &[], &[])?,
             };
             replicas.push(process);
             Ok(Member {
@@ -1874,18 +1842,27 @@ async fn chaos(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProces
     Ok(())
 }
 
-/// The writers the fence's map names now.
-async fn writers_named(cx: &RealCluster) -> Result<std::collections::BTreeSet<String>> {
+/// The fence's map as published now, by bucket (`,w1,w2,`); `None`
+/// before its first publication.
+async fn fence_map(cx: &RealCluster) -> Result<Option<BTreeMap<String, String>>> {
     let configmaps = cx.api(&KindRef::new("", "v1", "ConfigMap")).await?;
     let Some(map) = configmaps.get_opt(&format!("{RING}-writers")).await? else {
-        return Ok(Default::default());
+        return Ok(None);
     };
     let data: BTreeMap<String, String> =
         serde_json::from_value(map.data["data"].clone()).unwrap_or_default();
-    Ok(data
-        .into_iter()
-        .filter(|(k, _)| k != "ring")
-        .flat_map(|(_, v)| {
+    Ok(Some(
+        data.into_iter().filter(|(k, _)| k != "ring").collect(),
+    ))
+}
+
+/// The writers the fence's map names now.
+async fn writers_named(cx: &RealCluster) -> Result<std::collections::BTreeSet<String>> {
+    Ok(fence_map(cx)
+        .await?
+        .unwrap_or_default()
+        .into_values()
+        .flat_map(|v| {
             v.split(',')
                 .filter(|w| !w.is_empty())
                 .map(str::to_string)
@@ -1894,17 +1871,18 @@ async fn writers_named(cx: &RealCluster) -> Result<std::collections::BTreeSet<St
         .collect())
 }
 
-/// Starts replica `user` with the kubeconfig at `path` and `env`.
+/// Starts replica `name` with the kubeconfig at `path`, `extra`
+/// arguments and `env`.
 fn start_with(
     cx: &RealCluster,
-    user: &str,
+    name: &str,
     path: &Path,
+    extra: &[&str],
     env: &[(&str, &str)],
 ) -> Result<HostProcess> {
     let ns = cx.namespace.clone();
-    let path = path.to_str().context("a UTF-8 path")?;
     cx.start_replica_with_env(
-        user,
+        name,
         &[example_plugin("podset")],
         &[
             "--sharding",
@@ -1912,11 +1890,21 @@ fn start_with(
             &ns,
             "--sharding-id",
             RING,
+            // Port 0: the replicas of a test, and tests in parallel, never
+            // fight over one. The address bound is in the log.
             "--metrics-listen",
             "127.0.0.1:0",
             "--metrics-insecure",
-        ],
-        &[&[("KUBECONFIG", path)], env].concat(),
+        ]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect::<Vec<_>>(),
+        &[
+            &[("KUBECONFIG", path.to_str().context("a UTF-8 path")?)],
+            env,
+        ]
+        .concat(),
     )
 }
 

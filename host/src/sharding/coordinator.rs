@@ -263,9 +263,6 @@ impl Coordinator {
             let view = changes.borrow_and_update().clone();
             let writers = view.writers.clone();
             let (before, after) = self.observe(view);
-            if let Some(fence) = &mut fence {
-                fence.publish(&after, &writers, self.held_until()).await;
-            }
             let ring_changed = before.version_to_settle() != after.version_to_settle();
             self.reselect(&fleet).await;
             let moves = self.moves(&fleet, &before, &after, ring_changed);
@@ -282,6 +279,11 @@ impl Coordinator {
             let status = self.record(&after, version, ring_changed, &moves, leaving, &writers);
             if let Some(hook) = &on_change {
                 hook(&status);
+            }
+            // After the ring's own work: a slow publication delays no
+            // watch or queue.
+            if let Some(fence) = &mut fence {
+                fence.publish(&after, &writers, self.held_until()).await;
             }
             // A settle that waits on reconciles in flight looks again soon,
             // at those alone (not every cached key), until they are done or

@@ -77,7 +77,8 @@ pub async fn writer_of(client: kube::Client) -> Result<String, kube::Error> {
 
 /// The ConfigMap's data: the ring version, and by bucket (its label value)
 /// the writers named between commas, `,a,b,`, which the policy looks for
-/// as `,<writer>,`. A replica that did not say who it is names nobody: its
+/// as `,<writer>,`. A replica that did not say who it is, or said it with
+/// a comma (which would name more than one writer), names nobody: its
 /// writes are refused, never someone else's let through.
 pub fn params_data(
     handover: &Handover,
@@ -86,13 +87,24 @@ pub fn params_data(
     let mut data = BTreeMap::from([(RING_KEY.to_string(), handover.version_to_settle())]);
     for (bucket, replicas) in Bucket::all().zip(handover.writers_by_bucket()) {
         let mut value = String::from(",");
-        for writer in replicas.iter().filter_map(|r| writers.get(*r)) {
+        for writer in replicas
+            .iter()
+            .filter_map(|r| writer_of_replica(writers, r))
+        {
             value.push_str(writer);
             value.push(',');
         }
         data.insert(bucket.label_value(), value);
     }
     data
+}
+
+/// The writer `replica` says it is, if it is one the map can name.
+fn writer_of_replica<'a>(writers: &'a BTreeMap<String, String>, replica: &str) -> Option<&'a str> {
+    writers
+        .get(replica)
+        .map(String::as_str)
+        .filter(|w| !w.is_empty() && !w.contains(','))
 }
 
 /// What makes the fence weaker than it should be, for a warning: replicas
@@ -102,9 +114,9 @@ pub fn doubts(handover: &Handover, writers: &BTreeMap<String, String>) -> Vec<St
     let mut doubts = Vec::new();
     let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
     for replica in handover.ring().replicas() {
-        match writers.get(&replica.id) {
+        match writer_of_replica(writers, &replica.id) {
             None => doubts.push(format!(
-                "replica {} did not say who the API server knows it as: the fence refuses its writes",
+                "replica {} did not say who the API server knows it as (or said it with a comma): the fence refuses its writes",
                 replica.id
             )),
             Some(writer) => {
@@ -286,6 +298,13 @@ mod tests {
         assert_eq!(data[&of_b.label_value()], ",");
         assert_eq!(doubts(&h, &writers).len(), 1);
         assert!(doubts(&h, &writers)[0].contains("replica b did not say"));
+        // A writer with a comma would name two: it names nobody.
+        let forged = BTreeMap::from([
+            ("a".to_string(), "alice".to_string()),
+            ("b".to_string(), "mallory,alice".to_string()),
+        ]);
+        assert_eq!(params_data(&h, &forged)[&of_b.label_value()], ",");
+        assert!(doubts(&h, &forged)[0].contains("replica b did not say"));
         let shared = BTreeMap::from([
             ("a".to_string(), "alice".to_string()),
             ("b".to_string(), "alice".to_string()),
