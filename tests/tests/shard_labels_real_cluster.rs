@@ -2,7 +2,8 @@
 //! version the replica did not read (issue 51, point 8): the host's label
 //! write (`ClusterBackend::set_label` of `shard_selection::primary_label`)
 //! against a real API server, for a PodSet deleted since it was read, one
-//! changed since, and one unchanged. The control: a server-side apply of
+//! changed since, and one unchanged; and taking the label off, which is
+//! refused as well on a version not read. The control: a server-side apply of
 //! the label, even naming the read's resourceVersion, brings the deleted
 //! PodSet back, which is why the label is a patch.
 
@@ -53,7 +54,7 @@ async fn labels(cx: &mut RealCluster) -> Result<()> {
     let refused = backend
         .set_label(
             &key(name_of(&read)?),
-            primary_label(&read, "00a").context("a version")?,
+            primary_label(&read, Some("00a")).context("a version")?,
         )
         .await;
     ensure!(
@@ -73,7 +74,7 @@ async fn labels(cx: &mut RealCluster) -> Result<()> {
     let refused = backend
         .set_label(
             &key(name_of(&read)?),
-            primary_label(&read, "00a").context("a version")?,
+            primary_label(&read, Some("00a")).context("a version")?,
         )
         .await;
     ensure!(refused.is_err(), "a stale read was labelled: {refused:?}");
@@ -91,10 +92,32 @@ async fn labels(cx: &mut RealCluster) -> Result<()> {
     let labelled = backend
         .set_label(
             &key("changed"),
-            primary_label(&read, "00a").context("a version")?,
+            primary_label(&read, Some("00a")).context("a version")?,
         )
         .await?;
     ensure!(label_of(&labelled) == Some("00a"), "{labelled}");
+
+    cx.step("3b. taken off (a kind with two roles), at the version read alone");
+    let refused = backend
+        .set_label(
+            &key("changed"),
+            primary_label(&read, None).context("a version")?,
+        )
+        .await;
+    ensure!(
+        refused.is_err(),
+        "a label was taken off a version not read: {refused:?}"
+    );
+    let unlabelled = backend
+        .set_label(
+            &key("changed"),
+            primary_label(&labelled, None).context("a version")?,
+        )
+        .await?;
+    ensure!(
+        label_of(&unlabelled).is_none() && unlabelled["spec"]["size"] == 2,
+        "{unlabelled}"
+    );
 
     cx.step("4. the control: an apply of the label, version and all, recreates a deleted PodSet");
     let read = cx.create(podset("control")).await?;

@@ -1042,6 +1042,200 @@ async fn strays(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Result
     Ok(())
 }
 
+/// A Deployment that is the podset plugin's child and the rollout-schedules
+/// plugin's primary would be labelled with its PodSet's bucket by one and
+/// with its own by the other, each undoing the other at every reconcile. It
+/// carries no shard label: a label its primary role left (a host that
+/// served rollout-schedules alone) is taken off, and while both plugins
+/// serve, no Deployment is ever seen labelled. Both roles still work: the
+/// PodSets converge and an annotated Deployment gets its RolloutSchedule.
+#[test]
+fn a_kind_that_is_a_child_and_a_primary_carries_no_shard_label() {
+    with_replicas(
+        "a_kind_that_is_a_child_and_a_primary_carries_no_shard_label",
+        &[],
+        async |cx, replicas| two_roles(cx, replicas).await,
+    );
+}
+
+async fn two_roles(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Result<()> {
+    const SHARD: &str = "reconciler-host.io/shard";
+    const ENABLED: &str = "rollout-scheduler.io/enabled";
+    cx.install_crds(&podset_crd()).await?;
+    cx.install_crds(&root().join("crds/rolloutschedule.yaml"))
+        .await?;
+    let shard_label = |object: &DynamicObject| {
+        object
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SHARD))
+            .cloned()
+    };
+    let schedules = example_plugin("rollout_schedules");
+    for name in ["roles-a", "roles-b"] {
+        let path = minted(cx, name, "system:masters")?;
+        replicas.push(start_serving(
+            cx,
+            name,
+            std::slice::from_ref(&schedules),
+            &path,
+            &[],
+            &[],
+        )?);
+    }
+    settled_over(cx, &replicas.iter().collect::<Vec<_>>(), &[0, 0], 2).await?;
+    let deployment_api = cx.api(&deployments()).await?;
+    let post = PostParams {
+        field_manager: Some(TEST_MANAGER.to_string()),
+        ..PostParams::default()
+    };
+    let web: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "annotations": {ENABLED: "true"}},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}))?;
+    deployment_api.create(&post, &web).await?;
+    let own = cx
+        .wait_for(
+            "Deployment web, rollout-schedules' primary alone, to carry its shard label",
+            CONVERGE_TIMEOUT,
+            async || {
+                let web = deployment_api.get("web").await?;
+                Ok(match shard_label(&web) {
+                    Some(label) => Probe::Ready(label),
+                    None => Probe::Pending("no shard label yet".into()),
+                })
+            },
+        )
+        .await?;
+    cx.step(format!(
+        "served by rollout-schedules alone, Deployment web carries {SHARD}={own}"
+    ));
+    for replica in replicas.drain(..) {
+        replica.stop().await?;
+    }
+
+    let both = [example_plugin("podset"), schedules];
+    for name in ["roles-c", "roles-d"] {
+        let path = minted(cx, name, "system:masters")?;
+        replicas.push(start_serving(cx, name, &both, &path, &[], &[])?);
+    }
+    settled_over(cx, &replicas.iter().collect::<Vec<_>>(), &[0, 0], 2).await?;
+    let schedule_api = cx
+        .api(&KindRef::new("example.com", "v1alpha1", "RolloutSchedule"))
+        .await?;
+    let schedules = async || -> Result<Vec<String>> {
+        Ok(schedule_api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|s| s.metadata.name)
+            .collect())
+    };
+    cx.wait_for(
+        "the shard label taken off Deployment web, and its RolloutSchedule",
+        CONVERGE_TIMEOUT,
+        async || {
+            let label = shard_label(&deployment_api.get("web").await?);
+            let names = schedules().await?;
+            Ok(if label.is_none() && !names.is_empty() {
+                Probe::Ready(())
+            } else {
+                Probe::Pending(format!("label {label:?}; RolloutSchedules {names:?}"))
+            })
+        },
+    )
+    .await?;
+    cx.step("with both plugins served, web's label is taken off; its RolloutSchedule is there");
+    // The PodSets' namespace holds their Deployments alone (`converged`).
+    deployment_api
+        .delete("web", &kube::api::DeleteParams::default())
+        .await?;
+    // Every Deployment event from here on, so a label that came and went
+    // between two looks is seen too.
+    let since = deployment_api
+        .list_metadata(&ListParams::default())
+        .await?
+        .metadata
+        .resource_version
+        .context("a list's resourceVersion")?;
+    let mut events = deployment_api
+        .watch(&kube::api::WatchParams::default(), &since)
+        .await?
+        .boxed();
+    create(cx, 0..10).await?;
+    converged(cx, 10).await?;
+    let annotate = json!({"metadata": {"annotations": {ENABLED: "true"}}});
+    deployment_api
+        .patch(
+            &name_of(0),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&annotate),
+        )
+        .await?;
+    cx.wait_for(
+        "a RolloutSchedule for the annotated PodSet's Deployment",
+        CONVERGE_TIMEOUT,
+        async || {
+            let names = schedules().await?;
+            Ok(if names.contains(&name_of(0)) {
+                Probe::Ready(())
+            } else {
+                Probe::Pending(format!("RolloutSchedules {names:?}"))
+            })
+        },
+    )
+    .await?;
+    cx.step(format!(
+        "all 10 PodSets converged; {}'s Deployment, annotated, has its RolloutSchedule",
+        name_of(0)
+    ));
+    // Then a while longer: two labellers would keep writing.
+    let window = tokio::time::sleep(Duration::from_secs(5));
+    tokio::pin!(window);
+    let (mut seen, mut labelled) = (0usize, Vec::new());
+    loop {
+        tokio::select! {
+            _ = &mut window => break,
+            event = events.next() => match event {
+                Some(Ok(kube::api::WatchEvent::Added(d) | kube::api::WatchEvent::Modified(d))) => {
+                    seen += 1;
+                    let name = d.metadata.name.clone().unwrap_or_default();
+                    if let Some(label) = shard_label(&d) {
+                        labelled.push(format!("{name}={label}"));
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            },
+        }
+    }
+    cx.step(format!(
+        "{seen} Deployment events since the two plugins served together; labelled in them: {labelled:?}"
+    ));
+    ensure!(
+        labelled.is_empty(),
+        "PodSets' Deployments were labelled while a plugin has Deployments as its primary: {labelled:?}"
+    );
+    let api = cx.api(&podsets()).await?;
+    for i in 0..10 {
+        let podset = api.get(&name_of(i)).await?;
+        ensure!(
+            shard_label(&podset).is_some(),
+            "PodSet {} has no shard label: PodSets are one plugin's primary alone",
+            name_of(i)
+        );
+    }
+    for replica in replicas.iter() {
+        replica.stop().await?;
+    }
+    Ok(())
+}
+
 /// `--sharding-pod-labels`: the Deployments' pod templates carry their
 /// PodSet's shard label, so each Pod is born with it, and each replica
 /// receives and caches its own PodSets' Pods alone (the plugin still lists
@@ -1880,10 +2074,23 @@ fn start_with(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Result<HostProcess> {
+    start_serving(cx, name, &[example_plugin("podset")], path, extra, env)
+}
+
+/// Starts replica `name` serving `plugins`, with the kubeconfig at `path`,
+/// `extra` arguments and `env`.
+fn start_serving(
+    cx: &RealCluster,
+    name: &str,
+    plugins: &[PathBuf],
+    path: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Result<HostProcess> {
     let ns = cx.namespace.clone();
     cx.start_replica_with_env(
         name,
-        &[example_plugin("podset")],
+        plugins,
         &[
             "--sharding",
             "--sharding-namespace",

@@ -315,7 +315,8 @@ pub enum BackendError {
 #[derive(Clone, Copy, Debug)]
 pub struct LabelAt<'a> {
     pub name: &'a str,
-    pub value: &'a str,
+    /// `None` takes the label off.
+    pub value: Option<&'a str>,
     pub resource_version: &'a str,
     pub field_manager: &'a str,
 }
@@ -389,7 +390,9 @@ pub trait ClusterBackend: Send + Sync + 'static {
     ///
     /// By default a read then an apply, for a cluster that holds its
     /// objects in this process (nothing changes between the two but what
-    /// this process does).
+    /// this process does); there, taking a label off lets go of the field
+    /// manager's claim on it, which removes it unless another manager set
+    /// it too.
     fn set_label(
         &self,
         key: &ObjectKey,
@@ -417,10 +420,11 @@ pub trait ClusterBackend: Send + Sync + 'static {
             if let Some(namespace) = &key.namespace {
                 metadata.insert("namespace".into(), namespace.clone().into());
             }
-            metadata.insert(
-                "labels".into(),
-                serde_json::json!({label.name: label.value}),
-            );
+            let labels = match label.value {
+                Some(value) => serde_json::json!({label.name: value}),
+                None => serde_json::json!({}),
+            };
+            metadata.insert("labels".into(), labels);
             let object = serde_json::json!({
                 "apiVersion": key.kind.api_version(),
                 "kind": key.kind.kind,

@@ -92,7 +92,9 @@ impl Queues {
                     if let Some(shards) = shards {
                         let plugin = controller.plugin();
                         let primary = &plugin.metadata().primary;
-                        shards.note_stray(&shared.cache, primary, &key);
+                        let served = shared.controllers.plugins();
+                        let served = served.iter().map(|p| p.metadata());
+                        shards.note_stray(&shared.cache, primary, &key, served);
                     }
                 }
                 _ => return Some((name, key)),

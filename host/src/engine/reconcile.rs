@@ -347,22 +347,36 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
     }
 
     /// Under sharding, the primary's bucket, with the primary labelled with
-    /// it when it is live and not labelled so yet.
+    /// it when it is live and not labelled so yet; or, of a kind with two
+    /// roles (`shard_selection`), with the label taken off when it carries
+    /// its own bucket, which only its role as a primary gave it (what its
+    /// role as a child gave it goes with the next apply of its parent).
     async fn label_primary(&self, primary: &mut Primary) -> Option<String> {
         let shards = self.shards?;
         let bucket = shards.bucket_of(&primary.key);
+        let label = shard_selection::label_of(&primary.object);
+        let served = self.shared.controllers.plugins();
+        let labelled = shards.labels_primaries(
+            &primary.object_key.kind,
+            served.iter().map(|p| p.metadata()),
+        );
+        let wanted = match (labelled, label == Some(bucket.as_str())) {
+            (true, false) => Some(Some(bucket.as_str())),
+            (false, true) => Some(None),
+            _ => None,
+        };
         if !primary.deleting
-            && shard_selection::label_of(&primary.object) != Some(bucket.as_str())
-            && let Some(labelled) = shards
+            && let Some(wanted) = wanted
+            && let Some(stored) = shards
                 .label_primary(
                     &*self.shared.backend,
                     &primary.object,
                     &primary.object_key,
-                    &bucket,
+                    wanted,
                 )
                 .await
         {
-            primary.stored(labelled);
+            primary.stored(stored);
         }
         Some(bucket)
     }
@@ -381,7 +395,8 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             .check_response(primary.key.namespace.as_deref(), response)
             .map_err(|e| Failure::new("InvalidResponse", e.to_string()))?;
         if let (Some(bucket), Some(shards)) = (bucket, self.shards) {
-            shards.label_children(response, bucket);
+            let served = self.shared.controllers.plugins();
+            shards.label_children(response, bucket, served.iter().map(|p| p.metadata()));
         }
         Ok(())
     }

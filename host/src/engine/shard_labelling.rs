@@ -63,17 +63,41 @@ impl ShardLabelling {
             .selector(self.selection.role_of(kind, metadata)?)
     }
 
-    /// Puts the primary's bucket on every child `response` owns.
-    pub fn label_children(&self, response: &mut ValidResponse, bucket: &str) {
+    /// Puts the primary's bucket on every child `response` owns, but those
+    /// of a kind with two roles among the plugins `served`.
+    pub fn label_children<'a>(
+        &self,
+        response: &mut ValidResponse,
+        bucket: &str,
+        served: impl IntoIterator<Item = &'a PluginMetadata> + Clone,
+    ) {
+        let pods_too = !self
+            .selection
+            .has_two_roles(&shard_selection::pod_kind(), served.clone());
         for child in &mut response.apply {
-            if child.role == WriteRole::Owned {
-                self.selection.label_child(&mut child.object, bucket);
+            if child.role == WriteRole::Owned
+                && !self.selection.has_two_roles(&child.kind, served.clone())
+            {
+                self.selection
+                    .label_child(&mut child.object, bucket, pods_too);
             }
         }
     }
 
-    /// Labels a primary with its shard, once in its life: from then on
-    /// only its owner's selector lists it. Returns the object as stored.
+    /// Whether the host labels primaries of `kind` given the plugins
+    /// `served`: not when it has two roles.
+    pub fn labels_primaries<'a>(
+        &self,
+        kind: &KindRef,
+        served: impl IntoIterator<Item = &'a PluginMetadata>,
+    ) -> bool {
+        !self.selection.has_two_roles(kind, served)
+    }
+
+    /// Labels a primary with its shard (`Some(bucket)`), once in its life:
+    /// from then on only its owner's selector lists it. Or takes the label
+    /// off (`None`), from a primary of a kind with two roles. Returns the
+    /// object as stored.
     ///
     /// Not a reconcile failure when refused: an unlabelled primary is
     /// listed by every replica, which costs each of them the decoding of
@@ -85,7 +109,7 @@ impl ShardLabelling {
         backend: &B,
         primary: &Value,
         key: &ObjectKey,
-        bucket: &str,
+        bucket: Option<&str>,
     ) -> Option<Value> {
         if self.lock_unlabelled().contains(&key.kind) {
             return None;
@@ -98,10 +122,16 @@ impl ShardLabelling {
                 if !self.lock_unlabelled().insert(key.kind.clone()) {
                     return None;
                 }
-                tracing::warn!(
-                    "cannot label {key} with its shard ({message}): every replica goes on receiving every {} and only its owner reconciles it; grant patch on them (`reconciler-host rbac --sharding`) and restart to have the API server select them",
-                    key.kind.kind
-                );
+                match bucket {
+                    Some(_) => tracing::warn!(
+                        "cannot label {key} with its shard ({message}): every replica goes on receiving every {} and only its owner reconciles it; grant patch on them (`reconciler-host rbac --sharding`) and restart to have the API server select them",
+                        key.kind.kind
+                    ),
+                    None => tracing::warn!(
+                        "cannot take the shard label off {key} ({message}): a {} is a primary of one plugin and a child of another, so it carries none; grant patch on them (`reconciler-host rbac --sharding`) and restart",
+                        key.kind.kind
+                    ),
+                }
                 None
             }
             // Changed or gone since it was read: its next reconcile, which
@@ -112,7 +142,12 @@ impl ShardLabelling {
             }
             Err(e) => {
                 tracing::warn!(
-                    "cannot label {key} with its shard now (tried again at its next reconcile): {e}"
+                    "cannot {} {key} now (tried again at its next reconcile): {e}",
+                    if bucket.is_some() {
+                        "give its shard label to"
+                    } else {
+                        "take the shard label off"
+                    }
                 );
                 None
             }
@@ -130,8 +165,18 @@ impl ShardLabelling {
     /// Remembers `key` for [`Self::relabel_strays`] if it came here only
     /// because its shard label names one of this replica's buckets, not
     /// its own. Any other mislabel also reaches its owner, which labels it
-    /// at its reconcile.
-    pub fn note_stray(&self, cache: &SharedCache, primary: &KindRef, key: &PrimaryKey) {
+    /// at its reconcile. A primary of a kind with two roles among the
+    /// plugins `served` is labelled by no role: never a stray.
+    pub fn note_stray<'a>(
+        &self,
+        cache: &SharedCache,
+        primary: &KindRef,
+        key: &PrimaryKey,
+        served: impl IntoIterator<Item = &'a PluginMetadata>,
+    ) {
+        if !self.labels_primaries(primary, served) {
+            return;
+        }
         let object_key = ObjectKey::new(primary.clone(), key.namespace.as_deref(), &key.name);
         let Some(object) = cache.get(&object_key) else {
             return;
@@ -163,7 +208,7 @@ impl ShardLabelling {
                 continue;
             }
             if self
-                .label_primary(backend, &object, &key, &bucket)
+                .label_primary(backend, &object, &key, Some(&bucket))
                 .await
                 .is_some()
             {
@@ -204,6 +249,40 @@ mod tests {
         KindRef::new("", "v1", "ConfigMap")
     }
 
+    /// A child of a kind another plugin has as its primary is applied
+    /// without the label; its sibling of a kind nobody else serves gets it.
+    #[test]
+    fn a_child_of_a_kind_with_two_roles_is_not_labelled() {
+        use reconciler_contract::response_rules::DesiredObject;
+        let secret = KindRef::new("", "v1", "Secret");
+        let owner = PluginMetadata::new("owner", "1", KindRef::new("example.com", "v1", "App"))
+            .owns(config_map())
+            .owns(secret.clone());
+        let other = PluginMetadata::new("other", "1", config_map());
+        let child = |kind: &KindRef| DesiredObject {
+            kind: kind.clone(),
+            role: WriteRole::Owned,
+            object: json!({"apiVersion": "v1", "kind": kind.kind, "metadata": {"name": "c"}}),
+        };
+        let mut response = ValidResponse {
+            apply: vec![child(&config_map()), child(&secret)],
+            delete: Vec::new(),
+            status: None,
+            events: Vec::new(),
+            requeue_after: None,
+            finalized: false,
+        };
+        labelling().label_children(&mut response, "001", [&owner, &other]);
+        let labels: Vec<Option<&str>> = response
+            .apply
+            .iter()
+            .map(|c| shard_selection::label_of(&c.object))
+            .collect();
+        assert_eq!(labels, [None, Some("001")]);
+        assert!(!labelling().labels_primaries(&config_map(), [&owner, &other]));
+        assert!(labelling().labels_primaries(&config_map(), [&other]));
+    }
+
     fn primary(name: &str, label: Option<&str>) -> Value {
         let mut object = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": "default"}});
@@ -233,10 +312,10 @@ mod tests {
         }
         let shards = labelling();
         for name in ["own", "elsewhere", "new", "not-cached"] {
-            shards.note_stray(&cache, &config_map(), &key(name));
+            shards.note_stray(&cache, &config_map(), &key(name), []);
             assert!(!shards.has_strays(), "{name}");
         }
-        shards.note_stray(&cache, &config_map(), &key("copied"));
+        shards.note_stray(&cache, &config_map(), &key("copied"), []);
         assert!(shards.has_strays());
     }
 
@@ -250,7 +329,7 @@ mod tests {
         let cache = SharedCache::new();
         cache.observe(&WatchEvent::new(WatchEventType::Added, stored));
         let shards = labelling();
-        shards.note_stray(&cache, &config_map(), &key("copied"));
+        shards.note_stray(&cache, &config_map(), &key("copied"), []);
         shards.relabel_strays(&cluster, &cache).await;
         assert!(!shards.has_strays());
         let key = ObjectKey::new(config_map(), Some("default"), "copied");

@@ -12,6 +12,14 @@
 //! label. A bucket never changes for a primary, so when replicas come and
 //! go only the selectors change, and nothing is relabelled.
 //!
+//! A kind that is the primary of one plugin and a child of another carries
+//! no shard label at all: as a primary it would be labelled with its own
+//! bucket, as a child with its parent's, and the two writers would undo
+//! each other at every reconcile (and the API server's fence, which judges
+//! a write by the label, would refuse one of them). It is watched whole,
+//! and each engine tells its own keys by hashing them, as for any kind
+//! watched whole; the label one of its roles left on it is taken off.
+//!
 //! Pods are the exception, when asked for (`--sharding-pod-labels`): the
 //! host then also labels the pod templates of the workloads it applies, so
 //! their Pods are born with their primary's bucket, and a plugin that owns
@@ -85,10 +93,12 @@ impl ShardSelection {
     }
 
     /// Puts the shard label on a child the host applies: on the object,
-    /// and on its pod template when Pods follow.
-    pub fn label_child(&self, child: &mut serde_json::Value, bucket: &str) {
+    /// and on its pod template when Pods follow and `pods_too` (no plugin
+    /// has Pods as its primary).
+    pub fn label_child(&self, child: &mut serde_json::Value, bucket: &str, pods_too: bool) {
         label(child, bucket);
         if self.pods_follow
+            && pods_too
             && let Some(template) = pod_template_mut(child)
         {
             label(template, bucket);
@@ -103,6 +113,15 @@ impl ShardSelection {
         plugins: impl IntoIterator<Item = &'a PluginMetadata>,
     ) -> Option<ShardRole> {
         role_of(kind, plugins, self.pods_follow)
+    }
+
+    /// Whether `kind` is labelled in no role: see [`has_two_roles`].
+    pub fn has_two_roles<'a>(
+        &self,
+        kind: &KindRef,
+        plugins: impl IntoIterator<Item = &'a PluginMetadata>,
+    ) -> bool {
+        has_two_roles(kind, plugins, self.pods_follow)
     }
 
     /// The shard label value of `key`'s objects.
@@ -180,6 +199,30 @@ pub fn role_of<'a>(
     role
 }
 
+/// Whether the host would give `kind` two shard labels: the primary's own
+/// bucket as some plugin's primary, and its parent's as some plugin's
+/// child (a Pod counts as one when Pods follow their templates and a
+/// plugin owns workloads). Such a kind carries none (the module's
+/// documentation says why).
+pub fn has_two_roles<'a>(
+    kind: &KindRef,
+    plugins: impl IntoIterator<Item = &'a PluginMetadata>,
+    pods_follow: bool,
+) -> bool {
+    let (mut primary, mut child) = (false, false);
+    for metadata in plugins {
+        primary |= metadata.primary == *kind;
+        child |= metadata.owns_kind(kind)
+            || (pods_follow && is_pod(kind) && metadata.owns.iter().any(is_workload));
+    }
+    primary && child
+}
+
+/// The Pod kind.
+pub fn pod_kind() -> KindRef {
+    KindRef::new("", "v1", "Pod")
+}
+
 fn is_pod(kind: &KindRef) -> bool {
     kind.group.is_empty() && kind.version == "v1" && kind.kind == "Pod"
 }
@@ -228,12 +271,15 @@ pub fn label(object: &mut serde_json::Value, bucket: &str) {
     }
 }
 
-/// The shard label of `bucket`, set by [`SHARD_FIELD_MANAGER`] on the
+/// The shard label of `bucket` (none: taken off), set by [`SHARD_FIELD_MANAGER`] on the
 /// version of `primary` that was read: never on a newer one, and never on
 /// one deleted since, which an apply of the label would bring back
 /// ([`ClusterBackend::set_label`](crate::cluster::ClusterBackend::set_label)).
 /// `None` for an object without a resourceVersion (never stored).
-pub fn primary_label<'a>(primary: &'a serde_json::Value, bucket: &'a str) -> Option<LabelAt<'a>> {
+pub fn primary_label<'a>(
+    primary: &'a serde_json::Value,
+    bucket: Option<&'a str>,
+) -> Option<LabelAt<'a>> {
     Some(LabelAt {
         name: SHARD_LABEL,
         value: bucket,
@@ -332,6 +378,29 @@ mod tests {
         KindRef::new("", "v1", "Pod")
     }
 
+    /// The yardsticks side by side: podset owns Deployments,
+    /// rollout-schedules has them as its primary.
+    #[test]
+    fn a_primary_of_one_plugin_and_a_child_of_another_has_two_roles() {
+        let deployment = KindRef::new("apps", "v1", "Deployment");
+        let podset = PluginMetadata::new("podset", "1", kind("PodSet"))
+            .owns(deployment.clone())
+            .reads(pod(), MapRule::Label("podset".into()), true);
+        let schedules = PluginMetadata::new("rollout-schedules", "1", deployment.clone())
+            .owns(kind("RolloutSchedule"));
+        let both = [&podset, &schedules];
+        assert!(has_two_roles(&deployment, both, false));
+        assert!(!has_two_roles(&deployment, [&podset], false));
+        assert!(!has_two_roles(&deployment, [&schedules], false));
+        assert!(!has_two_roles(&kind("PodSet"), both, false));
+        assert!(!has_two_roles(&kind("RolloutSchedule"), both, false));
+        // Pods made from labelled templates, and a plugin with Pods as its
+        // primary: two roles only when Pods follow.
+        let pods = PluginMetadata::new("pods", "1", pod());
+        assert!(has_two_roles(&pod(), [&podset, &pods], true));
+        assert!(!has_two_roles(&pod(), [&podset, &pods], false));
+    }
+
     #[test]
     fn pods_read_by_a_workload_owner_follow_only_when_asked() {
         let deployment = KindRef::new("apps", "v1", "Deployment");
@@ -363,13 +432,13 @@ mod tests {
             })
         };
         let mut plain = deployment();
-        selection(&["001"], &[]).label_child(&mut plain, "001");
+        selection(&["001"], &[]).label_child(&mut plain, "001", true);
         assert_eq!(label_of(&plain), Some("001"));
         assert_eq!(label_of(&plain["spec"]["template"]), None);
 
         let following = selection(&["001"], &[]).with_pods_following(true);
         let mut labelled = deployment();
-        following.label_child(&mut labelled, "001");
+        following.label_child(&mut labelled, "001", true);
         assert_eq!(label_of(&labelled["spec"]["template"]), Some("001"));
         assert_eq!(
             labelled["spec"]["template"]["metadata"]["labels"]["app"],
@@ -380,7 +449,7 @@ mod tests {
             "apiVersion": "batch/v1", "kind": "CronJob",
             "spec": {"jobTemplate": {"spec": {"template": {"spec": {}}}}},
         });
-        following.label_child(&mut cron, "00f");
+        following.label_child(&mut cron, "00f", true);
         assert_eq!(
             label_of(&cron["spec"]["jobTemplate"]["spec"]["template"]),
             Some("00f")
@@ -389,22 +458,22 @@ mod tests {
         // kind without Pods is labelled on itself alone.
         let mut partial =
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 2}});
-        following.label_child(&mut partial, "001");
+        following.label_child(&mut partial, "001", true);
         assert_eq!(partial["spec"], json!({"replicas": 2}));
         let mut service = json!({"apiVersion": "v1", "kind": "Service", "spec": {"template": {}}});
-        following.label_child(&mut service, "001");
+        following.label_child(&mut service, "001", true);
         assert_eq!(label_of(&service["spec"]["template"]), None);
     }
 
     #[test]
     fn a_primary_is_labelled_at_the_version_it_was_read() {
         let primary = json!({"metadata": {"name": "web", "resourceVersion": "42"}});
-        let label = primary_label(&primary, "00a").unwrap();
+        let label = primary_label(&primary, Some("00a")).unwrap();
         assert_eq!(
             (label.name, label.value, label.resource_version),
-            (SHARD_LABEL, "00a", "42")
+            (SHARD_LABEL, Some("00a"), "42")
         );
-        assert!(primary_label(&json!({"metadata": {"name": "new"}}), "00a").is_none());
+        assert!(primary_label(&json!({"metadata": {"name": "new"}}), Some("00a")).is_none());
     }
 
     #[test]

@@ -310,11 +310,13 @@ mod tests {
                     identity: "replica-a_1".into(),
                     settled: Some("v2".into()),
                     writer: Some("system:serviceaccount:ops:host/pod-a".into()),
+                    buckets: 520,
                 },
                 ShardMember {
                     identity: "replica-b_2".into(),
                     settled: Some("v1".into()),
                     writer: None,
+                    buckets: 504,
                 },
             ],
             keys_owned: 7,
@@ -338,6 +340,8 @@ mod tests {
             "system:serviceaccount:ops:host/pod-a"
         );
         assert_eq!(json["settled"], false);
+        assert_eq!(json["assignment"], "bounded-load");
+        assert_eq!(json["members"][1]["buckets"], 504);
 
         let (_, metrics) = get_text(&status, "/metrics").await;
         for line in [

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::assignment::ShardKey;
+use super::assignment::{Scheme, ShardKey};
 use super::fence::FencePublisher;
 use super::handover::Handover;
 use super::membership::{Membership, MembershipConfig, MembershipError, RingView};
@@ -65,6 +65,8 @@ pub struct ShardMember {
     /// Who the API server knows it as, as its Lease says: the name the
     /// shard fence's map gives it (`sharding/fence.rs`).
     pub writer: Option<String>,
+    /// How many of the ring's buckets it owns.
+    pub buckets: usize,
 }
 
 /// `/shards`: the ring as this replica sees it, its share, and the moves
@@ -78,6 +80,10 @@ pub struct ShardsStatus {
     pub live: bool,
     pub shard_by: Option<ShardBy>,
     pub version: String,
+    /// How the ring gives buckets to replicas: the newest way every member
+    /// computes (`bounded-load`; `rendezvous` while a replica of an older
+    /// version is in it).
+    pub assignment: Scheme,
     /// Every live replica has settled on `version`.
     pub settled: bool,
     pub members: Vec<ShardMember>,
@@ -410,6 +416,7 @@ impl Coordinator {
     ) -> ShardsStatus {
         let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
         status.version = version;
+        status.assignment = after.ring().scheme();
         status.settled = after.all_settled();
         status.members = after
             .ring()
@@ -419,6 +426,7 @@ impl Coordinator {
                 identity: r.id.clone(),
                 settled: after.settled().get(&r.id).cloned(),
                 writer: writers.get(&r.id).cloned(),
+                buckets: after.ring().buckets_of(&r.id).len(),
             })
             .collect();
         status.keys_owned = moves.owned;

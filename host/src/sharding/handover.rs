@@ -17,16 +17,23 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::assignment::{Bucket, Ring, ShardKey};
+use super::assignment::{Bucket, Ring, Scheme, ShardKey};
 
-/// A ring's version: a digest of its members and their weights, the same
-/// on every replica that sees the same members.
+/// A ring's version: a digest of its members, their weights and how it
+/// assigns, the same on every replica that sees the same members. A ring
+/// of rendezvous alone has the version earlier versions give it, so their
+/// replicas and this version's agree on it during an upgrade; the same
+/// members assigning otherwise are another ring.
 pub fn ring_version(ring: &Ring) -> String {
     let mut hasher = Sha256::new();
     for replica in ring.replicas() {
         hasher.update((replica.id.len() as u64).to_be_bytes());
         hasher.update(replica.id.as_bytes());
         hasher.update(replica.weight.to_be_bytes());
+    }
+    if ring.scheme() != Scheme::Rendezvous {
+        hasher.update(b"scheme");
+        hasher.update(ring.scheme().number().to_be_bytes());
     }
     hasher
         .finalize()

@@ -29,7 +29,7 @@ use tokio::sync::{Notify, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::assignment::{Replica, Ring};
+use super::assignment::{Replica, Ring, Scheme};
 use super::lease_sightings::Sightings;
 
 /// The label naming the ring a replica's Lease belongs to.
@@ -40,6 +40,10 @@ pub const SETTLED_ANNOTATION: &str = "reconciler-host.io/settled-ring";
 /// The annotation on a replica's Lease naming who the API server knows it
 /// as (`sharding/fence.rs`): the fence lets it write only its buckets.
 pub const WRITER_ANNOTATION: &str = "reconciler-host.io/writer";
+/// The annotation on a replica's Lease naming the newest way of assigning
+/// buckets it computes ([`Scheme::number`]); a Lease without it is of a
+/// version that computes rendezvous alone.
+pub const SCHEME_ANNOTATION: &str = "reconciler-host.io/assignment-scheme";
 /// Who writes the Leases.
 const FIELD_MANAGER: &str = "reconciler-host-sharding";
 
@@ -411,15 +415,17 @@ async fn renew(
         "labels": {RING_LABEL: config.ring},
     });
     let mut annotations = serde_json::Map::new();
+    annotations.insert(
+        SCHEME_ANNOTATION.into(),
+        Scheme::NEWEST.number().to_string().into(),
+    );
     if let Some(version) = settled {
         annotations.insert(SETTLED_ANNOTATION.into(), version.into());
     }
     if let Some(writer) = &config.writer {
         annotations.insert(WRITER_ANNOTATION.into(), writer.as_str().into());
     }
-    if !annotations.is_empty() {
-        metadata["annotations"] = annotations.into();
-    }
+    metadata["annotations"] = annotations.into();
     let lease = json!({
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -512,8 +518,12 @@ fn live_ring(
             });
             continue;
         }
-        live.insert(holder.to_string(), Replica::new(holder));
         let annotations = lease.metadata.annotations.as_ref();
+        let computes = annotations
+            .and_then(|a| a.get(SCHEME_ANNOTATION))
+            .and_then(|n| n.parse().ok())
+            .map_or(Scheme::Rendezvous, Scheme::from_number);
+        live.insert(holder.to_string(), Replica::new(holder).computing(computes));
         if let Some(version) = annotations.and_then(|a| a.get(SETTLED_ANNOTATION)) {
             settled.insert(holder.to_string(), version.clone());
         }
@@ -636,6 +646,40 @@ mod tests {
             &mut sightings,
         );
         assert_eq!(ids(&view), ["fresh"]);
+    }
+
+    /// During an upgrade from a version that only computes rendezvous,
+    /// whose Leases name no scheme, the ring assigns as that version does;
+    /// once every Lease names the bounded-load pass, the ring uses it.
+    #[test]
+    fn the_ring_assigns_by_the_newest_scheme_every_lease_names() {
+        let config = MembershipConfig::new("ns", "hosts", "me");
+        let renewed: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let naming = |holder: &str, number: &str| {
+            let mut lease = lease(holder, renewed, 15);
+            lease.metadata.annotations =
+                Some([(SCHEME_ANNOTATION.to_string(), number.to_string())].into());
+            lease
+        };
+        let ring_of = |leases: &[Lease]| {
+            let (view, _) = live_ring(
+                leases,
+                &config,
+                true,
+                Instant::now(),
+                &Ring::default(),
+                &mut Sightings::default(),
+            );
+            view.ring.scheme()
+        };
+        let old = lease("old", renewed, 15);
+        assert_eq!(ring_of(&[naming("new", "2"), old]), Scheme::Rendezvous);
+        assert_eq!(ring_of(&[naming("new", "2")]), Scheme::BoundedLoad);
+        // A newer version computes ours too; one naming "1" or nonsense
+        // computes rendezvous alone.
+        assert_eq!(ring_of(&[naming("newer", "9")]), Scheme::BoundedLoad);
+        assert_eq!(ring_of(&[naming("one", "1")]), Scheme::Rendezvous);
+        assert_eq!(ring_of(&[naming("odd", "two")]), Scheme::Rendezvous);
     }
 
     #[test]

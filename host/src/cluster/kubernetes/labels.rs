@@ -1,4 +1,5 @@
-//! One label set on an object that exists, at the version it was read.
+//! One label set on (or taken off) an object that exists, at the version
+//! it was read.
 //!
 //! A merge patch, not an apply: a server-side apply creates an object that
 //! is not there (the API server accepts a resourceVersion in the body of
