@@ -219,21 +219,25 @@ fn minted(cx: &RealCluster, name: &str, group: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// How many objects of `kind` `replica`'s cache holds, from its /metrics.
-async fn cached(replica: &HostProcess, kind: &str) -> Result<u64> {
+/// Where `replica` serves /metrics and /shards, from its log.
+fn reports_address(replica: &HostProcess) -> Result<String> {
     let marker = "serving /metrics and /plugins on http://";
     let line = replica
         .log_lines_with(&[marker])
         .into_iter()
         .next()
         .context("the replica has not said where it serves /metrics")?;
-    let address = line
+    Ok(line
         .split(marker)
         .nth(1)
         .and_then(|rest| rest.split_whitespace().next())
         .context("no address after the marker")?
-        .to_string();
-    let response = reconciler_tests::metrics_text(&address)?;
+        .to_string())
+}
+
+/// How many objects of `kind` `replica`'s cache holds, from its /metrics.
+async fn cached(replica: &HostProcess, kind: &str) -> Result<u64> {
+    let response = reconciler_tests::metrics_text(&reports_address(replica)?)?;
     let series = format!("kind=\"{kind}\"}}");
     Ok(response
         .lines()
@@ -251,6 +255,17 @@ async fn each_caches_its_share(
     replicas: &[HostProcess],
     total: u64,
 ) -> Result<()> {
+    each_caches_at_most(cx, replicas, total, total / 2).await
+}
+
+/// [`each_caches_its_share`], with none holding more than `most` of either
+/// kind.
+async fn each_caches_at_most(
+    cx: &RealCluster,
+    replicas: &[HostProcess],
+    total: u64,
+    most: u64,
+) -> Result<()> {
     cx.wait_for(
         "each replica caching only its share",
         CONVERGE_TIMEOUT,
@@ -264,9 +279,9 @@ async fn each_caches_its_share(
             }
             let podsets: u64 = shares.iter().map(|s| s.0).sum();
             let deployments: u64 = shares.iter().map(|s| s.1).sum();
-            let most = shares.iter().map(|s| s.0.max(s.1)).max().unwrap_or(0);
+            let largest = shares.iter().map(|s| s.0.max(s.1)).max().unwrap_or(0);
             Ok(
-                if podsets == total && deployments == total && most <= total / 2 {
+                if podsets == total && deployments == total && largest <= most {
                     Probe::Ready(shares)
                 } else {
                     Probe::Pending(format!(
@@ -1036,6 +1051,283 @@ async fn strays(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Result
     cx.step(format!(
         "{said} stray(s) relabelled by the replica they reached"
     ));
+    for replica in replicas.iter() {
+        replica.stop().await?;
+    }
+    Ok(())
+}
+
+/// Point 3: a ring change lists nothing but the buckets that arrive, and
+/// changes no object. Two replicas hold 60 PodSets; a third joins, then one
+/// leaves with SIGTERM. At each change every replica lists, with an `in`
+/// selector, exactly the buckets it gains in the ring (computed with the
+/// host's own assignment: on a join the two mostly give buckets away, and
+/// the bounded-load pass may hand one of them a few), and nothing more;
+/// through both, no PodSet or Deployment gets a new resourceVersion.
+#[test]
+fn a_ring_change_lists_only_the_arriving_buckets_and_changes_no_object() {
+    let audit = tempfile::tempdir().expect("a temporary directory");
+    let users = ["move-a", "move-b", "move-c"];
+    let flags = audit_log_flags(
+        audit.path(),
+        &format!(
+            "- level: Metadata\n  users: [{}]\n  verbs: [list, create, update, patch, delete]\n  resources:\n  \
+             - group: apps\n    resources: [deployments]\n  \
+             - group: example.com\n    resources: [podsets, podsets/status]\n",
+            users.join(", ")
+        ),
+    )
+    .expect("the audit policy");
+    with_replicas(
+        "a_ring_change_lists_only_the_arriving_buckets_and_changes_no_object",
+        &[("APISERVER_EXTRA", flags.as_str())],
+        async |cx, replicas| moves(cx, audit.path(), replicas).await,
+    );
+}
+
+/// The resourceVersion of every PodSet and Deployment, by kind and name.
+async fn versions(cx: &RealCluster) -> Result<BTreeMap<String, String>> {
+    let mut versions = BTreeMap::new();
+    for kind in [podsets(), deployments()] {
+        for object in cx
+            .api(&kind)
+            .await?
+            .list(&ListParams::default())
+            .await?
+            .items
+        {
+            versions.insert(
+                format!("{}/{}", kind.kind, object.metadata.name.unwrap_or_default()),
+                object.metadata.resource_version.unwrap_or_default(),
+            );
+        }
+    }
+    Ok(versions)
+}
+
+/// One list request of a replica, from the audit log: when, by whom, of
+/// which resource, with which label selector (decoded).
+#[derive(Debug)]
+struct Listed {
+    at: Timestamp,
+    user: String,
+    resource: String,
+    selector: String,
+}
+
+fn audited_lists(dir: &Path) -> Result<Vec<Listed>> {
+    let text = std::fs::read_to_string(dir.join("audit.log")).context("reading the audit log")?;
+    let mut lists = Vec::new();
+    for line in text.lines() {
+        let entry: Value = serde_json::from_str(line)?;
+        if entry["verb"] != "list" {
+            continue;
+        }
+        let uri = entry["requestURI"].as_str().unwrap_or_default();
+        let selector = uri
+            .split(['?', '&'])
+            .find_map(|p| p.strip_prefix("labelSelector="))
+            .map(decoded)
+            .unwrap_or_default();
+        lists.push(Listed {
+            at: entry["requestReceivedTimestamp"]
+                .as_str()
+                .context("an audit entry without requestReceivedTimestamp")?
+                .parse()?,
+            user: entry["user"]["username"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            resource: entry["objectRef"]["resource"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            selector,
+        });
+    }
+    Ok(lists)
+}
+
+/// A query parameter's value, percent-decoded.
+fn decoded(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
+                i += 2;
+            }
+            byte => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The buckets an `in` selector of the shard label names; `None` for any
+/// other selector.
+fn buckets_in(selector: &str) -> Option<usize> {
+    let inner = selector
+        .strip_prefix("reconciler-host.io/shard in (")?
+        .strip_suffix(')')?;
+    Some(inner.split(',').count())
+}
+
+/// `replica`'s /shards, parsed.
+fn shards_of(replica: &HostProcess) -> Result<Value> {
+    let response = reconciler_tests::report_text(&reports_address(replica)?, "/shards")?;
+    let body = response
+        .split("\r\n\r\n")
+        .nth(1)
+        .context("a response without a body")?;
+    Ok(serde_json::from_str(body)?)
+}
+
+/// The identity each of `replicas` joined the ring as, from its /shards.
+fn identities(replicas: &[&HostProcess]) -> Result<Vec<String>> {
+    replicas
+        .iter()
+        .map(|r| {
+            Ok(shards_of(r)?["identity"]
+                .as_str()
+                .context("an identity")?
+                .to_string())
+        })
+        .collect()
+}
+
+/// How many buckets `who` owns in the ring of `after` and not in that of
+/// `before`: what it must list when the ring goes from one to the other.
+fn gained(who: &str, before: &[String], after: &[String]) -> usize {
+    use reconciler_host::sharding::assignment::{Replica, Ring};
+    let ring = |ids: &[String]| Ring::new(ids.iter().map(|id| Replica::new(id)));
+    let (before, after) = (ring(before), ring(after));
+    let had = before.buckets_of(who);
+    after
+        .buckets_of(who)
+        .iter()
+        .filter(|b| !had.contains(b))
+        .count()
+}
+
+/// Every list of podsets and deployments `user` made in `lists` names its
+/// arriving buckets alone (an `in` selector), and they add up to `gained`
+/// for each resource.
+fn listed_only(lists: &[&Listed], user: &str, gained: usize) -> Result<()> {
+    for resource in ["podsets", "deployments"] {
+        let mut named = 0;
+        for list in lists
+            .iter()
+            .filter(|l| l.user == user && l.resource == resource)
+        {
+            named += buckets_in(&list.selector).with_context(|| {
+                format!(
+                    "{user} listed {resource} with more than its arriving buckets: {:.60}...",
+                    list.selector
+                )
+            })?;
+        }
+        ensure!(
+            named == gained,
+            "{user} listed {named} buckets of {resource}; it gained {gained}"
+        );
+    }
+    Ok(())
+}
+
+async fn moves(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProcess>) -> Result<()> {
+    cx.install_crds(&podset_crd()).await?;
+    for name in ["move-a", "move-b"] {
+        replicas.push(start(cx, name)?);
+    }
+    settled_over(cx, &replicas.iter().collect::<Vec<_>>(), &[0, 0], 2).await?;
+    create(cx, 0..60).await?;
+    converged(cx, 60).await?;
+    // Two replicas: each below the whole, not below half.
+    each_caches_at_most(cx, replicas, 60, 45).await?;
+    let before = versions(cx).await?;
+
+    let joined = Timestamp::now();
+    let counts: Vec<usize> = replicas.iter().map(|r| settles(r, 3)).collect();
+    replicas.push(start(cx, "move-c")?);
+    settled_over(
+        cx,
+        &replicas.iter().collect::<Vec<_>>(),
+        &[counts[0], counts[1], 0],
+        3,
+    )
+    .await?;
+    each_caches_its_share(cx, replicas, 60).await?;
+    let ids = identities(&replicas.iter().collect::<Vec<_>>())?;
+    let (two, three) = (vec![ids[0].clone(), ids[1].clone()], ids.clone());
+    let shards = shards_of(&replicas[1])?;
+    cx.step(format!(
+        "a third replica joined; the ring assigns by {}; on the join move-a gained {} buckets, move-b {}",
+        shards["assignment"],
+        gained(&ids[0], &two, &three),
+        gained(&ids[1], &two, &three)
+    ));
+
+    let left = Timestamp::now();
+    let counts: Vec<usize> = [&replicas[0], &replicas[2]]
+        .iter()
+        .map(|r| settles(r, 2))
+        .collect();
+    let leaving = replicas.remove(1);
+    leaving.stop().await?;
+    settled_over(cx, &[&replicas[0], &replicas[1]], &counts, 2).await?;
+    let moved_in = left.duration_until(Timestamp::now());
+    each_caches_at_most(cx, replicas, 60, 45).await?;
+    converged(cx, 60).await?;
+    let after = versions(cx).await?;
+    let changed: Vec<&String> = before
+        .iter()
+        .filter(|(name, version)| after.get(*name) != Some(version))
+        .map(|(name, _)| name)
+        .collect();
+    let last = vec![ids[0].clone(), ids[2].clone()];
+
+    let lists = audited_lists(audit)?;
+    let on_join: Vec<&Listed> = lists
+        .iter()
+        .filter(|l| l.at >= joined && l.at < left)
+        .collect();
+    let on_leave: Vec<&Listed> = lists.iter().filter(|l| l.at >= left).collect();
+    // Who listed what, and how many buckets an `in` selector named.
+    let summary = |lists: &[&Listed]| {
+        lists
+            .iter()
+            .map(|l| match buckets_in(&l.selector) {
+                Some(n) => format!("{} {} in {n} buckets", l.user, l.resource),
+                None => format!("{} {} {:.40}...", l.user, l.resource, l.selector),
+            })
+            .collect::<Vec<_>>()
+    };
+    cx.step(format!(
+        "lists on the join: {:?}; on the leave ({} gained by move-a, {} by move-c; settled {:.1} s after SIGTERM): {:?}",
+        summary(&on_join),
+        gained(&ids[0], &three, &last),
+        gained(&ids[2], &three, &last),
+        moved_in.as_secs_f64(),
+        summary(&on_leave)
+    ));
+    listed_only(&on_join, "move-a", gained(&ids[0], &two, &three))?;
+    listed_only(&on_join, "move-b", gained(&ids[1], &two, &three))?;
+    listed_only(&on_leave, "move-a", gained(&ids[0], &three, &last))?;
+    listed_only(&on_leave, "move-c", gained(&ids[2], &three, &last))?;
+    cx.step(format!(
+        "through the join and the leave, {} of {} PodSets and Deployments got a new resourceVersion",
+        changed.len(),
+        before.len()
+    ));
+    ensure!(
+        changed.is_empty(),
+        "objects changed by the moves: {changed:?}"
+    );
     for replica in replicas.iter() {
         replica.stop().await?;
     }

@@ -303,7 +303,7 @@ impl<B: ClusterBackend> Engine<B> {
             queues::queue_all(&self.shared, &plugin);
         }
         let now = self.shared.now();
-        let events = self.watches.drain();
+        let events = self.watches.drain(&self.shared.cache);
         self.trigger.take_events(&self.shared, &events, now);
         events.len()
     }

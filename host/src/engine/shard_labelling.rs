@@ -14,11 +14,10 @@
 use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 
-use reconciler_contract::selector::LabelSelector;
 use reconciler_contract::{KindRef, PluginMetadata};
 use serde_json::Value;
 
-use super::shard_selection::{self, ShardSelection};
+use super::shard_selection::{self, Buckets, ShardRole, ShardSelection};
 use super::shared_cache::SharedCache;
 use super::work_queue::PrimaryKey;
 use crate::cluster::{BackendError, ClusterBackend, ObjectKey};
@@ -47,20 +46,24 @@ impl ShardLabelling {
         self.selection.bucket_of(key)
     }
 
-    /// The selector `kind` is watched with now, given the plugins `served`
-    /// with `adding` among them (in place of a version of its name).
-    pub fn selector<'a>(
+    /// How `kind` is selected given the plugins `served` with `adding`
+    /// among them (in place of a version of its name); `None`: whole.
+    pub fn role<'a>(
         &self,
         kind: &KindRef,
         served: impl IntoIterator<Item = &'a PluginMetadata>,
         adding: Option<&'a PluginMetadata>,
-    ) -> Option<LabelSelector> {
+    ) -> Option<ShardRole> {
         let metadata = served
             .into_iter()
             .filter(|m| adding.is_none_or(|a| a.name != m.name))
             .chain(adding);
-        self.selection
-            .selector(self.selection.role_of(kind, metadata)?)
+        self.selection.role_of(kind, metadata)
+    }
+
+    /// The buckets this replica owns now, and the others'.
+    pub fn buckets(&self) -> Buckets {
+        self.selection.buckets()
     }
 
     /// Puts the primary's bucket on every child `response` owns, but those
@@ -230,7 +233,6 @@ mod tests {
     use super::*;
     use crate::cluster::embedded::EmbeddedCluster;
     use crate::cluster::{VirtualClock, WatchEvent, WatchEventType};
-    use crate::engine::shard_selection::Buckets;
 
     /// A replica owning buckets 001 and 002 of three, where every primary
     /// is in 001.

@@ -138,29 +138,54 @@ impl ShardSelection {
             .contains(bucket)
     }
 
+    /// The buckets this replica owns now, and the others'.
+    pub fn buckets(&self) -> Buckets {
+        self.buckets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// The selector a kind of `role` is watched with now; `None` while this
     /// replica owns every bucket (or the ring is empty).
     pub fn selector(&self, role: ShardRole) -> Option<LabelSelector> {
-        let buckets = self.buckets.read().unwrap_or_else(|e| e.into_inner());
-        if buckets.others.is_empty() {
-            return None;
+        selector_of(role, &self.buckets())
+    }
+}
+
+/// The selector a kind of `role` is watched with, given `buckets`; `None`
+/// while this replica owns every bucket (or the ring is empty).
+pub fn selector_of(role: ShardRole, buckets: &Buckets) -> Option<LabelSelector> {
+    if buckets.others.is_empty() {
+        return None;
+    }
+    let text = match role {
+        ShardRole::Primary => format!("{SHARD_LABEL} notin ({})", list(&buckets.others)),
+        ShardRole::Child if buckets.mine.is_empty() => {
+            format!("{SHARD_LABEL} in ({NO_BUCKET})")
         }
-        let list = |set: &BTreeSet<String>| set.iter().cloned().collect::<Vec<_>>().join(",");
-        let text = match role {
-            ShardRole::Primary => format!("{SHARD_LABEL} notin ({})", list(&buckets.others)),
-            ShardRole::Child if buckets.mine.is_empty() => {
-                format!("{SHARD_LABEL} in ({NO_BUCKET})")
-            }
-            ShardRole::Child => format!("{SHARD_LABEL} in ({})", list(&buckets.mine)),
-        };
-        match LabelSelector::parse(&text) {
-            Ok(selector) => Some(selector),
-            Err(e) => {
-                // Bucket values are three hex digits: this cannot happen,
-                // and watching whole is correct, only dearer.
-                tracing::error!("shard selector not built, watching whole: {e}");
-                None
-            }
+        ShardRole::Child => format!("{SHARD_LABEL} in ({})", list(&buckets.mine)),
+    };
+    parsed(&text)
+}
+
+/// The selector of objects labelled with one of `buckets` (not empty).
+pub fn selector_in(buckets: &BTreeSet<String>) -> Option<LabelSelector> {
+    parsed(&format!("{SHARD_LABEL} in ({})", list(buckets)))
+}
+
+fn list(set: &BTreeSet<String>) -> String {
+    set.iter().cloned().collect::<Vec<_>>().join(",")
+}
+
+fn parsed(text: &str) -> Option<LabelSelector> {
+    match LabelSelector::parse(text) {
+        Ok(selector) => Some(selector),
+        Err(e) => {
+            // Bucket values are three hex digits: this cannot happen,
+            // and watching whole is correct, only dearer.
+            tracing::error!("shard selector not built, watching whole: {e}");
+            None
         }
     }
 }

@@ -153,6 +153,26 @@ impl Trigger {
             forget_objects(shared, &gone);
         }
     }
+
+    /// Takes out of the cache every object of `kind` labelled with one of
+    /// `buckets`, which left this replica: as if deleted, without a list.
+    pub fn take_departed<B: ClusterBackend>(
+        &self,
+        shared: &Shared<B>,
+        kind: &KindRef,
+        buckets: &BTreeSet<String>,
+    ) {
+        let now = shared.now();
+        let mut gone = HashSet::new();
+        for object in shared.cache.list(kind) {
+            let label = crate::engine::shard_selection::label_of(&object);
+            if label.is_some_and(|l| buckets.contains(l)) {
+                let event = WatchEvent::new(WatchEventType::Deleted, object);
+                gone.extend(self.observe(shared, &event, now));
+            }
+        }
+        forget_objects(shared, &gone);
+    }
 }
 
 /// Forgets what the engine remembered about objects the cluster deleted:

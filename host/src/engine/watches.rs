@@ -1,17 +1,26 @@
-//! The watches an engine keeps, one per kind: how each kind is watched
-//! (whole or as metadata only, with which shard selector), and the events
-//! they deliver until the trigger takes them.
+//! The watches an engine keeps, per kind: how each kind is watched (whole
+//! or as metadata only, in which shard role), and the events they deliver
+//! until the trigger takes them.
 //!
 //! A kind declared by several plugins is watched once, as metadata only
 //! while every plugin declaring it reads it so; a plugin wanting whole
 //! objects of such a kind has it watched again whole. Under sharding, a
-//! kind whose role changes with a plugin, or whose selector changes with
-//! the ring, is watched again with its new selector, and only what changed
-//! since it was cached is reconciled. A watch's first list goes to the
-//! [`Trigger`] before its stream is kept here, so nothing is missed
-//! between the two.
+//! kind whose role changes with a plugin is watched again with its new
+//! selector, and only what changed since it was cached is reconciled.
+//!
+//! When the ring moves buckets, nothing is listed again but the buckets
+//! that arrive: a kind keeps its watches, each stops taking the events of
+//! the buckets that left (their objects leave the cache at once), and one
+//! more watch, selecting the arriving buckets alone, lists them and
+//! follows them. Each watch takes the events of the buckets it *covers*,
+//! and no two cover the same bucket, so an object's changes come from one
+//! watch, in order. Past [`MAX_WATCHES_PER_KIND`] watches of a kind, it is
+//! watched again whole with the current selector (one full list).
+//!
+//! A watch's first list goes to the [`Trigger`] before its stream is kept
+//! here, so nothing is missed between the two.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 
 use reconciler_contract::selector::LabelSelector;
@@ -21,22 +30,91 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::errors::EngineError;
 use super::shard_labelling::ShardLabelling;
+use super::shard_selection::{self, Buckets, ShardRole};
 use super::shared::Shared;
+use super::shared_cache::SharedCache;
 use super::trigger::Trigger;
-use crate::cluster::{ClusterBackend, WatchEvent, WatchScope, WatchStream};
+use crate::cluster::{
+    ClusterBackend, ObjectKey, WatchEvent, WatchEventType, WatchScope, WatchStream,
+};
 use crate::plugin::LoadedPlugin;
+
+/// The most watches one kind is followed by before it is watched again as
+/// one (a full list): each ring change that brings buckets adds one.
+pub const MAX_WATCHES_PER_KIND: usize = 6;
+
+/// Which objects a watch's events are taken for, by their shard label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Coverage {
+    /// Objects labelled with none of these buckets, unlabelled ones too.
+    AllBut(BTreeSet<String>),
+    /// Objects labelled with one of these buckets.
+    Only(BTreeSet<String>),
+}
+
+impl Coverage {
+    /// Every object.
+    pub fn whole() -> Self {
+        Coverage::AllBut(BTreeSet::new())
+    }
+
+    /// What a single watch of a kind in `role` (none: whole) covers, given
+    /// `buckets`: as [`shard_selection::selector_of`] selects.
+    pub fn of(role: Option<ShardRole>, buckets: &Buckets) -> Self {
+        match role {
+            Some(_) if buckets.others.is_empty() => Coverage::whole(),
+            Some(ShardRole::Primary) => Coverage::AllBut(buckets.others.clone()),
+            Some(ShardRole::Child) => Coverage::Only(buckets.mine.clone()),
+            None => Coverage::whole(),
+        }
+    }
+
+    /// Whether an object with shard label `label` is covered.
+    pub fn covers(&self, label: Option<&str>) -> bool {
+        match self {
+            Coverage::AllBut(left_out) => label.is_none_or(|l| !left_out.contains(l)),
+            Coverage::Only(buckets) => label.is_some_and(|l| buckets.contains(l)),
+        }
+    }
+
+    /// Stops covering `buckets`.
+    fn without(&mut self, buckets: &BTreeSet<String>) {
+        match self {
+            Coverage::AllBut(left_out) => left_out.extend(buckets.iter().cloned()),
+            Coverage::Only(covered) => covered.retain(|b| !buckets.contains(b)),
+        }
+    }
+}
+
+/// How a kind is selected now: its shard role and the buckets this
+/// replica owned when its watches last followed the ring.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Selection {
+    role: Option<ShardRole>,
+    mine: BTreeSet<String>,
+}
+
+/// One watch's events, and what of them is taken.
+struct Stream {
+    id: u64,
+    kind: KindRef,
+    coverage: Coverage,
+    events: UnboundedReceiver<WatchEvent>,
+}
 
 /// The watch streams and how each kind is watched.
 #[derive(Default)]
 pub struct Watches {
     /// Kinds watched, and whether as metadata only.
     watched: Mutex<BTreeMap<KindRef, bool>>,
-    /// The label selector each watched kind was last watched with.
-    selected: Mutex<BTreeMap<KindRef, Option<LabelSelector>>>,
-    streams: Mutex<Vec<(KindRef, UnboundedReceiver<WatchEvent>)>>,
+    /// How each watched kind is selected.
+    selected: Mutex<BTreeMap<KindRef, Selection>>,
+    streams: Mutex<Vec<Stream>>,
+    next_id: Mutex<u64>,
     /// Events taken off the streams while waiting for one (see
-    /// [`Self::wait`]), ahead of those still in the channels.
-    arrived: Mutex<Vec<WatchEvent>>,
+    /// [`Self::wait`]), ahead of those still in the channels, with the id
+    /// of their stream.
+    arrived: Mutex<Vec<(u64, WatchEvent)>>,
     /// Told when a watch is added or replaced, so a wait includes it.
     changed: Notify,
 }
@@ -56,9 +134,19 @@ impl Watches {
         lock(&self.watched).get(kind).copied()
     }
 
-    /// Whether `kind` was last watched with `labels`.
-    pub fn selected_with(&self, kind: &KindRef, labels: &Option<LabelSelector>) -> bool {
-        lock(&self.selected).get(kind) == Some(labels)
+    /// Whether `kind` was last watched in shard `role`.
+    fn selected_as(&self, kind: &KindRef, role: Option<ShardRole>) -> bool {
+        lock(&self.selected)
+            .get(kind)
+            .is_some_and(|s| s.role == role)
+    }
+
+    /// How many watches follow `kind`.
+    pub fn watches_of(&self, kind: &KindRef) -> usize {
+        lock(&self.streams)
+            .iter()
+            .filter(|s| s.kind == *kind)
+            .count()
     }
 
     /// Asks the backend to watch `kind` as `scope` says, marked as watched
@@ -71,12 +159,8 @@ impl Watches {
         watched_as: Option<bool>,
     ) -> Result<WatchStream, EngineError> {
         lock(&self.watched).insert(kind.clone(), scope.metadata_only);
-        let labels = scope.labels.clone();
         match backend.watch(kind, &scope).await {
-            Ok(stream) => {
-                lock(&self.selected).insert(kind.clone(), labels);
-                Ok(stream)
-            }
+            Ok(stream) => Ok(stream),
             Err(source) => {
                 let mut watched = lock(&self.watched);
                 match watched_as {
@@ -91,23 +175,82 @@ impl Watches {
         }
     }
 
-    /// Keeps the event stream of `kind`'s watch, replacing the one of an
-    /// earlier watch of it (whose task then stops).
-    pub fn add_stream(&self, kind: KindRef, events: UnboundedReceiver<WatchEvent>) {
+    fn next_id(&self) -> u64 {
+        let mut next = lock(&self.next_id);
+        *next += 1;
+        *next
+    }
+
+    /// Keeps the event stream of `kind`'s watch, covering `coverage`,
+    /// replacing every earlier watch of it (whose tasks then stop).
+    pub fn add_stream(
+        &self,
+        kind: KindRef,
+        coverage: Coverage,
+        events: UnboundedReceiver<WatchEvent>,
+    ) {
+        let id = self.next_id();
         let mut streams = lock(&self.streams);
-        streams.retain(|(k, _)| *k != kind);
-        streams.push((kind, events));
+        streams.retain(|s| s.kind != kind);
+        streams.push(Stream {
+            id,
+            kind,
+            coverage,
+            events,
+        });
         drop(streams);
         self.changed.notify_waiters();
     }
 
-    /// Every event delivered so far, those taken while waiting first.
-    pub fn drain(&self) -> Vec<WatchEvent> {
-        let mut events = std::mem::take(&mut *lock(&self.arrived));
+    /// Keeps one more event stream of `kind`, covering buckets no other
+    /// watch of it covers.
+    fn add_arrivals(
+        &self,
+        kind: KindRef,
+        coverage: Coverage,
+        events: UnboundedReceiver<WatchEvent>,
+    ) {
+        let id = self.next_id();
+        lock(&self.streams).push(Stream {
+            id,
+            kind,
+            coverage,
+            events,
+        });
+        self.changed.notify_waiters();
+    }
+
+    /// Every watch of `kind` stops taking the events of `buckets`.
+    fn narrow(&self, kind: &KindRef, buckets: &BTreeSet<String>) {
+        for stream in lock(&self.streams).iter_mut().filter(|s| s.kind == *kind) {
+            stream.coverage.without(buckets);
+        }
+    }
+
+    fn select(&self, kind: &KindRef, selection: Selection) {
+        lock(&self.selected).insert(kind.clone(), selection);
+    }
+
+    /// Every event delivered so far that its watch covers, those taken
+    /// while waiting first. An event of an object its watch no longer
+    /// covers (relabelled out of it, or of a bucket that left) is taken
+    /// as the object's deletion when `cache` holds it as that watch
+    /// covered it, and passed over otherwise: the watch covering it now
+    /// tells of it.
+    pub fn drain(&self, cache: &SharedCache) -> Vec<WatchEvent> {
+        let arrived = std::mem::take(&mut *lock(&self.arrived));
         let mut streams = lock(&self.streams);
-        for (_, rx) in streams.iter_mut() {
-            while let Ok(event) = rx.try_recv() {
-                events.push(event);
+        let mut events = Vec::new();
+        for (id, event) in arrived {
+            if let Some(stream) = streams.iter().find(|s| s.id == id) {
+                events.extend(taken(&stream.coverage, event, cache));
+            }
+            // Its watch was replaced: that watch's list and events tell
+            // of everything it covered.
+        }
+        for stream in streams.iter_mut() {
+            while let Ok(event) = stream.events.try_recv() {
+                events.extend(taken(&stream.coverage, event, cache));
             }
         }
         events
@@ -131,9 +274,9 @@ impl Watches {
             // Every channel is polled, so each has this task's waker when
             // none has an event. A closed one (its watch replaced or ended)
             // is ready with nothing: passed over.
-            for (_, rx) in streams.iter_mut() {
-                if let std::task::Poll::Ready(Some(event)) = rx.poll_recv(cx) {
-                    lock(&self.arrived).push(event);
+            for stream in streams.iter_mut() {
+                if let std::task::Poll::Ready(Some(event)) = stream.events.poll_recv(cx) {
+                    lock(&self.arrived).push((stream.id, event));
                     return std::task::Poll::Ready(());
                 }
             }
@@ -141,6 +284,20 @@ impl Watches {
         })
         .await
     }
+}
+
+/// `event` as the engine takes it from a watch covering `coverage`.
+fn taken(coverage: &Coverage, event: WatchEvent, cache: &SharedCache) -> Option<WatchEvent> {
+    if coverage.covers(shard_selection::label_of(&event.object)) {
+        return Some(event);
+    }
+    if event.event_type == WatchEventType::Deleted {
+        return None;
+    }
+    let held = cache.get(&ObjectKey::of(&event.object)?)?;
+    coverage
+        .covers(shard_selection::label_of(&held))
+        .then(|| WatchEvent::new(WatchEventType::Deleted, held))
 }
 
 /// Whether `plugin` alone would have `kind` watched as metadata only: it
@@ -187,61 +344,71 @@ impl<B: ClusterBackend> Wiring<'_, B> {
             let served = self.shared.controllers.plugins();
             let others = served.iter().map(|p| p.metadata());
             let metadata_only = wants_metadata_only(kind, metadata, others);
-            let labels = self.selector(kind, Some(metadata));
+            let role = self.role(kind, Some(metadata));
             let watched_as = self.watches.watched_as(kind);
             let metadata_only = watch_as(metadata_only, watched_as);
-            if watched_as == Some(metadata_only) && self.watches.selected_with(kind, &labels) {
+            if watched_as == Some(metadata_only) && self.watches.selected_as(kind, role) {
+                self.follow_buckets(kind, metadata_only).await?;
                 continue;
             }
-            self.watch_kind(kind, metadata_only, labels, watched_as)
+            self.watch_kind(kind, metadata_only, role, watched_as)
                 .await?;
         }
         Ok(())
     }
 
-    /// Watches again, with the buckets this replica owns now, every kind
-    /// selected by the shard label: objects that left its buckets leave
-    /// the cache, those that came in are listed into it. Kinds already
-    /// watched with the current selector are left alone, so this is cheap
-    /// to call after every ring change, and retries what failed before.
+    /// Follows the buckets this replica owns now with every kind selected
+    /// by the shard label: objects that left its buckets leave the cache,
+    /// those that came in are listed into it (see the module's second
+    /// paragraph). Kinds that already follow them are left alone, so this
+    /// is cheap to call after every ring change, and retries what failed
+    /// before.
     pub async fn reselect(&self) -> Result<(), EngineError> {
         if self.shards.is_none() {
             return Ok(());
         }
         for (kind, metadata_only) in self.watches.watched_kinds() {
-            let labels = self.selector(&kind, None);
-            if self.watches.selected_with(&kind, &labels) {
-                continue;
+            let role = self.role(&kind, None);
+            if self.watches.selected_as(&kind, role) {
+                self.follow_buckets(&kind, metadata_only).await?;
+            } else {
+                self.watch_kind(&kind, metadata_only, role, Some(metadata_only))
+                    .await?;
             }
-            self.watch_kind(&kind, metadata_only, labels, Some(metadata_only))
-                .await?;
         }
         Ok(())
     }
 
-    /// The shard selector `kind` is watched with now, `adding` counted
-    /// among the plugins serving it.
-    fn selector(&self, kind: &KindRef, adding: Option<&PluginMetadata>) -> Option<LabelSelector> {
+    /// How `kind` is selected by the shard label, `adding` counted among
+    /// the plugins serving it; `None`: whole.
+    fn role(&self, kind: &KindRef, adding: Option<&PluginMetadata>) -> Option<ShardRole> {
         let shards = self.shards?;
         let served = self.shared.controllers.plugins();
-        shards.selector(kind, served.iter().map(|p| p.metadata()), adding)
+        shards.role(kind, served.iter().map(|p| p.metadata()), adding)
     }
 
-    /// Watches `kind` (again, when `watched_as` says how it was watched so
-    /// far) with `labels`, taking the list into the cache.
-    async fn watch_kind(
-        &self,
-        kind: &KindRef,
-        metadata_only: bool,
-        labels: Option<LabelSelector>,
-        watched_as: Option<bool>,
-    ) -> Result<(), EngineError> {
-        let scope = WatchScope {
+    fn scope(&self, metadata_only: bool, labels: Option<LabelSelector>) -> WatchScope {
+        WatchScope {
             namespaces: self.shared.scope.namespaces.clone(),
             metadata_only,
             labels,
             max_objects: self.shared.cache.budget(),
-        };
+        }
+    }
+
+    /// Watches `kind` (again, when `watched_as` says how it was watched so
+    /// far) in shard `role` with one watch, taking the list into the
+    /// cache.
+    async fn watch_kind(
+        &self,
+        kind: &KindRef,
+        metadata_only: bool,
+        role: Option<ShardRole>,
+        watched_as: Option<bool>,
+    ) -> Result<(), EngineError> {
+        let buckets = self.shards.map(ShardLabelling::buckets).unwrap_or_default();
+        let labels = role.and_then(|role| shard_selection::selector_of(role, &buckets));
+        let scope = self.scope(metadata_only, labels);
         let backend = &*self.shared.backend;
         let stream = self.watches.open(backend, kind, scope, watched_as).await?;
         // Re-watched as it was (only its selector changed): cached objects
@@ -250,7 +417,77 @@ impl<B: ClusterBackend> Wiring<'_, B> {
         let rewatch = watched_as.is_some();
         self.trigger
             .take_list(self.shared, kind, stream.initial, rewatch, keep_current);
-        self.watches.add_stream(kind.clone(), stream.events);
+        let coverage = Coverage::of(role, &buckets);
+        self.watches
+            .add_stream(kind.clone(), coverage, stream.events);
+        self.watches.select(
+            kind,
+            Selection {
+                role,
+                mine: buckets.mine,
+            },
+        );
+        Ok(())
+    }
+
+    /// Follows the ring's move of buckets with `kind`'s watches, selected
+    /// as they were: the buckets that left are no longer taken from them
+    /// and their objects leave the cache; the buckets that came are
+    /// listed and followed by one more watch. Past
+    /// [`MAX_WATCHES_PER_KIND`], watched again as one.
+    async fn follow_buckets(&self, kind: &KindRef, metadata_only: bool) -> Result<(), EngineError> {
+        let Some(shards) = self.shards else {
+            return Ok(());
+        };
+        let Some(selection) = lock(&self.watches.selected).get(kind).cloned() else {
+            return Ok(());
+        };
+        if selection.role.is_none() {
+            return Ok(());
+        }
+        let buckets = shards.buckets();
+        let left: BTreeSet<String> = selection.mine.difference(&buckets.mine).cloned().collect();
+        let came: BTreeSet<String> = buckets.mine.difference(&selection.mine).cloned().collect();
+        if left.is_empty() && came.is_empty() {
+            return Ok(());
+        }
+        if !came.is_empty() && self.watches.watches_of(kind) >= MAX_WATCHES_PER_KIND {
+            return self
+                .watch_kind(kind, metadata_only, selection.role, Some(metadata_only))
+                .await;
+        }
+        if !left.is_empty() {
+            self.watches.narrow(kind, &left);
+            self.trigger.take_departed(self.shared, kind, &left);
+            let mine = selection.mine.difference(&left).cloned().collect();
+            self.watches.select(
+                kind,
+                Selection {
+                    role: selection.role,
+                    mine,
+                },
+            );
+        }
+        if came.is_empty() {
+            return Ok(());
+        }
+        let scope = self.scope(metadata_only, shard_selection::selector_in(&came));
+        let backend = &*self.shared.backend;
+        let stream = self
+            .watches
+            .open(backend, kind, scope, Some(metadata_only))
+            .await?;
+        self.trigger
+            .take_list(self.shared, kind, stream.initial, false, false);
+        self.watches
+            .add_arrivals(kind.clone(), Coverage::Only(came), stream.events);
+        self.watches.select(
+            kind,
+            Selection {
+                role: selection.role,
+                mine: buckets.mine,
+            },
+        );
         Ok(())
     }
 }
@@ -265,7 +502,6 @@ mod tests {
     use tokio::sync::mpsc::unbounded_channel;
 
     use super::*;
-    use crate::cluster::WatchEventType;
 
     fn pod() -> KindRef {
         KindRef::new("", "v1", "Pod")
@@ -313,19 +549,19 @@ mod tests {
     async fn an_event_taken_while_waiting_is_kept_for_the_next_drain() {
         let watches = Watches::default();
         let (tx, rx) = unbounded_channel();
-        watches.add_stream(pod(), rx);
+        watches.add_stream(pod(), Coverage::whole(), rx);
         tx.send(event("a")).unwrap();
         tx.send(event("b")).unwrap();
         tokio::time::timeout(Duration::from_secs(5), watches.wait())
             .await
             .expect("an event is waiting");
         let names: Vec<String> = watches
-            .drain()
+            .drain(&SharedCache::new())
             .iter()
             .map(|e| e.object["metadata"]["name"].as_str().unwrap().to_string())
             .collect();
         assert_eq!(names, ["a", "b"], "in order, none lost");
-        assert!(watches.drain().is_empty());
+        assert!(watches.drain(&SharedCache::new()).is_empty());
     }
 
     #[tokio::test]
@@ -337,18 +573,108 @@ mod tests {
         });
         tokio::task::yield_now().await;
         let (old_tx, old_rx) = unbounded_channel();
-        watches.add_stream(pod(), old_rx);
+        watches.add_stream(pod(), Coverage::whole(), old_rx);
         tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
             .expect("woken by the new watch")
             .unwrap();
         let (new_tx, new_rx) = unbounded_channel();
-        watches.add_stream(pod(), new_rx);
+        watches.add_stream(pod(), Coverage::whole(), new_rx);
         assert!(
             old_tx.send(event("old")).is_err(),
             "the old stream is dropped"
         );
         new_tx.send(event("new")).unwrap();
-        assert_eq!(watches.drain().len(), 1);
+        assert_eq!(watches.drain(&SharedCache::new()).len(), 1);
+    }
+
+    fn labelled(name: &str, bucket: Option<&str>, event_type: WatchEventType) -> WatchEvent {
+        let mut object = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "resourceVersion": "1"}});
+        if let Some(bucket) = bucket {
+            shard_selection::label(&mut object, bucket);
+        }
+        WatchEvent::new(event_type, object)
+    }
+
+    fn set(buckets: &[&str]) -> BTreeSet<String> {
+        buckets.iter().map(|b| b.to_string()).collect()
+    }
+
+    #[test]
+    fn a_single_watch_covers_what_its_selector_selects() {
+        let buckets = Buckets {
+            mine: set(&["001", "002"]),
+            others: set(&["003"]),
+        };
+        let primary = Coverage::of(Some(ShardRole::Primary), &buckets);
+        assert!(primary.covers(Some("001")) && primary.covers(None));
+        assert!(!primary.covers(Some("003")));
+        let child = Coverage::of(Some(ShardRole::Child), &buckets);
+        assert!(child.covers(Some("002")) && !child.covers(None) && !child.covers(Some("003")));
+        let alone = Buckets {
+            mine: set(&["001", "002", "003"]),
+            others: BTreeSet::new(),
+        };
+        assert_eq!(
+            Coverage::of(Some(ShardRole::Child), &alone),
+            Coverage::whole()
+        );
+        assert_eq!(Coverage::of(None, &buckets), Coverage::whole());
+    }
+
+    /// Two watches of one kind: the first covered 001 and 002, then 002
+    /// left and 003 came with a watch of its own. Each object is taken from
+    /// the watch that covers it: the first one's events of 002 (whose
+    /// objects left the cache with it) and 003 are passed over, and an
+    /// object it held that was relabelled into 003 leaves the cache.
+    #[tokio::test]
+    async fn each_object_is_taken_from_the_one_watch_covering_it() {
+        let watches = Watches::default();
+        let cache = SharedCache::new();
+        let (first, first_rx) = unbounded_channel();
+        let (arrivals, arrivals_rx) = unbounded_channel();
+        watches.add_stream(pod(), Coverage::Only(set(&["001", "002"])), first_rx);
+        // Cached while 002 was still this replica's.
+        cache.observe(&labelled("relabelled", Some("001"), WatchEventType::Added));
+        watches.narrow(&pod(), &set(&["002"]));
+        watches.add_arrivals(pod(), Coverage::Only(set(&["003"])), arrivals_rx);
+        assert_eq!(watches.watches_of(&pod()), 2);
+
+        first
+            .send(labelled("kept", Some("001"), WatchEventType::Modified))
+            .unwrap();
+        first
+            .send(labelled("moved", Some("002"), WatchEventType::Modified))
+            .unwrap();
+        first
+            .send(labelled("came", Some("003"), WatchEventType::Modified))
+            .unwrap();
+        first
+            .send(labelled(
+                "relabelled",
+                Some("003"),
+                WatchEventType::Modified,
+            ))
+            .unwrap();
+        arrivals
+            .send(labelled("came", Some("003"), WatchEventType::Added))
+            .unwrap();
+        let taken: Vec<(String, WatchEventType)> = watches
+            .drain(&cache)
+            .into_iter()
+            .map(|e| {
+                let name = e.object["metadata"]["name"].as_str().unwrap().to_string();
+                (name, e.event_type)
+            })
+            .collect();
+        assert_eq!(
+            taken,
+            [
+                ("kept".to_string(), WatchEventType::Modified),
+                ("relabelled".to_string(), WatchEventType::Deleted),
+                ("came".to_string(), WatchEventType::Added),
+            ]
+        );
     }
 }
