@@ -83,24 +83,36 @@ struct Write {
     code: u64,
 }
 
-fn audited_writes(dir: &Path) -> Result<Vec<Write>> {
+/// Every entry of the audit log in `dir`, with when it was received and by
+/// whom.
+fn audit_entries(dir: &Path) -> Result<Vec<(Timestamp, String, Value)>> {
     let text = std::fs::read_to_string(dir.join("audit.log")).context("reading the audit log")?;
-    let mut writes = Vec::new();
+    let mut entries = Vec::new();
     for line in text.lines() {
         let entry: Value = serde_json::from_str(line)?;
+        let at = entry["requestReceivedTimestamp"]
+            .as_str()
+            .context("an audit entry without requestReceivedTimestamp")?
+            .parse()?;
+        let user = entry["user"]["username"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        entries.push((at, user, entry));
+    }
+    Ok(entries)
+}
+
+fn audited_writes(dir: &Path) -> Result<Vec<Write>> {
+    let mut writes = Vec::new();
+    for (at, user, entry) in audit_entries(dir)? {
         let reference = &entry["objectRef"];
         let Some(name) = reference["name"].as_str() else {
             continue;
         };
         writes.push(Write {
-            at: entry["requestReceivedTimestamp"]
-                .as_str()
-                .context("an audit entry without requestReceivedTimestamp")?
-                .parse()?,
-            user: entry["user"]["username"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
+            at,
+            user,
             // The PodSet and its status are one object to its writer.
             object: format!(
                 "{}/{}/{}",
@@ -1116,10 +1128,8 @@ struct Listed {
 }
 
 fn audited_lists(dir: &Path) -> Result<Vec<Listed>> {
-    let text = std::fs::read_to_string(dir.join("audit.log")).context("reading the audit log")?;
     let mut lists = Vec::new();
-    for line in text.lines() {
-        let entry: Value = serde_json::from_str(line)?;
+    for (at, user, entry) in audit_entries(dir)? {
         if entry["verb"] != "list" {
             continue;
         }
@@ -1130,14 +1140,8 @@ fn audited_lists(dir: &Path) -> Result<Vec<Listed>> {
             .map(decoded)
             .unwrap_or_default();
         lists.push(Listed {
-            at: entry["requestReceivedTimestamp"]
-                .as_str()
-                .context("an audit entry without requestReceivedTimestamp")?
-                .parse()?,
-            user: entry["user"]["username"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
+            at,
+            user,
             resource: entry["objectRef"]["resource"]
                 .as_str()
                 .unwrap_or_default()
