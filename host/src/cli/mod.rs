@@ -55,6 +55,15 @@ pub struct Cli {
     /// reconcile's plugin, kind, namespace and name) for log collectors.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Sends traces to this OpenTelemetry collector, by OTLP over HTTP (protobuf): its base
+    /// URL (e.g. http://127.0.0.1:4318; /v1/traces is added) or its traces URL. One span per
+    /// reconcile (plugin, digest, cluster, object, outcome), with the plugin call and each API
+    /// request under it. Off unless given or OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    #[arg(long, global = true, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// The share of reconciles traced, from 0 to 1 (spans under a traced one follow it).
+    #[arg(long, global = true, value_name = "RATIO", default_value_t = 1.0)]
+    pub otlp_sample_ratio: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use reconciler_contract::{KindRef, ReconcileRequest};
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use super::call_placement::Placed;
 use super::call_slots::CallSlots;
@@ -124,9 +125,15 @@ impl PluginCalls {
             .slots
             .acquire(&metadata.name, controller.concurrency())
             .await;
+        let call_span = tracing::info_span!(
+            "plugin_call",
+            plugin = %metadata.name,
+            version = %metadata.version
+        );
         let (answer, placed) = controller
             .placement
             .reconcile(plugin, input, slot)
+            .instrument(call_span)
             .await
             .map_err(|e| Failure::new("HostError", format!("the plugin call panicked: {e}")))?;
         if placed == Placed::WorkerThenBlocking {

@@ -126,6 +126,9 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             kind = %metadata.primary.kind,
             namespace = key.namespace.as_deref().unwrap_or(""),
             object_name = %key.name,
+            cluster = %self.shared.cluster.name,
+            digest = %loaded.sha256().get(..12).unwrap_or(loaded.sha256()),
+            outcome = tracing::field::Empty,
         );
         let at_millis = self.shared.now();
         let mut shadow = None;
@@ -155,6 +158,7 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             object: key,
             outcome: settled.outcome,
         };
+        span.record("outcome", record.outcome.word());
         self.log(&span, &record, settled.rate_limited);
         if let Some(candidate) = decided_by {
             self.count_decided(&candidate, &record, now - at_millis);

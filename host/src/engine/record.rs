@@ -85,6 +85,18 @@ pub enum Outcome {
     Unloaded,
 }
 
+impl Outcome {
+    /// One word for it, as traces and metrics label it.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Outcome::Applied { .. } => "applied",
+            Outcome::Failed { .. } => "failed",
+            Outcome::Gone => "gone",
+            Outcome::Unloaded => "unloaded",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReconcileRecord {
     pub at_millis: i64,

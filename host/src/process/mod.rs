@@ -18,3 +18,4 @@ pub mod metrics_server;
 pub mod rbac;
 pub mod run;
 pub mod simulate;
+pub mod traces;

@@ -61,6 +61,7 @@ impl ClusterBackend for KubernetesBackend {
         watch::start(self.client.clone(), kind.clone(), resolved, scope).await
     }
 
+    #[tracing::instrument(name = "api_request", skip_all, fields(verb = "get", object = %key))]
     async fn get(&self, key: &ObjectKey) -> Result<Option<Value>, BackendError> {
         let resolved = self.resolve(&key.kind).await?;
         let api = self.api_for(&resolved, key)?;
@@ -70,6 +71,7 @@ impl ClusterBackend for KubernetesBackend {
         }
     }
 
+    #[tracing::instrument(name = "api_request", skip_all, fields(verb = "apply", object = %named(&object)))]
     async fn apply(
         &self,
         object: Value,
@@ -81,6 +83,7 @@ impl ClusterBackend for KubernetesBackend {
         apply::apply(self, object, field_manager, force).await
     }
 
+    #[tracing::instrument(name = "api_request", skip_all, fields(verb = "apply status", object = %key))]
     async fn apply_status(
         &self,
         key: &ObjectKey,
@@ -93,6 +96,7 @@ impl ClusterBackend for KubernetesBackend {
         apply::apply_status(self, key, status, field_manager, resource_version).await
     }
 
+    #[tracing::instrument(name = "api_request", skip_all, fields(verb = "delete", object = %key))]
     async fn delete(
         &self,
         key: &ObjectKey,
@@ -124,24 +128,28 @@ impl ClusterBackend for KubernetesBackend {
         }
     }
 
+    #[tracing::instrument(name = "api_request", skip_all, fields(verb = "label", object = %key))]
     async fn set_label(&self, key: &ObjectKey, label: LabelAt<'_>) -> Result<Value, BackendError> {
         self.fence
             .check(format_args!("the label {} of {key}", label.name))?;
         labels::set(self, key, label).await
     }
 
+    #[tracing::instrument(name = "api_request", skip_all, fields(verb = "add finalizer", object = %key))]
     async fn add_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<Value, BackendError> {
         self.fence
             .check(format_args!("adding finalizer {finalizer} to {key}"))?;
         finalizers::add(self, key, finalizer).await
     }
 
+    #[tracing::instrument(name = "api_request", skip_all, fields(verb = "remove finalizer", object = %key))]
     async fn remove_finalizer(&self, key: &ObjectKey, finalizer: &str) -> Result<(), BackendError> {
         self.fence
             .check(format_args!("removing finalizer {finalizer} from {key}"))?;
         finalizers::remove(self, key, finalizer).await
     }
 
+    #[tracing::instrument(name = "api_request", skip_all, fields(verb = "create Event", object = %event.regarding))]
     async fn record_event(&self, event: EventRecord) -> Result<EventRef, BackendError> {
         self.fence.check(format_args!(
             "the Event {} on {}",
@@ -150,6 +158,7 @@ impl ClusterBackend for KubernetesBackend {
         events::record(self, event).await
     }
 
+    #[tracing::instrument(name = "api_request", skip_all, fields(verb = "update Event"))]
     async fn update_event_series(
         &self,
         event: &EventRef,
