@@ -91,7 +91,10 @@ async fn only_owned_primaries_are_reconciled_and_handed_ones_are_queued() {
     // The `b-` keys are handed to this replica: queued from the cache and
     // reconciled; the `a-` ones are no longer dispatched.
     *owned.lock().unwrap() = "b-".to_string();
-    let queued = engine.queue_where(|key| key.name.starts_with("b-"));
+    let queued = engine.queue_where(
+        |key| key.name.starts_with("b-"),
+        reconciler_host::engine::cause::Cause::RingMove,
+    );
     assert_eq!(queued, 2);
     assert_eq!(engine.count_where(|key| key.name.starts_with("b-")), 2);
     assert!(run_idle(&mut dispatcher).await >= 2);

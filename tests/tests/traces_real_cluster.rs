@@ -3,8 +3,8 @@
 //! loopback that decodes what the host sends as the OpenTelemetry protocol
 //! defines it (opentelemetry-proto's messages). A PodSet converges; its
 //! reconciles are spans named `reconcile` carrying the plugin, its digest,
-//! the cluster, the object and the outcome, each with the plugin call and
-//! the API requests it made as child spans.
+//! the cluster, the object, what triggered it and the outcome, each with
+//! the plugin call and the API requests it made as child spans.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -17,7 +17,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use prost::Message as _;
 use reconciler_tests::example_plugin;
-use reconciler_tests::real_cluster::podset_convergence::problem;
+use reconciler_tests::real_cluster::podset_convergence::{podsets, problem};
 use reconciler_tests::real_cluster::{Probe, RealCluster, Suite};
 use serde_json::json;
 
@@ -163,6 +163,41 @@ async fn traced(cx: &mut RealCluster) -> Result<()> {
     ensure!(attribute("kind") == "PodSet", "{reconcile:?}");
     ensure!(attribute("namespace") == cx.namespace, "{reconcile:?}");
     ensure!(attribute("cluster") == "local", "{reconcile:?}");
+    // Its first reconcile was queued by the PodSet's creation (or the
+    // plugin's first list of it); later ones by changes of its children.
+    let trigger = attribute("trigger");
+    ensure!(
+        trigger.contains("PodSet")
+            || trigger.contains("Deployment")
+            || trigger.contains("Pod ")
+            || trigger == "plugin loaded",
+        "the trigger attribute names what queued the reconcile: {trigger:?}"
+    );
+    // A change of the PodSet's spec is a reconcile that says so.
+    cx.merge_patch(&podsets(), "traced", json!({"spec": {"size": 3}}))
+        .await?;
+    let wanted = format!("PodSet {object} changed");
+    let triggers = cx
+        .wait_for(
+            "a reconcile triggered by the PodSet's change",
+            Duration::from_secs(60),
+            async || {
+                let triggers: Vec<String> = spans
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .filter(|s| s.name == "reconcile")
+                    .filter_map(|s| s.attributes.get("trigger").cloned())
+                    .collect();
+                Ok(if triggers.iter().any(|t| t.contains(&wanted)) {
+                    Probe::Ready(triggers)
+                } else {
+                    Probe::Pending(format!("triggers so far: {triggers:?}"))
+                })
+            },
+        )
+        .await?;
+    cx.step(format!("the reconciles' triggers: {triggers:?}"));
     let digest = attribute("digest");
     ensure!(
         digest.len() == 12 && digest.chars().all(|c| c.is_ascii_hexdigit()),

@@ -45,6 +45,7 @@ mod apply;
 mod call;
 pub mod call_placement;
 pub mod call_slots;
+pub mod cause;
 mod controllers;
 pub mod dispatch;
 mod errors;
@@ -323,10 +324,11 @@ impl<B: ClusterBackend> Engine<B> {
         self.queues.next_ready(&self.shared, self.shards.as_ref())
     }
 
-    /// Queues now every cached primary, of every plugin, that `pick` says
-    /// yes to; returns how many (distinct per plugin).
-    pub fn queue_where(&self, pick: impl Fn(&PrimaryKey) -> bool) -> usize {
-        queues::queue_where(&self.shared, pick)
+    /// Queues now, because of `cause`, every cached primary, of every
+    /// plugin, that `pick` says yes to; returns how many (distinct per
+    /// plugin).
+    pub fn queue_where(&self, pick: impl Fn(&PrimaryKey) -> bool, cause: cause::Cause) -> usize {
+        queues::queue_where(&self.shared, pick, cause)
     }
 
     /// How many cached primaries, over every plugin, `pick` says yes to.

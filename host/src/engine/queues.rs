@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cause::Cause;
 use super::controllers::Controller;
 use super::failure::Failure;
 use super::record::{Change, Outcome};
@@ -123,7 +124,7 @@ impl Queues {
                     rate_limited = asked;
                 }
                 let requeue_after = requeue.as_ref().map(Requeue::delay);
-                queue.done(key, requeue_after.map(|d| at(now, d)));
+                queue.done(key, requeue_after.map(|d| (at(now, d), Cause::Requeue)));
                 Outcome::Applied {
                     changes,
                     requeue_after,
@@ -137,7 +138,7 @@ impl Queues {
             Err(Failure { reason, message }) => {
                 let failures = queue.fail(key);
                 let retry_in = self.backoff.delay(failures);
-                queue.done(key, Some(at(now, retry_in)));
+                queue.done(key, Some((at(now, retry_in), Cause::Retry)));
                 Outcome::Failed {
                     reason,
                     message,
@@ -159,7 +160,10 @@ impl Queues {
             return 1;
         }
         let failures = queue.fail(key);
-        queue.done(key, Some(at(now, self.backoff.delay(failures))));
+        queue.done(
+            key,
+            Some((at(now, self.backoff.delay(failures)), Cause::Retry)),
+        );
         failures
     }
 }
@@ -178,7 +182,9 @@ pub fn queue_all<B: ClusterBackend>(shared: &Shared<B>, name: &str) {
         .names(&primary, shared.scope.selectors.for_plugin(name));
     let mut state = controller.state();
     for (namespace, name) in names {
-        state.queue.add(PrimaryKey { namespace, name }, now);
+        state
+            .queue
+            .add(PrimaryKey { namespace, name }, now, Cause::PluginLoaded);
     }
 }
 
@@ -187,6 +193,7 @@ pub fn queue_all<B: ClusterBackend>(shared: &Shared<B>, name: &str) {
 pub fn queue_where<B: ClusterBackend>(
     shared: &Shared<B>,
     pick: impl Fn(&PrimaryKey) -> bool,
+    cause: Cause,
 ) -> usize {
     let now = shared.now();
     let mut queued = 0;
@@ -199,7 +206,7 @@ pub fn queue_where<B: ClusterBackend>(
         for (namespace, name) in names {
             let key = PrimaryKey { namespace, name };
             if pick(&key) {
-                state.queue.add(key, now);
+                state.queue.add(key, now, cause.clone());
                 queued += 1;
             }
         }
@@ -244,7 +251,7 @@ mod tests {
     /// A queue with `key` taken for a reconcile at `now`.
     fn in_flight(now: i64) -> WorkQueue {
         let mut queue = WorkQueue::new();
-        queue.add(key(), now);
+        queue.add(key(), now, Cause::PluginLoaded);
         assert_eq!(queue.pop_ready(now), Some(key()));
         queue
     }

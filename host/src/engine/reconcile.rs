@@ -118,6 +118,7 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
         };
         let loaded = controller.plugin();
         let metadata = loaded.metadata();
+        let causes = controller.state().queue.take_causes(&key);
         // `object_name`, not `name`: JSON logs already give the span's own
         // name under that key.
         let span = tracing::info_span!(
@@ -128,6 +129,7 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             object_name = %key.name,
             cluster = %self.shared.cluster.name,
             digest = %loaded.sha256().get(..12).unwrap_or(loaded.sha256()),
+            trigger = %causes,
             outcome = tracing::field::Empty,
         );
         let at_millis = self.shared.now();

@@ -16,6 +16,7 @@ use reconciler_contract::KindRef;
 use reconciler_contract::memory_cache::resource_version_of;
 use reconciler_contract::triggers;
 
+use super::cause::Cause;
 use super::controllers::Controller;
 use super::event_mapping;
 use super::scope::PrimarySelectors;
@@ -40,12 +41,19 @@ impl Trigger {
     /// Queues `key` after a change seen at `now`: at once when it is of the
     /// primary itself (or nothing is coalesced), otherwise at the end of the
     /// window, with every other change that comes in it.
-    pub fn enqueue(&self, queue: &mut WorkQueue, key: PrimaryKey, of_primary: bool, now: i64) {
+    pub fn enqueue(
+        &self,
+        queue: &mut WorkQueue,
+        key: PrimaryKey,
+        of_primary: bool,
+        now: i64,
+        cause: Cause,
+    ) {
         let window = i64::try_from(self.coalesce.as_millis()).unwrap_or(i64::MAX);
         if of_primary || window == 0 {
-            queue.add(key, now);
+            queue.add(key, now, cause);
         } else {
-            queue.add_coalesced(key, now.saturating_add(window));
+            queue.add_coalesced(key, now.saturating_add(window), cause);
         }
     }
 
@@ -82,9 +90,10 @@ impl Trigger {
                 .filter(|key| in_scope(selectors, &shared.cache, &name, primary, key))
                 .collect();
             if !keys.is_empty() {
+                let cause = cause_of(event, kind.as_ref());
                 let mut state = c.state();
                 for key in keys {
-                    self.enqueue(&mut state.queue, key, of_primary, now);
+                    self.enqueue(&mut state.queue, key, of_primary, now, cause.clone());
                 }
             }
         }
@@ -175,6 +184,21 @@ impl Trigger {
     }
 }
 
+/// The cause a watch event gives the primaries it queues.
+fn cause_of(event: &WatchEvent, kind: Option<&KindRef>) -> Cause {
+    let metadata = &event.object["metadata"];
+    let name = metadata["name"].as_str().unwrap_or("(unnamed)");
+    let object = match metadata["namespace"].as_str() {
+        Some(namespace) => format!("{namespace}/{name}"),
+        None => name.to_string(),
+    };
+    Cause::Event {
+        kind: kind.map_or_else(|| "(no kind)".to_string(), |k| k.kind.clone()),
+        object,
+        change: event.event_type,
+    }
+}
+
 /// Forgets what the engine remembered about objects the cluster deleted:
 /// what it last applied to them, and their Event series. A child the
 /// garbage collector takes with its primary is never pruned or deleted by
@@ -246,15 +270,33 @@ mod tests {
     fn a_primary_change_is_queued_at_once_and_a_child_change_at_the_end_of_the_window() {
         let trigger = Trigger::new(Duration::from_millis(500));
         let mut queue = WorkQueue::new();
-        trigger.enqueue(&mut queue, key("child-changed"), false, 1_000);
+        trigger.enqueue(
+            &mut queue,
+            key("child-changed"),
+            false,
+            1_000,
+            Cause::Requeue,
+        );
         assert_eq!(queue.next_ready_at(), Some(1_500));
         // More changes in the window ride on the one reconcile at its end.
-        trigger.enqueue(&mut queue, key("child-changed"), false, 1_200);
+        trigger.enqueue(
+            &mut queue,
+            key("child-changed"),
+            false,
+            1_200,
+            Cause::Requeue,
+        );
         assert_eq!(queue.pop_ready(1_499), None);
         assert_eq!(queue.pop_ready(1_500), Some(key("child-changed")));
         assert_eq!(queue.next_ready_at(), None, "one reconcile for the burst");
 
-        trigger.enqueue(&mut queue, key("primary-changed"), true, 2_000);
+        trigger.enqueue(
+            &mut queue,
+            key("primary-changed"),
+            true,
+            2_000,
+            Cause::Requeue,
+        );
         assert_eq!(queue.pop_ready(2_000), Some(key("primary-changed")));
     }
 
@@ -262,7 +304,7 @@ mod tests {
     fn without_a_window_every_change_is_queued_at_once() {
         let trigger = Trigger::default();
         let mut queue = WorkQueue::new();
-        trigger.enqueue(&mut queue, key("web"), false, 1_000);
+        trigger.enqueue(&mut queue, key("web"), false, 1_000, Cause::Requeue);
         assert_eq!(queue.pop_ready(1_000), Some(key("web")));
     }
 

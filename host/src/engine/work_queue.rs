@@ -7,10 +7,13 @@
 //! still fires even if a change made the object run earlier. An object is
 //! never handed out twice at once; a change seen while it runs makes it run
 //! again right after. Ordering is deterministic (time, then key), which is
-//! what makes `simulate` reproducible.
+//! what makes `simulate` reproducible. Each time a key is scheduled says
+//! why ([`Cause`]); the reconcile that consumes the time is told.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
+
+use super::cause::{Cause, Causes};
 
 /// A primary object: namespace (empty for cluster-scoped) and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -74,6 +77,11 @@ pub struct WorkQueue {
     failures: HashMap<PrimaryKey, u32>,
     /// Requeues asked for below the floor, in a row (see `requeue`).
     too_soon: HashMap<PrimaryKey, u32>,
+    /// Why each key is scheduled, by the time it is scheduled at.
+    causes: HashMap<PrimaryKey, Vec<(i64, Cause)>>,
+    /// The causes of the times a key in flight consumed, until its
+    /// reconcile takes them ([`Self::take_causes`]).
+    taken: HashMap<PrimaryKey, Causes>,
 }
 
 impl WorkQueue {
@@ -81,8 +89,15 @@ impl WorkQueue {
         Self::default()
     }
 
-    /// Schedules `key` at `at` (in addition to any time it already has).
-    pub fn add(&mut self, key: PrimaryKey, at: i64) {
+    /// Schedules `key` at `at` (in addition to any time it already has),
+    /// because of `cause`.
+    pub fn add(&mut self, key: PrimaryKey, at: i64, cause: Cause) {
+        let causes = self.causes.entry(key.clone()).or_default();
+        // A key changed again and again before it runs keeps each distinct
+        // cause once (and at most a few of them: see `Causes`).
+        if !causes.iter().any(|(t, c)| *t == at && *c == cause) && causes.len() < 16 {
+            causes.push((at, cause));
+        }
         if self.times.entry(key.clone()).or_default().insert(at) {
             self.order.insert((at, key));
         }
@@ -91,14 +106,17 @@ impl WorkQueue {
     /// Removes the times of `key` up to `until` (all with `None`).
     /// Schedules `key` at `at` unless it is already due by then: every
     /// change within a window is seen by the one reconcile at its end.
-    pub fn add_coalesced(&mut self, key: PrimaryKey, at: i64) {
+    pub fn add_coalesced(&mut self, key: PrimaryKey, at: i64, cause: Cause) {
         let due_by_then = self
             .times
             .get(&key)
             .and_then(|times| times.first())
-            .is_some_and(|first| *first <= at);
-        if !due_by_then {
-            self.add(key, at);
+            .copied()
+            .filter(|first| *first <= at);
+        match due_by_then {
+            // Told to the reconcile at that earlier time.
+            Some(first) => self.add(key, first, cause),
+            None => self.add(key, at, cause),
         }
     }
 
@@ -117,6 +135,26 @@ impl WorkQueue {
         for at in due {
             self.order.remove(&(at, key.clone()));
         }
+        if let Some(causes) = self.causes.get_mut(key) {
+            let (consumed, kept): (Vec<_>, Vec<_>) = std::mem::take(causes)
+                .into_iter()
+                .partition(|(at, _)| until.is_none_or(|until| *at <= until));
+            *causes = kept;
+            if causes.is_empty() {
+                self.causes.remove(key);
+            }
+            if until.is_some() {
+                let taken = self.taken.entry(key.clone()).or_default();
+                for (_, cause) in consumed {
+                    taken.add(cause);
+                }
+            }
+        }
+    }
+
+    /// Why `key`, handed out by [`Self::pop_ready`], is reconciled now.
+    pub fn take_causes(&mut self, key: &PrimaryKey) -> Causes {
+        self.taken.remove(key).unwrap_or_default()
     }
 
     /// The earliest due time of a key not in flight.
@@ -142,11 +180,12 @@ impl WorkQueue {
     }
 
     /// Finishes a reconcile of `key`; `requeue_at` schedules it again (a
-    /// requested requeue or a backoff).
-    pub fn done(&mut self, key: &PrimaryKey, requeue_at: Option<i64>) {
+    /// requested requeue or a backoff), because of its cause.
+    pub fn done(&mut self, key: &PrimaryKey, requeue_at: Option<(i64, Cause)>) {
         self.in_flight.remove(key);
-        if let Some(at) = requeue_at {
-            self.add(key.clone(), at);
+        self.taken.remove(key);
+        if let Some((at, cause)) = requeue_at {
+            self.add(key.clone(), at, cause);
         }
     }
 
@@ -178,6 +217,7 @@ impl WorkQueue {
     /// Forgets `key` entirely (its object is gone).
     pub fn forget(&mut self, key: &PrimaryKey) {
         self.take_times(key, None);
+        self.taken.remove(key);
         self.failures.remove(key);
         self.too_soon.remove(key);
     }
@@ -230,9 +270,9 @@ mod tests {
     #[test]
     fn events_about_one_object_collapse_into_one_reconcile() {
         let mut q = WorkQueue::new();
-        q.add(key("a"), 0);
-        q.add(key("a"), 0);
-        q.add(key("b"), 0);
+        q.add(key("a"), 0, Cause::PluginLoaded);
+        q.add(key("a"), 0, Cause::PluginLoaded);
+        q.add(key("b"), 0, Cause::PluginLoaded);
         assert_eq!(q.depth(), 2);
         assert_eq!(q.pop_ready(0), Some(key("a")));
         assert_eq!(q.pop_ready(0), Some(key("b")));
@@ -242,9 +282,9 @@ mod tests {
     #[test]
     fn an_object_in_flight_is_not_handed_out_again_but_runs_after() {
         let mut q = WorkQueue::new();
-        q.add(key("a"), 0);
+        q.add(key("a"), 0, Cause::PluginLoaded);
         assert_eq!(q.pop_ready(0), Some(key("a")));
-        q.add(key("a"), 0);
+        q.add(key("a"), 0, Cause::PluginLoaded);
         assert_eq!(q.pop_ready(0), None, "in flight");
         q.done(&key("a"), None);
         assert_eq!(q.pop_ready(0), Some(key("a")), "the change seen meanwhile");
@@ -253,11 +293,11 @@ mod tests {
     #[test]
     fn a_requested_requeue_survives_an_earlier_reconcile() {
         let mut q = WorkQueue::new();
-        q.add(key("a"), 0);
+        q.add(key("a"), 0, Cause::PluginLoaded);
         assert_eq!(q.pop_ready(0), Some(key("a")));
-        q.done(&key("a"), Some(60_000));
+        q.done(&key("a"), Some((60_000, Cause::Requeue)));
         // A change makes it run at once; the requeue a minute later stays.
-        q.add(key("a"), 10);
+        q.add(key("a"), 10, Cause::PluginLoaded);
         assert_eq!(q.pop_ready(10), Some(key("a")));
         q.done(&key("a"), None);
         assert_eq!(q.pop_ready(59_999), None);
@@ -280,15 +320,15 @@ mod tests {
     #[test]
     fn changes_within_a_window_are_one_reconcile_at_its_end() {
         let mut q = WorkQueue::new();
-        q.add_coalesced(key("a"), 100);
-        q.add_coalesced(key("a"), 130);
+        q.add_coalesced(key("a"), 100, Cause::Requeue);
+        q.add_coalesced(key("a"), 130, Cause::Requeue);
         assert_eq!(q.pop_ready(99), None, "not before the window ends");
         assert_eq!(q.pop_ready(130), Some(key("a")));
         q.done(&key("a"), None);
         assert_eq!(q.pop_ready(10_000), None, "one reconcile for both");
         // A change of the primary itself is due now: the window adds nothing.
-        q.add(key("b"), 5);
-        q.add_coalesced(key("b"), 105);
+        q.add(key("b"), 5, Cause::PluginLoaded);
+        q.add_coalesced(key("b"), 105, Cause::Requeue);
         assert_eq!(q.pop_ready(5), Some(key("b")));
         q.done(&key("b"), None);
         assert_eq!(q.next_ready_at(), None);
@@ -297,8 +337,8 @@ mod tests {
     #[test]
     fn forgetting_drops_every_time_of_a_key() {
         let mut q = WorkQueue::new();
-        q.add(key("a"), 5);
-        q.add(key("a"), 500);
+        q.add(key("a"), 5, Cause::PluginLoaded);
+        q.add(key("a"), 500, Cause::PluginLoaded);
         q.forget(&key("a"));
         assert_eq!(q.next_ready_at(), None);
     }
@@ -306,15 +346,15 @@ mod tests {
     #[test]
     fn depth_counts_waiting_keys_once_and_not_those_in_flight() {
         let mut q = WorkQueue::new();
-        q.add(key("a"), 0);
-        q.add(key("a"), 100);
-        q.add(key("b"), 0);
-        q.add(key("c"), 50);
+        q.add(key("a"), 0, Cause::PluginLoaded);
+        q.add(key("a"), 100, Cause::PluginLoaded);
+        q.add(key("b"), 0, Cause::PluginLoaded);
+        q.add(key("c"), 50, Cause::PluginLoaded);
         assert_eq!(q.depth(), 3);
         assert_eq!(q.pop_ready(0), Some(key("a")));
         // a's later time waits, but a is in flight.
         assert_eq!(q.depth(), 2);
-        q.add(key("a"), 0);
+        q.add(key("a"), 0, Cause::PluginLoaded);
         assert_eq!(q.depth(), 2);
         q.done(&key("a"), None);
         assert_eq!(q.depth(), 3);
@@ -326,6 +366,33 @@ mod tests {
         q.done(&key("a"), None);
         assert_eq!(q.pop_ready(100), Some(key("a")));
         assert_eq!(q.depth(), 0);
+    }
+
+    /// Each reconcile is told the causes of the times it consumed; a later
+    /// time keeps its own for the reconcile that takes it.
+    #[test]
+    fn a_reconcile_is_told_why_its_key_was_queued() {
+        let changed = |name: &str| Cause::Event {
+            kind: "Pod".into(),
+            object: format!("d/{name}"),
+            change: crate::cluster::WatchEventType::Modified,
+        };
+        let mut q = WorkQueue::new();
+        q.add(key("a"), 0, Cause::PluginLoaded);
+        q.add_coalesced(key("a"), 100, changed("p1"));
+        q.add(key("a"), 500, Cause::Requeue);
+        assert_eq!(q.pop_ready(0), Some(key("a")));
+        // The change rode on the reconcile already due at 0.
+        assert_eq!(
+            q.take_causes(&key("a")).to_string(),
+            "plugin loaded; Pod d/p1 changed"
+        );
+        q.done(&key("a"), None);
+        assert_eq!(q.pop_ready(500), Some(key("a")));
+        assert_eq!(q.take_causes(&key("a")).to_string(), "requeue");
+        q.done(&key("a"), Some((1_000, Cause::Retry)));
+        q.forget(&key("a"));
+        assert!(q.take_causes(&key("a")).is_empty());
     }
 
     #[test]

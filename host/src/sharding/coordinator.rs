@@ -22,6 +22,7 @@ use super::handover::Handover;
 use super::membership::{Membership, MembershipConfig, MembershipError, RingView};
 use crate::cluster::ClusterBackend;
 use crate::engine::KeyFilter;
+use crate::engine::cause::Cause;
 use crate::engine::shard_selection::{Buckets, ShardSelection};
 use crate::engine::work_queue::PrimaryKey;
 use crate::fleet::Fleet;
@@ -345,10 +346,13 @@ impl Coordinator {
         let mut moves = Moves::default();
         for (cluster, engine) in fleet.engines() {
             let bucket = |k: &PrimaryKey| self.by.key(&cluster, k).bucket();
-            moves.arrived += engine.queue_where(|k| {
-                let b = bucket(k);
-                after.may_reconcile_bucket(b) && !before.may_reconcile_bucket(b)
-            });
+            moves.arrived += engine.queue_where(
+                |k| {
+                    let b = bucket(k);
+                    after.may_reconcile_bucket(b) && !before.may_reconcile_bucket(b)
+                },
+                Cause::RingMove,
+            );
             if ring_changed {
                 moves.left += engine.count_where(|k| {
                     let b = bucket(k);
