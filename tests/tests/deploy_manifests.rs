@@ -1,7 +1,7 @@
 //! The manifests in deploy/ that are derived from code stay in step with it.
 
 use reconciler_host::admission::webhook_configs::{DEFAULT_WEBHOOK_PREFIX, configuration_name};
-use reconciler_host::process::http_server::{REPORT_PATHS, SHADOW_PATH};
+use reconciler_host::process::http_server::{OBJECT_PATHS, REPORT_PATHS, SHADOW_PATH};
 use reconciler_host::process::rbac::{FenceScope, Plurals, RbacScope, fence, rbac};
 use reconciler_tests::{example_plugin, load, root};
 
@@ -199,6 +199,16 @@ fn the_deployment_runs_the_host_with_flags_it_has() {
                 .is_some_and(|g| g.iter().any(|p| p == "/plugins/*")),
         "deploy/metrics-reader.yaml does not grant /plugins/*, under which {SHADOW_PATH} is served: {granted}"
     );
+    // Below /objects: each object's decision journal (`explain`).
+    for path in OBJECT_PATHS {
+        assert!(
+            path.starts_with("/objects/")
+                && granted
+                    .as_array()
+                    .is_some_and(|g| g.iter().any(|p| p == "/objects/*")),
+            "deploy/metrics-reader.yaml does not grant /objects/*, under which {path} is served: {granted}"
+        );
+    }
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     let security = &container["securityContext"];

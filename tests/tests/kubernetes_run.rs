@@ -280,6 +280,7 @@ async fn podset_reconcile_against_a_mocked_api() {
         leader_election: None,
         record: None,
         coalesce: std::time::Duration::ZERO,
+        journal: (16, 1 << 20),
         admission: None,
         clusters: reconciler_host::fleet::ClustersConfig::local_only(),
         sharding: None,

@@ -54,6 +54,7 @@ pub mod event_recorder;
 mod failure;
 pub mod finalizer_handover;
 pub mod instance_share;
+pub mod journal;
 pub mod plan;
 mod plugin_lifecycle;
 mod primary;
@@ -442,6 +443,12 @@ impl<B: ClusterBackend> Engine<B> {
     pub fn with_shadow(mut self, candidates: Arc<Candidates>, book: Arc<ShadowBook>) -> Self {
         self.shared.candidates = candidates;
         self.shared.shadow = book;
+        self
+    }
+
+    /// Files every reconcile in `journal` (the process's one).
+    pub fn with_journal(mut self, journal: Arc<journal::Journal>) -> Self {
+        self.shared.journal = journal;
         self
     }
 

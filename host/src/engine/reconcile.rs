@@ -27,6 +27,7 @@ use super::apply::Applier;
 use super::call::{PluginCalls, Shown};
 use super::controllers::Controller;
 use super::failure::Failure;
+use super::journal::Entry;
 use super::plan::{self, Observed, Plan, has_finalizer, uid_of};
 use super::primary::Primary;
 use super::queues::{Done, Queues};
@@ -161,6 +162,16 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             outcome: settled.outcome,
         };
         span.record("outcome", record.outcome.word());
+        self.shared.journal.record(
+            &record,
+            Entry::of(
+                &record,
+                &causes,
+                &metadata.version,
+                loaded.sha256(),
+                now - at_millis,
+            ),
+        );
         self.log(&span, &record, settled.rate_limited);
         if let Some(candidate) = decided_by {
             self.count_decided(&candidate, &record, now - at_millis);

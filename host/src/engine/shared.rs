@@ -17,6 +17,7 @@ use reconciler_contract::ClusterInfo;
 
 use super::controllers::Controllers;
 use super::event_recorder::EventRecorder;
+use super::journal::Journal;
 use super::scope::ServeScope;
 use super::scope_rules::KindScopes;
 use super::shadow_book::ShadowBook;
@@ -41,6 +42,9 @@ pub struct Shared<B: ClusterBackend> {
     pub candidates: Arc<Candidates>,
     /// What shadow runs found; one book for every engine of the process.
     pub shadow: Arc<ShadowBook>,
+    /// The last reconciles of each primary (`explain`); one journal for
+    /// every engine of the process.
+    pub journal: Arc<Journal>,
     /// Candidate versions (by content hash) whose kinds are watched.
     candidate_kinds: Mutex<BTreeSet<String>>,
     /// The candidates' generation and versions this engine last acted on;
@@ -62,6 +66,7 @@ impl<B: ClusterBackend> Shared<B> {
             events: EventRecorder::default(),
             candidates: Candidates::new(),
             shadow: Arc::new(ShadowBook::default()),
+            journal: Arc::new(Journal::default()),
             candidate_kinds: Mutex::default(),
             candidates_seen: Mutex::default(),
             candidates_generation: AtomicU64::new(0),

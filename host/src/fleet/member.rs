@@ -23,6 +23,7 @@ use crate::cluster::ClusterBackend;
 use crate::cluster::clock::rfc3339;
 use crate::cluster::{Clock, RealClock};
 use crate::engine::dispatch::{Dispatcher, OnFinished, Wake};
+use crate::engine::journal::Journal;
 use crate::engine::record::log_record;
 use crate::engine::shadow_book::ShadowBook;
 use crate::engine::shard_selection::ShardSelection;
@@ -106,6 +107,8 @@ pub struct Settings {
     /// member's engine, and the one book they record into.
     pub candidates: Arc<Candidates>,
     pub shadow: Arc<ShadowBook>,
+    /// The process's decision journal, every member's reconciles in it.
+    pub journal: Arc<Journal>,
 }
 
 /// Gives, for a member's name, which of its primaries this replica owns.
@@ -134,6 +137,7 @@ impl Default for Settings {
             cache_max_objects: Some(DEFAULT_MEMBER_CACHE_MAX_OBJECTS),
             candidates: Candidates::new(),
             shadow: Arc::new(ShadowBook::default()),
+            journal: Arc::new(Journal::default()),
         }
     }
 }
@@ -324,6 +328,7 @@ fn new_engine<B: ClusterBackend + 'static>(
         .with_instance_pool(settings.instances)
         .with_coalescing(settings.coalesce)
         .with_shadow(settings.candidates.clone(), settings.shadow.clone())
+        .with_journal(settings.journal.clone())
         .with_cluster(ClusterInfo::with_labels(
             &identity.name,
             identity.labels.clone(),

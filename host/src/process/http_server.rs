@@ -13,13 +13,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::Context;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use reconciler_contract::KindRef;
 
 use crate::engine::QueueStats;
+use crate::engine::journal::Journal;
 use crate::engine::shadow_book::ShadowBook;
 use crate::plugin::hot_reload::PluginStatus;
 use crate::process::metrics::Metrics;
@@ -46,6 +47,9 @@ pub struct HostStatus {
     /// What candidates in shadow found, for every engine of the process:
     /// `/plugins/NAME/shadow` and the metrics read it.
     pub shadow: Arc<ShadowBook>,
+    /// The last reconciles of each primary, for every engine of the
+    /// process: `/objects/KIND/NAMESPACE/NAME` reads it.
+    pub journal: Arc<Journal>,
 }
 
 type ShardsSource = Box<dyn Fn() -> crate::sharding::coordinator::ShardsStatus + Send + Sync>;
@@ -138,13 +142,23 @@ pub const REPORT_PATHS: [&str; 4] = ["/metrics", "/plugins", "/clusters", "/shar
 /// (granted as `/plugins/*`).
 pub const SHADOW_PATH: &str = "/plugins/{name}/shadow";
 
+/// One object's journal (granted as `/objects/*`); a cluster-scoped
+/// object's has no namespace part.
+pub const OBJECT_PATHS: [&str; 2] = [
+    "/objects/{kind}/{namespace}/{name}",
+    "/objects/{kind}/{name}",
+];
+
 /// The reports ([`REPORT_PATHS`]) as a router, without access control:
 /// whoever serves it decides who may read them.
 pub fn reports(status: Arc<HostStatus>) -> Router {
     let [metrics_path, plugins_path, clusters_path, shards_path] = REPORT_PATHS;
+    let [namespaced, cluster_scoped] = OBJECT_PATHS;
     Router::new()
         .route(plugins_path, get(plugins))
         .route(SHADOW_PATH, get(shadow))
+        .route(namespaced, get(object_journal))
+        .route(cluster_scoped, get(cluster_scoped_journal))
         .route(clusters_path, get(clusters))
         .route(shards_path, get(shards))
         .route(metrics_path, get(metrics))
@@ -185,6 +199,60 @@ async fn shadow(State(status): State<Arc<HostStatus>>, Path(name): Path<String>)
         )
             .into_response(),
     }
+}
+
+/// Which cluster's object `/objects/...` asks for: `?cluster=NAME`, or all.
+#[derive(serde::Deserialize)]
+struct OfCluster {
+    cluster: Option<String>,
+}
+
+/// The journal of one namespaced object: its last reconciles, newest first.
+async fn object_journal(
+    State(status): State<Arc<HostStatus>>,
+    Path((kind, namespace, name)): Path<(String, String, String)>,
+    Query(of): Query<OfCluster>,
+) -> Response {
+    journal_of(
+        &status,
+        &kind,
+        Some(&namespace),
+        &name,
+        of.cluster.as_deref(),
+    )
+}
+
+/// The journal of one cluster-scoped object.
+async fn cluster_scoped_journal(
+    State(status): State<Arc<HostStatus>>,
+    Path((kind, name)): Path<(String, String)>,
+    Query(of): Query<OfCluster>,
+) -> Response {
+    journal_of(&status, &kind, None, &name, of.cluster.as_deref())
+}
+
+fn journal_of(
+    status: &HostStatus,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+    cluster: Option<&str>,
+) -> Response {
+    let entries = status.journal.entries(kind, namespace, name, cluster);
+    if entries.is_empty() {
+        let object = match namespace {
+            Some(namespace) => format!("{kind} {namespace}/{name}"),
+            None => format!("{kind} {name}"),
+        };
+        return (
+            StatusCode::NOT_FOUND,
+            format!(
+                "no reconcile of {object} in the journal: not reconciled by this host (another replica's, or outside its scope), forgotten (deleted, or past --journal-max-mib), or the journal is off\n"
+            ),
+        )
+            .into_response();
+    }
+    Json(entries).into_response()
 }
 
 /// Each member cluster: name, source, server, labels, engaged since,
@@ -399,6 +467,47 @@ mod tests {
             text.contains("workqueue_depth{name=\"podset\",controller=\"podset\"} 3"),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn an_objects_journal_is_served_newest_first_and_a_missing_one_says_why() {
+        use crate::engine::cause::{Cause, Causes};
+        use crate::engine::journal::Entry;
+        use crate::engine::record::{Outcome, ReconcileRecord};
+        use crate::engine::work_queue::PrimaryKey;
+        let status = Arc::new(HostStatus::new());
+        let (code, text) = get_text(&status, "/objects/PodSet/default/web").await;
+        assert_eq!(code, StatusCode::NOT_FOUND);
+        assert!(text.contains("--journal-max-mib"), "{text}");
+        for (at, cluster) in [(1, "local"), (2, "east")] {
+            let record = ReconcileRecord {
+                at_millis: at,
+                cluster: cluster.into(),
+                plugin: "podset".into(),
+                kind: "PodSet".into(),
+                object: PrimaryKey::new(Some("default"), "web"),
+                outcome: Outcome::Gone,
+            };
+            let record = ReconcileRecord {
+                outcome: Outcome::Applied {
+                    changes: Vec::new(),
+                    requeue_after: None,
+                },
+                ..record
+            };
+            let mut causes = Causes::default();
+            causes.add(Cause::PluginLoaded);
+            let entry = Entry::of(&record, &causes, "0.1.0", "abc", 2);
+            status.journal.record(&record, entry);
+        }
+        let (code, text) = get_text(&status, "/objects/podset/default/web").await;
+        assert_eq!(code, StatusCode::OK);
+        let entries: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(entries[0]["cluster"], "east");
+        assert_eq!(entries[1]["trigger"][0], "plugin loaded");
+        let (_, text) = get_text(&status, "/objects/PodSet/default/web?cluster=local").await;
+        let entries: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(entries.as_array().map(Vec::len), Some(1));
     }
 
     #[tokio::test]

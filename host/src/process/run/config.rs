@@ -37,6 +37,9 @@ pub struct RunConfig {
     /// How long a change of a child or read object waits for others before
     /// its primary is reconciled ([`Engine::with_coalescing`]).
     pub coalesce: Duration,
+    /// The decision journal's limits: entries per object, and bytes in all
+    /// (either 0: off).
+    pub journal: (usize, usize),
     /// Serve admission webhooks for the plugins that declare admission, on
     /// every replica; `None`: no admission.
     pub admission: Option<crate::admission::service::AdmissionConfig>,

@@ -80,6 +80,7 @@ pub(super) fn build_fleet(
         cache_max_objects: config.clusters.cache_max_objects,
         candidates,
         shadow: status.shadow.clone(),
+        journal: status.journal.clone(),
         ..crate::fleet::Settings::default()
     };
     let fleet = Arc::new(Fleet::new(config.clusters.selection.clone(), settings));

@@ -50,6 +50,7 @@ fn start(
         leader_election: Some(election()),
         record: None,
         coalesce: Duration::ZERO,
+        journal: (16, 1 << 20),
         admission: None,
         clusters: crate::fleet::ClustersConfig::local_only(),
         sharding: None,
