@@ -4,6 +4,7 @@ mod builtins_args;
 mod cluster_args;
 mod dev_cmd;
 mod embedded_clusters_args;
+mod explain_cmd;
 mod inspect_cmd;
 mod listen;
 mod metrics_args;
@@ -141,6 +142,15 @@ reconciler-host rbac --crds crds -n team-a -n team-b | kubectl apply -f -"
     Rbac(rbac_cmd::RbacArgs),
     /// Print what a compiled plugin declares: kinds, finalizer, hints and the limits it would run under.
     Inspect(inspect_cmd::InspectArgs),
+    /// Why a running host reconciled an object, what it did and how it ended: its last reconciles.
+    #[command(
+        after_help = "Reads the host's decision journal at /objects/KIND/NAMESPACE/NAME on its metrics port (`run --metrics-listen`), which keeps each object's last reconciles (--journal-entries, within --journal-max-mib). Under sharding, ask the replica that owns the object (/shards names them).\n\n\
+Examples:\n  \
+kubectl create token prometheus -n monitoring > token   # a reader bound as deploy/metrics-reader.yaml says\n  \
+reconciler-host explain podset/default/web --host https://10.0.0.7:8444 --token-file token --insecure-skip-tls-verify\n  \
+reconciler-host explain kubernetescluster/prod --host http://127.0.0.1:9090 -o json"
+    )]
+    Explain(explain_cmd::ExplainArgs),
     /// Push a compiled plugin to an OCI registry (the CNCF Wasm artifact layout); prints its digest.
     #[command(
         after_help = "The plugin is loaded and checked first, as `inspect` does: a broken plugin is never \
@@ -179,6 +189,7 @@ pub fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Plan(args) => plan_cmd::run(&cli.sandbox, args),
         Command::Test(args) => test_cmd::run(&cli.sandbox, args),
         Command::Inspect(args) => inspect_cmd::run(&cli.sandbox, args),
+        Command::Explain(args) => explain_cmd::run(args),
         Command::Rbac(args) => rbac_cmd::run(&cli.sandbox, args),
         Command::Push(args) => push_cmd::push(&cli.sandbox, args),
         Command::Keygen(args) => push_cmd::keygen(args),

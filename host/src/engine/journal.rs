@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::cause::Causes;
 use super::record::{Outcome, ReconcileRecord};
@@ -33,7 +33,7 @@ struct Filed {
 }
 
 /// One reconcile, as `explain` shows it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
     /// When it started, epoch milliseconds.
@@ -49,7 +49,7 @@ pub struct Entry {
     pub more_triggers: usize,
     pub took_millis: i64,
     /// `applied`, `failed`, `gone`.
-    pub outcome: &'static str,
+    pub outcome: String,
     /// What the host did to the cluster for the plugin, in words.
     pub changes: Vec<String>,
     /// The requeue it asked for (or the host set), in seconds.
@@ -98,7 +98,7 @@ impl Entry {
             trigger: causes.first.iter().map(ToString::to_string).collect(),
             more_triggers: causes.more,
             took_millis,
-            outcome: record.outcome.word(),
+            outcome: record.outcome.word().to_string(),
             changes,
             requeue_after_secs,
             failure,
