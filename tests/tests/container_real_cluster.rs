@@ -214,6 +214,18 @@ async fn containers(cx: &mut RealCluster, audit: &Path) -> Result<()> {
         .iter()
         .position(|r| !r.container.log_lines_with(&[HOLDS_DUTIES]).is_empty())
         .context("no replica says it holds the duties")?;
+    // The replicas' identities end in random suffixes, so in one run of
+    // sixteen the holder owns none of the four PodSets and nothing would
+    // move: PodSets are added, each with an even chance, until it owns one.
+    for extra in 0..8 {
+        if !reconciled_podsets(&replicas[holder].container.log()).is_empty() {
+            break;
+        }
+        let name = format!("extra-{extra}");
+        create_labelled_podset(cx, &name, 1).await?;
+        sizes.insert(name, 1);
+        converged(cx, &sizes).await?;
+    }
     let mut killed = replicas.remove(holder);
     let owned = reconciled_podsets(&killed.container.log());
     ensure!(
