@@ -126,6 +126,8 @@ struct Inner {
     /// Every entry kept, oldest first, for the budget.
     order: VecDeque<(u64, Filed)>,
     bytes: usize,
+    /// How many entries `objects` holds, so no record walks them all.
+    entries: usize,
     next: u64,
 }
 
@@ -185,22 +187,26 @@ impl Journal {
         if record.outcome == Outcome::Gone {
             if let Some(gone) = inner.objects.remove(&filed) {
                 inner.bytes -= gone.iter().map(|(_, e)| e.size()).sum::<usize>();
+                inner.entries -= gone.len();
             }
             return;
         }
         let seq = inner.next;
         inner.next += 1;
         inner.bytes += entry.size();
+        inner.entries += 1;
         inner.order.push_back((seq, filed.clone()));
         let kept = inner.objects.entry(filed).or_default();
         kept.push_back((seq, entry));
-        let mut dropped = 0;
+        let (mut dropped, mut dropped_bytes) = (0, 0);
         while kept.len() > per_object {
             if let Some((_, old)) = kept.pop_front() {
-                dropped += old.size();
+                dropped += 1;
+                dropped_bytes += old.size();
             }
         }
-        inner.bytes -= dropped;
+        inner.bytes -= dropped_bytes;
+        inner.entries -= dropped;
         while inner.bytes > max_bytes {
             let Some((seq, filed)) = inner.order.pop_front() else {
                 break;
@@ -214,11 +220,12 @@ impl Journal {
                     inner.objects.remove(&filed);
                 }
                 inner.bytes -= old.size();
+                inner.entries -= 1;
             }
         }
         // Entries dropped per object leave their place in `order` behind:
         // cleared once it holds far more places than entries.
-        if inner.order.len() > 4 * inner.objects.values().map(VecDeque::len).sum::<usize>() + 1024 {
+        if inner.order.len() > 4 * inner.entries + 1024 {
             let Inner { objects, order, .. } = &mut *inner;
             order.retain(|(seq, filed)| {
                 objects
@@ -257,8 +264,7 @@ impl Journal {
     /// About how many bytes the entries hold, and how many there are.
     pub fn usage(&self) -> (usize, usize) {
         let inner = self.lock();
-        let entries = inner.objects.values().map(VecDeque::len).sum();
-        (inner.bytes, entries)
+        (inner.bytes, inner.entries)
     }
 }
 

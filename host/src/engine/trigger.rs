@@ -69,6 +69,8 @@ impl Trigger {
         let controllers = shared.controllers.all();
         let before = held_before(shared, &controllers, event, kind.as_ref());
         shared.cache.observe(event);
+        // Made once, for the first plugin that queues something.
+        let mut cause = None;
         for (name, c) in controllers {
             let plugin = c.plugin();
             let primary = &plugin.metadata().primary;
@@ -90,7 +92,7 @@ impl Trigger {
                 .filter(|key| in_scope(selectors, &shared.cache, &name, primary, key))
                 .collect();
             if !keys.is_empty() {
-                let cause = cause_of(event, kind.as_ref());
+                let cause = cause.get_or_insert_with(|| cause_of(event, kind.as_ref()));
                 let mut state = c.state();
                 for key in keys {
                     self.enqueue(&mut state.queue, key, of_primary, now, cause.clone());
