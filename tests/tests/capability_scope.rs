@@ -169,6 +169,8 @@ async fn dev_reports_the_refused_plugin_by_file_and_runs_the_others() {
         record: None,
         builtins: None,
         members: None,
+        journal: Default::default(),
+        explain_listen: None,
     };
     let mut out = Vec::new();
     let refused = run_dev(sandbox().clone(), config, &mut out).await.unwrap();

@@ -59,14 +59,7 @@ async fn explained(cx: &mut RealCluster) -> Result<()> {
         &[example_plugin("podset")],
         &["--metrics-listen", "127.0.0.1:0", "--metrics-insecure"],
     )?;
-    let marker = "serving /metrics and /plugins on http://";
-    let line = cx.wait_for_log(&[marker], Duration::from_secs(60)).await?;
-    let address = line
-        .split(marker)
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .context("no address after the marker")?;
-    let host = format!("http://{address}");
+    let host = cx.wait_for_reports_url().await?;
     cx.create(
         json!({"apiVersion": "example.com/v1alpha1", "kind": "PodSet",
         "metadata": {"name": "web"}, "spec": {"size": 1}}),
@@ -102,13 +95,58 @@ async fn explained(cx: &mut RealCluster) -> Result<()> {
         resize < created,
         "newest first: the resize before the creation\n{text}"
     );
-    let after_resize = &text[resize..];
+    let ns = &cx.namespace;
+    let block: Vec<&str> = text[resize..]
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let has = |needle: &str| block.iter().any(|l| l.contains(needle));
     ensure!(
-        after_resize
-            .lines()
-            .nth(1)
-            .is_some_and(|l| l.contains(&format!("updated Deployment {}/web", cx.namespace))),
+        has(&format!("why:  PodSet {ns}/web changed .spec.size 1 -> 2")),
+        "the trigger names the field that changed, old and new\n{text}"
+    );
+    ensure!(
+        has(&format!("did:  updated Deployment {ns}/web")),
         "the resize's reconcile updated the Deployment\n{text}"
+    );
+    ensure!(
+        has(&format!(
+            "api:  apply Deployment {ns}/web: changed .spec.replicas 1 -> 2"
+        )),
+        "what the API server did with the write\n{text}"
+    );
+    ensure!(
+        has(&format!("read: list Pod in {ns}")),
+        "the reads the plugin made\n{text}"
+    );
+
+    // The last reconcile as a golden case, replayed against the plugin.
+    let cases = tempfile::tempdir()?;
+    let dir = cases.path().to_string_lossy().into_owned();
+    let (code, out, err) = explain(&[&object, "--host", &host, "--as-case", &dir])?;
+    cx.step(format!("explain --as-case: exit {code}: {out}{err}"));
+    ensure!(
+        code == 0 && out.contains("replay it:"),
+        "exit {code}: {out}{err}"
+    );
+    let written = std::fs::read_to_string(cases.path().join(format!("podset/{ns}-web.yaml")))?;
+    ensure!(
+        written.contains("primary:") && written.contains("expect:"),
+        "{written}"
+    );
+    let replay = Command::new(HOST)
+        .args([
+            "test",
+            &example_plugin("podset").to_string_lossy(),
+            &format!("{dir}/podset"),
+        ])
+        .output()?;
+    let replayed = String::from_utf8_lossy(&replay.stdout);
+    cx.step(format!("replayed: {replayed}"));
+    ensure!(
+        replay.status.success(),
+        "the case passes against the plugin that decided it: {replayed}{}",
+        String::from_utf8_lossy(&replay.stderr)
     );
 
     let (code, out, _) = explain(&[&object, "--host", &host, "-o", "json"])?;

@@ -6,6 +6,8 @@ use clap::Args;
 
 use super::builtins_args::BuiltinArgs;
 use super::embedded_clusters_args::EmbeddedClustersArgs;
+use super::journal_args::JournalArgs;
+use super::listen::{Listen, parse_listen};
 use super::record_args::RecordArgs;
 use super::registry_args::PluginRefArgs;
 use super::sandbox_args::SandboxArgs;
@@ -35,6 +37,12 @@ pub struct DevArgs {
     pub references: PluginRefArgs,
     #[command(flatten)]
     pub clusters: EmbeddedClustersArgs,
+    #[command(flatten)]
+    pub journal: JournalArgs,
+    /// Where the decision journal is served for `reconciler-host explain` (loopback, no token),
+    /// or `off`.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen, default_value = crate::process::dev::DEV_EXPLAIN_ADDR)]
+    pub explain_listen: Listen,
 }
 
 /// Where `dev` looks for CRDs when `--crds` is not given: the project's own.
@@ -110,6 +118,16 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: DevArgs) -> anyhow::Result<ExitCode>
         record: args.record.options(),
         builtins: args.builtins.config(),
         members,
+        journal: {
+            let journal = crate::engine::journal::Journal::default();
+            journal.set_limits(args.journal.limits());
+            journal.loops.set_rule(args.journal.loops());
+            Arc::new(journal)
+        },
+        explain_listen: match args.explain_listen {
+            Listen::Off => None,
+            Listen::At(addr) => Some(addr),
+        },
     };
     let _keep_alive = (empty_plugins_dir, pulled, keep);
     let refused = crate::process::main_task::block_on_worker(&runtime, async move {

@@ -1,6 +1,7 @@
 //! `reconciler-host explain KIND/[NAMESPACE/]NAME`: why a running host
 //! reconciled an object, what it did, and how it ended, from the host's
-//! decision journal (`/objects/...` on its metrics port).
+//! decision journal (`/objects/...` on its metrics port, or on `dev`'s
+//! loopback port); with `--as-case`, its last reconcile as a golden case.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 
-use crate::engine::journal::Entry;
+use crate::engine::journal::{Entry, Kept};
 use crate::support::duration_text::format_duration_for_people;
 
 #[derive(Debug, Args)]
@@ -18,8 +19,9 @@ pub struct ExplainArgs {
     /// its name, any case: podset/default/web).
     #[arg(value_name = "KIND/[NAMESPACE/]NAME")]
     pub object: String,
-    /// The host's metrics port: https://POD:8444 (or http:// with --metrics-insecure).
-    #[arg(long, value_name = "URL")]
+    /// The host's metrics port: https://POD:8444 (or http:// with --metrics-insecure); by
+    /// default a `dev` running on this machine (its --explain-listen).
+    #[arg(long, value_name = "URL", default_value = DEV_EXPLAIN_URL)]
     pub host: String,
     /// A file holding the bearer token to send (one the API server lets `get` /objects/*, as
     /// deploy/metrics-reader.yaml grants); RECONCILER_HOST_TOKEN holds the token itself.
@@ -37,7 +39,17 @@ pub struct ExplainArgs {
     /// `text` for people, `json` for tools.
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
     pub output: Output,
+    /// Write the object's last reconcile as a golden case under DIR/<plugin>/ instead: its
+    /// inputs exactly as the plugin saw them (Secret values redacted) and the decision it made,
+    /// so `reconciler-host test plugins/<plugin>.wasm DIR/<plugin>` replays it against any
+    /// version of the plugin.
+    #[arg(long, value_name = "DIR")]
+    pub as_case: Option<PathBuf>,
 }
+
+/// Where `explain` asks by default: `dev`'s journal
+/// ([`crate::process::dev::DEV_EXPLAIN_ADDR`]).
+const DEV_EXPLAIN_URL: &str = "http://127.0.0.1:8471";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -127,13 +139,19 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         if let Some(cluster) = &args.cluster {
             request = request.query(&[("cluster", cluster)]);
         }
+        if args.as_case.is_some() {
+            request = request.query(&[("as", "case")]);
+        }
         if let Some(token) = &token {
             request = request.bearer_auth(token);
         }
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("asking {url}"))?;
+        let response = request.send().await.with_context(|| {
+            if args.host == DEV_EXPLAIN_URL {
+                format!("asking {url} (a `reconciler-host dev` running here; give --host for a host elsewhere)")
+            } else {
+                format!("asking {url}")
+            }
+        })?;
         let code = response.status();
         let body = response.text().await.context("reading the answer")?;
         anyhow::Ok((code, body))
@@ -142,6 +160,19 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{url}: {code}: {}", body.trim_end());
         return Ok(ExitCode::from(1));
     }
+    if let Some(dir) = &args.as_case {
+        let kept: Kept = serde_json::from_str(&body)
+            .with_context(|| format!("{url} answered something other than a case"))?;
+        let path = write_case(dir, &kept)?;
+        println!(
+            "wrote {}
+replay it: reconciler-host test plugins/{}.wasm {}",
+            path.display(),
+            kept.plugin,
+            dir.join(&kept.plugin).display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let entries: Vec<Entry> = serde_json::from_str(&body)
         .with_context(|| format!("{url} answered something other than a journal"))?;
     match args.output {
@@ -149,6 +180,37 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         Output::Text => print!("{}", for_people(&named.to_string(), &entries)),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `kept` as `DIR/<plugin>/<name>.yaml`, numbered on rather than
+/// over a case already there; returns its path.
+fn write_case(dir: &std::path::Path, kept: &Kept) -> anyhow::Result<PathBuf> {
+    let case: serde_json::Value =
+        serde_json::from_str(&kept.case).context("the case the host sent is not JSON")?;
+    let text = serde_yaml_ng::to_string(&case)?;
+    let safe = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let plugin_dir = dir.join(safe(&kept.plugin));
+    std::fs::create_dir_all(&plugin_dir)
+        .with_context(|| format!("creating {}", plugin_dir.display()))?;
+    let name = safe(&kept.name);
+    let mut path = plugin_dir.join(format!("{name}.yaml"));
+    let mut n = 2;
+    while path.exists() {
+        path = plugin_dir.join(format!("{name}-{n}.yaml"));
+        n += 1;
+    }
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
 }
 
 /// The journal of `object` for a person: newest first, one block per
@@ -175,12 +237,21 @@ fn for_people(object: &str, entries: &[Entry]) -> String {
             why.push_str(&format!(" (and {} more)", entry.more_triggers));
         }
         out.push_str(&format!("  why:  {why}\n"));
+        if !entry.reads.is_empty() {
+            out.push_str(&format!("  read: {}\n", entry.reads.join("; ")));
+        }
         if let Some(failure) = &entry.failure {
             out.push_str(&format!("  failed: {failure}\n"));
         } else if entry.changes.is_empty() {
             out.push_str("  did:  nothing (the cluster held what the plugin decided)\n");
         } else {
             out.push_str(&format!("  did:  {}\n", entry.changes.join("; ")));
+        }
+        for written in &entry.writes {
+            out.push_str(&format!("  api:  {written}\n"));
+        }
+        if let Some(found) = &entry.reconcile_loop {
+            out.push_str(&format!("  LOOP: {found}\n"));
         }
         if let Some(secs) = entry.requeue_after_secs {
             let again = format_duration_for_people(Duration::from_secs_f64(secs.max(0.0)));
@@ -198,6 +269,14 @@ fn for_people(object: &str, entries: &[Entry]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn explain_asks_where_dev_serves_by_default() {
+        assert_eq!(
+            DEV_EXPLAIN_URL,
+            format!("http://{}", crate::process::dev::DEV_EXPLAIN_ADDR)
+        );
+    }
 
     #[test]
     fn an_object_is_kind_namespace_name_or_kind_name() {
@@ -236,6 +315,13 @@ mod tests {
             },
             requeue_after_secs: Some(4.0),
             failure: failure.map(str::to_string),
+            reads: vec!["list Pod in default matching app=web: 2".into()],
+            writes: if failure.is_some() {
+                Vec::new()
+            } else {
+                vec!["apply status PodSet default/web: changed .status.ready 1 -> 2".into()]
+            },
+            reconcile_loop: failure.is_none().then(|| "reconciled 5 times".to_string()),
         };
         let text = for_people(
             "PodSet default/web",
@@ -254,7 +340,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("  did:  status updated\n  next: reconciled again in 4s\n"),
+            text.contains("  read: list Pod in default matching app=web: 2\n  did:  status updated\n  api:  apply status PodSet default/web: changed .status.ready 1 -> 2\n  LOOP: reconciled 5 times\n  next: reconciled again in 4s\n"),
             "{text}"
         );
         assert!(

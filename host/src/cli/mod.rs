@@ -6,6 +6,7 @@ mod dev_cmd;
 mod embedded_clusters_args;
 mod explain_cmd;
 mod inspect_cmd;
+mod journal_args;
 mod listen;
 mod metrics_args;
 mod new_cmd;

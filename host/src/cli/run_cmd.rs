@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::journal_args::JournalArgs;
 use anyhow::Context as _;
 use clap::Args;
 
@@ -88,14 +89,8 @@ pub struct RunArgs {
     /// every change at once.
     #[arg(long, default_value_t = 100, value_name = "MS")]
     pub coalesce_ms: u64,
-    /// The decision journal (`reconciler-host explain`, served at /objects/KIND/NAMESPACE/NAME
-    /// beside /metrics): the most memory its entries may take over every object, in MiB (the
-    /// oldest entries anywhere go first). 0 turns it off.
-    #[arg(long, default_value_t = crate::engine::journal::DEFAULT_MAX_MIB, value_name = "MIB")]
-    pub journal_max_mib: usize,
-    /// How many of each object's last reconciles the journal keeps.
-    #[arg(long, default_value_t = crate::engine::journal::DEFAULT_ENTRIES_PER_OBJECT, value_name = "N")]
-    pub journal_entries: usize,
+    #[command(flatten)]
+    pub journal: JournalArgs,
     #[command(flatten)]
     pub admission: Box<AdmissionArgs>,
     #[command(flatten)]
@@ -541,10 +536,8 @@ pub fn run_cmd(sandbox: &SandboxArgs, args: RunArgs) -> anyhow::Result<ExitCode>
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout_secs),
         retry_every: Duration::from_secs(args.kind_retry_secs),
         coalesce: Duration::from_millis(args.coalesce_ms),
-        journal: (
-            args.journal_entries,
-            args.journal_max_mib.saturating_mul(1 << 20),
-        ),
+        journal: args.journal.limits(),
+        loops: args.journal.loops(),
         http_listen: match args.http_listen {
             Listen::Off => None,
             Listen::At(addr) => Some(addr),

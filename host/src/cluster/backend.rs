@@ -75,6 +75,32 @@ pub struct WatchEvent {
     /// writing the object out again. Private, so it is only ever the text of
     /// the object it came with.
     json: Option<Arc<str>>,
+    /// The object's `managedFields`, which `object` is slimmed of: kept
+    /// with the event alone, never cached, so the journal can name who
+    /// manages the fields a change changed.
+    managed_fields: Option<Value>,
+}
+
+/// Where a watch carries an object's `managedFields` from the moment it is
+/// slimmed to the moment its event is made ([`WatchEvent::carrying`]).
+const CARRIED_MANAGED_FIELDS: &str = "__reconcilerHostManagedFields";
+
+/// `object` slimmed, its `managedFields` carried beside it for its event.
+pub(crate) fn slimmed_carrying_managers(mut object: Value) -> Value {
+    let managed = object
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .and_then(|meta| meta.remove("managedFields"));
+    let mut object = slimmed(object);
+    if let (Some(managed), Some(map)) = (managed, object.as_object_mut()) {
+        map.insert(CARRIED_MANAGED_FIELDS.to_string(), managed);
+    }
+    object
+}
+
+/// Takes the `managedFields` [`slimmed_carrying_managers`] carried.
+pub(crate) fn take_carried_managers(object: &mut Value) -> Option<Value> {
+    object.as_object_mut()?.remove(CARRIED_MANAGED_FIELDS)
 }
 
 impl WatchEvent {
@@ -83,7 +109,23 @@ impl WatchEvent {
             event_type,
             object,
             json: None,
+            managed_fields: None,
         }
+    }
+
+    /// An event of an object [`slimmed_carrying_managers`] made: the
+    /// `managedFields` it carried go with the event, out of the object.
+    pub(crate) fn carrying(event_type: WatchEventType, mut object: Value) -> Self {
+        let managed_fields = take_carried_managers(&mut object);
+        Self {
+            managed_fields,
+            ..Self::new(event_type, object)
+        }
+    }
+
+    /// The object's `managedFields`, when the backend had them.
+    pub fn managed_fields(&self) -> Option<&Value> {
+        self.managed_fields.as_ref()
     }
 
     /// An event whose object the backend has as text already. `json` must
@@ -95,6 +137,7 @@ impl WatchEvent {
             event_type,
             object,
             json: Some(json),
+            managed_fields: None,
         }
     }
 

@@ -17,6 +17,7 @@ use reconciler_contract::PluginMetadata;
 use reconciler_contract::memory_cache::resource_version_of;
 
 use super::controllers::Applied;
+use super::decision_notes::{WriteResult, Written};
 use super::failure::Failure;
 use super::plan::{DeleteReason, Plan, PlannedApply, PlannedDelete, has_finalizer, uid_of};
 use super::primary::Primary;
@@ -36,6 +37,8 @@ pub struct Applier<'a, B: ClusterBackend> {
     pub superseded_finalizers: &'a BTreeSet<String>,
     /// What the reconcile changed before the plan (a finalizer added).
     pub changes: Vec<Change>,
+    /// What the API server did with each write, when the journal is on.
+    pub writes: Option<&'a mut Vec<Written>>,
 }
 
 /// How soon a reconcile whose status met a newer primary runs again.
@@ -97,13 +100,32 @@ impl<B: ClusterBackend> Applier<'_, B> {
     ) -> Result<Vec<ObjectKey>, Failure> {
         let mut refused_in_terminating = Vec::new();
         for apply in applies {
+            // Only when noted: a copy of what is sent and of what was held.
+            let noted = self.writes.is_some().then(|| {
+                let before = self.shared.cache.get(&apply.key);
+                (apply.object.clone(), before)
+            });
             match self.shared.backend.apply(apply.object, manager, true).await {
-                Ok(_) => {}
+                Ok(stored) => {
+                    if let Some((sent, before)) = &noted {
+                        let written = Written::applied(
+                            "apply",
+                            apply.key.clone(),
+                            before.as_ref(),
+                            sent,
+                            &stored,
+                        );
+                        self.note(written);
+                    }
+                }
                 Err(BackendError::NamespaceTerminating { .. }) if self.primary.deleting => {
                     refused_in_terminating.push(apply.key);
                     continue;
                 }
-                Err(e) => return Err(self.failure(&format!("applying {}", apply.key), e)),
+                Err(e) => {
+                    self.note_refused("apply", &apply.key, &e);
+                    return Err(self.failure(&format!("applying {}", apply.key), e));
+                }
             }
             self.applied.insert(apply.key.clone(), apply.fingerprint);
             self.changes.push(if apply.creates {
@@ -115,13 +137,37 @@ impl<B: ClusterBackend> Applier<'_, B> {
         Ok(refused_in_terminating)
     }
 
+    /// Notes one write's result, when the reconcile notes them.
+    fn note(&mut self, written: Written) {
+        if let Some(writes) = self.writes.as_deref_mut() {
+            writes.push(written);
+        }
+    }
+
+    fn note_refused(&mut self, verb: &'static str, object: &ObjectKey, e: &BackendError) {
+        self.note(Written {
+            verb,
+            object: object.clone(),
+            result: WriteResult::Refused(e.to_string()),
+        });
+    }
+
     async fn deletes(&mut self, deletes: Vec<PlannedDelete>) -> Result<(), Failure> {
         for delete in deletes {
-            self.shared
+            let deleted = self
+                .shared
                 .backend
                 .delete(&delete.key, Propagation::Background, delete.uid.as_deref())
-                .await
-                .map_err(|e| self.failure(&format!("deleting {}", delete.key), e))?;
+                .await;
+            if let Err(e) = deleted {
+                self.note_refused("delete", &delete.key, &e);
+                return Err(self.failure(&format!("deleting {}", delete.key), e));
+            }
+            self.note(Written {
+                verb: "delete",
+                object: delete.key.clone(),
+                result: WriteResult::Done,
+            });
             self.applied.remove(&delete.key);
             self.changes.push(match delete.reason {
                 DeleteReason::Pruned => Change::Pruned(delete.key),
@@ -136,6 +182,10 @@ impl<B: ClusterBackend> Applier<'_, B> {
     /// reconcile is done.
     async fn status(&mut self, status: serde_json::Value, manager: &str) -> Result<bool, Failure> {
         let primary = self.primary;
+        let sent = self
+            .writes
+            .is_some()
+            .then(|| serde_json::json!({"status": status.clone()}));
         let written = self
             .shared
             .backend
@@ -148,6 +198,16 @@ impl<B: ClusterBackend> Applier<'_, B> {
             .await;
         match written {
             Ok(stored) => {
+                if let Some(sent) = &sent {
+                    let written = Written::applied(
+                        "apply status",
+                        primary.object_key.clone(),
+                        Some(&status_only(&primary.object)),
+                        sent,
+                        &status_only(&stored),
+                    );
+                    self.note(written);
+                }
                 // The cache takes the stored primary now, not when its
                 // watch event comes: a reconcile starting before that
                 // would otherwise write its status against the old
@@ -163,7 +223,10 @@ impl<B: ClusterBackend> Applier<'_, B> {
                 self.changes.push(Change::StatusStale);
                 Ok(false)
             }
-            Err(e) => Err(self.failure("updating the status", e)),
+            Err(e) => {
+                self.note_refused("apply status", &primary.object_key, &e);
+                Err(self.failure("updating the status", e))
+            }
         }
     }
 
@@ -223,6 +286,19 @@ impl<B: ClusterBackend> Applier<'_, B> {
         ));
         release
     }
+}
+
+/// An object's status and resourceVersion alone: what a status write is
+/// compared on.
+fn status_only(object: &serde_json::Value) -> serde_json::Value {
+    let mut only = serde_json::json!({"metadata": {}});
+    if let Some(version) = object.pointer("/metadata/resourceVersion") {
+        only["metadata"]["resourceVersion"] = version.clone();
+    }
+    if let Some(status) = object.get("status") {
+        only["status"] = status.clone();
+    }
+    only
 }
 
 #[cfg(test)]
@@ -311,6 +387,7 @@ mod tests {
             applied: &applied,
             superseded_finalizers: &BTreeSet::new(),
             changes: vec![],
+            writes: None,
         };
         let done = applier.apply(plan()).await.unwrap();
         (done, applied)

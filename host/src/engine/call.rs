@@ -20,13 +20,14 @@ use tracing::Instrument as _;
 use super::call_placement::Placed;
 use super::call_slots::CallSlots;
 use super::controllers::Controller;
+use super::decision_notes::Notes;
 use super::failure::Failure;
 use super::primary::Primary;
 use super::shadow_reads::KeptReads;
 use super::shared::Shared;
 use super::shared_cache::SharedCache;
 use crate::cluster::{ClusterBackend, ObjectKey};
-use crate::golden::recorder::{CaseRecorder, Recording, RecordingReader};
+use crate::golden::recorder::{CaseRecorder, Recording, RecordingReader, case_of};
 use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput, ValidResponse};
 
 /// The children a plugin is shown for one reconcile, parsed and as the
@@ -98,6 +99,7 @@ impl PluginCalls {
         shown: &Shown,
         now_millis: i64,
         kept: Option<Arc<KeptReads>>,
+        notes: Option<&mut Notes>,
     ) -> Result<ValidResponse, Failure> {
         let metadata = plugin.metadata();
         let request = shown.request(primary);
@@ -105,10 +107,8 @@ impl PluginCalls {
             Some(kept) => kept,
             None => shared.cache.clone(),
         };
-        let reads = self
-            .recorder
-            .as_ref()
-            .map(|_| Arc::new(RecordingReader::new(base.clone())));
+        let reads = (self.recorder.is_some() || notes.is_some())
+            .then(|| Arc::new(RecordingReader::new(base.clone())));
         let reader: Arc<dyn ObjectReader> = match &reads {
             Some(reads) => reads.clone(),
             None => base,
@@ -141,8 +141,8 @@ impl PluginCalls {
                 "the call ran past the brief budget on the worker and was made again on a blocking thread"
             );
         }
-        if let (Some(recorder), Some(reads)) = (&self.recorder, &reads) {
-            recorder.record(&Recording {
+        if let Some(reads) = &reads {
+            let recording = Recording {
                 plugin: &metadata.name,
                 version: &metadata.version,
                 primary: &primary.object,
@@ -151,7 +151,18 @@ impl PluginCalls {
                 now_millis,
                 cluster: &shared.cluster,
                 answer: answer.as_ref(),
-            });
+            };
+            if let Some(recorder) = &self.recorder {
+                recorder.record(&recording);
+            }
+            if let Some(notes) = notes {
+                notes.reads = reads.reads_made();
+                if shared.journal.keeps_cases() {
+                    // Secrets redacted, as `--record` leaves them by default.
+                    notes.case = case_of(&recording, "the decision journal", false)
+                        .and_then(|(name, case)| Some((name, serde_json::to_string(&case).ok()?)));
+                }
+            }
         }
         answer.map_err(|e| Failure::new(e.reason(), e.to_string()))
     }

@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use super::field_diff::FieldChange;
 use crate::cluster::WatchEventType;
 
 /// One reason a primary was queued.
@@ -16,6 +17,9 @@ pub enum Cause {
         /// `namespace/name`, or `name` when cluster-scoped.
         object: String,
         change: WatchEventType,
+        /// For a change, the fields that changed and who manages them
+        /// (when the journal is on).
+        fields: Option<Box<ChangedFields>>,
     },
     /// The plugin asked to be called again after a while (or the host did,
     /// for a status write that met a newer version of the primary).
@@ -29,6 +33,31 @@ pub enum Cause {
     RingMove,
 }
 
+/// The fields a watch event changed, and the field managers that manage
+/// them in the new object (`name (Operation)`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangedFields {
+    pub fields: Vec<FieldChange>,
+    pub more: usize,
+    pub by: Vec<String>,
+}
+
+impl fmt::Display for ChangedFields {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, field) in self.fields.iter().enumerate() {
+            f.write_str(if i == 0 { " " } else { ", " })?;
+            write!(f, "{field}")?;
+        }
+        if self.more > 0 {
+            write!(f, " (and {} more field(s))", self.more)?;
+        }
+        if !self.by.is_empty() {
+            write!(f, " [managed by {}]", self.by.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -36,13 +65,18 @@ impl fmt::Display for Cause {
                 kind,
                 object,
                 change,
+                fields,
             } => {
                 let change = match change {
                     WatchEventType::Added => "added",
                     WatchEventType::Modified => "changed",
                     WatchEventType::Deleted => "deleted",
                 };
-                write!(f, "{kind} {object} {change}")
+                write!(f, "{kind} {object} {change}")?;
+                match fields {
+                    Some(fields) => write!(f, "{fields}"),
+                    None => Ok(()),
+                }
             }
             Cause::Requeue => f.write_str("requeue"),
             Cause::Retry => f.write_str("retry after a failure"),
@@ -118,6 +152,7 @@ mod tests {
             kind: "Pod".into(),
             object: object.into(),
             change: WatchEventType::Modified,
+            fields: None,
         }
     }
 

@@ -16,12 +16,38 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde::{Deserialize, Serialize};
 
 use super::cause::Causes;
+use super::decision_notes::Notes;
+use super::loop_watch::LoopWatch;
 use super::record::{Outcome, ReconcileRecord};
 
 /// Entries kept per object unless `--journal-entries` says otherwise.
 pub const DEFAULT_ENTRIES_PER_OBJECT: usize = 16;
 /// The budget over every object unless `--journal-max-mib` says otherwise.
 pub const DEFAULT_MAX_MIB: usize = 8;
+/// The budget of last inputs (`explain --as-case`) unless
+/// `--journal-cases-mib` says otherwise.
+pub const DEFAULT_CASES_MIB: usize = 4;
+
+/// How much the journal keeps; any 0 turns its part off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JournalLimits {
+    /// Entries kept per object.
+    pub entries: usize,
+    /// Bytes of entries over every object.
+    pub max_bytes: usize,
+    /// Bytes of last inputs (one case per object) over every object.
+    pub case_bytes: usize,
+}
+
+impl Default for JournalLimits {
+    fn default() -> Self {
+        Self {
+            entries: DEFAULT_ENTRIES_PER_OBJECT,
+            max_bytes: DEFAULT_MAX_MIB << 20,
+            case_bytes: DEFAULT_CASES_MIB << 20,
+        }
+    }
+}
 
 /// One object of one cluster, as the journal files it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -56,6 +82,16 @@ pub struct Entry {
     pub requeue_after_secs: Option<f64>,
     /// Why it failed, when it did.
     pub failure: Option<String>,
+    /// The reads the plugin made through the cache, and how many objects
+    /// each returned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reads: Vec<String>,
+    /// Each write and what the API server did with it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writes: Vec<String>,
+    /// The loop this reconcile completed, when it did (`ReconcileLoop`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile_loop: Option<String>,
 }
 
 impl Entry {
@@ -67,6 +103,7 @@ impl Entry {
         version: &str,
         digest: &str,
         took_millis: i64,
+        notes: Option<&Notes>,
     ) -> Self {
         let (changes, requeue_after_secs, failure) = match &record.outcome {
             Outcome::Applied {
@@ -102,6 +139,13 @@ impl Entry {
             changes,
             requeue_after_secs,
             failure,
+            reads: notes.map_or_else(Vec::new, |n| {
+                n.reads.iter().map(ToString::to_string).collect()
+            }),
+            writes: notes.map_or_else(Vec::new, |n| {
+                n.writes.iter().map(ToString::to_string).collect()
+            }),
+            reconcile_loop: None,
         }
     }
 
@@ -115,8 +159,28 @@ impl Entry {
             .sum::<usize>()
             + self.trigger.iter().map(String::len).sum::<usize>()
             + self.changes.iter().map(String::len).sum::<usize>()
-            + self.failure.as_ref().map_or(0, String::len);
+            + self.failure.as_ref().map_or(0, String::len)
+            + self.reads.iter().map(String::len).sum::<usize>()
+            + self.writes.iter().map(String::len).sum::<usize>()
+            + self.reconcile_loop.as_ref().map_or(0, String::len);
         text + 640
+    }
+}
+
+impl Filed {
+    /// Whether this is `kind` (by its name, any case) `namespace`/`name`,
+    /// of `cluster` or of any.
+    fn is(&self, kind: &str, namespace: Option<&str>, name: &str, cluster: Option<&str>) -> bool {
+        self.kind.eq_ignore_ascii_case(kind)
+            && self.namespace.as_deref() == namespace
+            && self.name == name
+            && cluster.is_none_or(|c| c == self.cluster)
+    }
+}
+
+impl Kept {
+    fn size(&self) -> usize {
+        self.plugin.len() + self.name.len() + self.case.len() + 64
     }
 }
 
@@ -129,51 +193,142 @@ struct Inner {
     /// How many entries `objects` holds, so no record walks them all.
     entries: usize,
     next: u64,
+    /// The last inputs of each object, as a case: its plugin, file name and
+    /// JSON text.
+    cases: HashMap<Filed, (u64, Kept)>,
+    /// Every case kept, oldest first, for their budget.
+    case_order: VecDeque<(u64, Filed)>,
+    case_bytes: usize,
+}
+
+/// One object's last inputs, as `explain --as-case` writes them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Kept {
+    pub plugin: String,
+    /// The case file's name, without `.yaml`.
+    pub name: String,
+    /// The case, as JSON.
+    pub case: String,
+}
+
+impl Inner {
+    /// Keeps `kept` as the last inputs of `filed`, within `budget` bytes
+    /// over every object, the oldest going first. A case larger than the
+    /// whole budget is not kept.
+    fn keep_case(&mut self, seq: u64, filed: Filed, kept: Kept, budget: usize) {
+        if let Some((_, old)) = self.cases.remove(&filed) {
+            self.case_bytes -= old.size();
+        }
+        if kept.size() > budget {
+            return;
+        }
+        self.case_bytes += kept.size();
+        self.case_order.push_back((seq, filed.clone()));
+        self.cases.insert(filed, (seq, kept));
+        while self.case_bytes > budget {
+            let Some((seq, filed)) = self.case_order.pop_front() else {
+                break;
+            };
+            if self.cases.get(&filed).is_some_and(|(s, _)| *s == seq)
+                && let Some((_, old)) = self.cases.remove(&filed)
+            {
+                self.case_bytes -= old.size();
+            }
+        }
+        if self.case_order.len() > 4 * self.cases.len() + 1024 {
+            let cases = &self.cases;
+            self.case_order
+                .retain(|(seq, filed)| cases.get(filed).is_some_and(|(s, _)| s == seq));
+        }
+    }
 }
 
 /// See the module documentation.
 pub struct Journal {
+    /// Loops are found whether or not the journal keeps entries.
+    pub loops: LoopWatch,
     inner: Mutex<Inner>,
     per_object: AtomicUsize,
     max_bytes: AtomicUsize,
+    case_bytes: AtomicUsize,
 }
 
 impl Default for Journal {
     fn default() -> Self {
+        let limits = JournalLimits::default();
         Self {
+            loops: LoopWatch::default(),
             inner: Mutex::default(),
-            per_object: AtomicUsize::new(DEFAULT_ENTRIES_PER_OBJECT),
-            max_bytes: AtomicUsize::new(DEFAULT_MAX_MIB << 20),
+            per_object: AtomicUsize::new(limits.entries),
+            max_bytes: AtomicUsize::new(limits.max_bytes),
+            case_bytes: AtomicUsize::new(limits.case_bytes),
         }
     }
 }
 
 impl Journal {
-    /// Keeps `per_object` entries per object within `max_bytes` in all;
-    /// either 0 turns it off (and forgets what it kept).
-    pub fn set_limits(&self, per_object: usize, max_bytes: usize) {
-        self.per_object.store(per_object, Ordering::Relaxed);
-        self.max_bytes.store(max_bytes, Ordering::Relaxed);
-        if per_object == 0 || max_bytes == 0 {
-            *self.lock() = Inner::default();
+    /// Keeps what `limits` says; a 0 turns its part off (and forgets what
+    /// it kept): entries or bytes off turn the whole journal off.
+    pub fn set_limits(&self, limits: JournalLimits) {
+        self.per_object.store(limits.entries, Ordering::Relaxed);
+        self.max_bytes.store(limits.max_bytes, Ordering::Relaxed);
+        self.case_bytes.store(limits.case_bytes, Ordering::Relaxed);
+        let mut inner = self.lock();
+        if limits.entries == 0 || limits.max_bytes == 0 {
+            *inner = Inner::default();
+        } else if limits.case_bytes == 0 {
+            inner.cases.clear();
+            inner.case_order.clear();
+            inner.case_bytes = 0;
         }
+    }
+
+    /// Whether it keeps each object's last inputs (`explain --as-case`):
+    /// making them is skipped when not.
+    pub fn keeps_cases(&self) -> bool {
+        self.is_on() && self.case_bytes.load(Ordering::Relaxed) > 0
+    }
+
+    /// The last inputs kept of the object `kind` `namespace`/`name`, of
+    /// `cluster` or the newest over every cluster.
+    pub fn case(
+        &self,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        cluster: Option<&str>,
+    ) -> Option<Kept> {
+        let inner = self.lock();
+        inner
+            .cases
+            .iter()
+            .filter(|(filed, _)| filed.is(kind, namespace, name, cluster))
+            .max_by_key(|(_, (seq, _))| *seq)
+            .map(|(_, (_, kept))| kept.clone())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn is_on(&self) -> (usize, usize) {
+    /// Whether it keeps anything: what is worked out only for it (which
+    /// fields a change changed) is skipped when not.
+    pub fn is_on(&self) -> bool {
+        let (per_object, max_bytes) = self.limits();
+        per_object > 0 && max_bytes > 0
+    }
+
+    fn limits(&self) -> (usize, usize) {
         (
             self.per_object.load(Ordering::Relaxed),
             self.max_bytes.load(Ordering::Relaxed),
         )
     }
 
-    /// Files `entry` for the object of `record`; an object found gone is
-    /// forgotten instead.
-    pub fn record(&self, record: &ReconcileRecord, entry: Entry) {
-        let (per_object, max_bytes) = self.is_on();
+    /// Files `entry` for the object of `record`, with its inputs as a case
+    /// when given; an object found gone is forgotten instead.
+    pub fn record(&self, record: &ReconcileRecord, entry: Entry, case: Option<(String, String)>) {
+        let (per_object, max_bytes) = self.limits();
         if per_object == 0 || max_bytes == 0 {
             return;
         }
@@ -189,10 +344,26 @@ impl Journal {
                 inner.bytes -= gone.iter().map(|(_, e)| e.size()).sum::<usize>();
                 inner.entries -= gone.len();
             }
+            if let Some((_, kept)) = inner.cases.remove(&filed) {
+                inner.case_bytes -= kept.size();
+            }
             return;
         }
         let seq = inner.next;
         inner.next += 1;
+        if let Some((name, case)) = case {
+            let kept = Kept {
+                plugin: record.plugin.clone(),
+                name,
+                case,
+            };
+            inner.keep_case(
+                seq,
+                filed.clone(),
+                kept,
+                self.case_bytes.load(Ordering::Relaxed),
+            );
+        }
         inner.bytes += entry.size();
         inner.entries += 1;
         inner.order.push_back((seq, filed.clone()));
@@ -249,12 +420,7 @@ impl Journal {
         let mut entries: Vec<(u64, Entry)> = inner
             .objects
             .iter()
-            .filter(|(filed, _)| {
-                filed.kind.eq_ignore_ascii_case(kind)
-                    && filed.namespace.as_deref() == namespace
-                    && filed.name == name
-                    && cluster.is_none_or(|c| c == filed.cluster)
-            })
+            .filter(|(filed, _)| filed.is(kind, namespace, name, cluster))
             .flat_map(|(_, kept)| kept.iter().cloned())
             .collect();
         entries.sort_by_key(|e| std::cmp::Reverse(e.0));
@@ -298,18 +464,22 @@ mod tests {
     fn entry(record: &ReconcileRecord) -> Entry {
         let mut causes = Causes::default();
         causes.add(Cause::Requeue);
-        Entry::of(record, &causes, "0.1.0", "abc", 3)
+        Entry::of(record, &causes, "0.1.0", "abc", 3, None)
     }
 
     fn file(journal: &Journal, name: &str, at: i64, outcome: Outcome) {
         let record = record(name, at, outcome);
-        journal.record(&record, entry(&record));
+        journal.record(&record, entry(&record), None);
     }
 
     #[test]
     fn an_object_keeps_its_last_entries_newest_first_and_is_forgotten_when_gone() {
         let journal = Journal::default();
-        journal.set_limits(3, 1 << 20);
+        journal.set_limits(JournalLimits {
+            entries: 3,
+            max_bytes: 1 << 20,
+            case_bytes: 1 << 20,
+        });
         for at in 0..5 {
             file(&journal, "web", at, applied());
         }
@@ -335,10 +505,51 @@ mod tests {
     }
 
     #[test]
+    fn the_last_inputs_of_each_object_are_kept_within_their_budget() {
+        let journal = Journal::default();
+        let case = |n: usize| Some((format!("c{n}"), "x".repeat(100)));
+        let one = Kept {
+            plugin: "podset".into(),
+            name: "c0".into(),
+            case: "x".repeat(100),
+        }
+        .size();
+        journal.set_limits(JournalLimits {
+            case_bytes: one * 3,
+            ..JournalLimits::default()
+        });
+        for (i, name) in ["a", "a", "b", "c", "d"].iter().enumerate() {
+            let record = record(name, i as i64, applied());
+            journal.record(&record, entry(&record), case(i));
+        }
+        let kept = |name| {
+            journal
+                .case("PodSet", Some("default"), name, None)
+                .map(|k| k.name)
+        };
+        assert_eq!(kept("a"), None, "the oldest went past the budget");
+        assert_eq!(kept("b").as_deref(), Some("c2"));
+        assert_eq!(kept("d").as_deref(), Some("c4"));
+        let gone = record("d", 9, Outcome::Gone);
+        journal.record(&gone, entry(&gone), None);
+        assert_eq!(kept("d"), None, "forgotten with the object");
+        journal.set_limits(JournalLimits {
+            case_bytes: 0,
+            ..JournalLimits::default()
+        });
+        assert!(!journal.keeps_cases());
+        assert_eq!(kept("b"), None);
+    }
+
+    #[test]
     fn past_the_budget_the_oldest_entries_anywhere_go() {
         let journal = Journal::default();
         let one = entry(&record("x", 0, applied())).size();
-        journal.set_limits(16, one * 10);
+        journal.set_limits(JournalLimits {
+            entries: 16,
+            max_bytes: one * 10,
+            case_bytes: 0,
+        });
         for i in 0..30 {
             file(&journal, &format!("o-{i}"), i, applied());
         }
@@ -356,7 +567,10 @@ mod tests {
                 .len(),
             1
         );
-        journal.set_limits(0, 1 << 20);
+        journal.set_limits(JournalLimits {
+            entries: 0,
+            ..JournalLimits::default()
+        });
         file(&journal, "o-99", 99, applied());
         assert_eq!(journal.usage(), (0, 0), "off: nothing kept");
     }

@@ -164,7 +164,12 @@ pub fn plan(observed: &Observed<'_>, response: ValidResponse) -> Result<Plan, Re
     plan_deletes(observed, response.delete, &desired_owned, &mut plan)?;
     if let Some(status) = response.status {
         let status = Value::Object(status);
-        if primary.get("status") != Some(&status) {
+        // Numbers by value: the API server keeps `1.0` as `1`, and a
+        // status compared as text would be written at every reconcile.
+        let same = primary
+            .get("status")
+            .is_some_and(|held| is_subset(held, &status) && is_subset(&status, held));
+        if !same {
             plan.status = Some(status);
         }
     }
@@ -881,5 +886,25 @@ mod tests {
         ));
         assert!(!is_subset(&json!({"a": 1}), &json!({"a": 2})));
         assert!(!is_subset(&json!({"l": [1, 2]}), &json!({"l": [1]})));
+    }
+
+    #[test]
+    fn a_status_the_api_server_keeps_with_numbers_written_otherwise_is_not_written_again() {
+        let p = primary(json!({"status": {"ratio": 1, "names": ["a"]}}));
+        let with_status = |status: Value| {
+            let mut r = response(vec![]);
+            r.status = status.as_object().cloned();
+            r
+        };
+        let same = run(
+            &p,
+            &[],
+            &[],
+            None,
+            with_status(json!({"ratio": 1.0, "names": ["a"]})),
+        );
+        assert_eq!(same.status, None);
+        let fewer = run(&p, &[], &[], None, with_status(json!({"ratio": 1.0})));
+        assert!(fewer.status.is_some(), "a field dropped is a change");
     }
 }

@@ -25,9 +25,12 @@ use tracing::Instrument;
 
 use super::apply::Applier;
 use super::call::{PluginCalls, Shown};
+use super::cause::Causes;
 use super::controllers::Controller;
+use super::decision_notes::Notes;
 use super::failure::Failure;
 use super::journal::Entry;
+use super::loop_watch::LoopFound;
 use super::plan::{self, Observed, Plan, has_finalizer, uid_of};
 use super::primary::Primary;
 use super::queues::{Done, Queues};
@@ -136,8 +139,9 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
         let at_millis = self.shared.now();
         let mut shadow = None;
         let mut decided_by = None;
+        let mut notes = Notes::default();
         let result = catch_panic(
-            self.run(&controller, &loaded, &key, &mut shadow, &mut decided_by)
+            self.run(&controller, &loaded, &key, &mut shadow, &mut decided_by, &mut notes)
                 .instrument(span.clone()),
         )
         .await
@@ -162,16 +166,7 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             outcome: settled.outcome,
         };
         span.record("outcome", record.outcome.word());
-        self.shared.journal.record(
-            &record,
-            Entry::of(
-                &record,
-                &causes,
-                &metadata.version,
-                loaded.sha256(),
-                now - at_millis,
-            ),
-        );
+        let found = self.file(&loaded, &record, &causes, notes, now - at_millis);
         self.log(&span, &record, settled.rate_limited);
         if let Some(candidate) = decided_by {
             self.count_decided(&candidate, &record, now - at_millis);
@@ -183,7 +178,52 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             self.warn_on_primary(metadata, &record.object, reason, message)
                 .await;
         }
+        if let Some(found) = found.filter(|f| f.new) {
+            span.in_scope(|| tracing::warn!("reconcile loop: {}", found.message));
+            self.warn_on_primary(metadata, &record.object, "ReconcileLoop", &found.message)
+                .await;
+        }
         (record, shadow)
+    }
+
+    /// Files `record` in the journal, with what queued it and what it noted,
+    /// and looks for a loop it completes; the loop found.
+    fn file(
+        &self,
+        loaded: &LoadedPlugin,
+        record: &ReconcileRecord,
+        causes: &Causes,
+        mut notes: Notes,
+        took_millis: i64,
+    ) -> Option<LoopFound> {
+        let metadata = loaded.metadata();
+        let journal = &self.shared.journal;
+        let mut entry = Entry::of(
+            record,
+            causes,
+            &metadata.version,
+            loaded.sha256(),
+            took_millis,
+            Some(&notes),
+        );
+        let primary_key = ObjectKey::new(
+            metadata.primary.clone(),
+            record.object.namespace.as_deref(),
+            &record.object.name,
+        );
+        let found = journal.loops.observe(
+            &record.plugin,
+            &metadata.field_manager(),
+            &primary_key.to_string(),
+            record.at_millis,
+            causes,
+            &notes.writes,
+        );
+        if let Some(found) = &found {
+            entry.reconcile_loop = Some(found.message.clone());
+        }
+        journal.record(record, entry, notes.case.take());
+        found
     }
 
     /// Counts a reconcile a canary candidate decided for, as its rollout's
@@ -240,7 +280,9 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
         key: &PrimaryKey,
         shadow: &mut Option<ShadowJob>,
         decided_by: &mut Option<Arc<LoadedPlugin>>,
+        notes: &mut Notes,
     ) -> Result<Option<Done>, Failure> {
+        let noting = self.shared.journal.is_on() || self.shared.journal.loops.is_on();
         let cache = &self.shared.cache;
         let selectors = &self.shared.scope.selectors;
         let Some(mut primary) = Primary::read(cache, selectors, serving.metadata(), key) else {
@@ -279,6 +321,7 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
                 &shown,
                 now_millis,
                 kept.clone(),
+                noting.then_some(&mut *notes),
             )
             .await;
         if let (Some(candidate), Some(kept)) = (candidate, kept) {
@@ -310,6 +353,7 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             applied: &controller.applied,
             superseded_finalizers: &superseded_finalizers,
             changes,
+            writes: noting.then_some(&mut notes.writes),
         };
         applier.apply(plan).await.map(Some)
     }

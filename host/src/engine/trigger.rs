@@ -16,9 +16,10 @@ use reconciler_contract::KindRef;
 use reconciler_contract::memory_cache::resource_version_of;
 use reconciler_contract::triggers;
 
-use super::cause::Cause;
+use super::cause::{Cause, ChangedFields};
 use super::controllers::Controller;
 use super::event_mapping;
+use super::field_diff;
 use super::scope::PrimarySelectors;
 use super::shared::Shared;
 use super::shared_cache::SharedCache;
@@ -68,6 +69,13 @@ impl Trigger {
         let kind = KindRef::of_object(&event.object);
         let controllers = shared.controllers.all();
         let before = held_before(shared, &controllers, event, kind.as_ref());
+        // The text, not parsed unless a cause is made: the journal tells
+        // which fields a change changed.
+        let journal_before = (before.is_none()
+            && event.event_type == WatchEventType::Modified
+            && shared.journal.is_on())
+        .then(|| ObjectKey::of(&event.object).and_then(|k| shared.cache.json_of(&k)))
+        .flatten();
         shared.cache.observe(event);
         // Made once, for the first plugin that queues something.
         let mut cause = None;
@@ -92,7 +100,13 @@ impl Trigger {
                 .filter(|key| in_scope(selectors, &shared.cache, &name, primary, key))
                 .collect();
             if !keys.is_empty() {
-                let cause = cause.get_or_insert_with(|| cause_of(event, kind.as_ref()));
+                let cause = cause.get_or_insert_with(|| {
+                    let parsed = journal_before
+                        .as_deref()
+                        .and_then(|text| serde_json::from_str(text).ok());
+                    let before = before.as_ref().or(parsed.as_ref());
+                    cause_of(event, kind.as_ref(), before, shared.journal.is_on())
+                });
                 let mut state = c.state();
                 for key in keys {
                     self.enqueue(&mut state.queue, key, of_primary, now, cause.clone());
@@ -187,8 +201,20 @@ impl Trigger {
 }
 
 /// The cause a watch event gives the primaries it queues.
-fn cause_of(event: &WatchEvent, kind: Option<&KindRef>) -> Cause {
+fn cause_of(
+    event: &WatchEvent,
+    kind: Option<&KindRef>,
+    before: Option<&serde_json::Value>,
+    with_fields: bool,
+) -> Cause {
     let metadata = &event.object["metadata"];
+    let fields =
+        match (before, event.event_type) {
+            (Some(before), WatchEventType::Modified) if with_fields => Some(Box::new(
+                changed_fields(before, &event.object, event.managed_fields()),
+            )),
+            _ => None,
+        };
     let name = metadata["name"].as_str().unwrap_or("(unnamed)");
     let object = match metadata["namespace"].as_str() {
         Some(namespace) => format!("{namespace}/{name}"),
@@ -198,7 +224,31 @@ fn cause_of(event: &WatchEvent, kind: Option<&KindRef>) -> Cause {
         kind: kind.map_or_else(|| "(no kind)".to_string(), |k| k.kind.clone()),
         object,
         change: event.event_type,
+        fields,
     }
+}
+
+/// What changed from `before` to `after`, with the managers of those
+/// fields in `managed_fields` (`after`'s, which the watch carried beside
+/// it; the cache never holds them).
+fn changed_fields(
+    before: &serde_json::Value,
+    after: &serde_json::Value,
+    managed_fields: Option<&serde_json::Value>,
+) -> ChangedFields {
+    let (fields, more) = field_diff::diff(before, after);
+    let mut by: Vec<String> = Vec::new();
+    let Some(managed_fields) = managed_fields else {
+        return ChangedFields { fields, more, by };
+    };
+    for field in &fields {
+        for manager in field_diff::managers_of(managed_fields, &field.path) {
+            if !by.contains(&manager) {
+                by.push(manager);
+            }
+        }
+    }
+    ChangedFields { fields, more, by }
 }
 
 /// Forgets what the engine remembered about objects the cluster deleted:

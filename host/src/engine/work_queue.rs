@@ -376,6 +376,7 @@ mod tests {
             kind: "Pod".into(),
             object: format!("d/{name}"),
             change: crate::cluster::WatchEventType::Modified,
+            fields: None,
         };
         let mut q = WorkQueue::new();
         q.add(key("a"), 0, Cause::PluginLoaded);

@@ -15,6 +15,7 @@
 //! are left out unless asked for (`redact.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -107,47 +108,7 @@ impl CaseRecorder {
 
     /// Writes the case of one reconcile; returns its path.
     pub fn record(&self, r: &Recording<'_>) -> Option<PathBuf> {
-        let key = ObjectKey::of(r.primary)?;
-        let now = Timestamp::from_millisecond(r.now_millis)
-            .map(|t| t.to_string())
-            .unwrap_or_else(|_| r.now_millis.to_string());
-        let object_name = match &key.namespace {
-            Some(ns) => format!("{ns}/{}", key.name),
-            None => key.name.clone(),
-        };
-        let mut case = CaseFile {
-            description: format!(
-                "recorded by {} at {now}: {} {} reconciling {} {object_name} in cluster {}",
-                self.source, r.plugin, r.version, key.kind.kind, r.cluster.name
-            ),
-            now,
-            cluster: r.cluster.clone(),
-            primary: r.primary.clone(),
-            objects: observed_objects(&key, r.children, r.reads),
-            expect: match r.answer {
-                Ok(response) => expectation_of(response.clone()),
-                Err(e) => Expectation {
-                    error: Some(e.to_string()),
-                    ..Expectation::default()
-                },
-            },
-        };
-        if !self.secret_data {
-            let objects = case.objects.iter_mut().chain(&mut case.expect.apply);
-            for object in std::iter::once(&mut case.primary).chain(objects) {
-                redact_secret(object);
-            }
-        }
-        // Objects of the same name in two clusters are two cases.
-        let cluster = match r.cluster.name.as_str() {
-            LOCAL_CLUSTER => String::new(),
-            name => format!("{name}-"),
-        };
-        let name = format!(
-            "{cluster}{}-{}",
-            key.namespace.as_deref().unwrap_or("cluster"),
-            key.name
-        );
+        let (name, case) = case_of(r, &self.source, self.secret_data)?;
         let written = serde_yaml_ng::to_string(&case)
             .map_err(|e| e.to_string())
             .and_then(|text| {
@@ -172,6 +133,59 @@ impl CaseRecorder {
     }
 }
 
+/// The case of one reconcile, recorded by `source` (Secret values left out
+/// unless `secret_data`), and the name of its file (without `.yaml`).
+pub fn case_of(
+    r: &Recording<'_>,
+    source: &str,
+    secret_data: bool,
+) -> Option<(String, impl Serialize + use<>)> {
+    {
+        let key = ObjectKey::of(r.primary)?;
+        let now = Timestamp::from_millisecond(r.now_millis)
+            .map(|t| t.to_string())
+            .unwrap_or_else(|_| r.now_millis.to_string());
+        let object_name = match &key.namespace {
+            Some(ns) => format!("{ns}/{}", key.name),
+            None => key.name.clone(),
+        };
+        let mut case = CaseFile {
+            description: format!(
+                "recorded by {} at {now}: {} {} reconciling {} {object_name} in cluster {}",
+                source, r.plugin, r.version, key.kind.kind, r.cluster.name
+            ),
+            now,
+            cluster: r.cluster.clone(),
+            primary: r.primary.clone(),
+            objects: observed_objects(&key, r.children, r.reads),
+            expect: match r.answer {
+                Ok(response) => expectation_of(response.clone()),
+                Err(e) => Expectation {
+                    error: Some(e.to_string()),
+                    ..Expectation::default()
+                },
+            },
+        };
+        if !secret_data {
+            let objects = case.objects.iter_mut().chain(&mut case.expect.apply);
+            for object in std::iter::once(&mut case.primary).chain(objects) {
+                redact_secret(object);
+            }
+        }
+        // Objects of the same name in two clusters are two cases.
+        let cluster = match r.cluster.name.as_str() {
+            LOCAL_CLUSTER => String::new(),
+            name => format!("{name}-"),
+        };
+        let name = format!(
+            "{cluster}{}-{}",
+            key.namespace.as_deref().unwrap_or("cluster"),
+            key.name
+        );
+        Some((name, case))
+    }
+}
+
 /// The children and every object the reads returned, once each, without
 /// the primary (the case has it on its own), in a stable order.
 fn observed_objects(
@@ -190,10 +204,28 @@ fn observed_objects(
     objects.into_values().collect()
 }
 
+/// One read the plugin made through the host's cache, and what it found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadMade {
+    /// `get ConfigMap default/settings`, `list Pod in default matching app=web`.
+    pub request: String,
+    /// Objects returned.
+    pub found: usize,
+}
+
+impl fmt::Display for ReadMade {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.request, self.found)
+    }
+}
+
 /// An [`ObjectReader`] that keeps what it returned, for the case.
 pub struct RecordingReader {
     inner: Arc<dyn ObjectReader>,
     returned: Mutex<Vec<String>>,
+    /// Each request and how many objects it returned (the journal's
+    /// "reads made").
+    made: Mutex<Vec<ReadMade>>,
 }
 
 impl RecordingReader {
@@ -201,7 +233,20 @@ impl RecordingReader {
         Self {
             inner,
             returned: Mutex::default(),
+            made: Mutex::default(),
         }
+    }
+
+    /// Each request made so far and how many objects it returned.
+    pub fn reads_made(&self) -> Vec<ReadMade> {
+        self.made.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn made(&self, request: String, found: usize) {
+        self.made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ReadMade { request, found });
     }
 
     fn keep(&self, texts: &[String]) {
@@ -228,12 +273,21 @@ impl ObjectReader for RecordingReader {
         if let Some(text) = &found {
             self.keep(std::slice::from_ref(text));
         }
+        let object = match request.namespace {
+            Some(namespace) => format!("{namespace}/{}", request.name),
+            None => request.name.to_string(),
+        };
+        self.made(
+            format!("get {} {object}", request.kind.kind),
+            usize::from(found.is_some()),
+        );
         found
     }
 
     fn list(&self, request: &ListRequest<'_>) -> Result<Vec<String>, String> {
         let listed = self.inner.list(request)?;
         self.keep(&listed);
+        self.made(list_text(request), listed.len());
         Ok(listed)
     }
 
@@ -244,8 +298,22 @@ impl ObjectReader for RecordingReader {
     ) -> Result<Vec<String>, ListJsonError> {
         let listed = self.inner.list_within(request, bounds)?;
         self.keep(&listed);
+        self.made(list_text(request), listed.len());
         Ok(listed)
     }
+}
+
+/// A list request in words: `list Pod in default matching app=web`.
+fn list_text(request: &ListRequest<'_>) -> String {
+    let mut text = format!("list {}", request.kind.kind);
+    match request.namespace {
+        Some(namespace) => text.push_str(&format!(" in {namespace}")),
+        None => text.push_str(" in every namespace"),
+    }
+    if !request.selector.is_empty() {
+        text.push_str(&format!(" matching {}", request.selector));
+    }
+    text
 }
 
 #[cfg(test)]

@@ -120,6 +120,7 @@ impl HostStatus {
             .map(|source| source())
             .unwrap_or_default();
         self.metrics.set_shadow_counts(&self.shadow.counts());
+        self.metrics.set_loop_counts(&self.journal.loops.counts());
         self.metrics
             .encode_with_clusters(&queues, &cache, &clusters)
     }
@@ -153,16 +154,25 @@ pub const OBJECT_PATHS: [&str; 2] = [
 /// whoever serves it decides who may read them.
 pub fn reports(status: Arc<HostStatus>) -> Router {
     let [metrics_path, plugins_path, clusters_path, shards_path] = REPORT_PATHS;
-    let [namespaced, cluster_scoped] = OBJECT_PATHS;
-    Router::new()
+    journal_routes()
         .route(plugins_path, get(plugins))
         .route(SHADOW_PATH, get(shadow))
-        .route(namespaced, get(object_journal))
-        .route(cluster_scoped, get(cluster_scoped_journal))
         .route(clusters_path, get(clusters))
         .route(shards_path, get(shards))
         .route(metrics_path, get(metrics))
         .with_state(status)
+}
+
+/// The journal's paths ([`OBJECT_PATHS`]) alone: what `dev` serves.
+pub fn journal(status: Arc<HostStatus>) -> Router {
+    journal_routes().with_state(status)
+}
+
+fn journal_routes() -> Router<Arc<HostStatus>> {
+    let [namespaced, cluster_scoped] = OBJECT_PATHS;
+    Router::new()
+        .route(namespaced, get(object_journal))
+        .route(cluster_scoped, get(cluster_scoped_journal))
 }
 
 async fn readyz(State(status): State<Arc<HostStatus>>) -> Response {
@@ -202,9 +212,12 @@ async fn shadow(State(status): State<Arc<HostStatus>>, Path(name): Path<String>)
 }
 
 /// Which cluster's object `/objects/...` asks for: `?cluster=NAME`, or all.
+/// `?as=case`: the last reconcile's inputs as a golden case instead.
 #[derive(serde::Deserialize)]
 struct OfCluster {
     cluster: Option<String>,
+    #[serde(rename = "as")]
+    as_what: Option<String>,
 }
 
 /// The journal of one namespaced object: its last reconciles, newest first.
@@ -213,13 +226,7 @@ async fn object_journal(
     Path((kind, namespace, name)): Path<(String, String, String)>,
     Query(of): Query<OfCluster>,
 ) -> Response {
-    journal_of(
-        &status,
-        &kind,
-        Some(&namespace),
-        &name,
-        of.cluster.as_deref(),
-    )
+    journal_of(&status, &kind, Some(&namespace), &name, &of)
 }
 
 /// The journal of one cluster-scoped object.
@@ -228,7 +235,7 @@ async fn cluster_scoped_journal(
     Path((kind, name)): Path<(String, String)>,
     Query(of): Query<OfCluster>,
 ) -> Response {
-    journal_of(&status, &kind, None, &name, of.cluster.as_deref())
+    journal_of(&status, &kind, None, &name, &of)
 }
 
 fn journal_of(
@@ -236,14 +243,37 @@ fn journal_of(
     kind: &str,
     namespace: Option<&str>,
     name: &str,
-    cluster: Option<&str>,
+    of: &OfCluster,
 ) -> Response {
+    let cluster = of.cluster.as_deref();
+    let object = match namespace {
+        Some(namespace) => format!("{kind} {namespace}/{name}"),
+        None => format!("{kind} {name}"),
+    };
+    match of.as_what.as_deref() {
+        None => {}
+        Some("case") => {
+            return match status.journal.case(kind, namespace, name, cluster) {
+                Some(kept) => Json(kept).into_response(),
+                None => (
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "no inputs of {object} kept: not reconciled by this host, forgotten (deleted, or past --journal-cases-mib), or --journal-cases-mib 0\n"
+                    ),
+                )
+                    .into_response(),
+            };
+        }
+        Some(other) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("?as={other}: the only other form is ?as=case\n"),
+            )
+                .into_response();
+        }
+    }
     let entries = status.journal.entries(kind, namespace, name, cluster);
     if entries.is_empty() {
-        let object = match namespace {
-            Some(namespace) => format!("{kind} {namespace}/{name}"),
-            None => format!("{kind} {name}"),
-        };
         return (
             StatusCode::NOT_FOUND,
             format!(
@@ -497,9 +527,27 @@ mod tests {
             };
             let mut causes = Causes::default();
             causes.add(Cause::PluginLoaded);
-            let entry = Entry::of(&record, &causes, "0.1.0", "abc", 2);
-            status.journal.record(&record, entry);
+            let entry = Entry::of(&record, &causes, "0.1.0", "abc", 2, None);
+            let case = (
+                format!("default-web-{cluster}"),
+                format!("{{\"now\": {at}}}"),
+            );
+            status.journal.record(&record, entry, Some(case));
         }
+        let (code, text) = get_text(&status, "/objects/podset/default/web?as=case").await;
+        assert_eq!(code, StatusCode::OK);
+        let kept: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(kept["plugin"], "podset");
+        assert_eq!(kept["name"], "default-web-east", "the newest");
+        let (_, text) =
+            get_text(&status, "/objects/podset/default/web?as=case&cluster=local").await;
+        assert!(text.contains("default-web-local"), "{text}");
+        let (code, text) = get_text(&status, "/objects/podset/default/web?as=yaml").await;
+        assert_eq!(code, StatusCode::BAD_REQUEST);
+        assert!(text.contains("?as=case"), "{text}");
+        let (code, text) = get_text(&status, "/objects/podset/default/db?as=case").await;
+        assert_eq!(code, StatusCode::NOT_FOUND);
+        assert!(text.contains("--journal-cases-mib"), "{text}");
         let (code, text) = get_text(&status, "/objects/podset/default/web").await;
         assert_eq!(code, StatusCode::OK);
         let entries: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -169,6 +169,7 @@ struct HostFamilies {
     timeouts: Family<ControllerLabels, Counter>,
     cache_objects: Family<KindLabels, Gauge>,
     shadow_reconciles: Family<ShadowLabels, Gauge>,
+    loops: Family<ControllerLabels, Counter>,
 }
 
 impl HostFamilies {
@@ -208,6 +209,12 @@ impl HostFamilies {
                 registry,
                 "reconciler_host_shadow_reconciles",
                 "Reconciles the current candidate of a plugin ran in shadow, per outcome: agreed, differed, failed, shed (not run, the host under pressure); a new candidate starts at zero",
+                Family::default(),
+            ),
+            loops: registered(
+                registry,
+                "reconciler_reconcile_loops",
+                "Reconcile loops found (an object reconciled again and again, each time writing the same field back or sending a value the API server stores otherwise), per controller; each counted once per --loop-window",
                 Family::default(),
             ),
         }
@@ -517,6 +524,17 @@ impl Metrics {
                     })
                     .set(i64::try_from(n).unwrap_or(i64::MAX));
             }
+        }
+    }
+
+    /// Brings the loop counters up to `counts`, the loops found so far per
+    /// plugin.
+    pub fn set_loop_counts(&self, counts: &std::collections::BTreeMap<String, u64>) {
+        for (plugin, n) in counts {
+            let counter = self.host.loops.get_or_create(&ControllerLabels {
+                controller: plugin.clone(),
+            });
+            counter.inc_by(n.saturating_sub(counter.get()));
         }
     }
 

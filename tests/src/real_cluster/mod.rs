@@ -497,6 +497,21 @@ impl RealCluster {
         poll::poll(what, timeout, &alive, &progress, probe).await
     }
 
+    /// Waits for the host to say where it serves its reports (`run
+    /// --metrics-listen ... --metrics-insecure`): `http://ADDRESS`.
+    pub async fn wait_for_reports_url(&self) -> Result<String> {
+        let marker = "serving /metrics and /plugins on http://";
+        let line = self
+            .wait_for_log(&[marker], Duration::from_secs(60))
+            .await?;
+        let address = line
+            .split(marker)
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .with_context(|| format!("no address after {marker:?} in {line:?}"))?;
+        Ok(format!("http://{address}"))
+    }
+
     /// Waits until one line of the host's log contains every one of
     /// `needles`, and returns it.
     pub async fn wait_for_log(&self, needles: &[&str], timeout: Duration) -> Result<String> {

@@ -7,11 +7,16 @@
 use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
 use serde_json::Value;
 
-use crate::cluster::backend::slimmed;
+use crate::cluster::backend::{slimmed, slimmed_carrying_managers};
 
 /// An object as the engine wants it: JSON with apiVersion and kind (list
 /// items lack them), slimmed before anything keeps a copy.
 pub(super) fn to_value(object: DynamicObject, resource: &ApiResource) -> Value {
+    slimmed(with_kind(object, resource))
+}
+
+/// `object` as JSON, with the apiVersion and kind list items lack.
+fn with_kind(object: DynamicObject, resource: &ApiResource) -> Value {
     let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(map) = value.as_object_mut() {
         map.entry("apiVersion")
@@ -19,7 +24,13 @@ pub(super) fn to_value(object: DynamicObject, resource: &ApiResource) -> Value {
         map.entry("kind")
             .or_insert_with(|| Value::String(resource.kind.clone()));
     }
-    slimmed(value)
+    value
+}
+
+/// [`to_value`] for a watch: the object's `managedFields` are carried
+/// beside it until its event is made (`WatchEvent::carrying`).
+pub(super) fn to_watched_value(object: DynamicObject, resource: &ApiResource) -> Value {
+    slimmed_carrying_managers(with_kind(object, resource))
 }
 
 /// A metadata-only object as the engine wants it: under the kind it is

@@ -27,7 +27,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::discovery::Resolved;
 use super::errors;
-use super::object_values::{meta_to_value, to_value};
+use super::object_values::{meta_to_value, to_watched_value};
+use crate::cluster::backend::take_carried_managers;
 use crate::cluster::backend::{
     BackendError, ListedObject, WatchEvent, WatchEventType, WatchScope, WatchStream,
 };
@@ -123,12 +124,14 @@ impl Forwarder {
                 }
                 self.relisted = Some(HashSet::new());
             }
-            Event::InitApply(object) => {
+            Event::InitApply(mut object) => {
                 let key = key_of(&object);
                 if let Some(relisted) = &mut self.relisted {
                     relisted.insert(key.clone());
                 }
                 if let Some(initial) = &mut self.initial {
+                    // A first list's objects are causes of nothing.
+                    take_carried_managers(&mut object);
                     self.known.insert(key, Seen::of(&object));
                     initial.push(ListedObject::new(&object));
                 } else {
@@ -157,7 +160,7 @@ impl Forwarder {
             }
             Event::Delete(object) => {
                 self.known.remove(&key_of(&object));
-                out.push(WatchEvent::new(WatchEventType::Deleted, object));
+                out.push(WatchEvent::carrying(WatchEventType::Deleted, object));
             }
         }
         (out, None)
@@ -176,8 +179,9 @@ impl Forwarder {
             }
             Some(_) => WatchEventType::Modified,
         };
-        self.known.insert(key, Seen::of(&object));
-        Some(WatchEvent::new(event_type, object))
+        let event = WatchEvent::carrying(event_type, object);
+        self.known.insert(key, Seen::of(&event.object));
+        Some(event)
     }
 }
 
@@ -319,7 +323,7 @@ fn watcher_events(
         };
         watcher::watcher(api, config)
             .default_backoff()
-            .map(move |r| r.map(|e| convert(e, |o| to_value(o, &resource))))
+            .map(move |r| r.map(|e| convert(e, |o| to_watched_value(o, &resource))))
             .boxed()
     }
 }

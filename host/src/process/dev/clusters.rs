@@ -176,6 +176,7 @@ fn member_fleet(
         })),
         candidates: shadow.candidates.clone(),
         shadow: shadow.book.clone(),
+        journal: config.journal.clone(),
         ..Settings::default()
     };
     let fleet = Arc::new(Fleet::<EmbeddedCluster>::new(

@@ -28,6 +28,10 @@ pub struct DevConfig {
     /// Several embedded member clusters instead of one (`--clusters`,
     /// `--cluster-objects`): see `clusters.rs`.
     pub members: Option<Vec<MemberSeed>>,
+    /// The decision journal every engine of the session files into.
+    pub journal: std::sync::Arc<crate::engine::journal::Journal>,
+    /// Where the journal is served for `explain` (loopback, no token).
+    pub explain_listen: Option<std::net::SocketAddr>,
 }
 
 /// One embedded member cluster of `dev` or `simulate`: who it is, and the

@@ -129,7 +129,8 @@ fn dev_engine(
 ) -> anyhow::Result<Arc<Engine<EmbeddedCluster>>> {
     let mut engine = Engine::empty(cluster.clone(), Arc::new(RealClock))
         .with_instance_pool(sandbox.reconcile_instances())
-        .with_shadow(shadow.candidates.clone(), shadow.book.clone());
+        .with_shadow(shadow.candidates.clone(), shadow.book.clone())
+        .with_journal(config.journal.clone());
     if let Some(record) = &config.record {
         let recorder = CaseRecorder::new(record, "dev")
             .map_err(|e| anyhow::anyhow!("cannot record into {}: {e}", record.dir.display()))?;

@@ -37,9 +37,10 @@ pub struct RunConfig {
     /// How long a change of a child or read object waits for others before
     /// its primary is reconciled ([`Engine::with_coalescing`]).
     pub coalesce: Duration,
-    /// The decision journal's limits: entries per object, and bytes in all
-    /// (either 0: off).
-    pub journal: (usize, usize),
+    /// How much the decision journal keeps.
+    pub journal: crate::engine::journal::JournalLimits,
+    /// When reconciles of one object make a loop.
+    pub loops: crate::engine::loop_watch::LoopRule,
     /// Serve admission webhooks for the plugins that declare admission, on
     /// every replica; `None`: no admission.
     pub admission: Option<crate::admission::service::AdmissionConfig>,

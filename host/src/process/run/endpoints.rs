@@ -15,8 +15,8 @@ pub(super) async fn serve_endpoints(
     client: &kube::Client,
 ) -> anyhow::Result<Arc<HostStatus>> {
     let status = Arc::new(HostStatus::new());
-    let (entries, bytes) = config.journal;
-    status.journal.set_limits(entries, bytes);
+    status.journal.set_limits(config.journal);
+    status.journal.loops.set_rule(config.loops);
     if let Some(addr) = config.http_listen {
         serve(addr, status.clone()).await?;
     }

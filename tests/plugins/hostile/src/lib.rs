@@ -232,6 +232,17 @@ impl Reconciler for Hostiles {
                 println!("{}", "spam ".repeat(100));
             },
             "error" => Err(Error::msg("asked to fail")),
+            "wrapped-base64" => {
+                // Base64 wrapped in lines, as MIME encoders write it: the
+                // API server decodes it and keeps it unwrapped, so the
+                // ConfigMap never holds what was sent. It looks again soon,
+                // as a plugin waiting to see its write does.
+                let wrapped = json!({"metadata": {"name": format!("{name}-wrapped")},
+                    "binaryData": {"blob": "aGVsbG8g\nd29ybGQ="}});
+                Ok(Response::new()
+                    .apply(&config_map(&name, wrapped))?
+                    .requeue_after(std::time::Duration::from_millis(200)))
+            }
             "flap" => {
                 // Writes what it last observed into its own child, so every
                 // apply changes the child and triggers the next reconcile:

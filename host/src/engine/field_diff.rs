@@ -1,0 +1,285 @@
+//! Which fields of an object changed, old value to new, in words a person
+//! reads (`.status.readyReplicas 2 -> 3`), and who manages them: what the
+//! journal tells of a trigger and of a write, and what loop detection
+//! compares.
+//!
+//! Bounded on purpose: a few paths, short values. It explains a change; it
+//! is not a copy of it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Paths reported per object; the rest are counted.
+pub const MAX_FIELDS: usize = 4;
+/// Characters of a value shown before it is cut.
+const MAX_VALUE_CHARS: usize = 60;
+
+/// Bookkeeping the API server changes on every write: never the reason
+/// for anything.
+const NOISE: [&str; 4] = [
+    ".metadata.resourceVersion",
+    ".metadata.managedFields",
+    ".metadata.generation",
+    ".metadata.annotations.kubectl.kubernetes.io/last-applied-configuration",
+];
+
+/// One field that changed: its path, and its value before and after
+/// (`None`: absent), as short JSON text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldChange {
+    pub path: String,
+    pub old: Option<String>,
+    pub new: Option<String>,
+}
+
+impl fmt::Display for FieldChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".to_string());
+        write!(
+            f,
+            "{} {} -> {}",
+            self.path,
+            shown(&self.old),
+            shown(&self.new)
+        )
+    }
+}
+
+/// The fields that differ between `before` and `after`, the first
+/// [`MAX_FIELDS`] in document order, and how many more there were.
+pub fn diff(before: &Value, after: &Value) -> (Vec<FieldChange>, usize) {
+    let mut found = Found::default();
+    walk(String::new(), Some(before), Some(after), &mut found);
+    (found.fields, found.more)
+}
+
+/// The fields `sent` sets that the stored object does not hold as sent:
+/// what the API server normalized or dropped. `new` is what it stored.
+pub fn not_as_sent(sent: &Value, stored: &Value) -> (Vec<FieldChange>, usize) {
+    let mut found = Found::default();
+    leaves_not_as_sent(String::new(), sent, Some(stored), &mut found);
+    (found.fields, found.more)
+}
+
+#[derive(Default)]
+struct Found {
+    fields: Vec<FieldChange>,
+    more: usize,
+}
+
+impl Found {
+    fn push(&mut self, path: String, old: Option<&Value>, new: Option<&Value>) {
+        if NOISE.contains(&path.as_str()) {
+            return;
+        }
+        if self.fields.len() < MAX_FIELDS {
+            self.fields.push(FieldChange {
+                path,
+                old: old.map(short),
+                new: new.map(short),
+            });
+        } else {
+            self.more += 1;
+        }
+    }
+}
+
+fn child_path(path: &str, key: &str) -> String {
+    format!("{path}.{key}")
+}
+
+fn walk(path: String, before: Option<&Value>, after: Option<&Value>, found: &mut Found) {
+    if NOISE.contains(&path.as_str()) {
+        return;
+    }
+    match (before, after) {
+        (Some(Value::Object(b)), Some(Value::Object(a))) => {
+            for (key, bv) in b {
+                walk(child_path(&path, key), Some(bv), a.get(key), found);
+            }
+            for (key, av) in a {
+                if !b.contains_key(key) {
+                    walk(child_path(&path, key), None, Some(av), found);
+                }
+            }
+        }
+        (Some(Value::Array(b)), Some(Value::Array(a))) if b.len() == a.len() => {
+            for (i, (bv, av)) in b.iter().zip(a).enumerate() {
+                walk(format!("{path}[{i}]"), Some(bv), Some(av), found);
+            }
+        }
+        (b, a) if !same(b, a) => found.push(path, b, a),
+        _ => {}
+    }
+}
+
+fn leaves_not_as_sent(path: String, sent: &Value, stored: Option<&Value>, found: &mut Found) {
+    match (sent, stored) {
+        (Value::Object(s), Some(Value::Object(st))) => {
+            for (key, sv) in s {
+                leaves_not_as_sent(child_path(&path, key), sv, st.get(key), found);
+            }
+        }
+        (Value::Array(s), Some(Value::Array(st))) if s.len() == st.len() => {
+            for (i, (sv, stv)) in s.iter().zip(st).enumerate() {
+                leaves_not_as_sent(format!("{path}[{i}]"), sv, Some(stv), found);
+            }
+        }
+        // An empty map or list sent and absent stored is how the API server
+        // keeps "nothing": not a difference anyone acts on.
+        (Value::Object(m), None) if m.is_empty() => {}
+        (Value::Array(l), None) if l.is_empty() => {}
+        (s, st) if !same(Some(s), st) => found.push(path, Some(s), st),
+        _ => {}
+    }
+}
+
+/// Equal as JSON values, numbers by value (`1.0` is `1`).
+fn same(a: Option<&Value>, b: Option<&Value>) -> bool {
+    match (a, b) {
+        (Some(Value::Number(x)), Some(Value::Number(y))) => x == y || x.as_f64() == y.as_f64(),
+        (a, b) => a == b,
+    }
+}
+
+/// A value as JSON text, cut to [`MAX_VALUE_CHARS`] characters.
+fn short(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= MAX_VALUE_CHARS {
+        return text;
+    }
+    let cut: String = text.chars().take(MAX_VALUE_CHARS).collect();
+    format!("{cut}…")
+}
+
+/// The field managers in `managed_fields` (an object's `managedFields`)
+/// that manage `path` (a path as [`diff`] writes it), as `name
+/// (Operation)`. A path through a list is matched up to the list: its items
+/// are keyed in `managedFields` by their contents, not by index.
+pub fn managers_of(managed_fields: &Value, path: &str) -> Vec<String> {
+    let Some(entries) = managed_fields.as_array() else {
+        return Vec::new();
+    };
+    let keys = path_keys(path);
+    let mut managers = Vec::new();
+    for entry in entries {
+        let Some(fields) = entry.get("fieldsV1") else {
+            continue;
+        };
+        if !manages(fields, &keys) {
+            continue;
+        }
+        let name = entry["manager"].as_str().unwrap_or("(unnamed)");
+        let operation = entry["operation"].as_str().unwrap_or("?");
+        let named = format!("{name} ({operation})");
+        if !managers.contains(&named) {
+            managers.push(named);
+        }
+    }
+    managers
+}
+
+/// The map keys of `path` up to its first list index: `.spec.replicas`
+/// gives `spec`, `replicas`. Keys holding dots (annotation names) cannot be
+/// told from nesting in this form; they are matched as far as they go.
+fn path_keys(path: &str) -> Vec<&str> {
+    let before_list = path.split('[').next().unwrap_or("");
+    before_list
+        .split('.')
+        .filter(|key| !key.is_empty())
+        .collect()
+}
+
+fn manages(fields: &Value, keys: &[&str]) -> bool {
+    let mut node = fields;
+    for key in keys {
+        match node.get(format!("f:{key}")) {
+            Some(next) => node = next,
+            // The rest of the key may be a dotted name split apart.
+            None => {
+                return node.as_object().is_some_and(|m| {
+                    m.keys()
+                        .any(|k| k.starts_with("f:") && k[2..].starts_with(key))
+                });
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_diff_names_each_changed_path_old_to_new_without_bookkeeping() {
+        let before = json!({"metadata": {"name": "web", "resourceVersion": "1", "labels": {"a": "x"}},
+            "spec": {"replicas": 2, "template": {"containers": [{"image": "nginx:1"}]}},
+            "status": {"readyReplicas": 2}});
+        let after = json!({"metadata": {"name": "web", "resourceVersion": "2", "labels": {"b": "y"}},
+            "spec": {"replicas": 2, "template": {"containers": [{"image": "nginx:2"}]}},
+            "status": {"readyReplicas": 3}});
+        let (fields, more) = diff(&before, &after);
+        let text: Vec<String> = fields.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                ".metadata.labels.a \"x\" -> (none)",
+                ".metadata.labels.b (none) -> \"y\"",
+                ".spec.template.containers[0].image \"nginx:1\" -> \"nginx:2\"",
+                ".status.readyReplicas 2 -> 3",
+            ]
+        );
+        assert_eq!(more, 0);
+        let (none, _) = diff(&before, &before);
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn past_the_first_few_paths_are_counted_and_long_values_cut() {
+        let before = json!({"a": 1, "b": 1, "c": 1, "d": 1, "e": 1, "f": "x"});
+        let after = json!({"a": 2, "b": 2, "c": 2, "d": 2, "e": 2, "f": "y".repeat(200)});
+        let (fields, more) = diff(&before, &after);
+        assert_eq!(fields.len(), MAX_FIELDS);
+        assert_eq!(more, 2);
+        let (cut, _) = diff(&json!({"f": "x"}), &json!({"f": "y".repeat(200)}));
+        assert!(cut[0].new.as_ref().unwrap().ends_with('…'));
+        assert!(cut[0].new.as_ref().unwrap().chars().count() <= MAX_VALUE_CHARS + 1);
+    }
+
+    #[test]
+    fn what_the_server_stored_otherwise_than_sent_is_found_and_numbers_compare_by_value() {
+        let sent = json!({"status": {"ratio": 1.5, "count": 1.0, "limit": "1000m", "tags": {}}});
+        let stored = json!({"status": {"ratio": 1.5, "count": 1, "limit": "1", "other": 3}});
+        let (fields, _) = not_as_sent(&sent, &stored);
+        let text: Vec<String> = fields.iter().map(ToString::to_string).collect();
+        assert_eq!(text, [".status.limit \"1000m\" -> \"1\""]);
+    }
+
+    #[test]
+    fn managers_are_named_from_managed_fields() {
+        let object = json!([
+            {"manager": "podset", "operation": "Apply",
+             "fieldsV1": {"f:spec": {"f:template": {}}}},
+            {"manager": "fighter", "operation": "Update",
+             "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+            {"manager": "kubectl", "operation": "Update",
+             "fieldsV1": {"f:metadata": {"f:annotations": {"f:example.com/x": {}}}}}
+        ]);
+        assert_eq!(managers_of(&object, ".spec.replicas"), ["fighter (Update)"]);
+        assert_eq!(
+            managers_of(&object, ".spec.template.spec.containers[0].image"),
+            Vec::<String>::new(),
+            "podset manages .spec.template only as far as its fields go"
+        );
+        assert_eq!(
+            managers_of(&object, ".metadata.annotations.example.com/x"),
+            ["kubectl (Update)"]
+        );
+        assert!(managers_of(&json!({}), ".spec").is_empty());
+    }
+}

@@ -1,0 +1,462 @@
+//! Reconcile loops, found by the host: a primary reconciled again and again,
+//! each time writing a field back to the same value (someone else keeps
+//! changing it: another controller, a person, an autoscaler) or sending a
+//! value the API server stores otherwise (it normalizes `1000m` to `1`, so
+//! the host finds it different at every reconcile and sends it again).
+//!
+//! A healthy reconcile that writes often writes new values (a status
+//! listing pods as they come); a loop writes the same thing over and over.
+//! So what is counted is one write, the same object, field and value, in
+//! `repeats` reconciles within `window`. Each loop is reported once per
+//! window per object: a Warning Event `ReconcileLoop` on the primary, a
+//! count in `reconciler_reconcile_loops_total`, and the journal entry.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::cause::{Cause, Causes};
+use super::decision_notes::{WriteResult, Written};
+
+/// Reconciles writing the same thing, within the window, that make a loop.
+pub const DEFAULT_REPEATS: usize = 5;
+/// The window those reconciles fall in.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
+
+/// When a reconcile counts towards a loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoopRule {
+    /// 0 turns loop detection off.
+    pub repeats: usize,
+    pub window: Duration,
+}
+
+impl Default for LoopRule {
+    fn default() -> Self {
+        Self {
+            repeats: DEFAULT_REPEATS,
+            window: DEFAULT_WINDOW,
+        }
+    }
+}
+
+/// One write as loops compare them: which object and field, and what was
+/// written or sent.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Repeated {
+    /// `Deployment d/web`.
+    object: String,
+    path: String,
+    what: What,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum What {
+    /// The write changed the field to this value.
+    SetTo(String),
+    /// The write was sent with this value and the API server holds another.
+    NotAsSent { sent: String, stored: String },
+}
+
+/// A loop found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoopFound {
+    /// What keeps happening, in words, for the Event and `explain`.
+    pub message: String,
+    /// First found in this window (an Event and a count are due).
+    pub new: bool,
+}
+
+#[derive(Default)]
+struct History {
+    /// Each recent reconcile that wrote: when, and what.
+    reconciles: VecDeque<(i64, BTreeSet<Repeated>)>,
+    /// Managers other than the plugin seen changing a field of an object
+    /// (from the triggers' `managedFields`), by object and path.
+    others: BTreeMap<(String, String), BTreeSet<String>>,
+    reported_at: Option<i64>,
+}
+
+#[derive(Default)]
+struct Inner {
+    objects: HashMap<(String, String), History>,
+    last_sweep: i64,
+    /// Loops found, by plugin.
+    counts: BTreeMap<String, u64>,
+}
+
+/// See the module documentation.
+#[derive(Default)]
+pub struct LoopWatch {
+    rule: Mutex<LoopRule>,
+    inner: Mutex<Inner>,
+}
+
+/// Managers remembered per field, so a loop with many writers stays small.
+const MAX_OTHERS: usize = 4;
+
+impl LoopWatch {
+    pub fn set_rule(&self, rule: LoopRule) {
+        *self.rule.lock().unwrap_or_else(|e| e.into_inner()) = rule;
+        if rule.repeats == 0 {
+            self.lock().objects.clear();
+        }
+    }
+
+    /// Whether loops are looked for: the writes are noted only then.
+    pub fn is_on(&self) -> bool {
+        self.rule.lock().unwrap_or_else(|e| e.into_inner()).repeats > 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Loops found so far, by plugin.
+    pub fn counts(&self) -> BTreeMap<String, u64> {
+        self.lock().counts.clone()
+    }
+
+    /// Takes one reconcile of `plugin` (field manager `manager`) for the
+    /// primary `object`, at `at` (epoch ms): what queued it and what it
+    /// wrote. The loop it completes, if it does.
+    pub fn observe(
+        &self,
+        plugin: &str,
+        manager: &str,
+        object: &str,
+        at: i64,
+        causes: &Causes,
+        writes: &[Written],
+    ) -> Option<LoopFound> {
+        let rule = *self.rule.lock().unwrap_or_else(|e| e.into_inner());
+        if rule.repeats == 0 {
+            return None;
+        }
+        let window = i64::try_from(rule.window.as_millis()).unwrap_or(i64::MAX);
+        let since = at.saturating_sub(window);
+        let mut inner = self.lock();
+        if at - inner.last_sweep > window {
+            inner.last_sweep = at;
+            inner
+                .objects
+                .retain(|_, h| h.reconciles.back().is_some_and(|(t, _)| *t >= since));
+        }
+        let repeated = repeated_in(writes);
+        let key = (plugin.to_string(), object.to_string());
+        if repeated.is_empty() && !inner.objects.contains_key(&key) {
+            return None;
+        }
+        let history = inner.objects.entry(key.clone()).or_default();
+        while history.reconciles.front().is_some_and(|(t, _)| *t < since) {
+            history.reconciles.pop_front();
+        }
+        note_others(history, causes, manager);
+        if repeated.is_empty() {
+            if history.reconciles.is_empty() {
+                inner.objects.remove(&key);
+            }
+            return None;
+        }
+        history.reconciles.push_back((at, repeated.clone()));
+        // Never more than a loop needs.
+        while history.reconciles.len() > rule.repeats.max(1) * 4 {
+            history.reconciles.pop_front();
+        }
+        let looping: Vec<&Repeated> = repeated
+            .iter()
+            .filter(|r| {
+                history
+                    .reconciles
+                    .iter()
+                    .filter(|(_, made)| made.contains(r))
+                    .count()
+                    >= rule.repeats
+            })
+            .collect();
+        if looping.is_empty() {
+            return None;
+        }
+        let times = history.reconciles.len();
+        let same = looping
+            .iter()
+            .map(|r| {
+                history
+                    .reconciles
+                    .iter()
+                    .filter(|(_, made)| made.contains(*r))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        let message = describe(&looping, &history.others, (times, same), rule.window);
+        let new = history.reported_at.is_none_or(|t| t < since);
+        if new {
+            history.reported_at = Some(at);
+            *inner.counts.entry(plugin.to_string()).or_default() += 1;
+        }
+        Some(LoopFound { message, new })
+    }
+}
+
+/// What of `writes` a loop repeats: fields set, and fields the API server
+/// holds otherwise than sent.
+fn repeated_in(writes: &[Written]) -> BTreeSet<Repeated> {
+    let mut repeated = BTreeSet::new();
+    for written in writes {
+        let object = written.object.to_string();
+        match &written.result {
+            WriteResult::Changed { fields, .. } => {
+                for field in fields {
+                    repeated.insert(Repeated {
+                        object: object.clone(),
+                        path: field.path.clone(),
+                        what: What::SetTo(field.new.clone().unwrap_or_default()),
+                    });
+                }
+            }
+            WriteResult::Unchanged { not_as_sent, .. } => {
+                for field in not_as_sent {
+                    repeated.insert(Repeated {
+                        object: object.clone(),
+                        path: field.path.clone(),
+                        what: What::NotAsSent {
+                            sent: field.old.clone().unwrap_or_default(),
+                            stored: field.new.clone().unwrap_or_else(|| "nothing".into()),
+                        },
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    repeated
+}
+
+/// Remembers who else changed fields of the objects, from the watch events
+/// that queued this reconcile.
+fn note_others(history: &mut History, causes: &Causes, manager: &str) {
+    for cause in &causes.first {
+        let Cause::Event {
+            kind,
+            object,
+            fields: Some(fields),
+            ..
+        } = cause
+        else {
+            continue;
+        };
+        let others: Vec<&String> = fields
+            .by
+            .iter()
+            .filter(|by| by.split(" (").next() != Some(manager))
+            .collect();
+        if others.is_empty() {
+            continue;
+        }
+        for field in &fields.fields {
+            let known = history
+                .others
+                .entry((format!("{kind} {object}"), field.path.clone()))
+                .or_default();
+            for other in &others {
+                if known.len() < MAX_OTHERS {
+                    known.insert((*other).clone());
+                }
+            }
+        }
+        while history.others.len() > 16 {
+            history.others.pop_first();
+        }
+    }
+}
+
+fn describe(
+    looping: &[&Repeated],
+    others: &BTreeMap<(String, String), BTreeSet<String>>,
+    (times, same): (usize, usize),
+    window: Duration,
+) -> String {
+    let parts: Vec<String> = looping
+        .iter()
+        .take(3)
+        .map(|r| match &r.what {
+            What::SetTo(value) => {
+                let by = others
+                    .get(&(r.object.clone(), r.path.clone()))
+                    .map(|m| m.iter().cloned().collect::<Vec<_>>().join(", "));
+                match by {
+                    Some(by) => format!(
+                        "{} {} set to {value} each time, and changed back each time by {by}: two writers fight over this field",
+                        r.object, r.path
+                    ),
+                    None => format!(
+                        "{} {} set to {value} each time: something else keeps changing it",
+                        r.object, r.path
+                    ),
+                }
+            }
+            What::NotAsSent { sent, stored } => format!(
+                "{} {} sent as {sent} each time, and the API server keeps it as {stored}: it normalizes the value, so the host finds it different and sends it again; write it as the API server stores it",
+                r.object, r.path
+            ),
+        })
+        .collect();
+    format!(
+        "{times} reconciles wrote in the last {}s, {same} of them the same: {}",
+        window.as_secs(),
+        parts.join("; ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use reconciler_contract::KindRef;
+
+    use super::*;
+    use crate::cluster::{ObjectKey, WatchEventType};
+    use crate::engine::cause::ChangedFields;
+    use crate::engine::field_diff::FieldChange;
+
+    fn deployment() -> ObjectKey {
+        ObjectKey::new(KindRef::new("apps", "v1", "Deployment"), Some("d"), "web")
+    }
+
+    fn field(path: &str, old: &str, new: &str) -> FieldChange {
+        FieldChange {
+            path: path.into(),
+            old: Some(old.into()),
+            new: Some(new.into()),
+        }
+    }
+
+    fn set(path: &str, old: &str, new: &str) -> Written {
+        Written {
+            verb: "apply",
+            object: deployment(),
+            result: WriteResult::Changed {
+                fields: vec![field(path, old, new)],
+                more: 0,
+            },
+        }
+    }
+
+    fn fought() -> Causes {
+        let mut causes = Causes::default();
+        causes.add(Cause::Event {
+            kind: "Deployment".into(),
+            object: "d/web".into(),
+            change: WatchEventType::Modified,
+            fields: Some(Box::new(ChangedFields {
+                fields: vec![field(".spec.replicas", "3", "5")],
+                more: 0,
+                by: vec!["fighter (Update)".into(), "podset (Apply)".into()],
+            })),
+        });
+        causes
+    }
+
+    fn watch() -> LoopWatch {
+        let watch = LoopWatch::default();
+        watch.set_rule(LoopRule {
+            repeats: 3,
+            window: Duration::from_secs(10),
+        });
+        watch
+    }
+
+    #[test]
+    fn a_field_set_back_to_the_same_value_again_and_again_is_a_loop_naming_the_other_writer() {
+        let watch = watch();
+        let observe = |at| {
+            watch.observe(
+                "podset",
+                "podset",
+                "PodSet d/web",
+                at,
+                &fought(),
+                &[set(".spec.replicas", "5", "3")],
+            )
+        };
+        assert_eq!(observe(0), None);
+        assert_eq!(observe(1_000), None);
+        let found = observe(2_000).expect("the third time is a loop");
+        assert!(found.new);
+        assert!(
+            found.message.contains(
+                "Deployment d/web .spec.replicas set to 3 each time, and changed back each time by fighter (Update)"
+            ),
+            "{}",
+            found.message
+        );
+        assert!(!found.message.contains("podset (Apply)"), "not itself");
+        assert!(!observe(3_000).unwrap().new, "reported once per window");
+        assert_eq!(watch.counts()["podset"], 1);
+        // Past the window, the old reconciles no longer count.
+        assert_eq!(observe(60_000), None);
+    }
+
+    #[test]
+    fn new_values_each_time_are_no_loop_and_a_value_the_server_normalizes_is() {
+        let watch = watch();
+        for (i, at) in (0..6).zip((0..).step_by(500)) {
+            let written = set(".status.pods", &i.to_string(), &(i + 1).to_string());
+            assert_eq!(
+                watch.observe(
+                    "podset",
+                    "podset",
+                    "PodSet d/web",
+                    at,
+                    &Causes::default(),
+                    &[written]
+                ),
+                None,
+                "a status listing pods as they come"
+            );
+        }
+        let normalized = Written {
+            verb: "apply status",
+            object: deployment(),
+            result: WriteResult::Unchanged {
+                not_as_sent: vec![field(".status.ratio", "1.0", "1")],
+                more: 0,
+            },
+        };
+        let found = (0..3)
+            .filter_map(|i| {
+                watch.observe(
+                    "x",
+                    "x",
+                    "X d/a",
+                    i * 100,
+                    &Causes::default(),
+                    std::slice::from_ref(&normalized),
+                )
+            })
+            .next()
+            .expect("a loop");
+        assert!(
+            found
+                .message
+                .contains("sent as 1.0 each time, and the API server keeps it as 1"),
+            "{}",
+            found.message
+        );
+        let off = LoopWatch::default();
+        off.set_rule(LoopRule {
+            repeats: 0,
+            window: Duration::from_secs(10),
+        });
+        assert_eq!(
+            off.observe(
+                "x",
+                "x",
+                "X d/a",
+                0,
+                &Causes::default(),
+                std::slice::from_ref(&normalized)
+            ),
+            None
+        );
+    }
+}
