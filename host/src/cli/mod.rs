@@ -143,10 +143,13 @@ reconciler-host rbac --crds crds -n team-a -n team-b | kubectl apply -f -"
     Rbac(rbac_cmd::RbacArgs),
     /// Print what a compiled plugin declares: kinds, finalizer, hints and the limits it would run under.
     Inspect(inspect_cmd::InspectArgs),
-    /// Why a running host reconciled an object, what it did and how it ended: its last reconciles.
+    /// Why a running host (or `dev`) reconciled an object, what it did and how it ended: its last reconciles.
     #[command(
-        after_help = "Reads the host's decision journal at /objects/KIND/NAMESPACE/NAME on its metrics port (`run --metrics-listen`), which keeps each object's last reconciles (--journal-entries, within --journal-max-mib). Under sharding, ask the replica that owns the object (/shards names them).\n\n\
+        after_help = "Reads the decision journal at /objects/KIND/NAMESPACE/NAME: by default of a `dev` running here (its --explain-listen), or with --host of a running host's metrics port (`run --metrics-listen`). It keeps each object's last reconciles (--journal-entries, within --journal-max-mib): what queued each (the fields a change changed, old -> new, and who manages them), the reads, what the host did and what the API server did with each write, and the loop it completed, if any. Under sharding, ask the replica that owns the object (/shards names them).\n\n\
 Examples:\n  \
+reconciler-host explain podset/default/example                          # a dev running here\n  \
+reconciler-host explain podset/default/example --as-case cases/         # its last reconcile as a golden case\n  \
+reconciler-host test plugins/podset.wasm cases/podset                   # replayed\n  \
 kubectl create token prometheus -n monitoring > token   # a reader bound as deploy/metrics-reader.yaml says\n  \
 reconciler-host explain podset/default/web --host https://10.0.0.7:8444 --token-file token --insecure-skip-tls-verify\n  \
 reconciler-host explain kubernetescluster/prod --host http://127.0.0.1:9090 -o json"

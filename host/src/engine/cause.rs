@@ -29,6 +29,9 @@ pub enum Cause {
     /// The plugin was loaded, or a new version of it: every primary is
     /// reconciled.
     PluginLoaded,
+    /// A candidate version of the plugin came (a shadow or canary
+    /// rollout): every primary is reconciled, so it sees them all.
+    Candidate,
     /// This replica was given the object by the shard ring.
     RingMove,
 }
@@ -81,6 +84,7 @@ impl fmt::Display for Cause {
             Cause::Requeue => f.write_str("requeue"),
             Cause::Retry => f.write_str("retry after a failure"),
             Cause::PluginLoaded => f.write_str("plugin loaded"),
+            Cause::Candidate => f.write_str("a candidate version came (shadow or canary rollout)"),
             Cause::RingMove => f.write_str("shard moved here"),
         }
     }

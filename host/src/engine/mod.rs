@@ -305,7 +305,7 @@ impl<B: ClusterBackend> Engine<B> {
     /// queues; returns how many there were.
     pub fn pump(&self) -> usize {
         for plugin in self.shared.new_candidates() {
-            queues::queue_all(&self.shared, &plugin);
+            queues::queue_all(&self.shared, &plugin, cause::Cause::Candidate);
         }
         let now = self.shared.now();
         let events = self.watches.drain(&self.shared.cache);

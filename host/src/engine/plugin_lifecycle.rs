@@ -17,6 +17,7 @@ use reconciler_contract::PluginMetadata;
 use super::controllers::Controller;
 use super::errors::EngineError;
 use super::finalizer_handover::{self, holds};
+use super::cause::Cause;
 use super::queues::queue_all;
 use super::scope_rules;
 use super::shared::Shared;
@@ -49,7 +50,7 @@ impl<B: ClusterBackend> Lifecycle<'_, B> {
         shared
             .controllers
             .insert(m.name.clone(), Controller::new(plugin.clone()));
-        queue_all(shared, &m.name);
+        queue_all(shared, &m.name, Cause::PluginLoaded);
         Ok(())
     }
 
@@ -70,7 +71,7 @@ impl<B: ClusterBackend> Lifecycle<'_, B> {
         let old = controller.swap(plugin.clone());
         let finalizers =
             finalizer_handover::hand_over(shared, &controller, old.metadata(), m).await;
-        queue_all(shared, &m.name);
+        queue_all(shared, &m.name, Cause::PluginLoaded);
         Ok(Replaced { old, finalizers })
     }
 

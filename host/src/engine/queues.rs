@@ -168,8 +168,9 @@ impl Queues {
     }
 }
 
-/// Queues every cached primary of plugin `name` for a reconcile now.
-pub fn queue_all<B: ClusterBackend>(shared: &Shared<B>, name: &str) {
+/// Queues every cached primary of plugin `name` for a reconcile now, for
+/// `cause`.
+pub fn queue_all<B: ClusterBackend>(shared: &Shared<B>, name: &str, cause: Cause) {
     let Some(controller) = shared.controllers.get(name) else {
         return;
     };
@@ -184,7 +185,7 @@ pub fn queue_all<B: ClusterBackend>(shared: &Shared<B>, name: &str) {
     for (namespace, name) in names {
         state
             .queue
-            .add(PrimaryKey { namespace, name }, now, Cause::PluginLoaded);
+            .add(PrimaryKey { namespace, name }, now, cause.clone());
     }
 }
 
