@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use reconciler_contract::PluginMetadata;
 
+use super::cause::Cause;
 use super::controllers::Controller;
 use super::errors::EngineError;
 use super::finalizer_handover::{self, holds};
-use super::cause::Cause;
 use super::queues::queue_all;
 use super::scope_rules;
 use super::shared::Shared;

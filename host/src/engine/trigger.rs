@@ -234,15 +234,18 @@ fn cause_of(
 fn changed_fields(
     before: &serde_json::Value,
     after: &serde_json::Value,
-    managed_fields: Option<&serde_json::Value>,
+    managed_fields: Option<&str>,
 ) -> ChangedFields {
     let (fields, more) = field_diff::diff(before, after);
     let mut by: Vec<String> = Vec::new();
+    let managed_fields = managed_fields
+        .filter(|_| !fields.is_empty())
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok());
     let Some(managed_fields) = managed_fields else {
         return ChangedFields { fields, more, by };
     };
     for field in &fields {
-        for manager in field_diff::managers_of(managed_fields, &field.path) {
+        for manager in field_diff::managers_of(&managed_fields, &field.path) {
             if !by.contains(&manager) {
                 by.push(manager);
             }

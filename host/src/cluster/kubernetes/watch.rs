@@ -403,6 +403,8 @@ mod tests {
 
     use super::super::testing::{self, Handle, next_raw, respond};
     use crate::cluster::backend::{ClusterBackend, WatchEvent, WatchEventType, WatchScope};
+    /// Where a watch carries managedFields to the event: never left in it.
+    const CARRIED_MANAGED_FIELDS_KEY: &str = "__reconcilerHostManagedFields";
 
     /// A Deployment as a list item: no apiVersion or kind.
     fn item(name: &str, rv: &str) -> Value {
@@ -486,7 +488,12 @@ mod tests {
 
         let mut got = Vec::new();
         for _ in 0..3 {
-            got.push(summary(&recv(&mut stream).await));
+            let event = recv(&mut stream).await;
+            // The journal's: who manages what, beside the slimmed object.
+            assert!(event.object["metadata"].get("managedFields").is_none());
+            assert!(event.object.get(CARRIED_MANAGED_FIELDS_KEY).is_none());
+            assert_eq!(event.managed_fields(), Some(r#"[{"manager":"kubectl"}]"#));
+            got.push(summary(&event));
         }
         let s = |t, n: &str, rv: &str| (t, n.to_string(), rv.to_string());
         assert_eq!(
