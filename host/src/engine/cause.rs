@@ -161,6 +161,32 @@ mod tests {
     }
 
     #[test]
+    fn a_change_tells_its_fields_and_who_manages_them() {
+        let field = |path: &str, old: Option<&str>, new: Option<&str>| FieldChange {
+            path: path.into(),
+            old: old.map(str::to_string),
+            new: new.map(str::to_string),
+        };
+        let cause = Cause::Event {
+            kind: "Deployment".into(),
+            object: "d/web".into(),
+            change: WatchEventType::Modified,
+            fields: Some(Box::new(ChangedFields {
+                fields: vec![
+                    field(".status.readyReplicas", Some("2"), Some("3")),
+                    field(".metadata.labels.a", None, Some("\"x\"")),
+                ],
+                more: 2,
+                by: vec!["kube-controller-manager (Update)".into()],
+            })),
+        };
+        assert_eq!(
+            cause.to_string(),
+            "Deployment d/web changed .status.readyReplicas 2 -> 3, .metadata.labels.a (none) -> \"x\" (and 2 more field(s)) [managed by kube-controller-manager (Update)]"
+        );
+    }
+
+    #[test]
     fn causes_are_kept_once_each_and_counted_past_the_first_few() {
         let mut causes = Causes::default();
         assert_eq!(causes.to_string(), "unknown");

@@ -53,14 +53,17 @@ impl Written {
         stored: &Value,
     ) -> Self {
         let version = |o: &Value| o.pointer("/metadata/resourceVersion").cloned();
+        let kind = object.kind.kind.as_str();
         let result = match before {
             None => WriteResult::Created,
             Some(before) if version(before).is_some() && version(before) == version(stored) => {
                 let (not_as_sent, more) = field_diff::not_as_sent(sent, stored);
+                let not_as_sent = field_diff::redacted(kind, not_as_sent);
                 WriteResult::Unchanged { not_as_sent, more }
             }
             Some(before) => {
                 let (fields, more) = field_diff::diff(before, stored);
+                let fields = field_diff::redacted(kind, fields);
                 WriteResult::Changed { fields, more }
             }
         };

@@ -136,6 +136,26 @@ fn leaves_not_as_sent(path: String, sent: &Value, stored: Option<&Value>, found:
     }
 }
 
+/// What a journal shows of a Secret's value.
+const REDACTED: &str = "\"(redacted)\"";
+
+/// `fields` of an object of kind `kind` as the journal may show them: a
+/// Secret's `data` and `stringData` values are redacted (the journal is
+/// read by whoever may read /metrics), their paths kept.
+pub fn redacted(kind: &str, mut fields: Vec<FieldChange>) -> Vec<FieldChange> {
+    if kind != "Secret" {
+        return fields;
+    }
+    for field in &mut fields {
+        if field.path.starts_with(".data") || field.path.starts_with(".stringData") {
+            for value in [&mut field.old, &mut field.new].into_iter().flatten() {
+                *value = REDACTED.to_string();
+            }
+        }
+    }
+    fields
+}
+
 /// Equal as JSON values, numbers by value (`1.0` is `1`).
 fn same(a: Option<&Value>, b: Option<&Value>) -> bool {
     match (a, b) {
@@ -258,6 +278,25 @@ mod tests {
         let (fields, _) = not_as_sent(&sent, &stored);
         let text: Vec<String> = fields.iter().map(ToString::to_string).collect();
         assert_eq!(text, [".status.limit \"1000m\" -> \"1\""]);
+    }
+
+    #[test]
+    fn a_secrets_values_are_never_shown() {
+        let before = json!({"data": {"password": "b2xk"}, "metadata": {"labels": {"a": "1"}}});
+        let after = json!({"data": {"password": "bmV3"}, "metadata": {"labels": {"a": "2"}}});
+        let (fields, _) = diff(&before, &after);
+        let text: Vec<String> = redacted("Secret", fields.clone())
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            text,
+            [
+                ".data.password \"(redacted)\" -> \"(redacted)\"",
+                ".metadata.labels.a \"1\" -> \"2\""
+            ]
+        );
+        assert_eq!(redacted("ConfigMap", fields.clone()), fields);
     }
 
     #[test]

@@ -69,8 +69,10 @@ pub struct LoopFound {
 
 #[derive(Default)]
 struct History {
-    /// Each recent reconcile that wrote: when, and what.
-    reconciles: VecDeque<(i64, BTreeSet<Repeated>)>,
+    /// Each recent reconcile that wrote: when, and what (hashed: the words
+    /// are needed only for a loop, and the reconcile completing it has
+    /// them).
+    reconciles: VecDeque<(i64, BTreeSet<u64>)>,
     /// Managers other than the plugin seen changing a field of an object
     /// (from the triggers' `managedFields`), by object and path.
     others: BTreeMap<(String, String), BTreeSet<String>>,
@@ -158,37 +160,29 @@ impl LoopWatch {
             }
             return None;
         }
-        history.reconciles.push_back((at, repeated.clone()));
+        let hashes: BTreeSet<u64> = repeated.iter().map(hash_of).collect();
+        history.reconciles.push_back((at, hashes));
         // Never more than a loop needs.
         while history.reconciles.len() > rule.repeats.max(1) * 4 {
             history.reconciles.pop_front();
         }
+        let made_by = |r: &Repeated| {
+            let hash = hash_of(r);
+            history
+                .reconciles
+                .iter()
+                .filter(|(_, made)| made.contains(&hash))
+                .count()
+        };
         let looping: Vec<&Repeated> = repeated
             .iter()
-            .filter(|r| {
-                history
-                    .reconciles
-                    .iter()
-                    .filter(|(_, made)| made.contains(r))
-                    .count()
-                    >= rule.repeats
-            })
+            .filter(|r| made_by(r) >= rule.repeats)
             .collect();
         if looping.is_empty() {
             return None;
         }
         let times = history.reconciles.len();
-        let same = looping
-            .iter()
-            .map(|r| {
-                history
-                    .reconciles
-                    .iter()
-                    .filter(|(_, made)| made.contains(*r))
-                    .count()
-            })
-            .max()
-            .unwrap_or(0);
+        let same = looping.iter().map(|r| made_by(r)).max().unwrap_or(0);
         let message = describe(&looping, &history.others, (times, same), rule.window);
         let new = history.reported_at.is_none_or(|t| t < since);
         if new {
@@ -197,6 +191,13 @@ impl LoopWatch {
         }
         Some(LoopFound { message, new })
     }
+}
+
+fn hash_of(repeated: &Repeated) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    repeated.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// What of `writes` a loop repeats: fields set, and fields the API server

@@ -237,6 +237,8 @@ fn changed_fields(
     managed_fields: Option<&str>,
 ) -> ChangedFields {
     let (fields, more) = field_diff::diff(before, after);
+    let kind = after["kind"].as_str().unwrap_or_default();
+    let fields = field_diff::redacted(kind, fields);
     let mut by: Vec<String> = Vec::new();
     let managed_fields = managed_fields
         .filter(|_| !fields.is_empty())
