@@ -56,20 +56,6 @@ async fn loop_event(
     Ok(())
 }
 
-/// A plain HTTP GET of `path` from `host` (`http://ADDR`): the body.
-async fn plain_get(host: &str, path: &str) -> Result<String> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let addr = host.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await?;
-    let (code, body) = reconciler_tests::https_client::parse_response(&raw);
-    ensure!(code == 200, "GET {path}: {code}: {body}");
-    Ok(body)
-}
-
 fn explain(object: &str, host: &str) -> Result<String> {
     let out = Command::new(HOST)
         .args(["explain", object, "--host", host])
@@ -125,7 +111,7 @@ async fn fights(cx: &mut RealCluster) -> Result<()> {
     })
     .await?;
 
-    let metrics = plain_get(&host, "/metrics").await?;
+    let metrics = reconciler_tests::report_text(host.trim_start_matches("http://"), "/metrics")?;
     let counted = metrics
         .lines()
         .find(|l| l.starts_with("reconciler_reconcile_loops_total{controller=\"podset\"}"))

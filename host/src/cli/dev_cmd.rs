@@ -39,8 +39,8 @@ pub struct DevArgs {
     pub clusters: EmbeddedClustersArgs,
     #[command(flatten)]
     pub journal: JournalArgs,
-    /// Where the decision journal is served for `reconciler-host explain` (loopback, no token),
-    /// or `off`.
+    /// Where the decision journal is served for `reconciler-host explain`, or `off`. It asks for
+    /// no token and shows what objects held: keep it on loopback.
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_listen, default_value = crate::process::dev::DEV_EXPLAIN_ADDR)]
     pub explain_listen: Listen,
 }

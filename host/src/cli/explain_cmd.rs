@@ -188,8 +188,10 @@ fn write_case(dir: &std::path::Path, kept: &Kept) -> anyhow::Result<PathBuf> {
     let case: serde_json::Value =
         serde_json::from_str(&kept.case).context("the case the host sent is not JSON")?;
     let text = serde_yaml_ng::to_string(&case)?;
+    // Names from the host's answer: never a path out of DIR.
     let safe = |s: &str| -> String {
-        s.chars()
+        let name: String = s
+            .chars()
             .map(|c| {
                 if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
                     c
@@ -197,7 +199,12 @@ fn write_case(dir: &std::path::Path, kept: &Kept) -> anyhow::Result<PathBuf> {
                     '_'
                 }
             })
-            .collect()
+            .collect();
+        match name.strip_prefix('.') {
+            Some(rest) => format!("_{rest}"),
+            None if name.is_empty() => "_".to_string(),
+            None => name,
+        }
     };
     let plugin_dir = dir.join(safe(&kept.plugin));
     std::fs::create_dir_all(&plugin_dir)
@@ -269,6 +276,33 @@ fn for_people(object: &str, entries: &[Entry]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_case_is_written_under_its_directory_whatever_the_host_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept = |plugin: &str, name: &str| Kept {
+            plugin: plugin.into(),
+            name: name.into(),
+            case: r#"{"now": "2026-01-01T00:00:00Z", "primary": {}}"#.into(),
+        };
+        for (plugin, name) in [("..", ".."), ("../x", "/etc/passwd"), ("", "")] {
+            let path = write_case(dir.path(), &kept(plugin, name)).unwrap();
+            let inside = path.strip_prefix(dir.path()).expect("under DIR");
+            assert!(
+                inside
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_))),
+                "{}",
+                path.display()
+            );
+        }
+        let first = write_case(dir.path(), &kept("podset", "default-web")).unwrap();
+        let second = write_case(dir.path(), &kept("podset", "default-web")).unwrap();
+        assert_eq!(first, dir.path().join("podset/default-web.yaml"));
+        assert_eq!(second, dir.path().join("podset/default-web-2.yaml"));
+        let text = std::fs::read_to_string(first).unwrap();
+        assert!(text.contains("now: 2026-01-01T00:00:00Z"), "{text}");
+    }
 
     #[test]
     fn explain_asks_where_dev_serves_by_default() {

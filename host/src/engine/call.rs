@@ -19,6 +19,7 @@ use tracing::Instrument as _;
 
 use super::call_placement::Placed;
 use super::call_slots::CallSlots;
+use super::case_inputs::{CaseInputs, Given};
 use super::controllers::Controller;
 use super::decision_notes::Notes;
 use super::failure::Failure;
@@ -27,7 +28,7 @@ use super::shadow_reads::KeptReads;
 use super::shared::Shared;
 use super::shared_cache::SharedCache;
 use crate::cluster::{ClusterBackend, ObjectKey};
-use crate::golden::recorder::{CaseRecorder, Recording, RecordingReader, case_of};
+use crate::golden::recorder::{CaseRecorder, Recording, RecordingReader};
 use crate::plugin::{LoadedPlugin, ObjectReader, ReconcileInput, ValidResponse};
 
 /// The children a plugin is shown for one reconcile, parsed and as the
@@ -38,6 +39,11 @@ pub struct Shown {
 }
 
 impl Shown {
+    /// The children's texts, as the cache holds them.
+    pub fn texts(&self) -> &[Arc<str>] {
+        &self.json
+    }
+
     /// The children of `primary` of the kinds in `owns`, as cached now.
     pub fn of(cache: &SharedCache, primary: &Value, owns: &[KindRef]) -> Self {
         let (children, json) = cache.children_with_json(primary, owns).into_iter().unzip();
@@ -158,9 +164,17 @@ impl PluginCalls {
             if let Some(notes) = notes {
                 notes.reads = reads.reads_made();
                 if shared.journal.keeps_cases() {
-                    // Secrets redacted, as `--record` leaves them by default.
-                    notes.case = case_of(&recording, "the decision journal", false)
-                        .and_then(|(name, case)| Some((name, serde_json::to_string(&case).ok()?)));
+                    let given = Given {
+                        plugin: &metadata.name,
+                        version: &metadata.version,
+                        primary,
+                        shown,
+                        reads: reads.take_texts(),
+                        now_millis,
+                        cluster: &shared.cluster,
+                        answer: answer.as_ref().map_err(ToString::to_string),
+                    };
+                    notes.case = Some(CaseInputs::of(&shared.cache, given));
                 }
             }
         }

@@ -123,9 +123,9 @@ impl fmt::Display for Written {
 pub struct Notes {
     pub reads: Vec<ReadMade>,
     pub writes: Vec<Written>,
-    /// The reconcile's inputs and answer as a golden case (JSON), when the
-    /// journal keeps them: `explain --as-case`.
-    pub case: Option<(String, String)>,
+    /// The reconcile's inputs and answer, when the journal keeps them:
+    /// `explain --as-case`.
+    pub case: Option<super::case_inputs::CaseInputs>,
 }
 
 #[cfg(test)]

@@ -15,6 +15,9 @@ use serde_json::Value;
 pub const MAX_FIELDS: usize = 4;
 /// Characters of a value shown before it is cut.
 const MAX_VALUE_CHARS: usize = 60;
+/// Characters of a path shown before it is cut: keys come from objects
+/// anyone may write, and may be long.
+const MAX_PATH_CHARS: usize = 160;
 
 /// Bookkeeping the API server changes on every write: never the reason
 /// for anything.
@@ -76,7 +79,7 @@ impl Found {
         }
         if self.fields.len() < MAX_FIELDS {
             self.fields.push(FieldChange {
-                path,
+                path: cut(path, MAX_PATH_CHARS),
                 old: old.map(short),
                 new: new.map(short),
             });
@@ -166,11 +169,15 @@ fn same(a: Option<&Value>, b: Option<&Value>) -> bool {
 
 /// A value as JSON text, cut to [`MAX_VALUE_CHARS`] characters.
 fn short(value: &Value) -> String {
-    let text = value.to_string();
-    if text.chars().count() <= MAX_VALUE_CHARS {
+    cut(value.to_string(), MAX_VALUE_CHARS)
+}
+
+/// `text` cut to `max` characters, marked so.
+fn cut(text: String, max: usize) -> String {
+    if text.chars().count() <= max {
         return text;
     }
-    let cut: String = text.chars().take(MAX_VALUE_CHARS).collect();
+    let cut: String = text.chars().take(max).collect();
     format!("{cut}…")
 }
 
@@ -269,6 +276,9 @@ mod tests {
         let (cut, _) = diff(&json!({"f": "x"}), &json!({"f": "y".repeat(200)}));
         assert!(cut[0].new.as_ref().unwrap().ends_with('…'));
         assert!(cut[0].new.as_ref().unwrap().chars().count() <= MAX_VALUE_CHARS + 1);
+        let long_key = "k".repeat(10_000);
+        let (cut, _) = diff(&json!({}), &json!({ long_key: 1 }));
+        assert_eq!(cut[0].path.chars().count(), MAX_PATH_CHARS + 1);
     }
 
     #[test]

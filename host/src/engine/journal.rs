@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+use super::case_inputs::CaseInputs;
 use super::cause::Causes;
 use super::decision_notes::Notes;
 use super::loop_watch::LoopWatch;
@@ -178,14 +179,6 @@ impl Filed {
     }
 }
 
-impl Kept {
-    /// About what it costs in RSS: half again its text, as measured in the
-    /// 1,000-PodSet run (BENCHMARKS.md).
-    fn size(&self) -> usize {
-        (self.plugin.len() + self.name.len() + self.case.len()) * 3 / 2 + 64
-    }
-}
-
 #[derive(Default)]
 struct Inner {
     objects: HashMap<Filed, VecDeque<(u64, Entry)>>,
@@ -195,9 +188,8 @@ struct Inner {
     /// How many entries `objects` holds, so no record walks them all.
     entries: usize,
     next: u64,
-    /// The last inputs of each object, as a case: its plugin, file name and
-    /// JSON text.
-    cases: HashMap<Filed, (u64, Kept)>,
+    /// The last inputs of each object.
+    cases: HashMap<Filed, (u64, CaseInputs)>,
     /// Every case kept, oldest first, for their budget.
     case_order: VecDeque<(u64, Filed)>,
     case_bytes: usize,
@@ -215,9 +207,9 @@ pub struct Kept {
 
 impl Inner {
     /// Keeps `kept` as the last inputs of `filed`, within `budget` bytes
-    /// over every object, the oldest going first. A case larger than the
-    /// whole budget is not kept.
-    fn keep_case(&mut self, seq: u64, filed: Filed, kept: Kept, budget: usize) {
+    /// over every object, the oldest going first. Inputs larger than the
+    /// whole budget are not kept.
+    fn keep_case(&mut self, seq: u64, filed: Filed, kept: CaseInputs, budget: usize) {
         if let Some((_, old)) = self.cases.remove(&filed) {
             self.case_bytes -= old.size();
         }
@@ -306,7 +298,13 @@ impl Journal {
             .iter()
             .filter(|(filed, _)| filed.is(kind, namespace, name, cluster))
             .max_by_key(|(_, (seq, _))| *seq)
-            .map(|(_, (_, kept))| kept.clone())
+            .and_then(|(_, (_, kept))| {
+                Some(Kept {
+                    plugin: kept.plugin.clone(),
+                    name: kept.name.clone(),
+                    case: kept.case()?,
+                })
+            })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -329,7 +327,7 @@ impl Journal {
 
     /// Files `entry` for the object of `record`, with its inputs as a case
     /// when given; an object found gone is forgotten instead.
-    pub fn record(&self, record: &ReconcileRecord, entry: Entry, case: Option<(String, String)>) {
+    pub fn record(&self, record: &ReconcileRecord, entry: Entry, case: Option<CaseInputs>) {
         let (per_object, max_bytes) = self.limits();
         if per_object == 0 || max_bytes == 0 {
             return;
@@ -353,18 +351,9 @@ impl Journal {
         }
         let seq = inner.next;
         inner.next += 1;
-        if let Some((name, case)) = case {
-            let kept = Kept {
-                plugin: record.plugin.clone(),
-                name,
-                case,
-            };
-            inner.keep_case(
-                seq,
-                filed.clone(),
-                kept,
-                self.case_bytes.load(Ordering::Relaxed),
-            );
+        if let Some(case) = case {
+            let budget = self.case_bytes.load(Ordering::Relaxed);
+            inner.keep_case(seq, filed.clone(), case, budget);
         }
         inner.bytes += entry.size();
         inner.entries += 1;
@@ -509,38 +498,40 @@ mod tests {
     #[test]
     fn the_last_inputs_of_each_object_are_kept_within_their_budget() {
         let journal = Journal::default();
-        let case = |n: usize| Some((format!("c{n}"), "x".repeat(100)));
-        let one = Kept {
-            plugin: "podset".into(),
-            name: "c0".into(),
-            case: "x".repeat(100),
-        }
-        .size();
+        let case = |name: &str, n: usize| {
+            let primary = serde_json::json!({"apiVersion": "example.com/v1", "kind": "PodSet",
+                "metadata": {"name": name, "namespace": "default", "labels": {"n": n.to_string()}}});
+            Some(CaseInputs::answered_nothing("podset", &primary, "local"))
+        };
+        let one = case("a", 0).unwrap().size();
         journal.set_limits(JournalLimits {
             case_bytes: one * 3,
             ..JournalLimits::default()
         });
         for (i, name) in ["a", "a", "b", "c", "d"].iter().enumerate() {
             let record = record(name, i as i64, applied());
-            journal.record(&record, entry(&record), case(i));
+            journal.record(&record, entry(&record), case(name, i));
         }
-        let kept = |name| {
-            journal
-                .case("PodSet", Some("default"), name, None)
-                .map(|k| k.name)
-        };
-        assert_eq!(kept("a"), None, "the oldest went past the budget");
-        assert_eq!(kept("b").as_deref(), Some("c2"));
-        assert_eq!(kept("d").as_deref(), Some("c4"));
+        let kept = |name| journal.case("PodSet", Some("default"), name, None);
+        assert!(kept("a").is_none(), "the oldest went past the budget");
+        let b = kept("b").expect("b's inputs");
+        assert_eq!(
+            (b.plugin.as_str(), b.name.as_str()),
+            ("podset", "default-b")
+        );
+        let written: serde_json::Value = serde_json::from_str(&b.case).unwrap();
+        assert_eq!(written["primary"]["metadata"]["labels"]["n"], "2");
+        assert_eq!(written["expect"]["error"], "asked to fail");
+        assert!(kept("d").is_some());
         let gone = record("d", 9, Outcome::Gone);
         journal.record(&gone, entry(&gone), None);
-        assert_eq!(kept("d"), None, "forgotten with the object");
+        assert!(kept("d").is_none(), "forgotten with the object");
         journal.set_limits(JournalLimits {
             case_bytes: 0,
             ..JournalLimits::default()
         });
         assert!(!journal.keeps_cases());
-        assert_eq!(kept("b"), None);
+        assert!(kept("b").is_none());
     }
 
     #[test]

@@ -45,6 +45,7 @@ mod apply;
 mod call;
 pub mod call_placement;
 pub mod call_slots;
+pub mod case_inputs;
 pub mod cause;
 mod controllers;
 pub mod decision_notes;

@@ -133,6 +133,19 @@ impl CaseRecorder {
     }
 }
 
+/// What a case is made of: the primary, every other object the plugin saw
+/// (its children and what its reads returned), the clock, the cluster and
+/// the answer.
+pub struct CaseParts<'a> {
+    pub plugin: &'a str,
+    pub version: &'a str,
+    pub primary: &'a Value,
+    pub objects: Vec<Value>,
+    pub now_millis: i64,
+    pub cluster: &'a ClusterInfo,
+    pub answer: Result<&'a ValidResponse, String>,
+}
+
 /// The case of one reconcile, recorded by `source` (Secret values left out
 /// unless `secret_data`), and the name of its file (without `.yaml`).
 pub fn case_of(
@@ -140,61 +153,78 @@ pub fn case_of(
     source: &str,
     secret_data: bool,
 ) -> Option<(String, impl Serialize + use<>)> {
-    {
-        let key = ObjectKey::of(r.primary)?;
-        let now = Timestamp::from_millisecond(r.now_millis)
-            .map(|t| t.to_string())
-            .unwrap_or_else(|_| r.now_millis.to_string());
-        let object_name = match &key.namespace {
-            Some(ns) => format!("{ns}/{}", key.name),
-            None => key.name.clone(),
-        };
-        let mut case = CaseFile {
-            description: format!(
-                "recorded by {} at {now}: {} {} reconciling {} {object_name} in cluster {}",
-                source, r.plugin, r.version, key.kind.kind, r.cluster.name
-            ),
-            now,
-            cluster: r.cluster.clone(),
-            primary: r.primary.clone(),
-            objects: observed_objects(&key, r.children, r.reads),
-            expect: match r.answer {
-                Ok(response) => expectation_of(response.clone()),
-                Err(e) => Expectation {
-                    error: Some(e.to_string()),
-                    ..Expectation::default()
-                },
+    let objects = r.children.iter().cloned().chain(r.reads.returned());
+    let parts = CaseParts {
+        plugin: r.plugin,
+        version: r.version,
+        primary: r.primary,
+        objects: objects.collect(),
+        now_millis: r.now_millis,
+        cluster: r.cluster,
+        answer: r.answer.map_err(ToString::to_string),
+    };
+    case_from(parts, source, secret_data)
+}
+
+/// The case of `parts`; see [`case_of`].
+pub fn case_from(
+    parts: CaseParts<'_>,
+    source: &str,
+    secret_data: bool,
+) -> Option<(String, impl Serialize + use<>)> {
+    let key = ObjectKey::of(parts.primary)?;
+    let now = Timestamp::from_millisecond(parts.now_millis)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| parts.now_millis.to_string());
+    let object_name = match &key.namespace {
+        Some(ns) => format!("{ns}/{}", key.name),
+        None => key.name.clone(),
+    };
+    let mut case = CaseFile {
+        description: format!(
+            "recorded by {} at {now}: {} {} reconciling {} {object_name} in cluster {}",
+            source, parts.plugin, parts.version, key.kind.kind, parts.cluster.name
+        ),
+        now,
+        cluster: parts.cluster.clone(),
+        primary: parts.primary.clone(),
+        objects: observed_objects(&key, parts.objects),
+        expect: match parts.answer {
+            Ok(response) => expectation_of(response.clone()),
+            Err(error) => Expectation {
+                error: Some(error),
+                ..Expectation::default()
             },
-        };
-        if !secret_data {
-            let objects = case.objects.iter_mut().chain(&mut case.expect.apply);
-            for object in std::iter::once(&mut case.primary).chain(objects) {
-                redact_secret(object);
-            }
+        },
+    };
+    if !secret_data {
+        let objects = case.objects.iter_mut().chain(&mut case.expect.apply);
+        for object in std::iter::once(&mut case.primary).chain(objects) {
+            redact_secret(object);
         }
-        // Objects of the same name in two clusters are two cases.
-        let cluster = match r.cluster.name.as_str() {
-            LOCAL_CLUSTER => String::new(),
-            name => format!("{name}-"),
-        };
-        let name = format!(
-            "{cluster}{}-{}",
-            key.namespace.as_deref().unwrap_or("cluster"),
-            key.name
-        );
-        Some((name, case))
     }
+    Some((case_name(&key, parts.cluster), case))
+}
+
+/// The file name of the case of the primary `key` in `cluster` (without
+/// `.yaml`): objects of the same name in two clusters are two cases.
+pub fn case_name(key: &ObjectKey, cluster: &ClusterInfo) -> String {
+    let cluster = match cluster.name.as_str() {
+        LOCAL_CLUSTER => String::new(),
+        name => format!("{name}-"),
+    };
+    format!(
+        "{cluster}{}-{}",
+        key.namespace.as_deref().unwrap_or("cluster"),
+        key.name
+    )
 }
 
 /// The children and every object the reads returned, once each, without
 /// the primary (the case has it on its own), in a stable order.
-fn observed_objects(
-    primary: &ObjectKey,
-    children: &[Value],
-    reads: &RecordingReader,
-) -> Vec<Value> {
+fn observed_objects(primary: &ObjectKey, seen: Vec<Value>) -> Vec<Value> {
     let mut objects = BTreeMap::new();
-    for object in children.iter().cloned().chain(reads.returned()) {
+    for object in seen {
         if let Some(key) = ObjectKey::of(&object)
             && &key != primary
         {
@@ -257,6 +287,11 @@ impl RecordingReader {
     }
 
     /// Every object returned so far, parsed.
+    /// The texts of every object returned so far, taken out of the reader.
+    pub fn take_texts(&self) -> Vec<String> {
+        std::mem::take(&mut *self.returned.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     fn returned(&self) -> Vec<Value> {
         self.returned
             .lock()

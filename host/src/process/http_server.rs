@@ -501,6 +501,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_objects_journal_is_served_newest_first_and_a_missing_one_says_why() {
+        use crate::engine::case_inputs::CaseInputs;
         use crate::engine::cause::{Cause, Causes};
         use crate::engine::journal::Entry;
         use crate::engine::record::{Outcome, ReconcileRecord};
@@ -528,20 +529,19 @@ mod tests {
             let mut causes = Causes::default();
             causes.add(Cause::PluginLoaded);
             let entry = Entry::of(&record, &causes, "0.1.0", "abc", 2, None);
-            let case = (
-                format!("default-web-{cluster}"),
-                format!("{{\"now\": {at}}}"),
-            );
+            let primary = serde_json::json!({"apiVersion": "example.com/v1", "kind": "PodSet",
+                "metadata": {"name": "web", "namespace": "default"}});
+            let case = CaseInputs::answered_nothing("podset", &primary, cluster);
             status.journal.record(&record, entry, Some(case));
         }
         let (code, text) = get_text(&status, "/objects/podset/default/web?as=case").await;
         assert_eq!(code, StatusCode::OK);
         let kept: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(kept["plugin"], "podset");
-        assert_eq!(kept["name"], "default-web-east", "the newest");
+        assert_eq!(kept["name"], "east-default-web", "the newest");
         let (_, text) =
             get_text(&status, "/objects/podset/default/web?as=case&cluster=local").await;
-        assert!(text.contains("default-web-local"), "{text}");
+        assert!(text.contains("\"name\":\"default-web\""), "{text}");
         let (code, text) = get_text(&status, "/objects/podset/default/web?as=yaml").await;
         assert_eq!(code, StatusCode::BAD_REQUEST);
         assert!(text.contains("?as=case"), "{text}");
