@@ -15,6 +15,9 @@ use super::shared_cache::SharedCache;
 use crate::golden::recorder::{CaseParts, case_from, case_name};
 use crate::plugin::ValidResponse;
 
+/// How many times its text a parsed JSON tree takes in memory.
+const TREE_OVER_TEXT: usize = 10;
+
 /// What one reconcile's plugin call was given and answered.
 #[derive(Debug)]
 pub struct CaseInputs {
@@ -55,18 +58,17 @@ impl CaseInputs {
             .filter(|text| same_version(text, object))
             .unwrap_or_else(|| object.to_string().into());
         let answer = given.answer.cloned();
+        // Held as parsed trees, which take about ten times their text (a
+        // Pod: ~3 KiB against ~30 KiB, `cluster::backend`): counted so, or
+        // the budget would hold several times what it says.
         let answer_bytes = match &answer {
             Ok(response) => {
-                response
-                    .apply
-                    .iter()
-                    .map(|d| approx_len(&d.object))
-                    .sum::<usize>()
-                    + response
-                        .status
-                        .as_ref()
-                        .map_or(0, |s| s.iter().map(|(k, v)| k.len() + approx_len(v)).sum())
-                    + 256
+                let objects: usize = response.apply.iter().map(|d| approx_len(&d.object)).sum();
+                let status: usize = response
+                    .status
+                    .as_ref()
+                    .map_or(0, |s| s.iter().map(|(k, v)| k.len() + approx_len(v)).sum());
+                (objects + status) * TREE_OVER_TEXT + 256
             }
             Err(error) => error.len(),
         };
