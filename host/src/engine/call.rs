@@ -168,7 +168,7 @@ impl PluginCalls {
                         plugin: &metadata.name,
                         version: &metadata.version,
                         primary,
-                        shown,
+                        children: shown.texts(),
                         reads: reads.take_texts(),
                         now_millis,
                         cluster: &shared.cluster,

@@ -9,7 +9,6 @@ use reconciler_contract::ClusterInfo;
 use reconciler_contract::memory_cache::resource_version_of;
 use serde_json::Value;
 
-use super::call::Shown;
 use super::primary::Primary;
 use super::shared_cache::SharedCache;
 use crate::golden::recorder::{CaseParts, case_from, case_name};
@@ -40,7 +39,8 @@ pub struct Given<'a> {
     pub plugin: &'a str,
     pub version: &'a str,
     pub primary: &'a Primary,
-    pub shown: &'a Shown,
+    /// The texts of the children it was shown.
+    pub children: &'a [Arc<str>],
     pub reads: Vec<String>,
     pub now_millis: i64,
     pub cluster: &'a ClusterInfo,
@@ -77,7 +77,7 @@ impl CaseInputs {
             version: given.version.to_string(),
             name: case_name(key, given.cluster),
             primary,
-            children: given.shown.texts().to_vec(),
+            children: given.children.to_vec(),
             reads: given.reads,
             now_millis: given.now_millis,
             cluster: given.cluster.clone(),
