@@ -103,11 +103,15 @@ fn explain_reads_a_running_dev_and_turns_a_reconcile_into_a_case() {
     let dir = cases.path().to_string_lossy().into_owned();
     let (ok, text) = explain(&["podset/default/example", "--host", &host, "--as-case", &dir]);
     assert!(ok, "{text}");
-    let written = cases.path().join("podset/default-example.yaml");
+    // Named as `--record` names its cases.
+    let written = cases.path().join("podset/000001-default-example.yaml");
     assert!(written.is_file(), "{text}");
     let again = explain(&["podset/default/example", "--host", &host, "--as-case", &dir]);
     assert!(
-        cases.path().join("podset/default-example-2.yaml").is_file(),
+        cases
+            .path()
+            .join("podset/000002-default-example.yaml")
+            .is_file(),
         "a second case is numbered on, not written over the first: {}",
         again.1
     );

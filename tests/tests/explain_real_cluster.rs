@@ -129,7 +129,8 @@ async fn explained(cx: &mut RealCluster) -> Result<()> {
         code == 0 && out.contains("replay it:"),
         "exit {code}: {out}{err}"
     );
-    let written = std::fs::read_to_string(cases.path().join(format!("podset/{ns}-web.yaml")))?;
+    let written =
+        std::fs::read_to_string(cases.path().join(format!("podset/000001-{ns}-web.yaml")))?;
     ensure!(
         written.contains("primary:") && written.contains("expect:"),
         "{written}"

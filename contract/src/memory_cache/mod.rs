@@ -135,20 +135,27 @@ impl MemoryCache {
         Ok(PreparedEntry { key, entry })
     }
 
-    /// Adds or replaces the object [`Self::prepare`] made ready.
-    pub fn insert_prepared(&mut self, prepared: PreparedEntry) {
+    /// Adds or replaces the object [`Self::prepare`] made ready; the text
+    /// of the one it replaced, which a caller telling what changed would
+    /// otherwise have to look up before.
+    pub fn insert_prepared(&mut self, prepared: PreparedEntry) -> Option<Arc<str>> {
         let PreparedEntry { key, entry } = prepared;
         // Most writes (a status, a spec) leave the labels as they were:
         // their index entries stay.
-        match self.entries.remove(&key) {
-            Some(old) if old.labels == entry.labels => {}
+        let replaced = match self.entries.remove(&key) {
+            Some(old) if old.labels == entry.labels => Some(old.json),
             Some(old) => {
                 self.index_labels(&key, &old, false);
                 self.index_labels(&key, &entry, true);
+                Some(old.json)
             }
-            None => self.index_labels(&key, &entry, true),
-        }
+            None => {
+                self.index_labels(&key, &entry, true);
+                None
+            }
+        };
         self.entries.insert(key, entry);
+        replaced
     }
 
     /// Whether the cache holds this object at its resourceVersion already,

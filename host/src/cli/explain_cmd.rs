@@ -11,6 +11,7 @@ use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 
 use crate::engine::journal::{Entry, Kept};
+use crate::golden::record_dir::RecordDir;
 use crate::support::duration_text::format_duration_for_people;
 
 #[derive(Debug, Args)]
@@ -39,10 +40,11 @@ pub struct ExplainArgs {
     /// `text` for people, `json` for tools.
     #[arg(long, short, value_enum, default_value_t = Output::Text)]
     pub output: Output,
-    /// Write the object's last reconcile as a golden case under DIR/<plugin>/ instead: its
-    /// inputs exactly as the plugin saw them (Secret values redacted) and the decision it made,
-    /// so `reconciler-host test plugins/<plugin>.wasm DIR/<plugin>` replays it against any
-    /// version of the plugin.
+    /// Write the object's last reconcile as a golden case instead, as DIR/<plugin>/<number>-<name>.yaml
+    /// (numbered on as `--record` numbers its cases, never over one): its inputs exactly as the
+    /// plugin saw them (Secret values redacted) and the decision it made, so
+    /// `reconciler-host test plugins/<plugin>.wasm DIR/<plugin>` replays it against any version
+    /// of the plugin.
     #[arg(long, value_name = "DIR")]
     pub as_case: Option<PathBuf>,
 }
@@ -182,8 +184,10 @@ replay it: reconciler-host test plugins/{}.wasm {}",
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes `kept` as `DIR/<plugin>/<name>.yaml`, numbered on rather than
-/// over a case already there; returns its path.
+/// Writes `kept` into DIR as `--record` writes its cases
+/// (`DIR/<plugin>/<number>-<name>.yaml`, never over another, readable by
+/// this user only), so a directory of recorded cases takes it as one more;
+/// returns its path.
 fn write_case(dir: &std::path::Path, kept: &Kept) -> anyhow::Result<PathBuf> {
     let case: serde_json::Value =
         serde_json::from_str(&kept.case).context("the case the host sent is not JSON")?;
@@ -206,18 +210,10 @@ fn write_case(dir: &std::path::Path, kept: &Kept) -> anyhow::Result<PathBuf> {
             None => name,
         }
     };
-    let plugin_dir = dir.join(safe(&kept.plugin));
-    std::fs::create_dir_all(&plugin_dir)
-        .with_context(|| format!("creating {}", plugin_dir.display()))?;
-    let name = safe(&kept.name);
-    let mut path = plugin_dir.join(format!("{name}.yaml"));
-    let mut n = 2;
-    while path.exists() {
-        path = plugin_dir.join(format!("{name}-{n}.yaml"));
-        n += 1;
-    }
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    Ok(path)
+    // No budget: a person asked for this one case.
+    let cases = RecordDir::open(dir, u64::MAX)
+        .with_context(|| format!("opening {} for the case", dir.display()))?;
+    Ok(cases.write(&safe(&kept.plugin), &safe(&kept.name), &text)?)
 }
 
 /// The journal of `object` for a person: newest first, one block per
@@ -296,10 +292,12 @@ mod tests {
                 path.display()
             );
         }
+        // Numbered on from the highest case anywhere under DIR, as
+        // `--record` numbers them.
         let first = write_case(dir.path(), &kept("podset", "default-web")).unwrap();
         let second = write_case(dir.path(), &kept("podset", "default-web")).unwrap();
-        assert_eq!(first, dir.path().join("podset/default-web.yaml"));
-        assert_eq!(second, dir.path().join("podset/default-web-2.yaml"));
+        assert_eq!(first, dir.path().join("podset/000004-default-web.yaml"));
+        assert_eq!(second, dir.path().join("podset/000005-default-web.yaml"));
         let text = std::fs::read_to_string(first).unwrap();
         assert!(text.contains("now: 2026-01-01T00:00:00Z"), "{text}");
     }

@@ -76,10 +76,11 @@ pub struct WatchEvent {
     /// the object it came with.
     json: Option<Arc<str>>,
     /// The object's `managedFields`, which `object` is slimmed of, as JSON
-    /// text (a third of the memory of a parsed tree, while events wait in a
-    /// burst; parsed only for a change the journal describes): kept with
-    /// the event alone, never cached, so the journal can name who manages
-    /// the fields a change changed.
+    /// text: kept with the event alone, never cached, so the journal can
+    /// name who manages the fields a change changed. Only a watch's own
+    /// events carry them, not a list's pages; they are written straight
+    /// from the decoded entries (never made a tree first), and read back
+    /// only for a change the journal describes.
     managed_fields: Option<String>,
 }
 
@@ -87,23 +88,16 @@ pub struct WatchEvent {
 /// slimmed to the moment its event is made ([`WatchEvent::carrying`]).
 const CARRIED_MANAGED_FIELDS: &str = "__reconcilerHostManagedFields";
 
-/// `object` slimmed, its `managedFields` carried beside it for its event.
-pub(crate) fn slimmed_carrying_managers(mut object: Value) -> Value {
-    let managed = object
-        .get_mut("metadata")
-        .and_then(Value::as_object_mut)
-        .and_then(|meta| meta.remove("managedFields"));
-    let mut object = slimmed(object);
-    if let (Some(managed), Some(map)) = (managed, object.as_object_mut()) {
-        map.insert(
-            CARRIED_MANAGED_FIELDS.to_string(),
-            Value::String(managed.to_string()),
-        );
+/// `object` with `managed_fields` (its `managedFields`, as text) carried
+/// beside it for its event.
+pub(crate) fn carrying_managers(mut object: Value, managed_fields: Option<String>) -> Value {
+    if let (Some(managed), Some(map)) = (managed_fields, object.as_object_mut()) {
+        map.insert(CARRIED_MANAGED_FIELDS.to_string(), Value::String(managed));
     }
     object
 }
 
-/// Takes the `managedFields` [`slimmed_carrying_managers`] carried, as text.
+/// Takes the `managedFields` [`carrying_managers`] carried.
 pub(crate) fn take_carried_managers(object: &mut Value) -> Option<String> {
     match object.as_object_mut()?.remove(CARRIED_MANAGED_FIELDS)? {
         Value::String(text) => Some(text),

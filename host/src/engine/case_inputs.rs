@@ -5,17 +5,14 @@
 
 use std::sync::Arc;
 
-use reconciler_contract::ClusterInfo;
 use reconciler_contract::memory_cache::resource_version_of;
+use reconciler_contract::{ClusterInfo, KindRef};
 use serde_json::Value;
 
 use super::primary::Primary;
 use super::shared_cache::SharedCache;
 use crate::golden::recorder::{CaseParts, case_from, case_name};
-use crate::plugin::ValidResponse;
-
-/// How many times its text a parsed JSON tree takes in memory.
-const TREE_OVER_TEXT: usize = 10;
+use crate::plugin::{DesiredObject, ValidResponse, WriteRole};
 
 /// What one reconcile's plugin call was given and answered.
 #[derive(Debug)]
@@ -30,8 +27,85 @@ pub struct CaseInputs {
     reads: Vec<String>,
     now_millis: i64,
     cluster: ClusterInfo,
-    answer: Result<ValidResponse, String>,
-    answer_bytes: usize,
+    answer: Result<KeptAnswer, String>,
+}
+
+/// A plugin's answer as kept: its objects and status written out, a tenth
+/// of the memory of the parsed trees, and one allocation to free each
+/// rather than one per node.
+#[derive(Debug)]
+struct KeptAnswer {
+    apply: Vec<(KindRef, WriteRole, String)>,
+    status: Option<String>,
+    /// The rest, small: deletes, Events, the requeue, finalized.
+    rest: ValidResponse,
+}
+
+impl KeptAnswer {
+    fn of(response: &ValidResponse) -> Self {
+        let text = |v: &Value| serde_json::to_string(v).unwrap_or_default();
+        Self {
+            apply: response
+                .apply
+                .iter()
+                .map(|d| (d.kind.clone(), d.role, text(&d.object)))
+                .collect(),
+            status: response
+                .status
+                .as_ref()
+                .and_then(|s| serde_json::to_string(s).ok()),
+            rest: ValidResponse {
+                apply: Vec::new(),
+                delete: response.delete.clone(),
+                status: None,
+                events: response.events.clone(),
+                requeue_after: response.requeue_after,
+                finalized: response.finalized,
+            },
+        }
+    }
+
+    fn size(&self) -> usize {
+        let events: usize = self
+            .rest
+            .events
+            .iter()
+            .map(|e| e.reason.len() + e.message.len() + 64)
+            .sum();
+        self.apply
+            .iter()
+            .map(|(_, _, t)| t.len() + 64)
+            .sum::<usize>()
+            + self.status.as_ref().map_or(0, String::len)
+            + self.rest.delete.len() * 128
+            + events
+            + 128
+    }
+
+    /// The answer parsed back; `None` if a text no longer parses (never:
+    /// they were written from values).
+    fn response(&self) -> Option<ValidResponse> {
+        let apply = self
+            .apply
+            .iter()
+            .map(|(kind, role, text)| {
+                Some(DesiredObject {
+                    kind: kind.clone(),
+                    role: *role,
+                    object: serde_json::from_str(text).ok()?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let status = match &self.status {
+            Some(text) => Some(serde_json::from_str(text).ok()?),
+            None => None,
+        };
+        Some(ValidResponse {
+            apply,
+            status,
+            ..self.rest.clone()
+        })
+    }
 }
 
 /// What a call was given and answered, as the reconcile has it.
@@ -57,21 +131,7 @@ impl CaseInputs {
             .json_of(key)
             .filter(|text| same_version(text, object))
             .unwrap_or_else(|| object.to_string().into());
-        let answer = given.answer.cloned();
-        // Held as parsed trees, which take about ten times their text (a
-        // Pod: ~3 KiB against ~30 KiB, `cluster::backend`): counted so, or
-        // the budget would hold several times what it says.
-        let answer_bytes = match &answer {
-            Ok(response) => {
-                let objects: usize = response.apply.iter().map(|d| approx_len(&d.object)).sum();
-                let status: usize = response
-                    .status
-                    .as_ref()
-                    .map_or(0, |s| s.iter().map(|(k, v)| k.len() + approx_len(v)).sum());
-                (objects + status) * TREE_OVER_TEXT + 256
-            }
-            Err(error) => error.len(),
-        };
+        let answer = given.answer.map(KeptAnswer::of);
         Self {
             plugin: given.plugin.to_string(),
             version: given.version.to_string(),
@@ -82,7 +142,6 @@ impl CaseInputs {
             now_millis: given.now_millis,
             cluster: given.cluster.clone(),
             answer,
-            answer_bytes,
         }
     }
 
@@ -92,7 +151,10 @@ impl CaseInputs {
         self.primary.len()
             + self.children.iter().map(|c| c.len()).sum::<usize>()
             + self.reads.iter().map(String::len).sum::<usize>()
-            + self.answer_bytes
+            + self
+                .answer
+                .as_ref()
+                .map_or_else(String::len, KeptAnswer::size)
             + self.plugin.len()
             + self.version.len()
             + self.name.len()
@@ -115,7 +177,6 @@ impl CaseInputs {
             now_millis: 0,
             cluster,
             answer: Err("asked to fail".into()),
-            answer_bytes: 13,
         }
     }
 
@@ -129,6 +190,10 @@ impl CaseInputs {
             .map(|c| parse(c))
             .chain(self.reads.iter().map(|r| parse(r)))
             .collect::<Option<Vec<Value>>>()?;
+        let answer = match &self.answer {
+            Ok(kept) => Ok(kept.response()?),
+            Err(error) => Err(error.clone()),
+        };
         let parts = CaseParts {
             plugin: &self.plugin,
             version: &self.version,
@@ -136,7 +201,7 @@ impl CaseInputs {
             objects,
             now_millis: self.now_millis,
             cluster: &self.cluster,
-            answer: self.answer.as_ref().map_err(Clone::clone),
+            answer: answer.as_ref().map_err(Clone::clone),
         };
         let (_, case) = case_from(parts, "the decision journal", false)?;
         serde_json::to_string(&case).ok()
@@ -152,17 +217,41 @@ fn same_version(text: &str, object: &Value) -> bool {
     text.contains(&format!("\"resourceVersion\":\"{version}\""))
 }
 
-/// About how many bytes `value` takes written out, without writing it.
-fn approx_len(value: &Value) -> usize {
-    match value {
-        Value::Null | Value::Bool(_) | Value::Number(_) => 8,
-        Value::String(s) => s.len() + 2,
-        Value::Array(items) => items.iter().map(approx_len).sum::<usize>() + items.len() + 2,
-        Value::Object(map) => {
-            map.iter()
-                .map(|(k, v)| k.len() + 4 + approx_len(v))
-                .sum::<usize>()
-                + 2
-        }
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use reconciler_contract::types::{Event, EventType};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_kept_answer_reads_back_as_the_plugin_gave_it_and_counts_its_text() {
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"replicas": 3, "template": {"spec": {"containers": [{"image": "nginx:1"}]}}}});
+        let status = json!({"podNames": ["web-1", "web-2"], "ratio": 1.5});
+        let response = ValidResponse {
+            apply: vec![DesiredObject {
+                kind: KindRef::new("apps", "v1", "Deployment"),
+                role: WriteRole::Owned,
+                object: deployment.clone(),
+            }],
+            delete: Vec::new(),
+            status: status.as_object().cloned(),
+            events: vec![Event {
+                event_type: EventType::Normal,
+                reason: "Scaled".into(),
+                message: "to 3".into(),
+            }],
+            requeue_after: Some(Duration::from_secs(30)),
+            finalized: false,
+        };
+        let kept = KeptAnswer::of(&response);
+        assert_eq!(kept.response(), Some(response));
+        let text = deployment.to_string().len() + status.to_string().len();
+        assert!(kept.size() >= text, "{} < {text}", kept.size());
+        assert!(kept.size() < 2 * text + 512, "{}", kept.size());
     }
 }

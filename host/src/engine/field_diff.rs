@@ -100,7 +100,11 @@ fn walk(path: String, before: Option<&Value>, after: Option<&Value>, found: &mut
     match (before, after) {
         (Some(Value::Object(b)), Some(Value::Object(a))) => {
             for (key, bv) in b {
-                walk(child_path(&path, key), Some(bv), a.get(key), found);
+                let av = a.get(key);
+                // Equal subtrees, the most of any change, cost no path.
+                if av != Some(bv) {
+                    walk(child_path(&path, key), Some(bv), av, found);
+                }
             }
             for (key, av) in a {
                 if !b.contains_key(key) {
@@ -110,7 +114,9 @@ fn walk(path: String, before: Option<&Value>, after: Option<&Value>, found: &mut
         }
         (Some(Value::Array(b)), Some(Value::Array(a))) if b.len() == a.len() => {
             for (i, (bv, av)) in b.iter().zip(a).enumerate() {
-                walk(format!("{path}[{i}]"), Some(bv), Some(av), found);
+                if bv != av {
+                    walk(format!("{path}[{i}]"), Some(bv), Some(av), found);
+                }
             }
         }
         (b, a) if !same(b, a) => found.push(path, b, a),
@@ -181,25 +187,56 @@ fn cut(text: String, max: usize) -> String {
     format!("{cut}…")
 }
 
-/// The field managers in `managed_fields` (an object's `managedFields`)
-/// that manage `path` (a path as [`diff`] writes it), as `name
-/// (Operation)`. A path through a list is matched up to the list: its items
-/// are keyed in `managedFields` by their contents, not by index.
-pub fn managers_of(managed_fields: &Value, path: &str) -> Vec<String> {
-    let Some(entries) = managed_fields.as_array() else {
+/// One entry of an object's `managedFields`, its fields left as text
+/// until a path needs them.
+#[derive(Deserialize)]
+struct ManagedEntry<'a> {
+    #[serde(default, borrow)]
+    manager: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    operation: Option<std::borrow::Cow<'a, str>>,
+    #[serde(rename = "fieldsV1", default, borrow)]
+    fields: Option<&'a serde_json::value::RawValue>,
+}
+
+/// The field managers in `managed_fields` (an object's `managedFields`, as
+/// JSON text) that manage any of `paths` (paths as [`diff`] writes them),
+/// as `name (Operation)`. A path through a list is matched up to the list:
+/// its items are keyed in `managedFields` by their contents, not by index.
+///
+/// Each entry's fields are read only when their text names the path's last
+/// key: most entries of a changed object manage other fields, and reading
+/// them all cost more than the rest of the journal's work for a change.
+pub fn managers_of(managed_fields: &str, paths: &[&str]) -> Vec<String> {
+    let Ok(entries) = serde_json::from_str::<Vec<ManagedEntry<'_>>>(managed_fields) else {
         return Vec::new();
     };
-    let keys = path_keys(path);
+    let paths: Vec<Vec<&str>> = paths.iter().map(|p| path_keys(p)).collect();
     let mut managers = Vec::new();
-    for entry in entries {
-        let Some(fields) = entry.get("fieldsV1") else {
+    for entry in &entries {
+        let Some(raw) = entry.fields else {
             continue;
         };
-        if !manages(fields, &keys) {
+        let mut fields: Option<Option<Value>> = None;
+        let manages_any = paths.iter().any(|keys| {
+            // A key written as-is in JSON text must appear in it.
+            if let Some(last) = keys.last()
+                && !last.contains(['"', '\\'])
+                && last.is_ascii()
+                && !raw.get().contains(last)
+            {
+                return false;
+            }
+            fields
+                .get_or_insert_with(|| serde_json::from_str(raw.get()).ok())
+                .as_ref()
+                .is_some_and(|fields| manages(fields, keys))
+        });
+        if !manages_any {
             continue;
         }
-        let name = entry["manager"].as_str().unwrap_or("(unnamed)");
-        let operation = entry["operation"].as_str().unwrap_or("?");
+        let name = entry.manager.as_deref().unwrap_or("(unnamed)");
+        let operation = entry.operation.as_deref().unwrap_or("?");
         let named = format!("{name} ({operation})");
         if !managers.contains(&named) {
             managers.push(named);
@@ -319,16 +356,29 @@ mod tests {
             {"manager": "kubectl", "operation": "Update",
              "fieldsV1": {"f:metadata": {"f:annotations": {"f:example.com/x": {}}}}}
         ]);
-        assert_eq!(managers_of(&object, ".spec.replicas"), ["fighter (Update)"]);
+        let text = object.to_string();
         assert_eq!(
-            managers_of(&object, ".spec.template.spec.containers[0].image"),
+            managers_of(&text, &[".spec.replicas"]),
+            ["fighter (Update)"]
+        );
+        assert_eq!(
+            managers_of(&text, &[".spec.template.spec.containers[0].image"]),
             Vec::<String>::new(),
             "podset manages .spec.template only as far as its fields go"
         );
         assert_eq!(
-            managers_of(&object, ".metadata.annotations.example.com/x"),
+            managers_of(&text, &[".metadata.annotations.example.com/x"]),
             ["kubectl (Update)"]
         );
-        assert!(managers_of(&json!({}), ".spec").is_empty());
+        assert_eq!(
+            managers_of(
+                &text,
+                &[".metadata.annotations.example.com/x", ".spec.replicas"]
+            ),
+            ["fighter (Update)", "kubectl (Update)"],
+            "in the order managedFields lists them"
+        );
+        assert!(managers_of("[]", &[".spec"]).is_empty());
+        assert!(managers_of("not json", &[".spec"]).is_empty());
     }
 }

@@ -9,9 +9,9 @@
 //! oldest entries anywhere go. An object found gone is forgotten with its
 //! entries, as its queue state is.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +24,7 @@ use super::record::{Outcome, ReconcileRecord};
 /// Entries kept per object unless `--journal-entries` says otherwise.
 pub const DEFAULT_ENTRIES_PER_OBJECT: usize = 16;
 /// The budget over every object unless `--journal-max-mib` says otherwise.
-pub const DEFAULT_MAX_MIB: usize = 3;
+pub const DEFAULT_MAX_MIB: usize = 1;
 /// The budget of last inputs (`explain --as-case`) unless
 /// `--journal-cases-mib` says otherwise.
 pub const DEFAULT_CASES_MIB: usize = 1;
@@ -50,6 +50,14 @@ impl Default for JournalLimits {
     }
 }
 
+/// What the journal holds, as its budgets count it (`/metrics`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub entry_bytes: usize,
+    pub entries: usize,
+    pub case_bytes: usize,
+}
+
 /// One object of one cluster, as the journal files it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Filed {
@@ -65,11 +73,13 @@ struct Filed {
 pub struct Entry {
     /// When it started, epoch milliseconds.
     pub at_millis: i64,
-    pub cluster: String,
-    pub plugin: String,
-    pub version: String,
+    /// These four are the same for every entry of a plugin version, so the
+    /// journal keeps one copy of each.
+    pub cluster: Arc<str>,
+    pub plugin: Arc<str>,
+    pub version: Arc<str>,
     /// The plugin's sha256.
-    pub digest: String,
+    pub digest: Arc<str>,
     /// What queued it, in words, the first few distinct causes.
     pub trigger: Vec<String>,
     /// How many more causes there were.
@@ -129,10 +139,10 @@ impl Entry {
         };
         Self {
             at_millis: record.at_millis,
-            cluster: record.cluster.clone(),
-            plugin: record.plugin.clone(),
-            version: version.to_string(),
-            digest: digest.to_string(),
+            cluster: record.cluster.as_str().into(),
+            plugin: record.plugin.as_str().into(),
+            version: version.into(),
+            digest: digest.into(),
             trigger: causes.first.iter().map(ToString::to_string).collect(),
             more_triggers: causes.more,
             took_millis,
@@ -150,21 +160,37 @@ impl Entry {
         }
     }
 
-    /// About how many bytes it holds: its text and a fixed overhead for its
-    /// allocations, so the budget is close to what it costs in RSS (about
-    /// 1.1 KB an entry in the 1,000-PodSet run, BENCHMARKS.md).
+    /// About how many bytes it holds, counted as the allocator gives them:
+    /// each string's chunk, its slot in its object's deque (which grows
+    /// by doubling) and its place in the journal's order. Counted so, the
+    /// budget is close to what the journal costs in RSS (BENCHMARKS.md).
     fn size(&self) -> usize {
-        let text: usize = [&self.cluster, &self.plugin, &self.version, &self.digest]
-            .iter()
-            .map(|s| s.len())
-            .sum::<usize>()
-            + self.trigger.iter().map(String::len).sum::<usize>()
-            + self.changes.iter().map(String::len).sum::<usize>()
-            + self.failure.as_ref().map_or(0, String::len)
-            + self.reads.iter().map(String::len).sum::<usize>()
-            + self.writes.iter().map(String::len).sum::<usize>()
-            + self.reconcile_loop.as_ref().map_or(0, String::len);
-        text + 640
+        let strings = |v: &Vec<String>| {
+            allocated(v.capacity() * std::mem::size_of::<String>())
+                + v.iter().map(|s| allocated(s.capacity())).sum::<usize>()
+        };
+        let optional = |s: &Option<String>| s.as_ref().map_or(0, |s| allocated(s.capacity()));
+        let slots = std::mem::size_of::<(u64, Entry)>() * 3 / 2
+            + 2 * std::mem::size_of::<(u64, Arc<Filed>)>();
+        slots
+            + allocated(self.outcome.capacity())
+            + strings(&self.trigger)
+            + strings(&self.changes)
+            + strings(&self.reads)
+            + strings(&self.writes)
+            + optional(&self.failure)
+            + optional(&self.reconcile_loop)
+    }
+}
+
+/// What the allocator takes for a request of `n` bytes: glibc's chunk,
+/// the request and an 8-byte header rounded up to 16, at least 32; nothing
+/// for nothing asked.
+fn allocated(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        (n + 8).div_ceil(16).max(2) * 16
     }
 }
 
@@ -181,18 +207,23 @@ impl Filed {
 
 #[derive(Default)]
 struct Inner {
-    objects: HashMap<Filed, VecDeque<(u64, Entry)>>,
+    /// Each object's name is allocated once, shared by its places in
+    /// `order` and `cases`.
+    objects: HashMap<Arc<Filed>, VecDeque<(u64, Entry)>>,
     /// Every entry kept, oldest first, for the budget.
-    order: VecDeque<(u64, Filed)>,
+    order: VecDeque<(u64, Arc<Filed>)>,
     bytes: usize,
     /// How many entries `objects` holds, so no record walks them all.
     entries: usize,
     next: u64,
     /// The last inputs of each object.
-    cases: HashMap<Filed, (u64, CaseInputs)>,
+    cases: HashMap<Arc<Filed>, (u64, CaseInputs)>,
     /// Every case kept, oldest first, for their budget.
-    case_order: VecDeque<(u64, Filed)>,
+    case_order: VecDeque<(u64, Arc<Filed>)>,
     case_bytes: usize,
+    /// One copy of each cluster, plugin, version and digest the entries
+    /// name: a few per plugin version, never many.
+    names: HashSet<Arc<str>>,
 }
 
 /// One object's last inputs, as `explain --as-case` writes them.
@@ -206,10 +237,19 @@ pub struct Kept {
 }
 
 impl Inner {
+    /// `name`, as the one copy the journal keeps.
+    fn shared(&mut self, name: &Arc<str>) -> Arc<str> {
+        if let Some(kept) = self.names.get(name) {
+            return kept.clone();
+        }
+        self.names.insert(name.clone());
+        name.clone()
+    }
+
     /// Keeps `kept` as the last inputs of `filed`, within `budget` bytes
     /// over every object, the oldest going first. Inputs larger than the
     /// whole budget are not kept.
-    fn keep_case(&mut self, seq: u64, filed: Filed, kept: CaseInputs, budget: usize) {
+    fn keep_case(&mut self, seq: u64, filed: Arc<Filed>, kept: CaseInputs, budget: usize) {
         if let Some((_, old)) = self.cases.remove(&filed) {
             self.case_bytes -= old.size();
         }
@@ -327,7 +367,7 @@ impl Journal {
 
     /// Files `entry` for the object of `record`, with its inputs as a case
     /// when given; an object found gone is forgotten instead.
-    pub fn record(&self, record: &ReconcileRecord, entry: Entry, case: Option<CaseInputs>) {
+    pub fn record(&self, record: &ReconcileRecord, mut entry: Entry, case: Option<CaseInputs>) {
         let (per_object, max_bytes) = self.limits();
         if per_object == 0 || max_bytes == 0 {
             return;
@@ -339,6 +379,10 @@ impl Journal {
             name: record.object.name.clone(),
         };
         let mut inner = self.lock();
+        let filed = match inner.objects.get_key_value(&filed) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::new(filed),
+        };
         if record.outcome == Outcome::Gone {
             if let Some(gone) = inner.objects.remove(&filed) {
                 inner.bytes -= gone.iter().map(|(_, e)| e.size()).sum::<usize>();
@@ -351,6 +395,14 @@ impl Journal {
         }
         let seq = inner.next;
         inner.next += 1;
+        for name in [
+            &mut entry.cluster,
+            &mut entry.plugin,
+            &mut entry.version,
+            &mut entry.digest,
+        ] {
+            *name = inner.shared(name);
+        }
         if let Some(case) = case {
             let budget = self.case_bytes.load(Ordering::Relaxed);
             inner.keep_case(seq, filed.clone(), case, budget);
@@ -418,10 +470,14 @@ impl Journal {
         entries.into_iter().map(|(_, e)| e).collect()
     }
 
-    /// About how many bytes the entries hold, and how many there are.
-    pub fn usage(&self) -> (usize, usize) {
+    /// What it holds, as its budgets count it.
+    pub fn usage(&self) -> Usage {
         let inner = self.lock();
-        (inner.bytes, inner.entries)
+        Usage {
+            entry_bytes: inner.bytes,
+            entries: inner.entries,
+            case_bytes: inner.case_bytes,
+        }
     }
 }
 
@@ -492,7 +548,7 @@ mod tests {
                 .entries("PodSet", Some("default"), "web", None)
                 .is_empty()
         );
-        assert_eq!(journal.usage().1, 1, "db's entry alone");
+        assert_eq!(journal.usage().entries, 1, "db's entry alone");
     }
 
     #[test]
@@ -546,7 +602,11 @@ mod tests {
         for i in 0..30 {
             file(&journal, &format!("o-{i}"), i, applied());
         }
-        let (bytes, entries) = journal.usage();
+        let Usage {
+            entry_bytes: bytes,
+            entries,
+            ..
+        } = journal.usage();
         assert!(bytes <= one * 10 + 64, "{bytes} bytes");
         assert_eq!(entries, 10);
         assert!(
@@ -565,6 +625,6 @@ mod tests {
             ..JournalLimits::default()
         });
         file(&journal, "o-99", 99, applied());
-        assert_eq!(journal.usage(), (0, 0), "off: nothing kept");
+        assert_eq!(journal.usage(), Usage::default(), "off: nothing kept");
     }
 }

@@ -153,7 +153,7 @@ impl LoopWatch {
         while history.reconciles.front().is_some_and(|(t, _)| *t < since) {
             history.reconciles.pop_front();
         }
-        note_others(history, causes, manager);
+        note_others(history, causes, manager, &repeated);
         if repeated.is_empty() {
             if history.reconciles.is_empty() {
                 inner.objects.remove(&key);
@@ -234,9 +234,16 @@ fn repeated_in(writes: &[Written]) -> BTreeSet<Repeated> {
     repeated
 }
 
-/// Remembers who else changed fields of the objects, from the watch events
-/// that queued this reconcile.
-fn note_others(history: &mut History, causes: &Causes, manager: &str) {
+/// Remembers who else changed the fields this reconcile wrote, from the
+/// watch events that queued it: only those can be a fight, and an object's
+/// other fields (a Deployment's status, which its controller keeps
+/// changing) would fill the history for nothing.
+fn note_others(
+    history: &mut History,
+    causes: &Causes,
+    manager: &str,
+    written: &BTreeSet<Repeated>,
+) {
     for cause in &causes.first {
         let Cause::Event {
             kind,
@@ -255,10 +262,17 @@ fn note_others(history: &mut History, causes: &Causes, manager: &str) {
         if others.is_empty() {
             continue;
         }
+        let changed = format!("{kind} {object}");
         for field in &fields.fields {
+            let wrote = written
+                .iter()
+                .any(|w| w.object == changed && w.path == field.path);
+            if !wrote {
+                continue;
+            }
             let known = history
                 .others
-                .entry((format!("{kind} {object}"), field.path.clone()))
+                .entry((changed.clone(), field.path.clone()))
                 .or_default();
             for other in &others {
                 if known.len() < MAX_OTHERS {

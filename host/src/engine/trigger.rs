@@ -69,14 +69,14 @@ impl Trigger {
         let kind = KindRef::of_object(&event.object);
         let controllers = shared.controllers.all();
         let before = held_before(shared, &controllers, event, kind.as_ref());
-        // The text, not parsed unless a cause is made: the journal tells
-        // which fields a change changed.
-        let journal_before = (before.is_none()
-            && event.event_type == WatchEventType::Modified
-            && shared.journal.is_on())
-        .then(|| ObjectKey::of(&event.object).and_then(|k| shared.cache.json_of(&k)))
-        .flatten();
-        shared.cache.observe(event);
+        let replaced = shared.cache.observe(event);
+        // The text it replaced, not parsed unless a cause is made: the
+        // journal tells which fields a change changed.
+        let journal_before = replaced.filter(|_| {
+            before.is_none()
+                && event.event_type == WatchEventType::Modified
+                && shared.journal.is_on()
+        });
         // Made once, for the first plugin that queues something.
         let mut cause = None;
         for (name, c) in controllers {
@@ -239,20 +239,11 @@ fn changed_fields(
     let (fields, more) = field_diff::diff(before, after);
     let kind = after["kind"].as_str().unwrap_or_default();
     let fields = field_diff::redacted(kind, fields);
-    let mut by: Vec<String> = Vec::new();
-    let managed_fields = managed_fields
-        .filter(|_| !fields.is_empty())
-        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok());
-    let Some(managed_fields) = managed_fields else {
-        return ChangedFields { fields, more, by };
+    let paths: Vec<&str> = fields.iter().map(|f| f.path.as_str()).collect();
+    let by = match managed_fields {
+        Some(text) if !paths.is_empty() => field_diff::managers_of(text, &paths),
+        _ => Vec::new(),
     };
-    for field in &fields {
-        for manager in field_diff::managers_of(&managed_fields, &field.path) {
-            if !by.contains(&manager) {
-                by.push(manager);
-            }
-        }
-    }
     ChangedFields { fields, more, by }
 }
 

@@ -121,6 +121,7 @@ impl HostStatus {
             .unwrap_or_default();
         self.metrics.set_shadow_counts(&self.shadow.counts());
         self.metrics.set_loop_counts(&self.journal.loops.counts());
+        self.metrics.set_journal_usage(self.journal.usage());
         self.metrics
             .encode_with_clusters(&queues, &cache, &clusters)
     }

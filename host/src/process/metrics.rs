@@ -170,6 +170,15 @@ struct HostFamilies {
     cache_objects: Family<KindLabels, Gauge>,
     shadow_reconciles: Family<ShadowLabels, Gauge>,
     loops: Family<ControllerLabels, Counter>,
+    journal_bytes: Family<JournalLabels, Gauge>,
+    journal_entries: Gauge,
+}
+
+/// Which part of the decision journal a gauge tells.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JournalLabels {
+    /// `entries` (`--journal-max-mib`) or `cases` (`--journal-cases-mib`).
+    part: &'static str,
 }
 
 impl HostFamilies {
@@ -216,6 +225,18 @@ impl HostFamilies {
                 "reconciler_reconcile_loops",
                 "Reconcile loops found (an object reconciled again and again, each time writing the same field back or sending a value the API server stores otherwise), per controller; each counted once per --loop-window",
                 Family::default(),
+            ),
+            journal_bytes: registered(
+                registry,
+                "reconciler_journal_bytes",
+                "Bytes the decision journal holds, as its budgets count them: part=entries against --journal-max-mib, part=cases (last inputs, explain --as-case) against --journal-cases-mib",
+                Family::default(),
+            ),
+            journal_entries: registered(
+                registry,
+                "reconciler_journal_entries",
+                "Reconciles the decision journal holds, over every object",
+                Gauge::default(),
             ),
         }
     }
@@ -536,6 +557,20 @@ impl Metrics {
             });
             counter.inc_by(n.saturating_sub(counter.get()));
         }
+    }
+
+    /// Sets the journal's gauges to what it holds now.
+    pub fn set_journal_usage(&self, usage: crate::engine::journal::Usage) {
+        let gauge = |part| {
+            self.host
+                .journal_bytes
+                .get_or_create(&JournalLabels { part })
+        };
+        gauge("entries").set(i64::try_from(usage.entry_bytes).unwrap_or(i64::MAX));
+        gauge("cases").set(i64::try_from(usage.case_bytes).unwrap_or(i64::MAX));
+        self.host
+            .journal_entries
+            .set(i64::try_from(usage.entries).unwrap_or(i64::MAX));
     }
 
     /// [`Self::encode`], with the member clusters' gauges.

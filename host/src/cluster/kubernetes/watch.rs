@@ -27,7 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::discovery::Resolved;
 use super::errors;
-use super::object_values::{meta_to_value, to_watched_value};
+use super::object_values::{meta_to_value, to_value, to_watched_value};
 use crate::cluster::backend::take_carried_managers;
 use crate::cluster::backend::{
     BackendError, ListedObject, WatchEvent, WatchEventType, WatchScope, WatchStream,
@@ -323,7 +323,7 @@ fn watcher_events(
         };
         watcher::watcher(api, config)
             .default_backoff()
-            .map(move |r| r.map(|e| convert(e, |o| to_watched_value(o, &resource))))
+            .map(move |r| r.map(|e| convert_watched(e, &resource)))
             .boxed()
     }
 }
@@ -382,6 +382,15 @@ async fn forward(
             }
             None => return,
         }
+    }
+}
+
+/// [`convert`] for full objects: a watch's own changes carry their
+/// `managedFields` to their events; a list's pages, read in bursts, do not.
+fn convert_watched(event: Event<DynamicObject>, resource: &ApiResource) -> Event<Value> {
+    match event {
+        Event::Apply(o) => Event::Apply(to_watched_value(o, resource)),
+        other => convert(other, |o| to_value(o, resource)),
     }
 }
 
@@ -492,7 +501,10 @@ mod tests {
             // The journal's: who manages what, beside the slimmed object.
             assert!(event.object["metadata"].get("managedFields").is_none());
             assert!(event.object.get(CARRIED_MANAGED_FIELDS_KEY).is_none());
-            assert_eq!(event.managed_fields(), Some(r#"[{"manager":"kubectl"}]"#));
+            // A deletion is told with no fields, so it carries none.
+            let carried = (event.event_type != WatchEventType::Deleted)
+                .then_some(r#"[{"manager":"kubectl"}]"#);
+            assert_eq!(event.managed_fields(), carried);
             got.push(summary(&event));
         }
         let s = |t, n: &str, rv: &str| (t, n.to_string(), rv.to_string());

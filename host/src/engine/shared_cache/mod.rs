@@ -63,11 +63,13 @@ impl Cached {
         })
     }
 
-    fn insert(&mut self, prepared: Prepared) {
-        self.objects.insert_prepared(prepared.entry);
+    /// Adds or replaces an object; the text of the one it replaced.
+    fn insert(&mut self, prepared: Prepared) -> Option<Arc<str>> {
+        let replaced = self.objects.insert_prepared(prepared.entry);
         if let Some(key) = prepared.key {
             self.controllers.insert(key, prepared.owners);
         }
+        replaced
     }
 
     fn remove(&mut self, key: &ObjectKey) {
@@ -122,7 +124,7 @@ impl SharedCache {
 
     /// Inserts `prepared` unless it is a new object past the budget (which
     /// is then recorded): checked under the insert's own lock.
-    fn insert_within_budget(&self, prepared: Prepared) {
+    fn insert_within_budget(&self, prepared: Prepared) -> Option<Arc<str>> {
         let mut cache = self.write();
         if let Some(max) = self.budget
             && cache.len() >= max
@@ -132,9 +134,9 @@ impl SharedCache {
                 .is_some_and(|(kind, ns, name)| cache.contains(kind, ns.as_deref(), name))
         {
             self.over_budget.store(true, Ordering::Relaxed);
-            return;
+            return None;
         }
-        cache.insert(prepared);
+        cache.insert(prepared)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Cached> {
@@ -168,14 +170,15 @@ impl SharedCache {
     /// Applies one watch event. Objects the cache cannot hold (no name,
     /// nested too deep to read back) are logged and skipped: one malformed
     /// object must not stop the watch. A version it cannot hold also drops
-    /// the version it held, which is no longer the object.
-    pub fn observe(&self, event: &WatchEvent) {
+    /// the version it held, which is no longer the object. Returns the text
+    /// of the object the event replaced, if it did.
+    pub fn observe(&self, event: &WatchEvent) -> Option<Arc<str>> {
         match event.event_type {
             WatchEventType::Added | WatchEventType::Modified => {
                 // The event of a write whose result the engine cached
                 // already (a status write), or a re-list's copy.
                 if self.read().holds_version(&event.object) {
-                    return;
+                    return None;
                 }
                 // Slim already (as the embedded store's objects are), the
                 // object goes in as it is, with the text the backend has.
@@ -195,6 +198,7 @@ impl SharedCache {
                             self.write().remove(&key);
                         }
                         tracing::warn!("skipping an object from the watch: {e}");
+                        None
                     }
                 }
             }
@@ -202,6 +206,7 @@ impl SharedCache {
                 if let Some(key) = ObjectKey::of(&event.object) {
                     self.write().remove(&key);
                 }
+                None
             }
         }
     }
