@@ -1071,11 +1071,13 @@ async fn strays(cx: &mut RealCluster, replicas: &mut Vec<HostProcess>) -> Result
 
 /// Point 3: a ring change lists nothing but the buckets that arrive, and
 /// changes no object. Two replicas hold 60 PodSets; a third joins, then one
-/// leaves with SIGTERM. At each change every replica lists, with an `in`
+/// leaves with SIGTERM, then another is killed with SIGKILL (the survivor
+/// takes its buckets once its Lease expires). At each change every replica
+/// lists, with an `in`
 /// selector, exactly the buckets it gains in the ring (computed with the
 /// host's own assignment: on a join the two mostly give buckets away, and
 /// the bounded-load pass may hand one of them a few), and nothing more;
-/// through both, no PodSet or Deployment gets a new resourceVersion.
+/// through all three, no PodSet or Deployment gets a new resourceVersion.
 #[test]
 fn a_ring_change_lists_only_the_arriving_buckets_and_changes_no_object() {
     let audit = tempfile::tempdir().expect("a temporary directory");
@@ -1287,6 +1289,13 @@ async fn moves(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProces
     let moved_in = left.duration_until(Timestamp::now());
     each_caches_at_most(cx, replicas, 60, 45).await?;
     converged(cx, 60).await?;
+
+    let killed = Timestamp::now();
+    let count = settles(&replicas[0], 1);
+    replicas.remove(1).sigkill()?;
+    settled_over(cx, &[&replicas[0]], &[count], 1).await?;
+    let taken_in = killed.duration_until(Timestamp::now());
+    converged(cx, 60).await?;
     let after = versions(cx).await?;
     let changed: Vec<&String> = before
         .iter()
@@ -1300,7 +1309,11 @@ async fn moves(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProces
         .iter()
         .filter(|l| l.at >= joined && l.at < left)
         .collect();
-    let on_leave: Vec<&Listed> = lists.iter().filter(|l| l.at >= left).collect();
+    let on_leave: Vec<&Listed> = lists
+        .iter()
+        .filter(|l| l.at >= left && l.at < killed)
+        .collect();
+    let on_kill: Vec<&Listed> = lists.iter().filter(|l| l.at >= killed).collect();
     // Who listed what, and how many buckets an `in` selector named.
     let summary = |lists: &[&Listed]| {
         lists
@@ -1323,8 +1336,16 @@ async fn moves(cx: &mut RealCluster, audit: &Path, replicas: &mut Vec<HostProces
     listed_only(&on_join, "move-b", gained(&ids[1], &two, &three))?;
     listed_only(&on_leave, "move-a", gained(&ids[0], &three, &last))?;
     listed_only(&on_leave, "move-c", gained(&ids[2], &three, &last))?;
+    let alone = vec![ids[0].clone()];
     cx.step(format!(
-        "through the join and the leave, {} of {} PodSets and Deployments got a new resourceVersion",
+        "lists on the SIGKILL of move-c ({} gained by move-a; it took them {:.1} s after the kill): {:?}",
+        gained(&ids[0], &last, &alone),
+        taken_in.as_secs_f64(),
+        summary(&on_kill)
+    ));
+    listed_only(&on_kill, "move-a", gained(&ids[0], &last, &alone))?;
+    cx.step(format!(
+        "through the join, the leave and the kill, {} of {} PodSets and Deployments got a new resourceVersion",
         changed.len(),
         before.len()
     ));
