@@ -71,6 +71,9 @@ pub struct LocalKube {
     keep_state: bool,
     /// Whether `kube down` may be needed.
     started: bool,
+    /// Whether `up` starts kube-controller-manager (no ReplicaSets or Pods
+    /// without it: a Deployment is one object).
+    controller_manager: bool,
 }
 
 impl LocalKube {
@@ -93,7 +96,16 @@ impl LocalKube {
             state,
             keep_state,
             started: false,
+            controller_manager: true,
         })
+    }
+
+    /// Clusters started from now on run no kube-controller-manager, so the
+    /// objects a bench creates and the controller's Deployments are all the
+    /// objects there are.
+    pub fn without_controller_manager(mut self) -> Self {
+        self.controller_manager = false;
+        self
     }
 
     fn kube(&self, command: &str) -> Command {
@@ -128,6 +140,7 @@ impl LocalKube {
         let status = self
             .kube("up")
             .env("RESET", "1")
+            .env("WITH_KCM", if self.controller_manager { "1" } else { "0" })
             .env("APISERVER_EXTRA", extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&up_log)?)

@@ -37,8 +37,20 @@ pub struct BulkArgs {
     /// spec.size of every PodSet (each gets that many Pods, which stay Pending).
     #[arg(long, default_value_t = 2)]
     pub size: i32,
+    /// A candidate the host runs in shadow beside podset (copied in as
+    /// podset.candidate.wasm). With --baseline host, the host without it is
+    /// the baseline: what shadow costs.
+    #[arg(long)]
+    pub candidate: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// Where a bench runs and what it starts: every mode's.
+#[derive(Debug, clap::Args)]
+pub struct ClusterArgs {
     /// The kube script of a control plane for the bench's own use; without it
-    /// `run` runs against the cluster KUBECONFIG names (`replicas` needs it).
+    /// `run` runs against the cluster KUBECONFIG names (`replicas` and `scale` need it).
     #[arg(long, default_value = "../shared/kube/kube")]
     pub kube: PathBuf,
     /// The state dir of that control plane, removed at the end
@@ -54,17 +66,12 @@ pub struct BulkArgs {
     /// The podset plugin the host runs.
     #[arg(long, default_value = "plugins/podset.wasm")]
     pub plugin: PathBuf,
-    /// A candidate the host runs in shadow beside podset (copied in as
-    /// podset.candidate.wasm). With --baseline host, the host without it is
-    /// the baseline: what shadow costs.
-    #[arg(long)]
-    pub candidate: Option<PathBuf>,
     /// Longest wait for any one phase.
     #[arg(long, default_value_t = 600)]
     pub timeout_secs: u64,
 }
 
-impl BulkArgs {
+impl ClusterArgs {
     /// The state dir asked for, or one of this process's own.
     pub fn state(&self) -> PathBuf {
         self.state_dir.clone().unwrap_or_else(|| {
@@ -107,28 +114,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.runs == 0 || args.bulk.creators == 0 || args.bulk.count == 0 || args.bulk.size < 0 {
         bail!("--runs, --count and --creators must be at least 1, --size at least 0");
     }
-    let state = args.bulk.state();
-    let mut cluster = if args.bulk.kube.is_file() {
+    let state = args.bulk.cluster.state();
+    let mut cluster = if args.bulk.cluster.kube.is_file() {
         eprintln!(
             "bench-cluster: control plane from {}, state in {}",
-            args.bulk.kube.display(),
+            args.bulk.cluster.kube.display(),
             state.display()
         );
         Cluster::Local(LocalKube::new(
-            args.bulk.kube.clone(),
+            args.bulk.cluster.kube.clone(),
             state.clone(),
-            args.bulk.keep_state,
+            args.bulk.cluster.keep_state,
         )?)
     } else {
         let kubeconfig = std::env::var_os("KUBECONFIG").with_context(|| {
             format!(
                 "no control plane at {} (give --kube) and no KUBECONFIG: nothing to run against",
-                args.bulk.kube.display()
+                args.bulk.cluster.kube.display()
             )
         })?;
         eprintln!(
             "bench-cluster: no {}: running against KUBECONFIG={}; kube-apiserver CPU and the controller's writes are n/a (they need an API server and an audit log of the bench's own)",
-            args.bulk.kube.display(),
+            args.bulk.cluster.kube.display(),
             kubeconfig.to_string_lossy()
         );
         std::fs::create_dir_all(&state)?;
@@ -136,7 +143,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     // The local cluster removes its state dir itself when dropped.
     let _state_guard = RemoveOnDrop(
-        (matches!(cluster, Cluster::External(_)) && !args.bulk.keep_state).then(|| state.clone()),
+        (matches!(cluster, Cluster::External(_)) && !args.bulk.cluster.keep_state)
+            .then(|| state.clone()),
     );
     std::fs::create_dir_all(state.join("work"))?;
 
@@ -152,8 +160,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The host without its candidate, when it is the baseline.
     let plain_host = if args.baseline == Side::Host && args.only.is_none() {
         Some(HostSetup::prepare(
-            args.bulk.host_bin.clone(),
-            &args.bulk.plugin,
+            args.bulk.cluster.host_bin.clone(),
+            &args.bulk.cluster.plugin,
             None,
             &state.join("work").join("baseline"),
             args.host_arg.clone(),
@@ -171,8 +179,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let host = if sides.contains(&Side::Host) {
         Some(HostSetup::prepare(
-            args.bulk.host_bin.clone(),
-            &args.bulk.plugin,
+            args.bulk.cluster.host_bin.clone(),
+            &args.bulk.cluster.plugin,
             args.bulk.candidate.as_deref(),
             &state.join("work"),
             args.host_arg.clone(),
@@ -264,7 +272,7 @@ async fn measure_side(
         create_namespace(&client, namespace).await?;
     }
     let observer = Observer::start(client.clone()).await?;
-    let timeout = Duration::from_secs(args.bulk.timeout_secs);
+    let timeout = Duration::from_secs(args.bulk.cluster.timeout_secs);
 
     let log = state.join(format!("{side}-controller.log"));
     let mut controller =

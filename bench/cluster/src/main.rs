@@ -11,6 +11,7 @@ mod plugin_apply;
 mod podset;
 mod procfs;
 mod replicas;
+mod scale;
 mod stats;
 mod table;
 
@@ -42,6 +43,11 @@ enum Command {
     /// replica's CPU, writes and memory next to the one host's, the time to converge, and the
     /// keys that move when one replica is killed.
     Replicas(replicas::ReplicasArgs),
+    /// Sharding at scale: tens of thousands of PodSets on an API server without
+    /// kube-controller-manager, then one host, a ring of one and N replicas in turn, each
+    /// behind a counting relay: cached objects, RSS above the idle floor and bytes received, by
+    /// replica.
+    Scale(scale::ScaleArgs),
     /// Time from applying a Plugin to its first reconcile, cold and warm, against dropping the
     /// same plugin into the plugins directory (KUBECONFIG; a registry on loopback).
     PluginApply(plugin_apply::PluginApplyArgs),
@@ -58,6 +64,7 @@ fn main() -> ExitCode {
                     Command::Replicas(args) => {
                         replicas::run(args).await.map(|()| ExitCode::SUCCESS)
                     }
+                    Command::Scale(args) => scale::run(args).await.map(|()| ExitCode::SUCCESS),
                     Command::PluginApply(args) => {
                         plugin_apply::run(args).await.map(|()| ExitCode::SUCCESS)
                     }

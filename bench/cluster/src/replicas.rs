@@ -81,18 +81,22 @@ pub async fn run(args: ReplicasArgs) -> anyhow::Result<()> {
     if args.replicas < 2 || args.replicas > REPLICA_USERS {
         bail!("--replicas must be between 2 and {REPLICA_USERS}");
     }
-    if !args.bulk.kube.is_file() {
+    if !args.bulk.cluster.kube.is_file() {
         bail!(
             "no control plane at {} (give --kube): the replicas' writes come from an audit log of the bench's own API server",
-            args.bulk.kube.display()
+            args.bulk.cluster.kube.display()
         );
     }
-    let state = args.bulk.state();
-    let mut kube = LocalKube::new(args.bulk.kube.clone(), state.clone(), args.bulk.keep_state)?;
+    let state = args.bulk.cluster.state();
+    let mut kube = LocalKube::new(
+        args.bulk.cluster.kube.clone(),
+        state.clone(),
+        args.bulk.cluster.keep_state,
+    )?;
     std::fs::create_dir_all(state.join("work"))?;
     let host = HostSetup::prepare(
-        args.bulk.host_bin.clone(),
-        &args.bulk.plugin,
+        args.bulk.cluster.host_bin.clone(),
+        &args.bulk.cluster.plugin,
         args.bulk.candidate.as_deref(),
         &state.join("work"),
         Vec::new(),
@@ -131,7 +135,7 @@ fn settled_line(n: usize) -> String {
 }
 
 /// The lines of `log` that say every one of `n` replicas settled.
-fn settle_lines(log: &Path, n: usize) -> Vec<String> {
+pub(crate) fn settle_lines(log: &Path, n: usize) -> Vec<String> {
     let needle = settled_line(n);
     std::fs::read_to_string(log)
         .unwrap_or_default()
@@ -151,7 +155,7 @@ fn settle_counts(line: &str) -> Option<(usize, usize)> {
 }
 
 /// How a side is called in the log and the table.
-fn side_name(n: usize, sharded: bool) -> String {
+pub(crate) fn side_name(n: usize, sharded: bool) -> String {
     match (n, sharded) {
         (1, false) => "one host".into(),
         (1, true) => "1 replica, a ring of one".into(),
@@ -205,7 +209,7 @@ async fn measure(
         create_namespace(&client, namespace).await?;
     }
     let observer = Observer::start(client.clone()).await?;
-    let timeout = Duration::from_secs(args.bulk.timeout_secs);
+    let timeout = Duration::from_secs(args.bulk.cluster.timeout_secs);
     // Admission: each replica on a port of its own, all behind one front
     // that hands each connection to the next replica, as a Service does.
     // Without it (no Service without nodes) each replica would register

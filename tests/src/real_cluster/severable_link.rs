@@ -19,6 +19,10 @@
 //! replicas ([`SeverableLink::start_spread`]): each connection goes to the
 //! next upstream in turn, skipping one that does not accept, as kube-proxy
 //! spreads a Service's connections, and it counts what each was handed.
+//!
+//! Both directions are counted, so a bench can put each replica behind a
+//! relay of its own and read what it sent and what the API server sent it
+//! ([`SeverableLink::traffic`]).
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read as _, Write as _};
@@ -57,6 +61,29 @@ struct Upstream {
     connections: AtomicU64,
     /// Bytes from the clients.
     bytes_in: AtomicU64,
+    /// Bytes back to the clients.
+    bytes_out: AtomicU64,
+}
+
+/// What one upstream was handed through the relay, so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub connections: u64,
+    /// From the clients to the upstream.
+    pub bytes_in: u64,
+    /// From the upstream back to the clients.
+    pub bytes_out: u64,
+}
+
+impl Traffic {
+    /// What was handed since `earlier` (a reading of the same upstream).
+    pub fn since(&self, earlier: &Traffic) -> Traffic {
+        Traffic {
+            connections: self.connections.saturating_sub(earlier.connections),
+            bytes_in: self.bytes_in.saturating_sub(earlier.bytes_in),
+            bytes_out: self.bytes_out.saturating_sub(earlier.bytes_out),
+        }
+    }
 }
 
 impl Upstream {
@@ -65,6 +92,7 @@ impl Upstream {
             address,
             connections: AtomicU64::new(0),
             bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
         })
     }
 }
@@ -165,14 +193,22 @@ impl SeverableLink {
     /// Connections and bytes in that each upstream was handed, in the
     /// order given: whether the connections were spread.
     pub fn handed(&self) -> Vec<(u64, u64)> {
+        self.traffic()
+            .into_iter()
+            .map(|t| (t.connections, t.bytes_in))
+            .collect()
+    }
+
+    /// Connections and bytes both ways that each upstream was handed, in
+    /// the order given.
+    pub fn traffic(&self) -> Vec<Traffic> {
         self.shared
             .upstreams()
             .iter()
-            .map(|u| {
-                (
-                    u.connections.load(Ordering::SeqCst),
-                    u.bytes_in.load(Ordering::SeqCst),
-                )
+            .map(|u| Traffic {
+                connections: u.connections.load(Ordering::SeqCst),
+                bytes_in: u.bytes_in.load(Ordering::SeqCst),
+                bytes_out: u.bytes_out.load(Ordering::SeqCst),
             })
             .collect()
     }
@@ -235,10 +271,15 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
             continue;
         }
         let directions = [
-            (client.try_clone(), server.try_clone(), Some(upstream)),
-            (Ok(server), Ok(client), None),
+            (
+                client.try_clone(),
+                server.try_clone(),
+                upstream.clone(),
+                Way::In,
+            ),
+            (Ok(server), Ok(client), upstream, Way::Out),
         ];
-        for (from, to, counted) in directions {
+        for (from, to, counted, way) in directions {
             let (Ok(from), Ok(to)) = (from, to) else {
                 shared.close(id);
                 break;
@@ -247,7 +288,7 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
             let spawned = std::thread::Builder::new()
                 .name("severable-link-relay".into())
                 .spawn(move || {
-                    relay(from, to, counted.as_deref());
+                    relay(from, to, counted.counter(way));
                     // One direction ending ends the connection: HTTP needs
                     // no half-closed sockets.
                     relaying.close(id);
@@ -259,9 +300,26 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
-/// Copies until either side closes or fails, counting the bytes in for
+/// Which way a relay thread copies.
+#[derive(Clone, Copy)]
+enum Way {
+    /// Client to upstream.
+    In,
+    /// Upstream to client.
+    Out,
+}
+impl Upstream {
+    fn counter(&self, way: Way) -> &AtomicU64 {
+        match way {
+            Way::In => &self.bytes_in,
+            Way::Out => &self.bytes_out,
+        }
+    }
+}
+
+/// Copies until either side closes or fails, counting the bytes into
 /// `counted`.
-fn relay(mut from: TcpStream, mut to: TcpStream, counted: Option<&Upstream>) {
+fn relay(mut from: TcpStream, mut to: TcpStream, counted: &AtomicU64) {
     let mut buffer = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buffer) {
@@ -270,9 +328,7 @@ fn relay(mut from: TcpStream, mut to: TcpStream, counted: Option<&Upstream>) {
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(_) => return,
         };
-        if let Some(upstream) = counted {
-            upstream.bytes_in.fetch_add(n as u64, Ordering::SeqCst);
-        }
+        counted.fetch_add(n as u64, Ordering::SeqCst);
         if to.write_all(&buffer[..n]).is_err() {
             return;
         }
@@ -365,6 +421,9 @@ mod tests {
         let answers: Vec<String> = (0..6).map(|_| answer(&link)).collect();
         assert_eq!(answers, ["a", "b", "c", "a", "b", "c"]);
         assert_eq!(link.handed(), [(2, 8), (2, 8), (2, 8)]);
+        // Each upstream answered its two connections with its one-letter name.
+        let back: Vec<u64> = link.traffic().iter().map(|t| t.bytes_out).collect();
+        assert_eq!(back, [2, 2, 2], "bytes back to the clients");
 
         // b stops accepting: its turn goes to the one after it.
         drop(stop_b);

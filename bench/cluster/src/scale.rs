@@ -1,0 +1,458 @@
+//! `bench-cluster scale`: what sharding is for, holding more than one
+//! process can. Many PodSets on an API server without
+//! kube-controller-manager (so a PodSet and its Deployment are all the
+//! objects there are), then one host, a ring of one and N replicas started
+//! in turn against that same cluster, each replica behind a relay of its
+//! own that counts what the API server sent it. Per replica, once it has
+//! settled: the objects it caches, its RSS above the idle floor of its
+//! configuration, and the bytes it received. See BENCHMARKS.md, "Sharding
+//! at scale".
+//!
+//! Every side starts the way a restarted Deployment does: the cluster holds
+//! every object already, so each replica lists its share and reconciles
+//! each of its primaries once (the API server finds every apply a no-op).
+//! A seeding ring of one makes the Deployments and labels every object
+//! with its bucket before the first measured side, so no side pays for
+//! work another side left undone.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::cluster::{CONTROLLER_USER, LocalKube, REPLICA_USERS, Target};
+use crate::controller::{ControllerProcess, HostSetup, Side};
+use crate::driver::{
+    BULK_NAMESPACE, ClusterArgs, client_for, create_namespace, create_podsets_timed, install_crd,
+    load_average,
+};
+use crate::procfs;
+use crate::replicas::{settle_lines, side_name};
+use reconciler_tests::real_cluster::kubeconfig;
+use reconciler_tests::real_cluster::severable_link::{SeverableLink, Traffic};
+
+#[derive(Debug, clap::Args)]
+pub struct ScaleArgs {
+    /// PodSets created before the first side (each gets one Deployment: twice as many
+    /// cached objects).
+    #[arg(long, default_value_t = 50_000)]
+    pub podsets: usize,
+    /// The sharded sides measured after one host and a ring of one.
+    #[arg(long, value_delimiter = ',', default_value = "2,3,4")]
+    pub replicas: Vec<usize>,
+    /// Concurrent creators of the PodSets.
+    #[arg(long, default_value_t = 32)]
+    pub creators: usize,
+    /// A side has settled once no replica has reconciled anything for this long (and
+    /// every queue is empty).
+    #[arg(long, default_value_t = 5)]
+    pub quiet_secs: u64,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// One replica's figures once its side settled.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    podsets: u64,
+    deployments: u64,
+    rss: u64,
+    /// From the start of the replica.
+    traffic: Traffic,
+}
+
+impl Reading {
+    fn cached(&self) -> u64 {
+        self.podsets + self.deployments
+    }
+}
+
+/// One side, settled.
+#[derive(Debug)]
+struct SideRun {
+    replicas: usize,
+    sharded: bool,
+    settled_after: Duration,
+    /// By replica.
+    readings: Vec<Reading>,
+    /// The idle RSS of this side's configuration.
+    floor: u64,
+}
+
+impl SideRun {
+    fn largest(&self, of: impl Fn(&Reading) -> u64) -> u64 {
+        self.readings.iter().map(of).max().unwrap_or(0)
+    }
+
+    fn total(&self, of: impl Fn(&Reading) -> u64) -> u64 {
+        self.readings.iter().map(of).sum()
+    }
+
+    fn above_floor(&self, r: &Reading) -> u64 {
+        r.rss.saturating_sub(self.floor)
+    }
+}
+
+pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
+    if let Some(bad) = args
+        .replicas
+        .iter()
+        .find(|n| **n < 2 || **n > REPLICA_USERS)
+    {
+        bail!("--replicas {bad}: each side must have between 2 and {REPLICA_USERS} replicas");
+    }
+    if args.podsets == 0 {
+        bail!("--podsets must be at least 1");
+    }
+    let cluster = &args.cluster;
+    if !cluster.kube.is_file() {
+        bail!(
+            "no control plane at {} (give --kube): the scale bench starts one of its own without kube-controller-manager",
+            cluster.kube.display()
+        );
+    }
+    let state = cluster.state();
+    let mut kube = LocalKube::new(cluster.kube.clone(), state.clone(), cluster.keep_state)?
+        .without_controller_manager();
+    std::fs::create_dir_all(state.join("work"))?;
+    let host = HostSetup::prepare(
+        cluster.host_bin.clone(),
+        &cluster.plugin,
+        None,
+        &state.join("work"),
+        Vec::new(),
+    )?;
+    let timeout = Duration::from_secs(cluster.timeout_secs);
+    let quiet = Duration::from_secs(args.quiet_secs);
+    let load_at_start = load_average();
+    let target = kube.fresh()?;
+    let client = client_for(&target.admin_kubeconfig).await?;
+    install_crd(&client).await?;
+    create_namespace(&client, BULK_NAMESPACE).await?;
+
+    // The idle floors, on the empty cluster: what a host of each
+    // configuration holds before it caches anything.
+    let mut floors = Vec::new();
+    for sharded in [false, true] {
+        let mut fleet = Fleet::start(&kube, &target, &host, &state, 1, sharded, "idle")?;
+        fleet.settle(0, quiet, timeout).await?;
+        let floor = fleet.readings()?[0].rss;
+        eprintln!(
+            "[idle] {}: {:.1} MiB",
+            side_name(1, sharded),
+            mib(floor as f64)
+        );
+        floors.push(floor);
+    }
+
+    let names: Vec<String> = (0..args.podsets).map(|i| format!("ps-{i:06}")).collect();
+    let created = Instant::now();
+    create_podsets_timed(&client, BULK_NAMESPACE, &names, 0, args.creators).await?;
+    eprintln!(
+        "[load] {} PodSets created in {:.1} s",
+        args.podsets,
+        created.elapsed().as_secs_f64()
+    );
+    {
+        let mut seed = Fleet::start(&kube, &target, &host, &state, 1, true, "seed")?;
+        let took = seed.settle(args.podsets, quiet, timeout).await?;
+        eprintln!(
+            "[seed] a ring of one made every Deployment and labelled every object in {:.1} s",
+            took.as_secs_f64()
+        );
+    }
+
+    let mut sides = vec![(1, false), (1, true)];
+    sides.extend(args.replicas.iter().map(|n| (*n, true)));
+    let mut runs = Vec::new();
+    for (n, sharded) in sides {
+        let what = side_name(n, sharded);
+        let mut fleet = Fleet::start(&kube, &target, &host, &state, n, sharded, "side")?;
+        let settled_after = fleet
+            .settle(args.podsets, quiet, timeout)
+            .await
+            .with_context(|| format!("the run with {what}"))?;
+        let run = SideRun {
+            replicas: n,
+            sharded,
+            settled_after,
+            readings: fleet.readings()?,
+            floor: floors[usize::from(sharded)],
+        };
+        eprintln!("[{what}] {run:?}");
+        runs.push(run);
+    }
+    println!("{}", render(&args, &runs));
+    println!(
+        "Load average (1, 5, 15 min) at the start: {load_at_start}; at the end: {}.",
+        load_average()
+    );
+    Ok(())
+}
+
+/// Replicas of one side, each behind a relay of its own; dropping it stops
+/// them.
+struct Fleet {
+    // Declared first: the replicas stop before their relays.
+    controllers: Vec<ControllerProcess>,
+    links: Vec<SeverableLink>,
+    metrics: Vec<String>,
+    probes: Vec<String>,
+    logs: Vec<PathBuf>,
+    sharded: bool,
+    started: Instant,
+}
+
+impl Fleet {
+    fn start(
+        kube: &LocalKube,
+        target: &Target,
+        host: &HostSetup,
+        state: &Path,
+        n: usize,
+        sharded: bool,
+        phase: &str,
+    ) -> anyhow::Result<Self> {
+        let apiserver = api_server_address(&target.admin_kubeconfig)?;
+        let mut fleet = Fleet {
+            controllers: Vec::new(),
+            links: Vec::new(),
+            metrics: Vec::new(),
+            probes: Vec::new(),
+            logs: Vec::new(),
+            sharded,
+            started: Instant::now(),
+        };
+        for i in 0..n {
+            let user = format!("{CONTROLLER_USER}-{i}");
+            let credentials = kube.credentials(target, &user)?;
+            let link = SeverableLink::start(apiserver)?;
+            let through = state.join(format!("{user}-relayed.kubeconfig"));
+            kubeconfig::with_server(Some(&credentials), &link.url(), &through)?;
+            let probe = format!("127.0.0.1:{}", reconciler_tests::free_loopback_port()?);
+            let mut more = vec!["--http-listen".to_string(), probe.clone()];
+            if sharded {
+                more.extend(["--sharding", "--sharding-namespace", "default"].map(String::from));
+            }
+            let setup = host.with_more_args(&more.iter().map(String::as_str).collect::<Vec<_>>());
+            let log = state.join(format!(
+                "scale-{phase}-{n}{}-{i}.log",
+                if sharded { "s" } else { "" }
+            ));
+            let controller =
+                ControllerProcess::start(Side::Host, Some(&setup), None, &through, log.clone())?;
+            fleet.metrics.push(
+                controller
+                    .metrics_address()
+                    .context("hosts serve /metrics")?,
+            );
+            fleet.controllers.push(controller);
+            fleet.links.push(link);
+            fleet.probes.push(probe);
+            fleet.logs.push(log);
+        }
+        Ok(fleet)
+    }
+
+    /// Waits until every replica is ready (and, sharded, settled on the
+    /// ring of all of them), the PodSets cached over them all number
+    /// `podsets`, every queue is empty and nothing was reconciled for
+    /// `quiet`. Returns how long after the start that was.
+    async fn settle(
+        &mut self,
+        podsets: usize,
+        quiet: Duration,
+        timeout: Duration,
+    ) -> anyhow::Result<Duration> {
+        let n = self.controllers.len();
+        let deadline = Instant::now() + timeout;
+        let mut last = None;
+        let mut quiet_since = Instant::now();
+        let mut settled_at = None;
+        loop {
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not settle within {} s (last seen: {last:?})",
+                    side_name(n, self.sharded),
+                    timeout.as_secs()
+                );
+            }
+            self.check_running()?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let ready = self.probes.iter().all(|p| {
+                reconciler_tests::report_text(p, "/readyz")
+                    .is_ok_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
+            });
+            let ringed = !self.sharded || self.logs.iter().all(|l| !settle_lines(l, n).is_empty());
+            let Ok(scraped) = self.scrape() else {
+                continue;
+            };
+            let busy = scraped.iter().any(|s| s.depth + s.in_flight > 0);
+            let reconciles: u64 = scraped.iter().map(|s| s.reconciles).sum();
+            let cached: u64 = scraped.iter().map(|s| s.podsets).sum();
+            let now = (ready, ringed, busy, reconciles, cached);
+            if last.is_none_or(|l: (bool, bool, bool, u64, u64)| l.3 != reconciles) || busy {
+                quiet_since = Instant::now();
+            }
+            last = Some(now);
+            let done = ready && ringed && !busy && cached == podsets as u64;
+            if !done {
+                settled_at = None;
+                continue;
+            }
+            // When it got there, not when the quiet ran out.
+            let at = *settled_at.get_or_insert_with(|| quiet_since.max(self.started));
+            if quiet_since.elapsed() >= quiet {
+                return Ok(at.saturating_duration_since(self.started));
+            }
+        }
+    }
+
+    fn check_running(&mut self) -> anyhow::Result<()> {
+        self.controllers
+            .iter_mut()
+            .try_for_each(ControllerProcess::check_running)
+    }
+
+    fn scrape(&self) -> anyhow::Result<Vec<Scraped>> {
+        self.metrics.iter().map(|a| Scraped::at(a)).collect()
+    }
+
+    fn readings(&self) -> anyhow::Result<Vec<Reading>> {
+        let scraped = self.scrape()?;
+        self.controllers
+            .iter()
+            .zip(&self.links)
+            .zip(scraped)
+            .map(|((c, link), s)| {
+                Ok(Reading {
+                    podsets: s.podsets,
+                    deployments: s.deployments,
+                    rss: procfs::rss_bytes(c.pid())?,
+                    traffic: link.traffic().first().copied().unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// What one replica's /metrics says.
+#[derive(Debug, Default)]
+struct Scraped {
+    depth: u64,
+    in_flight: u64,
+    reconciles: u64,
+    podsets: u64,
+    deployments: u64,
+}
+
+impl Scraped {
+    fn at(address: &str) -> anyhow::Result<Self> {
+        let text = reconciler_tests::metrics_text(address)
+            .with_context(|| format!("reading /metrics on {address}"))?;
+        let mut s = Scraped::default();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((name, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                continue;
+            };
+            let value = value as u64;
+            if name.starts_with("workqueue_depth{") {
+                s.depth += value;
+            } else if name.starts_with("controller_runtime_active_workers{") {
+                s.in_flight += value;
+            } else if name.starts_with("controller_runtime_reconcile_total{") {
+                s.reconciles += value;
+            } else if name.starts_with("reconciler_host_cache_objects{") {
+                if name.contains("kind=\"PodSet\"") {
+                    s.podsets += value;
+                } else if name.contains("kind=\"Deployment\"") {
+                    s.deployments += value;
+                }
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// Where the API server of `kubeconfig` (its first cluster) listens.
+fn api_server_address(kubeconfig: &Path) -> anyhow::Result<SocketAddr> {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let server = config
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref()?.server.clone())
+        .with_context(|| format!("{} names no server", kubeconfig.display()))?;
+    let address = server
+        .strip_prefix("https://")
+        .unwrap_or(&server)
+        .trim_end_matches('/');
+    address.parse().with_context(|| {
+        format!(
+            "the server {server} of {} is not an address",
+            kubeconfig.display()
+        )
+    })
+}
+
+fn mib(bytes: f64) -> String {
+    format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
+}
+
+/// `value` over `base`, to three places.
+fn against(value: f64, base: f64) -> String {
+    if base > 0.0 {
+        format!("{:.3}", value / base)
+    } else {
+        "-".into()
+    }
+}
+
+/// The table: a row per side, each replica's figure the largest of its
+/// side's, and that figure against the even share (total/N) and against
+/// one host's figure over N.
+fn render(args: &ScaleArgs, runs: &[SideRun]) -> String {
+    let total = args.podsets as f64 * 2.0;
+    let mut out = format!(
+        "{} PodSets (size 0) and their Deployments, {total:.0} objects, on kube-apiserver without kube-controller-manager; \
+         each side started against the populated cluster and measured once every replica settled \
+         (queues empty, nothing reconciled for {} s). Each replica behind a relay of its own.\n\n",
+        args.podsets, args.quiet_secs
+    );
+    let Some(one) = runs.first() else {
+        return out;
+    };
+    let one_above = one.above_floor(&one.readings[0]) as f64;
+    let one_bytes = one.readings[0].traffic.bytes_out as f64;
+    out.push_str(
+        "| side | settled after | cached objects, largest replica | / (total/N) | RSS above idle floor, largest | / (one host's / N) | bytes from the API server, largest | / (one host's / N) | all replicas: RSS above floor, bytes |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+    );
+    for run in runs {
+        let n = run.replicas as f64;
+        let cached = run.largest(Reading::cached) as f64;
+        let above = run.largest(|r| run.above_floor(r)) as f64;
+        let bytes = run.largest(|r| r.traffic.bytes_out) as f64;
+        out.push_str(&format!(
+            "| {} | {:.1} s | {cached:.0} | {} | {} | {} | {} | {} | {}, {} |\n",
+            side_name(run.replicas, run.sharded),
+            run.settled_after.as_secs_f64(),
+            against(cached, total / n),
+            mib(above),
+            against(above, one_above / n),
+            mib(bytes),
+            against(bytes, one_bytes / n),
+            mib(run.total(|r| run.above_floor(r)) as f64),
+            mib(run.total(|r| r.traffic.bytes_out) as f64),
+        ));
+    }
+    out.push_str(&format!(
+        "\nIdle floors: one host {}, a ring of one {}.\n",
+        mib(runs.iter().find(|r| !r.sharded).map_or(0, |r| r.floor) as f64),
+        mib(runs.iter().find(|r| r.sharded).map_or(0, |r| r.floor) as f64),
+    ));
+    out
+}
