@@ -436,7 +436,7 @@ fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
 
-fn mib(bytes: u64) -> String {
+pub(crate) fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 

@@ -28,7 +28,7 @@ use crate::driver::{
     load_average,
 };
 use crate::procfs;
-use crate::replicas::{settle_lines, side_name};
+use crate::replicas::{mib, settle_lines, side_name};
 use reconciler_tests::real_cluster::kubeconfig;
 use reconciler_tests::real_cluster::severable_link::{SeverableLink, Traffic};
 
@@ -138,11 +138,7 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         let mut fleet = Fleet::start(&kube, &target, &host, &state, 1, sharded, "idle")?;
         fleet.settle(0, quiet, timeout).await?;
         let floor = fleet.readings()?[0].rss;
-        eprintln!(
-            "[idle] {}: {:.1} MiB",
-            side_name(1, sharded),
-            mib(floor as f64)
-        );
+        eprintln!("[idle] {}: {:.1} MiB", side_name(1, sharded), mib(floor));
         floors.push(floor);
     }
 
@@ -267,13 +263,13 @@ impl Fleet {
     ) -> anyhow::Result<Duration> {
         let n = self.controllers.len();
         let deadline = Instant::now() + timeout;
-        let mut last = None;
+        let mut last_reconciles = None;
+        let mut last_seen = String::from("nothing yet");
         let mut quiet_since = Instant::now();
-        let mut settled_at = None;
         loop {
             if Instant::now() > deadline {
                 bail!(
-                    "{} did not settle within {} s (last seen: {last:?})",
+                    "{} did not settle within {} s (last seen: {last_seen})",
                     side_name(n, self.sharded),
                     timeout.as_secs()
                 );
@@ -291,20 +287,17 @@ impl Fleet {
             let busy = scraped.iter().any(|s| s.depth + s.in_flight > 0);
             let reconciles: u64 = scraped.iter().map(|s| s.reconciles).sum();
             let cached: u64 = scraped.iter().map(|s| s.podsets).sum();
-            let now = (ready, ringed, busy, reconciles, cached);
-            if last.is_none_or(|l: (bool, bool, bool, u64, u64)| l.3 != reconciles) || busy {
+            last_seen = format!(
+                "ready {ready}, on one ring {ringed}, busy {busy}, {reconciles} reconciles, {cached} of {podsets} PodSets cached"
+            );
+            if busy || last_reconciles != Some(reconciles) {
                 quiet_since = Instant::now();
             }
-            last = Some(now);
+            last_reconciles = Some(reconciles);
             let done = ready && ringed && !busy && cached == podsets as u64;
-            if !done {
-                settled_at = None;
-                continue;
-            }
-            // When it got there, not when the quiet ran out.
-            let at = *settled_at.get_or_insert_with(|| quiet_since.max(self.started));
-            if quiet_since.elapsed() >= quiet {
-                return Ok(at.saturating_duration_since(self.started));
+            // Settled when the last reconcile ran, not when the quiet ran out.
+            if done && quiet_since.elapsed() >= quiet {
+                return Ok(quiet_since.saturating_duration_since(self.started));
             }
         }
     }
@@ -398,10 +391,6 @@ fn api_server_address(kubeconfig: &Path) -> anyhow::Result<SocketAddr> {
     })
 }
 
-fn mib(bytes: f64) -> String {
-    format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
-}
-
 /// `value` over `base`, to three places.
 fn against(value: f64, base: f64) -> String {
     if base > 0.0 {
@@ -441,18 +430,18 @@ fn render(args: &ScaleArgs, runs: &[SideRun]) -> String {
             side_name(run.replicas, run.sharded),
             run.settled_after.as_secs_f64(),
             against(cached, total / n),
-            mib(above),
+            mib(above as u64),
             against(above, one_above / n),
-            mib(bytes),
+            mib(bytes as u64),
             against(bytes, one_bytes / n),
-            mib(run.total(|r| run.above_floor(r)) as f64),
-            mib(run.total(|r| r.traffic.bytes_out) as f64),
+            mib(run.total(|r| run.above_floor(r))),
+            mib(run.total(|r| r.traffic.bytes_out)),
         ));
     }
     out.push_str(&format!(
         "\nIdle floors: one host {}, a ring of one {}.\n",
-        mib(runs.iter().find(|r| !r.sharded).map_or(0, |r| r.floor) as f64),
-        mib(runs.iter().find(|r| r.sharded).map_or(0, |r| r.floor) as f64),
+        mib(runs.iter().find(|r| !r.sharded).map_or(0, |r| r.floor)),
+        mib(runs.iter().find(|r| r.sharded).map_or(0, |r| r.floor)),
     ));
     out
 }
