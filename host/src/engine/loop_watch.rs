@@ -76,7 +76,15 @@ struct History {
     /// Managers other than the plugin seen changing a field of an object
     /// (from the triggers' `managedFields`), by object and path.
     others: BTreeMap<(String, String), BTreeSet<String>>,
-    reported_at: Option<i64>,
+    /// The writes found looping, in words, by hash: a loop often repeats
+    /// more than one write over different reconciles (a fight over a
+    /// Deployment's replicas also flips the primary's status in the
+    /// reconciles between), and the report names them all, whichever
+    /// completed first.
+    looping: BTreeMap<u64, Repeated>,
+    /// When the current window's report was made, and what it named: a
+    /// write found looping later in the window makes a new report.
+    reported: Option<(i64, BTreeSet<u64>)>,
 }
 
 #[derive(Default)]
@@ -96,6 +104,8 @@ pub struct LoopWatch {
 
 /// Managers remembered per field, so a loop with many writers stays small.
 const MAX_OTHERS: usize = 4;
+/// Looping writes remembered per object, for the same reason.
+const MAX_LOOPING: usize = 8;
 
 impl LoopWatch {
     pub fn set_rule(&self, rule: LoopRule) {
@@ -137,7 +147,8 @@ impl LoopWatch {
         }
         let window = i64::try_from(rule.window.as_millis()).unwrap_or(i64::MAX);
         let since = at.saturating_sub(window);
-        let mut inner = self.lock();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         if at - inner.last_sweep > window {
             inner.last_sweep = at;
             inner
@@ -166,31 +177,56 @@ impl LoopWatch {
         while history.reconciles.len() > rule.repeats.max(1) * 4 {
             history.reconciles.pop_front();
         }
-        let made_by = |r: &Repeated| {
+        // Writes that stopped repeating within the window are no loop now.
+        history
+            .looping
+            .retain(|hash, _| made_by(&history.reconciles, *hash) >= rule.repeats);
+        for r in &repeated {
             let hash = hash_of(r);
-            history
-                .reconciles
-                .iter()
-                .filter(|(_, made)| made.contains(&hash))
-                .count()
-        };
-        let looping: Vec<&Repeated> = repeated
+            if made_by(&history.reconciles, hash) >= rule.repeats
+                && history.looping.len() < MAX_LOOPING
+            {
+                history.looping.entry(hash).or_insert_with(|| r.clone());
+            }
+        }
+        let completed = repeated
             .iter()
-            .filter(|r| made_by(r) >= rule.repeats)
-            .collect();
-        if looping.is_empty() {
+            .any(|r| history.looping.contains_key(&hash_of(r)));
+        if !completed {
             return None;
         }
         let times = history.reconciles.len();
-        let same = looping.iter().map(|r| made_by(r)).max().unwrap_or(0);
-        let message = describe(&looping, &history.others, (times, same), rule.window);
-        let new = history.reported_at.is_none_or(|t| t < since);
-        if new {
-            history.reported_at = Some(at);
-            *inner.counts.entry(plugin.to_string()).or_default() += 1;
-        }
+        let named: BTreeSet<u64> = history.looping.keys().copied().collect();
+        let same = named
+            .iter()
+            .map(|hash| made_by(&history.reconciles, *hash))
+            .max()
+            .unwrap_or(0);
+        let message = describe(history, (times, same), rule.window);
+        // One report per window, and another when a write not named yet
+        // starts looping within it.
+        let new = match &mut history.reported {
+            Some((reported_at, before)) if *reported_at >= since => {
+                let grown = !named.is_subset(before);
+                before.extend(named);
+                grown
+            }
+            _ => {
+                history.reported = Some((at, named));
+                *inner.counts.entry(plugin.to_string()).or_default() += 1;
+                true
+            }
+        };
         Some(LoopFound { message, new })
     }
+}
+
+/// In how many of the recent reconciles the write hashed `hash` was made.
+fn made_by(reconciles: &VecDeque<(i64, BTreeSet<u64>)>, hash: u64) -> usize {
+    reconciles
+        .iter()
+        .filter(|(_, made)| made.contains(&hash))
+        .count()
 }
 
 fn hash_of(repeated: &Repeated) -> u64 {
@@ -286,32 +322,43 @@ fn note_others(
     }
 }
 
-fn describe(
-    looping: &[&Repeated],
-    others: &BTreeMap<(String, String), BTreeSet<String>>,
-    (times, same): (usize, usize),
-    window: Duration,
-) -> String {
+/// The loop in words: fights first (a writer other than the plugin is
+/// known: the cause), then the writes the API server keeps otherwise, then
+/// the rest (often a consequence: a status that flips as the fight goes).
+fn describe(history: &History, (times, same): (usize, usize), window: Duration) -> String {
+    let by_of = |r: &Repeated| {
+        history
+            .others
+            .get(&(r.object.clone(), r.path.clone()))
+            .map(|m| m.iter().cloned().collect::<Vec<_>>().join(", "))
+    };
+    let mut looping: Vec<(u8, &Repeated, Option<String>)> = history
+        .looping
+        .values()
+        .map(|r| {
+            let by = by_of(r);
+            let rank = match (&r.what, &by) {
+                (What::SetTo(_), Some(_)) => 0,
+                (What::NotAsSent { .. }, _) => 1,
+                (What::SetTo(_), None) => 2,
+            };
+            (rank, r, by)
+        })
+        .collect();
+    looping.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
     let parts: Vec<String> = looping
         .iter()
         .take(3)
-        .map(|r| match &r.what {
-            What::SetTo(value) => {
-                let by = others
-                    .get(&(r.object.clone(), r.path.clone()))
-                    .map(|m| m.iter().cloned().collect::<Vec<_>>().join(", "));
-                match by {
-                    Some(by) => format!(
-                        "{} {} set to {value} each time, and changed back each time by {by}: two writers fight over this field",
-                        r.object, r.path
-                    ),
-                    None => format!(
-                        "{} {} set to {value} each time: something else keeps changing it",
-                        r.object, r.path
-                    ),
-                }
-            }
-            What::NotAsSent { sent, stored } => format!(
+        .map(|(_, r, by)| match (&r.what, by) {
+            (What::SetTo(value), Some(by)) => format!(
+                "{} {} set to {value} each time, and changed back each time by {by}: two writers fight over this field",
+                r.object, r.path
+            ),
+            (What::SetTo(value), None) => format!(
+                "{} {} set to {value} each time: something else keeps changing it",
+                r.object, r.path
+            ),
+            (What::NotAsSent { sent, stored }, _) => format!(
                 "{} {} sent as {sent} each time, and the API server keeps it as {stored}: it normalizes the value, so the host finds it different and sends it again; write it as the API server stores it",
                 r.object, r.path
             ),
@@ -409,6 +456,71 @@ mod tests {
         assert_eq!(watch.counts()["podset"], 1);
         // Past the window, the old reconciles no longer count.
         assert_eq!(observe(60_000), None);
+    }
+
+    #[test]
+    fn a_fight_found_after_its_echo_in_the_status_makes_a_new_report_that_names_it_first() {
+        // As on a real cluster with the pods' controller running: the
+        // reconciles that scale the Deployment back alternate with ones that
+        // only write the status, which flips between the pods of both sizes,
+        // and the status may reach the threshold first.
+        let watch = watch();
+        let status = |at| {
+            let pods = Written {
+                verb: "apply status",
+                object: ObjectKey::new(
+                    KindRef::new("example.com", "v1alpha1", "PodSet"),
+                    Some("d"),
+                    "web",
+                ),
+                result: WriteResult::Changed {
+                    fields: vec![field(".status.podNames", "[a,b,c]", "[a]")],
+                    more: 0,
+                },
+            };
+            watch.observe(
+                "podset",
+                "podset",
+                "PodSet d/web",
+                at,
+                &Causes::default(),
+                &[pods],
+            )
+        };
+        let scale = |at| {
+            watch.observe(
+                "podset",
+                "podset",
+                "PodSet d/web",
+                at,
+                &fought(),
+                &[set(".spec.replicas", "5", "3")],
+            )
+        };
+        assert_eq!(status(0), None);
+        assert_eq!(status(100), None);
+        assert_eq!(scale(200), None);
+        let echo = status(300).expect("the status repeats first");
+        assert!(echo.new);
+        assert!(!echo.message.contains(".spec.replicas"), "{}", echo.message);
+        assert_eq!(scale(400), None, "two of three");
+        let fight = scale(500).expect("then the fight");
+        assert!(fight.new, "a write not named yet makes a new report");
+        let (first, second) = fight
+            .message
+            .split_once("; ")
+            .unwrap_or_else(|| panic!("both named: {}", fight.message));
+        assert!(
+            first.contains("Deployment d/web .spec.replicas set to 3 each time, and changed back each time by fighter (Update)"),
+            "the fight first: {}",
+            fight.message
+        );
+        assert!(
+            second.contains("PodSet d/web .status.podNames set to [a]"),
+            "{second}"
+        );
+        assert!(!status(600).unwrap().new, "nothing new to name");
+        assert_eq!(watch.counts()["podset"], 1, "one loop");
     }
 
     #[test]
