@@ -32,6 +32,7 @@ mod labels;
 mod object_values;
 pub mod relist_watch;
 mod watch;
+pub mod watch_backoff;
 pub mod write_fence;
 
 use kube::api::{DeleteParams, Preconditions, PropagationPolicy};

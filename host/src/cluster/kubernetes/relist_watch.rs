@@ -14,7 +14,9 @@ use std::fmt::Debug;
 use futures::StreamExt as _;
 use kube::Api;
 use kube::Resource;
-use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::runtime::watcher;
+
+use super::watch_backoff::backed_off;
 use serde::de::DeserializeOwned;
 
 /// What the watch saw.
@@ -32,7 +34,7 @@ pub enum Change<K> {
 /// Lists `api`'s objects that `config` selects, then watches them, for as
 /// long as the API server answers or the future is not dropped.
 ///
-/// A failed list or watch is retried with the watcher's default backoff,
+/// A failed list or watch is retried with a backoff (`watch_backoff.rs`),
 /// relisting when the watch cannot resume. `on_error` is told of a failure
 /// unless the one just before it failed too: a watch that keeps failing to
 /// restart is told once, while each relist starts afresh and tells its own
@@ -46,7 +48,7 @@ pub async fn relist_watch<K>(
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    let stream = watcher(api, config).default_backoff();
+    let stream = backed_off(watcher(api, config));
     tokio::pin!(stream);
     let mut warned = false;
     let mut relist: Option<Vec<K>> = None;

@@ -18,7 +18,6 @@ use std::collections::{HashMap, HashSet};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use reconciler_contract::KindRef;
 use reconciler_contract::memory_cache::metadata_only;
@@ -28,6 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::discovery::Resolved;
 use super::errors;
 use super::object_values::{meta_to_value, to_value, to_watched_value};
+use super::watch_backoff::backed_off;
 use crate::cluster::backend::take_carried_managers;
 use crate::cluster::backend::{
     BackendError, ListedObject, WatchEvent, WatchEventType, WatchScope, WatchStream,
@@ -312,8 +312,7 @@ fn watcher_events(
             Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
             None => Api::all_with(client.clone(), &resource),
         };
-        watcher::watcher(api, config)
-            .default_backoff()
+        backed_off(watcher::watcher(api, config))
             .map(move |r| r.map(|e| convert(e, |o| meta_to_value(o, &resource))))
             .boxed()
     } else {
@@ -321,8 +320,7 @@ fn watcher_events(
             Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
             None => Api::all_with(client.clone(), &resource),
         };
-        watcher::watcher(api, config)
-            .default_backoff()
+        backed_off(watcher::watcher(api, config))
             .map(move |r| r.map(|e| convert_watched(e, &resource)))
             .boxed()
     }
