@@ -5,6 +5,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 
@@ -254,6 +255,41 @@ impl ControllerProcess {
             );
         }
         Ok(())
+    }
+}
+
+impl ControllerProcess {
+    /// Stops it as a kubelet does: SIGTERM, then SIGKILL after `grace`. A
+    /// replica stopped so deletes its Lease, so the next side's ring does
+    /// not wait for it to expire.
+    pub fn terminate(&mut self, grace: Duration) -> anyhow::Result<()> {
+        if self.child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        let pid = libc::pid_t::try_from(self.child.id())?;
+        // SAFETY: kill(2) on our own child, not reaped yet (try_wait just
+        // saw it running, and only this type waits for it).
+        if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+            bail!(
+                "sending SIGTERM to the {} controller: {}",
+                self.side,
+                std::io::Error::last_os_error()
+            );
+        }
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline {
+            if self.child.try_wait()?.is_some() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        bail!(
+            "the {} controller did not exit within {} s of SIGTERM (killed)",
+            self.side,
+            grace.as_secs()
+        )
     }
 }
 

@@ -138,7 +138,8 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         let mut fleet = Fleet::start(&kube, &target, &host, &state, 1, sharded, "idle")?;
         fleet.settle(0, quiet, timeout).await?;
         let floor = fleet.readings()?[0].rss;
-        eprintln!("[idle] {}: {:.1} MiB", side_name(1, sharded), mib(floor));
+        eprintln!("[idle] {}: {}", side_name(1, sharded), mib(floor));
+        fleet.stop()?;
         floors.push(floor);
     }
 
@@ -157,6 +158,7 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
             "[seed] a ring of one made every Deployment and labelled every object in {:.1} s",
             took.as_secs_f64()
         );
+        seed.stop()?;
     }
 
     let mut sides = vec![(1, false), (1, true)];
@@ -178,6 +180,7 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         };
         eprintln!("[{what}] {run:?}");
         runs.push(run);
+        fleet.stop()?;
     }
     println!("{}", render(&args, &runs));
     println!(
@@ -300,6 +303,34 @@ impl Fleet {
                 return Ok(quiet_since.saturating_duration_since(self.started));
             }
         }
+    }
+
+    /// SIGTERM to every replica at once, as a rollout's scale-down does,
+    /// and waits for each: their Leases are gone once this returns.
+    fn stop(&mut self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let grace = Duration::from_secs(30);
+        let results: Vec<anyhow::Result<()>> = std::thread::scope(|s| {
+            let stopping: Vec<_> = self
+                .controllers
+                .iter_mut()
+                .map(|c| s.spawn(move || c.terminate(grace)))
+                .collect();
+            stopping
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a stop panicked")))
+                })
+                .collect()
+        });
+        results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+        eprintln!(
+            "  stopped {} in {:.1} s",
+            side_name(self.controllers.len(), self.sharded),
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
     }
 
     fn check_running(&mut self) -> anyhow::Result<()> {
