@@ -114,6 +114,38 @@ fn replicas_join_the_ring_and_leave_it_by_expiry_or_by_saying_so() {
     );
 }
 
+/// Replicas of one rollout start moments apart: the first to join must not
+/// find itself alone and take every key (it would list the whole cluster,
+/// then give most of it away).
+#[test]
+fn replicas_starting_together_see_each_other_in_their_first_ring() {
+    SUITE.run(
+        "replicas_starting_together_see_each_other_in_their_first_ring",
+        async |cx| {
+            let first = Membership::join(cx.client.clone(), config(cx, "replica-a"));
+            let second = async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Membership::join(cx.client.clone(), config(cx, "replica-b")).await
+            };
+            let (a, b) = tokio::join!(first, second);
+            let (a, b) = (a?, b?);
+            let both = ["replica-a", "replica-b"];
+            for member in [&a, &b] {
+                let seen = ids(member);
+                cx.step(format!("{} first saw {seen:?}", member.identity()));
+                anyhow::ensure!(
+                    seen == both,
+                    "{} started with the ring {seen:?}, expected {both:?}",
+                    member.identity()
+                );
+            }
+            a.leave().await?;
+            b.leave().await?;
+            Ok(())
+        },
+    );
+}
+
 /// A replica whose clock ran an hour ahead stamped its Lease an hour into
 /// the future, then died. Judged by its stamp against our clock, it would
 /// stay in the ring, owning keys no one reconciles, for an hour; judged by

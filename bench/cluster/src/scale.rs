@@ -255,9 +255,9 @@ impl Fleet {
     }
 
     /// Waits until every replica is ready (and, sharded, settled on the
-    /// ring of all of them), the PodSets cached over them all number
-    /// `podsets`, every queue is empty and nothing was reconciled for
-    /// `quiet`. Returns how long after the start that was.
+    /// ring of all of them), the PodSets and the Deployments cached over
+    /// them all number `podsets` each, they reconciled at least `podsets`
+    /// times, every queue is empty and nothing was reconciled for `quiet`. Returns how long after the start that was.
     async fn settle(
         &mut self,
         podsets: usize,
@@ -290,14 +290,24 @@ impl Fleet {
             let busy = scraped.iter().any(|s| s.depth + s.in_flight > 0);
             let reconciles: u64 = scraped.iter().map(|s| s.reconciles).sum();
             let cached: u64 = scraped.iter().map(|s| s.podsets).sum();
+            let children: u64 = scraped.iter().map(|s| s.deployments).sum();
             last_seen = format!(
-                "ready {ready}, on one ring {ringed}, busy {busy}, {reconciles} reconciles, {cached} of {podsets} PodSets cached"
+                "ready {ready}, on one ring {ringed}, busy {busy}, {reconciles} reconciles, {cached} PodSets and {children} Deployments cached of {podsets} each"
             );
             if busy || last_reconciles != Some(reconciles) {
                 quiet_since = Instant::now();
             }
             last_reconciles = Some(reconciles);
-            let done = ready && ringed && !busy && cached == podsets as u64;
+            // Every primary reconciled at least once since the start, and
+            // each object cached exactly once over the replicas: a replica
+            // still holding more than its share has not settled.
+            let podsets = podsets as u64;
+            let done = ready
+                && ringed
+                && !busy
+                && cached == podsets
+                && children == podsets
+                && reconciles >= podsets;
             // Settled when the last reconcile ran, not when the quiet ran out.
             if done && quiet_since.elapsed() >= quiet {
                 return Ok(quiet_since.saturating_duration_since(self.started));

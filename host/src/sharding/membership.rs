@@ -155,6 +155,14 @@ impl Membership {
                 source,
             })?;
         let last_renewed = Arc::new(Mutex::new(sent));
+        // The replicas of one rollout start within moments of each other.
+        // Reading the ring at once, the first of them would find itself
+        // alone, take every key, list the whole cluster's share of objects
+        // and give most of it away a moment later: for a while one replica
+        // holds what the ring was meant to split (at 100,000 objects, the
+        // memory a limit was sized against, and the traffic). One retry
+        // period lets those starting together see each other's Leases.
+        tokio::time::sleep(config.retry_period).await;
         let mut sightings = Sightings::default();
         let first = read_ring(&api, &config, true, None, &Ring::default(), &mut sightings)
             .await
