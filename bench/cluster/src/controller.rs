@@ -266,16 +266,8 @@ impl ControllerProcess {
         if self.child.try_wait()?.is_some() {
             return Ok(());
         }
-        let pid = libc::pid_t::try_from(self.child.id())?;
-        // SAFETY: kill(2) on our own child, not reaped yet (try_wait just
-        // saw it running, and only this type waits for it).
-        if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
-            bail!(
-                "sending SIGTERM to the {} controller: {}",
-                self.side,
-                std::io::Error::last_os_error()
-            );
-        }
+        reconciler_tests::real_cluster::host_process::terminate(self.child.id())
+            .with_context(|| format!("stopping the {} controller", self.side))?;
         let deadline = std::time::Instant::now() + grace;
         while std::time::Instant::now() < deadline {
             if self.child.try_wait()?.is_some() {

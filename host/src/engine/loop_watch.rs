@@ -427,19 +427,23 @@ mod tests {
         watch
     }
 
+    /// The plugin sets the Deployment's replicas back to 3 at `at`, after
+    /// `fighter` changed them.
+    fn scaled_back(watch: &LoopWatch, at: i64) -> Option<LoopFound> {
+        watch.observe(
+            "podset",
+            "podset",
+            "PodSet d/web",
+            at,
+            &fought(),
+            &[set(".spec.replicas", "5", "3")],
+        )
+    }
+
     #[test]
     fn a_field_set_back_to_the_same_value_again_and_again_is_a_loop_naming_the_other_writer() {
         let watch = watch();
-        let observe = |at| {
-            watch.observe(
-                "podset",
-                "podset",
-                "PodSet d/web",
-                at,
-                &fought(),
-                &[set(".spec.replicas", "5", "3")],
-            )
-        };
+        let observe = |at| scaled_back(&watch, at);
         assert_eq!(observe(0), None);
         assert_eq!(observe(1_000), None);
         let found = observe(2_000).expect("the third time is a loop");
@@ -487,16 +491,7 @@ mod tests {
                 &[pods],
             )
         };
-        let scale = |at| {
-            watch.observe(
-                "podset",
-                "podset",
-                "PodSet d/web",
-                at,
-                &fought(),
-                &[set(".spec.replicas", "5", "3")],
-            )
-        };
+        let scale = |at| scaled_back(&watch, at);
         assert_eq!(status(0), None);
         assert_eq!(status(100), None);
         assert_eq!(scale(200), None);

@@ -282,8 +282,10 @@ impl Drop for HostProcess {
     }
 }
 
+/// SIGTERM to `pid`, a child of this process not reaped yet (the bench's
+/// controllers stop so as well).
 #[cfg(unix)]
-fn terminate(pid: u32) -> Result<()> {
+pub fn terminate(pid: u32) -> Result<()> {
     send(pid, libc::SIGTERM, "SIGTERM")
 }
 
@@ -304,7 +306,7 @@ fn send(pid: u32, signal: libc::c_int, name: &str) -> Result<()> {
 }
 
 #[cfg(not(unix))]
-fn terminate(_pid: u32) -> Result<()> {
+pub fn terminate(_pid: u32) -> Result<()> {
     bail!("stopping the host with SIGTERM needs a Unix system")
 }
 
