@@ -100,21 +100,26 @@ impl<B: ClusterBackend> Applier<'_, B> {
     ) -> Result<Vec<ObjectKey>, Failure> {
         let mut refused_in_terminating = Vec::new();
         for apply in applies {
-            // Only when noted: a copy of what is sent and of what was held.
+            // Only when noted: what was held and, when something was (a
+            // create needs no comparison), a copy of what is sent.
             let noted = self.writes.is_some().then(|| {
                 let before = self.shared.cache.get(&apply.key);
-                (apply.object.clone(), before)
+                let sent = before.as_ref().map(|_| apply.object.clone());
+                (sent, before)
             });
             match self.shared.backend.apply(apply.object, manager, true).await {
                 Ok(stored) => {
                     if let Some((sent, before)) = &noted {
-                        let written = Written::applied(
-                            "apply",
-                            apply.key.clone(),
-                            before.as_ref(),
-                            sent,
-                            &stored,
-                        );
+                        let written = match (sent, before) {
+                            (Some(sent), Some(before)) => Written::applied(
+                                "apply",
+                                apply.key.clone(),
+                                Some(before),
+                                sent,
+                                &stored,
+                            ),
+                            _ => Written::created("apply", apply.key.clone()),
+                        };
                         self.note(written);
                     }
                 }
@@ -182,10 +187,7 @@ impl<B: ClusterBackend> Applier<'_, B> {
     /// reconcile is done.
     async fn status(&mut self, status: serde_json::Value, manager: &str) -> Result<bool, Failure> {
         let primary = self.primary;
-        let sent = self
-            .writes
-            .is_some()
-            .then(|| serde_json::json!({"status": status.clone()}));
+        let sent = self.writes.is_some().then(|| status.clone());
         let written = self
             .shared
             .backend
@@ -199,12 +201,11 @@ impl<B: ClusterBackend> Applier<'_, B> {
         match written {
             Ok(stored) => {
                 if let Some(sent) = &sent {
-                    let written = Written::applied(
-                        "apply status",
+                    let written = Written::status_applied(
                         primary.object_key.clone(),
-                        Some(&status_only(&primary.object)),
+                        &primary.object,
                         sent,
-                        &status_only(&stored),
+                        &stored,
                     );
                     self.note(written);
                 }
@@ -290,17 +291,6 @@ impl<B: ClusterBackend> Applier<'_, B> {
 
 /// An object's status and resourceVersion alone: what a status write is
 /// compared on.
-fn status_only(object: &serde_json::Value) -> serde_json::Value {
-    let mut only = serde_json::json!({"metadata": {}});
-    if let Some(version) = object.pointer("/metadata/resourceVersion") {
-        only["metadata"]["resourceVersion"] = version.clone();
-    }
-    if let Some(status) = object.get("status") {
-        only["status"] = status.clone();
-    }
-    only
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;

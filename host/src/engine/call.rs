@@ -174,7 +174,7 @@ impl PluginCalls {
                         cluster: &shared.cluster,
                         answer: answer.as_ref().map_err(ToString::to_string),
                     };
-                    notes.case = Some(CaseInputs::of(&shared.cache, given));
+                    notes.case = Some(CaseInputs::of(given));
                 }
             }
         }

@@ -5,12 +5,10 @@
 
 use std::sync::Arc;
 
-use reconciler_contract::memory_cache::resource_version_of;
 use reconciler_contract::{ClusterInfo, KindRef};
 use serde_json::Value;
 
 use super::primary::Primary;
-use super::shared_cache::SharedCache;
 use crate::golden::recorder::{CaseParts, case_from, case_name};
 use crate::plugin::{DesiredObject, ValidResponse, WriteRole};
 
@@ -122,15 +120,11 @@ pub struct Given<'a> {
 }
 
 impl CaseInputs {
-    /// The inputs of `given`, the primary's text taken from `cache` when it
-    /// holds the version the plugin was given.
-    pub fn of(cache: &SharedCache, given: Given<'_>) -> Self {
-        let object = &given.primary.object;
+    /// The inputs of `given`: the primary's text is the one the plugin was
+    /// given, shared.
+    pub fn of(given: Given<'_>) -> Self {
         let key = &given.primary.object_key;
-        let primary = cache
-            .json_of(key)
-            .filter(|text| same_version(text, object))
-            .unwrap_or_else(|| object.to_string().into());
+        let primary = given.primary.json.clone();
         let answer = given.answer.map(KeptAnswer::of);
         Self {
             plugin: given.plugin.to_string(),
@@ -206,15 +200,6 @@ impl CaseInputs {
         let (_, case) = case_from(parts, "the decision journal", false)?;
         serde_json::to_string(&case).ok()
     }
-}
-
-fn same_version(text: &str, object: &Value) -> bool {
-    let Some(version) = resource_version_of(object) else {
-        return false;
-    };
-    // The cached text names its version near its start; parsing it whole
-    // would cost what keeping the text saves.
-    text.contains(&format!("\"resourceVersion\":\"{version}\""))
 }
 
 #[cfg(test)]

@@ -52,23 +52,43 @@ impl Written {
         sent: &Value,
         stored: &Value,
     ) -> Self {
-        let version = |o: &Value| o.pointer("/metadata/resourceVersion").cloned();
-        let kind = object.kind.kind.as_str();
-        let result = match before {
-            None => WriteResult::Created,
-            Some(before) if version(before).is_some() && version(before) == version(stored) => {
-                let (not_as_sent, more) = field_diff::not_as_sent(sent, stored);
-                let not_as_sent = field_diff::redacted(kind, not_as_sent);
-                WriteResult::Unchanged { not_as_sent, more }
-            }
-            Some(before) => {
-                let (fields, more) = field_diff::diff(before, stored);
-                let fields = field_diff::redacted(kind, fields);
-                WriteResult::Changed { fields, more }
-            }
-        };
+        let result = result_of(
+            &object,
+            before,
+            stored,
+            || field_diff::not_as_sent(sent, stored),
+            |before| field_diff::diff(before, stored),
+        );
         Self {
             verb,
+            object,
+            result,
+        }
+    }
+
+    /// A write that made `object`.
+    pub fn created(verb: &'static str, object: ObjectKey) -> Self {
+        Self {
+            verb,
+            object,
+            result: WriteResult::Created,
+        }
+    }
+
+    /// The result of writing the status `sent` of the primary `object`,
+    /// held as `before` and stored as `stored`: [`Written::applied`] of
+    /// their `.status` alone, compared in place.
+    pub fn status_applied(object: ObjectKey, before: &Value, sent: &Value, stored: &Value) -> Self {
+        let stored_status = stored.get("status");
+        let result = result_of(
+            &object,
+            Some(before),
+            stored,
+            || field_diff::not_as_sent_at(".status", sent, stored_status),
+            |before| field_diff::diff_at(".status", before.get("status"), stored_status),
+        );
+        Self {
+            verb: "apply status",
             object,
             result,
         }
@@ -79,6 +99,38 @@ impl Written {
     /// at every reconcile.
     pub fn sent_again_for_nothing(&self) -> bool {
         matches!(&self.result, WriteResult::Unchanged { not_as_sent, .. } if !not_as_sent.is_empty())
+    }
+}
+
+type Fields = (Vec<FieldChange>, usize);
+
+/// What the API server did with a write of `object`, held as `before`
+/// (absent: a create) and stored as `stored`: unchanged when it kept the
+/// version, and then `not_as_sent` tells what it holds otherwise than
+/// sent; else `changed` compares `before` with what it stored.
+fn result_of(
+    object: &ObjectKey,
+    before: Option<&Value>,
+    stored: &Value,
+    not_as_sent: impl FnOnce() -> Fields,
+    changed: impl FnOnce(&Value) -> Fields,
+) -> WriteResult {
+    fn version(o: &Value) -> Option<&Value> {
+        o.pointer("/metadata/resourceVersion")
+    }
+    let kind = object.kind.kind.as_str();
+    let Some(before) = before else {
+        return WriteResult::Created;
+    };
+    if version(before).is_some() && version(before) == version(stored) {
+        let (not_as_sent, more) = not_as_sent();
+        let not_as_sent = field_diff::redacted(kind, not_as_sent);
+        return WriteResult::Unchanged { not_as_sent, more };
+    }
+    let (fields, more) = changed(before);
+    WriteResult::Changed {
+        fields: field_diff::redacted(kind, fields),
+        more,
     }
 }
 

@@ -53,16 +53,35 @@ impl fmt::Display for FieldChange {
 /// The fields that differ between `before` and `after`, the first
 /// [`MAX_FIELDS`] in document order, and how many more there were.
 pub fn diff(before: &Value, after: &Value) -> (Vec<FieldChange>, usize) {
+    diff_at("", Some(before), Some(after))
+}
+
+/// [`diff`] of the subtrees at `path` of two objects (`.status`), named
+/// by their whole paths: no copy of either subtree is made.
+pub fn diff_at(
+    path: &str,
+    before: Option<&Value>,
+    after: Option<&Value>,
+) -> (Vec<FieldChange>, usize) {
     let mut found = Found::default();
-    walk(String::new(), Some(before), Some(after), &mut found);
+    walk(path.to_string(), before, after, &mut found);
     (found.fields, found.more)
 }
 
 /// The fields `sent` sets that the stored object does not hold as sent:
 /// what the API server normalized or dropped. `new` is what it stored.
 pub fn not_as_sent(sent: &Value, stored: &Value) -> (Vec<FieldChange>, usize) {
+    not_as_sent_at("", sent, Some(stored))
+}
+
+/// [`not_as_sent`] of the subtree at `path` (`.status`).
+pub fn not_as_sent_at(
+    path: &str,
+    sent: &Value,
+    stored: Option<&Value>,
+) -> (Vec<FieldChange>, usize) {
     let mut found = Found::default();
-    leaves_not_as_sent(String::new(), sent, Some(stored), &mut found);
+    leaves_not_as_sent(path.to_string(), sent, stored, &mut found);
     (found.fields, found.more)
 }
 

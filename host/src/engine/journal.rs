@@ -9,10 +9,11 @@
 //! oldest entries anywhere go. An object found gone is forgotten with its
 //! entries, as its queue state is.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use foldhash::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use super::case_inputs::CaseInputs;

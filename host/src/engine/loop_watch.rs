@@ -11,9 +11,11 @@
 //! window per object: a Warning Event `ReconcileLoop` on the primary, a
 //! count in `reconciler_reconcile_loops_total`, and the journal entry.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
+
+use foldhash::HashMap;
 
 use super::cause::{Cause, Causes};
 use super::decision_notes::{WriteResult, Written};
