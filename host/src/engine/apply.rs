@@ -100,25 +100,24 @@ impl<B: ClusterBackend> Applier<'_, B> {
     ) -> Result<Vec<ObjectKey>, Failure> {
         let mut refused_in_terminating = Vec::new();
         for apply in applies {
-            // Only when noted: what was held and, when something was (a
-            // create needs no comparison), a copy of what is sent.
+            // Only when noted: what was held and a copy of what is sent;
+            // nothing when nothing was held (a create needs no comparison).
             let noted = self.writes.is_some().then(|| {
                 let before = self.shared.cache.get(&apply.key);
-                let sent = before.as_ref().map(|_| apply.object.clone());
-                (sent, before)
+                before.map(|before| (apply.object.clone(), before))
             });
             match self.shared.backend.apply(apply.object, manager, true).await {
                 Ok(stored) => {
-                    if let Some((sent, before)) = &noted {
-                        let written = match (sent, before) {
-                            (Some(sent), Some(before)) => Written::applied(
+                    if let Some(held) = &noted {
+                        let written = match held {
+                            Some((sent, before)) => Written::applied(
                                 "apply",
                                 apply.key.clone(),
                                 Some(before),
                                 sent,
                                 &stored,
                             ),
-                            _ => Written::created("apply", apply.key.clone()),
+                            None => Written::created("apply", apply.key.clone()),
                         };
                         self.note(written);
                     }
@@ -289,8 +288,6 @@ impl<B: ClusterBackend> Applier<'_, B> {
     }
 }
 
-/// An object's status and resourceVersion alone: what a status write is
-/// compared on.
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
