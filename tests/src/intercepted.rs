@@ -17,7 +17,7 @@ use tokio::sync::watch;
 #[derive(Debug)]
 pub enum Call<'a> {
     KindScope(&'a KindRef),
-    Watch(&'a KindRef),
+    Watch(&'a KindRef, &'a WatchScope),
     Get(&'a ObjectKey),
     Apply(&'a Value),
     ApplyStatus(&'a ObjectKey),
@@ -33,12 +33,12 @@ impl Call<'_> {
     /// API server that stopped answering fails, while the watches the
     /// host already holds stay open.
     pub fn is_request(&self) -> bool {
-        !matches!(self, Call::KindScope(_) | Call::Watch(_))
+        !matches!(self, Call::KindScope(_) | Call::Watch(..))
     }
 
     /// Whether it changes something in the cluster.
     pub fn is_write(&self) -> bool {
-        !matches!(self, Call::KindScope(_) | Call::Watch(_) | Call::Get(_))
+        !matches!(self, Call::KindScope(_) | Call::Watch(..) | Call::Get(_))
     }
 }
 
@@ -52,6 +52,9 @@ pub struct Intercepted<F> {
     hook: F,
     /// While it reads true, every request waits (see [`Self::holding`]).
     held: Option<watch::Receiver<bool>>,
+    /// While it reads true, every watch waits, after its hook (see
+    /// [`Self::holding_watches`]).
+    watches_held: Option<watch::Receiver<bool>>,
 }
 
 impl<F> Intercepted<F>
@@ -69,6 +72,7 @@ where
             cluster,
             hook,
             held: None,
+            watches_held: None,
         }
     }
 
@@ -78,6 +82,14 @@ where
     /// API server.
     pub fn holding(mut self, held: watch::Receiver<bool>) -> Self {
         self.held = Some(held);
+        self
+    }
+
+    /// Every watch, once its hook has seen it, waits while `held` reads
+    /// true: a list that takes as long as a test wants, so that something
+    /// else can happen while a kind is being watched.
+    pub fn holding_watches(mut self, held: watch::Receiver<bool>) -> Self {
+        self.watches_held = Some(held);
         self
     }
 
@@ -100,7 +112,10 @@ where
         self.cluster.kind_scope(kind).await
     }
     async fn watch(&self, kind: &KindRef, scope: &WatchScope) -> Result<WatchStream, BackendError> {
-        self.ask(Call::Watch(kind)).await?;
+        self.ask(Call::Watch(kind, scope)).await?;
+        if let Some(held) = &self.watches_held {
+            let _ = held.clone().wait_for(|held| !held).await;
+        }
         self.cluster.watch(kind, scope).await
     }
     async fn get(&self, key: &ObjectKey) -> Result<Option<Value>, BackendError> {

@@ -393,7 +393,7 @@ fn gated(clock: &VirtualClock, open: Arc<AtomicBool>) -> Intercepted<Hook> {
     Intercepted::new(
         EmbeddedCluster::new(Arc::new(clock.clone())),
         Box::new(move |call| match call {
-            Call::Watch(kind) if *kind == podsets && !open.load(Ordering::SeqCst) => {
+            Call::Watch(kind, _) if *kind == podsets && !open.load(Ordering::SeqCst) => {
                 Err(BackendError::UnknownKind {
                     kind: format!("{} {}", kind.api_version(), kind.kind),
                 })

@@ -43,13 +43,15 @@ impl<B: ClusterBackend> Lifecycle<'_, B> {
     /// free, watches its kinds, and queues its existing primaries.
     pub async fn add(&self, plugin: Arc<LoadedPlugin>) -> Result<(), EngineError> {
         let m = plugin.metadata();
+        let rewiring = self.wiring.watches.rewiring().await;
         self.check_free(&plugin, false)?;
         self.check_kind_scopes(m).await?;
-        self.wiring.watch_kinds(&plugin).await?;
+        self.wiring.watch_kinds(&plugin, &rewiring).await?;
         let shared = self.shared();
         shared
             .controllers
             .insert(m.name.clone(), Controller::new(plugin.clone()));
+        drop(rewiring);
         queue_all(shared, &m.name, Cause::PluginLoaded);
         Ok(())
     }
@@ -65,10 +67,12 @@ impl<B: ClusterBackend> Lifecycle<'_, B> {
         let Some(controller) = shared.controllers.get(&m.name) else {
             return Err(EngineError::NotLoaded(m.name.clone()));
         };
+        let rewiring = self.wiring.watches.rewiring().await;
         self.check_free(&plugin, true)?;
         self.check_kind_scopes(m).await?;
-        self.wiring.watch_kinds(&plugin).await?;
+        self.wiring.watch_kinds(&plugin, &rewiring).await?;
         let old = controller.swap(plugin.clone());
+        drop(rewiring);
         let finalizers =
             finalizer_handover::hand_over(shared, &controller, old.metadata(), m).await;
         queue_all(shared, &m.name, Cause::PluginLoaded);

@@ -230,8 +230,9 @@ impl<B: ClusterBackend> Shadow<'_, B> {
             .await
             .map_err(|e| e.to_string())?;
         shared.kind_scopes.learn(scopes);
+        let rewiring = self.wiring.watches.rewiring().await;
         self.wiring
-            .watch_kinds(candidate)
+            .watch_kinds(candidate, &rewiring)
             .await
             .map_err(|e| e.to_string())?;
         shared.mark_candidate_kinds_watched(sha);

@@ -117,6 +117,19 @@ pub struct Watches {
     arrived: Mutex<Vec<(u64, WatchEvent)>>,
     /// Told when a watch is added or replaced, so a wait includes it.
     changed: Notify,
+    /// Held by whoever changes which kinds are watched and how (see
+    /// [`Rewiring`]).
+    rewiring: tokio::sync::Mutex<()>,
+}
+
+/// The right to change how kinds are watched, held across a plugin's
+/// whole addition (its kinds watched, then it served) and across a
+/// reselect. Without it, a ring change arriving while a plugin's primary
+/// kind is still listing would judge that kind by the plugins served so
+/// far, without the one being added, and watch it again whole: a sharded
+/// replica would list and hold every object of the kind.
+pub struct Rewiring<'a> {
+    _held: tokio::sync::MutexGuard<'a, ()>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -124,6 +137,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Watches {
+    /// Waits for the right to change how kinds are watched.
+    pub async fn rewiring(&self) -> Rewiring<'_> {
+        Rewiring {
+            _held: self.rewiring.lock().await,
+        }
+    }
+
     /// Kinds watched so far, and whether as metadata only.
     pub fn watched_kinds(&self) -> BTreeMap<KindRef, bool> {
         lock(&self.watched).clone()
@@ -337,8 +357,13 @@ pub struct Wiring<'a, B: ClusterBackend> {
 
 impl<B: ClusterBackend> Wiring<'_, B> {
     /// Watches every kind `plugin` declares that is not watched yet, or not
-    /// as it now must be.
-    pub async fn watch_kinds(&self, plugin: &LoadedPlugin) -> Result<(), EngineError> {
+    /// as it now must be; `plugin` is to be served (or shadowed) before
+    /// `_rewiring` is let go.
+    pub async fn watch_kinds(
+        &self,
+        plugin: &LoadedPlugin,
+        _rewiring: &Rewiring<'_>,
+    ) -> Result<(), EngineError> {
         let metadata = plugin.metadata();
         for kind in metadata.declared_kinds() {
             let served = self.shared.controllers.plugins();
@@ -367,6 +392,7 @@ impl<B: ClusterBackend> Wiring<'_, B> {
         if self.shards.is_none() {
             return Ok(());
         }
+        let _rewiring = self.watches.rewiring().await;
         for (kind, metadata_only) in self.watches.watched_kinds() {
             let role = self.role(&kind, None);
             if self.watches.selected_as(&kind, role) {
