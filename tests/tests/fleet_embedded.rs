@@ -277,7 +277,7 @@ async fn a_member_past_its_cache_budget_pauses_while_the_others_serve() {
     let fleet = Fleet::new(
         PluginClusters::default(),
         Settings {
-            cache_max_objects: Some(12),
+            cache_budget: Some(reconciler_host::fleet::cache_budget::CacheBudget::given(12)),
             // Pauses of a second, so the test sees one end.
             max_backoff: Duration::from_secs(1),
             ..Settings::default()

@@ -36,6 +36,8 @@ pub struct HostSetup {
     plugins_dir: PathBuf,
     compile_cache: PathBuf,
     extra_args: Vec<String>,
+    /// The `cgroup.procs` of a cgroup the host is started in.
+    cgroup_procs: Option<PathBuf>,
 }
 
 impl HostSetup {
@@ -99,6 +101,7 @@ impl HostSetup {
             plugins_dir,
             compile_cache,
             extra_args,
+            cgroup_procs: None,
         })
     }
 }
@@ -116,7 +119,14 @@ impl HostSetup {
                 .cloned()
                 .chain(more.iter().map(|a| a.to_string()))
                 .collect(),
+            cgroup_procs: self.cgroup_procs.clone(),
         }
+    }
+
+    /// Started in the cgroup whose `cgroup.procs` is `procs`.
+    pub fn in_cgroup(mut self, procs: PathBuf) -> Self {
+        self.cgroup_procs = Some(procs);
+        self
     }
 }
 
@@ -185,7 +195,19 @@ impl ControllerProcess {
             }
             Side::Host => {
                 let host = host.context("the host side needs a prepared host")?;
-                let mut cmd = Command::new(&host.bin);
+                let mut cmd = match &host.cgroup_procs {
+                    // The shell joins the cgroup and execs the host, so the
+                    // host's first byte is charged to it.
+                    Some(procs) => {
+                        let mut cmd = Command::new("sh");
+                        cmd.arg("-c")
+                            .arg("echo $$ > \"$0\" && exec \"$@\"")
+                            .arg(procs)
+                            .arg(&host.bin);
+                        cmd
+                    }
+                    None => Command::new(&host.bin),
+                };
                 cmd.arg("run")
                     .arg("--plugins-dir")
                     .arg(&host.plugins_dir)

@@ -2,9 +2,11 @@
 //! on a real API server (issue 14). See BENCHMARKS.md, "On a real API server".
 
 mod audit;
+mod capacity;
 mod cluster;
 mod controller;
 mod driver;
+mod memory_cgroup;
 mod native;
 mod observer;
 mod plugin_apply;

@@ -21,12 +21,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use crate::capacity;
 use crate::cluster::{CONTROLLER_USER, LocalKube, REPLICA_USERS, Target};
 use crate::controller::{ControllerProcess, HostSetup, Side};
 use crate::driver::{
     BULK_NAMESPACE, ClusterArgs, client_for, create_namespace, create_podsets_timed, install_crd,
     load_average,
 };
+use crate::memory_cgroup::MemoryCgroup;
 use crate::procfs;
 use crate::replicas::{mib, settle_lines, side_name};
 use reconciler_tests::real_cluster::kubeconfig;
@@ -48,6 +50,16 @@ pub struct ScaleArgs {
     /// every queue is empty).
     #[arg(long, default_value_t = 5)]
     pub quiet_secs: u64,
+    /// Then the capacity run: each replica in a memory cgroup of this many MiB (cgroup v2
+    /// `memory.max`, or v1 `memory.limit_in_bytes`; needs root), as a pod's limits.memory. First
+    /// one replica, which must pause over the cache budget the host derives from its limit
+    /// (with a clear status, not an OOM kill), then three, which must hold every object. 0: the
+    /// limit whose budget is the objects / 2.8. Not given: no capacity run.
+    #[arg(long, value_name = "MIB")]
+    pub memory_limit_mib: Option<u64>,
+    /// With --memory-limit-mib: the capacity run alone, not the sides before it.
+    #[arg(long, requires = "memory_limit_mib")]
+    pub capacity_only: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -131,11 +143,17 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
     install_crd(&client).await?;
     create_namespace(&client, BULK_NAMESPACE).await?;
 
+    let setup = FleetSetup {
+        kube: &kube,
+        target: &target,
+        host: &host,
+        state: &state,
+    };
     // The idle floors, on the empty cluster: what a host of each
     // configuration holds before it caches anything.
     let mut floors = Vec::new();
     for sharded in [false, true] {
-        let mut fleet = Fleet::start(&kube, &target, &host, &state, 1, sharded, "idle")?;
+        let mut fleet = Fleet::start(&setup, 1, sharded, "idle")?;
         fleet.settle(0, quiet, timeout).await?;
         let floor = fleet.readings()?[0].rss;
         eprintln!("[idle] {}: {}", side_name(1, sharded), mib(floor));
@@ -152,7 +170,7 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         created.elapsed().as_secs_f64()
     );
     {
-        let mut seed = Fleet::start(&kube, &target, &host, &state, 1, true, "seed")?;
+        let mut seed = Fleet::start(&setup, 1, true, "seed")?;
         let took = seed.settle(args.podsets, quiet, timeout).await?;
         eprintln!(
             "[seed] a ring of one made every Deployment and labelled every object in {:.1} s",
@@ -163,10 +181,13 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
 
     let mut sides = vec![(1, false), (1, true)];
     sides.extend(args.replicas.iter().map(|n| (*n, true)));
+    if args.capacity_only {
+        sides.clear();
+    }
     let mut runs = Vec::new();
     for (n, sharded) in sides {
         let what = side_name(n, sharded);
-        let mut fleet = Fleet::start(&kube, &target, &host, &state, n, sharded, "side")?;
+        let mut fleet = Fleet::start(&setup, n, sharded, "side")?;
         let settled_after = fleet
             .settle(args.podsets, quiet, timeout)
             .await
@@ -182,7 +203,17 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         runs.push(run);
         fleet.stop()?;
     }
-    println!("{}", render(&args, &runs));
+    if !runs.is_empty() {
+        println!("{}", render(&args, &runs));
+    }
+    if let Some(mib) = args.memory_limit_mib {
+        let limit = match mib {
+            0 => capacity::limit_for(2 * args.podsets as u64),
+            mib => mib << 20,
+        };
+        let report = capacity::run(&setup, args.podsets, limit, quiet, timeout).await?;
+        println!("{report}");
+    }
     println!(
         "Load average (1, 5, 15 min) at the start: {load_at_start}; at the end: {}.",
         load_average()
@@ -190,29 +221,55 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What every side's replicas start from.
+pub(crate) struct FleetSetup<'a> {
+    pub kube: &'a LocalKube,
+    pub target: &'a Target,
+    pub host: &'a HostSetup,
+    pub state: &'a Path,
+}
+
 /// Replicas of one side, each behind a relay of its own; dropping it stops
 /// them.
-struct Fleet {
+pub(crate) struct Fleet {
     // Declared first: the replicas stop before their relays.
     controllers: Vec<ControllerProcess>,
     links: Vec<SeverableLink>,
     metrics: Vec<String>,
     probes: Vec<String>,
     logs: Vec<PathBuf>,
+    /// Each replica's memory cgroup, in the capacity run; removed after
+    /// the replicas are gone.
+    pub cgroups: Vec<MemoryCgroup>,
     sharded: bool,
     started: Instant,
 }
 
 impl Fleet {
-    fn start(
-        kube: &LocalKube,
-        target: &Target,
-        host: &HostSetup,
-        state: &Path,
+    pub(crate) fn start(
+        setup: &FleetSetup<'_>,
         n: usize,
         sharded: bool,
         phase: &str,
     ) -> anyhow::Result<Self> {
+        Self::start_limited(setup, n, sharded, phase, None)
+    }
+
+    /// As [`Self::start`], each replica in a memory cgroup of its own
+    /// holding at most `memory_limit` bytes, when given.
+    pub(crate) fn start_limited(
+        setup: &FleetSetup<'_>,
+        n: usize,
+        sharded: bool,
+        phase: &str,
+        memory_limit: Option<u64>,
+    ) -> anyhow::Result<Self> {
+        let FleetSetup {
+            kube,
+            target,
+            host,
+            state,
+        } = setup;
         let apiserver = api_server_address(&target.admin_kubeconfig)?;
         let mut fleet = Fleet {
             controllers: Vec::new(),
@@ -220,6 +277,7 @@ impl Fleet {
             metrics: Vec::new(),
             probes: Vec::new(),
             logs: Vec::new(),
+            cgroups: Vec::new(),
             sharded,
             started: Instant::now(),
         };
@@ -234,7 +292,13 @@ impl Fleet {
             if sharded {
                 more.extend(["--sharding", "--sharding-namespace", "default"].map(String::from));
             }
-            let setup = host.with_more_args(&more.iter().map(String::as_str).collect::<Vec<_>>());
+            let mut setup =
+                host.with_more_args(&more.iter().map(String::as_str).collect::<Vec<_>>());
+            if let Some(limit) = memory_limit {
+                let cgroup = MemoryCgroup::create(&format!("reconciler-bench-{phase}-{i}"), limit)?;
+                setup = setup.in_cgroup(cgroup.procs());
+                fleet.cgroups.push(cgroup);
+            }
             let log = state.join(format!(
                 "scale-{phase}-{n}{}-{i}.log",
                 if sharded { "s" } else { "" }
@@ -258,7 +322,7 @@ impl Fleet {
     /// ring of all of them), the PodSets and the Deployments cached over
     /// them all number `podsets` each, they reconciled at least `podsets`
     /// times, every queue is empty and nothing was reconciled for `quiet`. Returns how long after the start that was.
-    async fn settle(
+    pub(crate) async fn settle(
         &mut self,
         podsets: usize,
         quiet: Duration,
@@ -317,7 +381,7 @@ impl Fleet {
 
     /// SIGTERM to every replica at once, as a rollout's scale-down does,
     /// and waits for each: their Leases are gone once this returns.
-    fn stop(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn stop(&mut self) -> anyhow::Result<()> {
         let started = Instant::now();
         let grace = Duration::from_secs(30);
         let results: Vec<anyhow::Result<()>> = std::thread::scope(|s| {
@@ -343,13 +407,18 @@ impl Fleet {
         Ok(())
     }
 
-    fn check_running(&mut self) -> anyhow::Result<()> {
+    /// Each replica's log.
+    pub(crate) fn logs(&self) -> &[PathBuf] {
+        &self.logs
+    }
+
+    pub(crate) fn check_running(&mut self) -> anyhow::Result<()> {
         self.controllers
             .iter_mut()
             .try_for_each(ControllerProcess::check_running)
     }
 
-    fn scrape(&self) -> anyhow::Result<Vec<Scraped>> {
+    pub(crate) fn scrape(&self) -> anyhow::Result<Vec<Scraped>> {
         self.metrics.iter().map(|a| Scraped::at(a)).collect()
     }
 
@@ -373,12 +442,14 @@ impl Fleet {
 
 /// What one replica's /metrics says.
 #[derive(Debug, Default)]
-struct Scraped {
+pub(crate) struct Scraped {
     depth: u64,
     in_flight: u64,
     reconciles: u64,
-    podsets: u64,
-    deployments: u64,
+    pub podsets: u64,
+    pub deployments: u64,
+    /// Clusters paused over their cache budget.
+    pub paused: u64,
 }
 
 impl Scraped {
@@ -400,6 +471,8 @@ impl Scraped {
                 s.in_flight += value;
             } else if name.starts_with("controller_runtime_reconcile_total{") {
                 s.reconciles += value;
+            } else if name.starts_with("reconciler_host_cluster_paused{") {
+                s.paused += value;
             } else if name.starts_with("reconciler_host_cache_objects{") {
                 if name.contains("kind=\"PodSet\"") {
                     s.podsets += value;

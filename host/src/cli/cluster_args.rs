@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::fleet::cache_budget::{CacheBudget, Origin};
 use crate::fleet::kubeconfig_trust::Widening;
 use crate::fleet::{ClustersConfig, PluginClusters};
+use crate::plugin::process_memory::MemorySources;
 
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Member clusters")]
@@ -68,11 +70,30 @@ pub struct ClusterArgs {
     /// its Secret and reconciler_host_cluster_paused say so) and is tried again later, doubling
     /// from 60 s to --kind-retry-secs, so one huge cluster cannot take the process, and every
     /// other member, down with it. 0: no bound.
-    #[arg(long, value_name = "N", default_value_t = crate::fleet::member::DEFAULT_MEMBER_CACHE_MAX_OBJECTS)]
-    pub member_cache_max_objects: usize,
+    ///
+    /// Not given, it follows the memory limit of the host's cgroup (a pod's limits.memory): half
+    /// of the limit for the host (the other half is the plugins'), less 64 MiB, at 8 KiB an
+    /// object, at least 1000 and at most 500000; without a limit, 500000. The log's first lines
+    /// say which bound is in force.
+    #[arg(long, value_name = "N")]
+    pub member_cache_max_objects: Option<usize>,
 }
 
 impl ClusterArgs {
+    /// `--member-cache-max-objects` as given, or derived from the memory
+    /// limit (see `fleet::cache_budget`); `None` for `0`, no bound.
+    fn cache_budget(&self) -> Option<CacheBudget> {
+        let budget = match self.member_cache_max_objects {
+            Some(0) => return None,
+            Some(n) => CacheBudget::given(n),
+            None => CacheBudget::derived(&MemorySources::of_this_process()),
+        };
+        if let Origin::MemoryLimit { .. } = budget.origin {
+            tracing::info!("each cluster caches at most {budget}");
+        }
+        Some(budget)
+    }
+
     pub fn config(&self, request_timeout: Option<Duration>) -> anyhow::Result<ClustersConfig> {
         let selection = PluginClusters::parse(&self.plugin_clusters).map_err(anyhow::Error::msg)?;
         if !self.member_qps.is_finite() || self.member_qps < 0.0 {
@@ -111,8 +132,7 @@ impl ClusterArgs {
                 .unwrap_or_else(crate::process::leader_election::default_namespace),
             selection,
             request_timeout,
-            cache_max_objects: (self.member_cache_max_objects > 0)
-                .then_some(self.member_cache_max_objects),
+            cache_budget: self.cache_budget(),
             member_rate: crate::cluster::kubernetes::client_rate_limit::RateLimit::new(
                 self.member_qps,
                 self.member_burst,

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use super::cache_budget::{CacheBudget, DEFAULT_MAX_OBJECTS};
 use crate::cluster::ClusterBackend;
 use crate::cluster::clock::rfc3339;
 use crate::cluster::{Clock, RealClock};
@@ -55,10 +56,6 @@ pub struct Hooks {
 /// Turns true once a stopped member's reconciles have all ended: what a
 /// member engaged in its place waits for before it reconciles anything.
 pub type Stopped = tokio::sync::watch::Receiver<bool>;
-
-/// The default of `run --member-cache-max-objects`: far more than a
-/// healthy member caches, far less than takes a process down.
-pub const DEFAULT_MEMBER_CACHE_MAX_OBJECTS: usize = 500_000;
 
 /// Told of a finished reconcile: the member's name, the record, how long
 /// it took.
@@ -102,7 +99,7 @@ pub struct Settings {
     /// The most objects one member may cache (`None`: no bound). Past it
     /// the member pauses (its watches stop and its cache is freed) and is
     /// tried again after `max_backoff`, while the others keep serving.
-    pub cache_max_objects: Option<usize>,
+    pub cache_budget: Option<CacheBudget>,
     /// The candidates the plugins directory runs in shadow, read by every
     /// member's engine, and the one book they record into.
     pub candidates: Arc<Candidates>,
@@ -134,7 +131,7 @@ impl Default for Settings {
             gate: None,
             recorder: None,
             ownership: None,
-            cache_max_objects: Some(DEFAULT_MEMBER_CACHE_MAX_OBJECTS),
+            cache_budget: Some(CacheBudget::given(DEFAULT_MAX_OBJECTS)),
             candidates: Candidates::new(),
             shadow: Arc::new(ShadowBook::default()),
             journal: Arc::new(Journal::default()),
@@ -333,8 +330,8 @@ fn new_engine<B: ClusterBackend + 'static>(
             &identity.name,
             identity.labels.clone(),
         ));
-    if let Some(max) = settings.cache_max_objects {
-        engine = engine.with_cache_budget(max);
+    if let Some(budget) = settings.cache_budget {
+        engine = engine.with_cache_budget(budget.max_objects);
     }
     if let Some(recorder) = &settings.recorder {
         engine = engine.with_recorder(recorder.clone());
@@ -383,10 +380,13 @@ impl<B: ClusterBackend + 'static> Serving<B> {
     /// the engine (its watches, queues and cache) is dropped for an empty
     /// one, and the member serves nothing until `retry_in` has passed.
     async fn pause(&self, dispatcher: &mut Dispatcher<B>, retry_in: Duration) -> Arc<Engine<B>> {
-        let max = self.settings.cache_max_objects.unwrap_or_default();
+        let budget = self
+            .settings
+            .cache_budget
+            .map_or_else(|| "its cache budget".to_string(), |b| b.to_string());
         let name = &self.identity.name;
         let note = format!(
-            "cluster {name} paused: it has more objects of the kinds its plugins watch than --member-cache-max-objects ({max}); its watches stopped and its cache was freed, the other clusters keep serving; tried again in {} s",
+            "cluster {name} paused: it has more objects of the kinds its plugins watch than {budget}; its watches stopped and its cache was freed, the other clusters keep serving; tried again in {} s",
             retry_in.as_secs()
         );
         tracing::warn!(cluster = %name, "{note}");

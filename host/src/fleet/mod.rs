@@ -9,6 +9,7 @@
 //! crosses clusters. Members come and go at runtime as their sources say
 //! ([`sources`]); engaging never waits on a cluster.
 
+pub mod cache_budget;
 pub mod draining;
 pub mod kubeconfig_trust;
 pub mod member;
@@ -52,7 +53,7 @@ pub struct ClustersConfig {
     /// client, unlimited); `None`: no limit.
     pub member_rate: Option<crate::cluster::kubernetes::client_rate_limit::RateLimit>,
     /// The most objects each member may cache; `None`: no bound.
-    pub cache_max_objects: Option<usize>,
+    pub cache_budget: Option<cache_budget::CacheBudget>,
 }
 
 impl ClustersConfig {
@@ -68,7 +69,9 @@ impl ClustersConfig {
             selection: PluginClusters::default(),
             request_timeout: None,
             member_rate: None,
-            cache_max_objects: Some(member::DEFAULT_MEMBER_CACHE_MAX_OBJECTS),
+            cache_budget: Some(cache_budget::CacheBudget::given(
+                cache_budget::DEFAULT_MAX_OBJECTS,
+            )),
         }
     }
 }

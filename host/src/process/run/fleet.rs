@@ -77,7 +77,7 @@ pub(super) fn build_fleet(
         }),
         ownership: coordinator.map(|c| c.ownership()),
         recorder,
-        cache_max_objects: config.clusters.cache_max_objects,
+        cache_budget: config.clusters.cache_budget,
         candidates,
         shadow: status.shadow.clone(),
         journal: status.journal.clone(),
