@@ -73,8 +73,8 @@ pub struct ClusterArgs {
     ///
     /// Not given, it follows the memory limit of the host's cgroup (a pod's limits.memory): half
     /// of the limit for the host (the other half is the plugins'), less 64 MiB, at 8 KiB an
-    /// object, at least 1000 and at most 500000; without a limit, 500000. The log's first lines
-    /// say which bound is in force.
+    /// object, at least 1000 and at most 500000; without a limit, 500000. A bound taken from the
+    /// memory limit is logged at start.
     #[arg(long, value_name = "N")]
     pub member_cache_max_objects: Option<usize>,
 }

@@ -12,6 +12,7 @@
 
 use std::fmt;
 
+use crate::plugin::limits::guest_share_of_limit;
 use crate::plugin::process_memory::MemorySources;
 
 /// The default bound without a memory limit: far more than a healthy
@@ -75,7 +76,8 @@ impl CacheBudget {
 
 /// The objects a host under a memory limit of `limit_bytes` may cache.
 pub fn objects_within(limit_bytes: u64) -> usize {
-    let for_objects = (limit_bytes / 2).saturating_sub(IDLE_BYTES);
+    let host_share = limit_bytes - guest_share_of_limit(limit_bytes);
+    let for_objects = host_share.saturating_sub(IDLE_BYTES);
     usize::try_from(for_objects / BYTES_PER_OBJECT)
         .unwrap_or(usize::MAX)
         .clamp(MIN_DERIVED_OBJECTS, DEFAULT_MAX_OBJECTS)

@@ -240,6 +240,13 @@ impl HostLimits {
     }
 }
 
+/// The part of a cgroup memory limit the plugins' guest memory gets when
+/// no budget is given; the rest is the host's own (its cache of the
+/// cluster's objects, see `fleet::cache_budget`).
+pub fn guest_share_of_limit(limit: u64) -> u64 {
+    limit / 2
+}
+
 /// The guest memory budget when none is given: half the cgroup limit,
 /// leaving the other half to the host itself (its cache of the cluster's
 /// objects grows with the cluster, not with the plugins), or a quarter of
@@ -248,7 +255,7 @@ impl HostLimits {
 pub fn default_memory_total_bytes(sources: &MemorySources) -> usize {
     let floor = HostLimits::default().memory_mib as usize * 1024 * 1024;
     let derived = match (sources.cgroup_limit(), sources.physical()) {
-        (Some(limit), _) => limit / 2,
+        (Some(limit), _) => guest_share_of_limit(limit),
         (None, Some(physical)) => physical / 4,
         // Nothing to go by (not Linux): what a small pod would get.
         (None, None) => 512 << 20,
