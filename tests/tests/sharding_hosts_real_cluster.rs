@@ -2467,7 +2467,7 @@ impl LeaseLife {
 /// the time it was declared. Also: no write of a thawed replica landed.
 fn protocol_check(audit: &Path, thaws: &[(String, Timestamp)]) -> Result<String> {
     use reconciler_host::sharding::assignment::{Replica, Ring, ShardKey};
-    use reconciler_host::sharding::handover::ring_version;
+    use reconciler_host::sharding::handover::version_of;
 
     let text = std::fs::read_to_string(audit.join("audit.log"))?;
     let mut leases: BTreeMap<String, LeaseLife> = BTreeMap::new();
@@ -2517,11 +2517,13 @@ fn protocol_check(audit: &Path, thaws: &[(String, Timestamp)]) -> Result<String>
     for life in leases.values_mut() {
         life.renewals.sort_by_key(|(t, _)| *t);
     }
-    // Each declared version resolved to its members, once.
     // Each declared version resolved to its members: a set of the
-    // replicas live around the time it was declared.
+    // replicas live around the time it was declared, the declarer among
+    // them. Only versions are computed while searching (no assignment),
+    // so every set of up to MAX_AROUND is tried.
+    const MAX_AROUND: usize = 22;
     let mut rings: BTreeMap<String, Ring> = BTreeMap::new();
-    let mut resolve = |version: &str, at: Timestamp| -> Result<Ring, String> {
+    let mut resolve = |version: &str, by: &str, at: Timestamp| -> Result<Ring, String> {
         if let Some(found) = rings.get(version) {
             return Ok(found.clone());
         }
@@ -2529,28 +2531,41 @@ fn protocol_check(audit: &Path, thaws: &[(String, Timestamp)]) -> Result<String>
         // first saw its Lease, however old its last renewal: any Lease
         // that still existed then may be in the ring.
         let secs = |t: Timestamp| at.duration_since(t).as_secs_f64();
+        let declarer = leases[by].identity.as_str();
         let around: Vec<&str> = leases
             .values()
             .filter(|l| {
                 let created = l.renewals.first().is_some_and(|(t, _)| secs(*t) >= -5.0);
                 let kept = l.deleted.is_none_or(|d| secs(d) <= 5.0);
-                !l.identity.is_empty() && created && kept
+                !l.identity.is_empty() && l.identity != declarer && created && kept
             })
             .map(|l| l.identity.as_str())
             .collect();
-        let found = (1u32..(1 << around.len().min(12)))
-            .map(|mask| {
-                Ring::new(
-                    around
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| mask & (1 << i) != 0)
-                        .map(|(_, id)| Replica::new(id)),
-                )
-            })
-            .find(|ring| ring_version(ring) == version)
+        if around.len() > MAX_AROUND {
+            return Err(format!(
+                "ring {version}: {} Leases around then, more than the {MAX_AROUND} this check searches",
+                around.len()
+            ));
+        }
+        // The declarer first counted in (a replica's ring holds itself
+        // while it is live), then not.
+        let members = |mask: u32, itself: bool| {
+            around
+                .iter()
+                .enumerate()
+                .filter(move |(i, _)| mask & (1 << i) != 0)
+                .map(|(_, id)| Replica::new(id))
+                .chain(itself.then(|| Replica::new(declarer)))
+        };
+        let found = [true, false]
+            .into_iter()
+            .flat_map(|itself| (0u32..(1 << around.len())).map(move |mask| (mask, itself)))
+            .find(|(mask, itself)| version_of(members(*mask, *itself)) == version)
+            .map(|(mask, itself)| Ring::new(members(mask, itself)))
             .ok_or_else(|| {
-                format!("ring {version} is no set of the replicas live around then ({around:?})")
+                format!(
+                    "ring {version} is no set of the replicas live around then ({declarer} and {around:?})"
+                )
             })?;
         rings.insert(version.to_string(), found.clone());
         Ok(found)
@@ -2565,7 +2580,7 @@ fn protocol_check(audit: &Path, thaws: &[(String, Timestamp)]) -> Result<String>
                 declared
                     .entry(user)
                     .or_default()
-                    .push((*at, resolve(version, *at)));
+                    .push((*at, resolve(version, user, *at)));
                 last = Some(version);
             }
         }
@@ -2725,5 +2740,30 @@ mod protocol_checks {
             "{early}"
         );
         check(13).unwrap();
+    }
+
+    #[test]
+    fn a_ring_of_many_leases_is_resolved_whoever_declares_it() {
+        // Leases of replicas gone without a word stay until a survivor has
+        // seen them unrenewed for a Lease duration; a ring declared then
+        // may name all of them.
+        let users: Vec<String> = (0..14).map(chaos_user).collect();
+        let identities: Vec<String> = users.iter().map(|u| format!("{u}_{u}")).collect();
+        let all = Ring::new(identities.iter().map(|id| Replica::new(id)));
+        let last = &identities[13];
+        let owned = (0..1000)
+            .map(|i| format!("ps-{i:03}"))
+            .find(|n| all.owner_of(ShardKey::object("local", Some("ns"), n).bucket()) == Some(last))
+            .unwrap();
+        let mut lines: Vec<String> = users
+            .iter()
+            .zip(&identities)
+            .map(|(user, identity)| renewal(0, user, identity, &all))
+            .collect();
+        lines.push(write(1, &users[13], &owned));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("audit.log"), lines.join("\n")).unwrap();
+        let report = protocol_check(dir.path(), &[]).unwrap();
+        assert!(report.contains("1 writes by 14 replicas"), "{report}");
     }
 }

@@ -224,11 +224,7 @@ impl Ring {
     }
 
     fn of_members(replicas: Vec<Replica>) -> Self {
-        let scheme = replicas
-            .iter()
-            .map(|r| r.computes)
-            .min()
-            .unwrap_or(Scheme::NEWEST);
+        let scheme = scheme_of(&replicas);
         let scores: Vec<Vec<f64>> = Bucket::all()
             .map(|bucket| {
                 let [high, low] = bucket.0.to_be_bytes();
@@ -301,7 +297,17 @@ impl Ring {
 
 /// The replicas that take a share, in the canonical order: weight above
 /// 0, sorted by id, the first of an id listed twice.
-fn members(replicas: impl IntoIterator<Item = Replica>) -> Vec<Replica> {
+/// The scheme a ring of `replicas` assigns by: the newest all of them compute.
+pub(super) fn scheme_of(replicas: &[Replica]) -> Scheme {
+    replicas
+        .iter()
+        .map(|r| r.computes)
+        .min()
+        .unwrap_or(Scheme::NEWEST)
+}
+
+/// A ring's members in its canonical order: weighted, by id, each once.
+pub(super) fn members(replicas: impl IntoIterator<Item = Replica>) -> Vec<Replica> {
     let mut replicas: Vec<Replica> = replicas.into_iter().filter(|r| r.weight > 0).collect();
     replicas.sort_by(|a, b| a.id.cmp(&b.id));
     replicas.dedup_by(|later, first| later.id == first.id);

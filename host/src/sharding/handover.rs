@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::assignment::{Bucket, Ring, Scheme, ShardKey};
+use super::assignment::{Bucket, Replica, Ring, Scheme, ShardKey, members, scheme_of};
 
 /// A ring's version: a digest of its members, their weights and how it
 /// assigns, the same on every replica that sees the same members. A ring
@@ -25,15 +25,27 @@ use super::assignment::{Bucket, Ring, Scheme, ShardKey};
 /// replicas and this version's agree on it during an upgrade; the same
 /// members assigning otherwise are another ring.
 pub fn ring_version(ring: &Ring) -> String {
+    digest(ring.replicas(), ring.scheme())
+}
+
+/// The version the ring of `replicas` has, without assigning its buckets:
+/// cheap enough to try many sets of members (an audit of which ring a
+/// version names).
+pub fn version_of(replicas: impl IntoIterator<Item = Replica>) -> String {
+    let replicas = members(replicas);
+    digest(&replicas, scheme_of(&replicas))
+}
+
+fn digest(replicas: &[Replica], scheme: Scheme) -> String {
     let mut hasher = Sha256::new();
-    for replica in ring.replicas() {
+    for replica in replicas {
         hasher.update((replica.id.len() as u64).to_be_bytes());
         hasher.update(replica.id.as_bytes());
         hasher.update(replica.weight.to_be_bytes());
     }
-    if ring.scheme() != Scheme::Rendezvous {
+    if scheme != Scheme::Rendezvous {
         hasher.update(b"scheme");
-        hasher.update(ring.scheme().number().to_be_bytes());
+        hasher.update(scheme.number().to_be_bytes());
     }
     hasher
         .finalize()
@@ -213,7 +225,6 @@ impl Handover {
 
 #[cfg(test)]
 mod tests {
-    use super::super::assignment::Replica;
     use super::*;
 
     fn ring(ids: &[&str]) -> Ring {
@@ -254,6 +265,27 @@ mod tests {
         assert_ne!(
             ring_version(&ring(&["ab"])),
             ring_version(&ring(&["a", "b"]))
+        );
+    }
+
+    #[test]
+    fn a_version_from_members_alone_is_the_ring_version_of_those_members() {
+        let older = || Replica::new("c").computing(Scheme::Rendezvous);
+        for members in [
+            vec![Replica::new("b"), Replica::new("a")],
+            vec![Replica::new("a"), Replica::new("a"), Replica::new("b")],
+            vec![Replica::new("a"), older()],
+            vec![],
+        ] {
+            assert_eq!(
+                version_of(members.clone()),
+                ring_version(&Ring::new(members.clone())),
+                "{members:?}"
+            );
+        }
+        assert_ne!(
+            version_of([Replica::new("a"), older()]),
+            version_of([Replica::new("a"), Replica::new("c")])
         );
     }
 
