@@ -26,11 +26,20 @@ pub struct Writes {
     pub other: u64,
     /// Of all the above, those the API server answered with an error.
     pub refused: u64,
+    /// Writes in the namespace set aside (the driver's probes), counted
+    /// here alone.
+    pub aside: u64,
 }
 
 impl Writes {
     pub fn total(&self) -> u64 {
-        self.deployments + self.podset_status + self.podsets + self.events + self.other
+        self.deployments + self.podset_status + self.podsets + self.events + self.other + self.aside
+    }
+
+    /// Writes of objects (Deployments, PodSets, their status, Events)
+    /// outside the namespace set aside: what a move must not cause.
+    pub fn objects(&self) -> u64 {
+        self.deployments + self.podset_status + self.podsets + self.events
     }
 
     pub fn add(&mut self, other: &Writes) {
@@ -40,6 +49,7 @@ impl Writes {
         self.events += other.events;
         self.other += other.other;
         self.refused += other.refused;
+        self.aside += other.aside;
     }
 }
 
@@ -67,6 +77,7 @@ struct ObjectRef {
     #[serde(default)]
     resource: String,
     subresource: Option<String>,
+    namespace: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -77,7 +88,7 @@ struct ResponseStatus {
 /// Counts `user`'s writes in the complete lines of `text` (JSON audit events,
 /// one a line). Returns the counts and how many bytes of `text` were whole
 /// lines: a line the API server is still writing is left for the next read.
-pub fn count_writes(text: &str, user: &str) -> (Writes, usize) {
+pub fn count_writes(text: &str, user: &str, aside: Option<&str>) -> (Writes, usize) {
     let complete = text.rfind('\n').map_or(0, |i| i + 1);
     let mut writes = Writes::default();
     for line in text[..complete].lines() {
@@ -90,10 +101,16 @@ pub fn count_writes(text: &str, user: &str) -> (Writes, usize) {
         {
             continue;
         }
-        let (resource, subresource) = event.object_ref.as_ref().map_or(("", None), |o| {
-            (o.resource.as_str(), o.subresource.as_deref())
-        });
+        let (resource, subresource, namespace) =
+            event.object_ref.as_ref().map_or(("", None, None), |o| {
+                (
+                    o.resource.as_str(),
+                    o.subresource.as_deref(),
+                    o.namespace.as_deref(),
+                )
+            });
         match (resource, subresource) {
+            _ if aside.is_some() && namespace == aside => writes.aside += 1,
             ("deployments", None) => writes.deployments += 1,
             ("podsets", Some("status")) => writes.podset_status += 1,
             ("podsets", None) => writes.podsets += 1,
@@ -117,6 +134,7 @@ pub struct AuditTail {
     path: PathBuf,
     user: String,
     offset: u64,
+    aside: Option<String>,
 }
 
 impl AuditTail {
@@ -127,7 +145,14 @@ impl AuditTail {
             path,
             user: user.to_string(),
             offset,
+            aside: None,
         })
+    }
+
+    /// Counts the writes in `namespace` apart (`Writes::aside`).
+    pub fn setting_aside(mut self, namespace: &str) -> Self {
+        self.aside = Some(namespace.to_string());
+        self
     }
 
     /// The writes logged since the last call (or since `from_end`).
@@ -142,7 +167,7 @@ impl AuditTail {
         file.read_to_end(&mut bytes)
             .with_context(|| format!("reading {}", self.path.display()))?;
         let text = String::from_utf8_lossy(&bytes);
-        let (writes, consumed) = count_writes(&text, &self.user);
+        let (writes, consumed) = count_writes(&text, &self.user, self.aside.as_deref());
         self.offset += consumed as u64;
         Ok(writes)
     }
@@ -196,7 +221,7 @@ mod tests {
             line("ResponseComplete", "patch", ME, "deployments", None, 409),
         ]
         .concat();
-        let (writes, consumed) = count_writes(&log, ME);
+        let (writes, consumed) = count_writes(&log, ME, None);
         assert_eq!(
             writes,
             Writes {
@@ -205,11 +230,26 @@ mod tests {
                 podsets: 1,
                 events: 1,
                 other: 1,
-                refused: 1
+                refused: 1,
+                aside: 0,
             }
         );
         assert_eq!(writes.total(), 7);
+        assert_eq!(writes.objects(), 6);
         assert_eq!(consumed, log.len());
+    }
+
+    #[test]
+    fn writes_in_the_namespace_set_aside_are_counted_apart() {
+        let log = [
+            line("ResponseComplete", "patch", ME, "deployments", None, 200),
+            line("ResponseComplete", "update", ME, "leases", None, 200),
+        ]
+        .concat();
+        let (aside, _) = count_writes(&log, ME, Some("bench"));
+        assert_eq!((aside.aside, aside.objects(), aside.total()), (2, 0, 2));
+        let (kept, _) = count_writes(&log, ME, Some("elsewhere"));
+        assert_eq!((kept.aside, kept.objects(), kept.total()), (0, 1, 2));
     }
 
     #[test]
@@ -238,7 +278,7 @@ mod tests {
             "not json at all\n".to_string(),
         ]
         .concat();
-        assert_eq!(count_writes(&log, ME).0, Writes::default());
+        assert_eq!(count_writes(&log, ME, None).0, Writes::default());
     }
 
     #[test]
@@ -246,7 +286,7 @@ mod tests {
         let whole = line("ResponseComplete", "patch", ME, "deployments", None, 200);
         let partial = &line("ResponseComplete", "create", ME, "events", None, 201)[..40];
         let text = format!("{whole}{partial}");
-        let (writes, consumed) = count_writes(&text, ME);
+        let (writes, consumed) = count_writes(&text, ME, None);
         assert_eq!(writes.deployments, 1);
         assert_eq!(writes.events, 0);
         assert_eq!(consumed, whole.len());

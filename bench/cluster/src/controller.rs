@@ -307,6 +307,14 @@ impl ControllerProcess {
     }
 }
 
+impl ControllerProcess {
+    /// SIGKILL, and waits for it: a replica lost without a word.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for ControllerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -7,6 +7,7 @@ mod cluster;
 mod controller;
 mod driver;
 mod memory_cgroup;
+mod moves;
 mod native;
 mod observer;
 mod plugin_apply;

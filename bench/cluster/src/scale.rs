@@ -29,6 +29,7 @@ use crate::driver::{
     load_average,
 };
 use crate::memory_cgroup::MemoryCgroup;
+use crate::moves;
 use crate::procfs;
 use crate::replicas::{mib, settle_lines, side_name};
 use reconciler_tests::real_cluster::kubeconfig;
@@ -60,6 +61,15 @@ pub struct ScaleArgs {
     /// With --memory-limit-mib: the capacity run alone, not the sides before it.
     #[arg(long, requires = "memory_limit_mib")]
     pub capacity_only: bool,
+    /// Then the moves (last): three replicas, then one joins, one stops (SIGTERM) and one is
+    /// killed (SIGKILL); for each, the replicas' object writes, the bytes each received against
+    /// one full list, the time to settle on the new ring and the p99 latency of keys that did
+    /// not move, before and after.
+    #[arg(long)]
+    pub moves: bool,
+    /// The moves alone, not the sides before them (nor a capacity run).
+    #[arg(long, conflicts_with_all = ["capacity_only", "memory_limit_mib"])]
+    pub moves_only: bool,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -181,7 +191,7 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
 
     let mut sides = vec![(1, false), (1, true)];
     sides.extend(args.replicas.iter().map(|n| (*n, true)));
-    if args.capacity_only {
+    if args.capacity_only || args.moves_only {
         sides.clear();
     }
     let mut runs = Vec::new();
@@ -214,6 +224,10 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         let report = capacity::run(&setup, args.podsets, limit, quiet, timeout).await?;
         println!("{report}");
     }
+    if args.moves || args.moves_only {
+        let report = moves::run(&setup, args.podsets, quiet, timeout).await?;
+        println!("{report}");
+    }
     println!(
         "Load average (1, 5, 15 min) at the start: {load_at_start}; at the end: {}.",
         load_average()
@@ -243,6 +257,10 @@ pub(crate) struct Fleet {
     pub cgroups: Vec<MemoryCgroup>,
     sharded: bool,
     started: Instant,
+    /// Replicas started so far: the next one's user and log are numbered by it.
+    spawned: usize,
+    /// Its phase and first size, naming its logs and cgroups.
+    name: String,
 }
 
 impl Fleet {
@@ -264,13 +282,6 @@ impl Fleet {
         phase: &str,
         memory_limit: Option<u64>,
     ) -> anyhow::Result<Self> {
-        let FleetSetup {
-            kube,
-            target,
-            host,
-            state,
-        } = setup;
-        let apiserver = api_server_address(&target.admin_kubeconfig)?;
         let mut fleet = Fleet {
             controllers: Vec::new(),
             links: Vec::new(),
@@ -280,42 +291,91 @@ impl Fleet {
             cgroups: Vec::new(),
             sharded,
             started: Instant::now(),
+            spawned: 0,
+            name: format!("{phase}-{n}{}", if sharded { "s" } else { "" }),
         };
-        for i in 0..n {
-            let user = format!("{CONTROLLER_USER}-{i}");
-            let credentials = kube.credentials(target, &user)?;
-            let link = SeverableLink::start(apiserver)?;
-            let through = state.join(format!("{user}-relayed.kubeconfig"));
-            kubeconfig::with_server(Some(&credentials), &link.url(), &through)?;
-            let probe = format!("127.0.0.1:{}", reconciler_tests::free_loopback_port()?);
-            let mut more = vec!["--http-listen".to_string(), probe.clone()];
-            if sharded {
-                more.extend(["--sharding", "--sharding-namespace", "default"].map(String::from));
-            }
-            let mut setup =
-                host.with_more_args(&more.iter().map(String::as_str).collect::<Vec<_>>());
-            if let Some(limit) = memory_limit {
-                let cgroup = MemoryCgroup::create(&format!("reconciler-bench-{phase}-{i}"), limit)?;
-                setup = setup.in_cgroup(cgroup.procs());
-                fleet.cgroups.push(cgroup);
-            }
-            let log = state.join(format!(
-                "scale-{phase}-{n}{}-{i}.log",
-                if sharded { "s" } else { "" }
-            ));
-            let controller =
-                ControllerProcess::start(Side::Host, Some(&setup), None, &through, log.clone())?;
-            fleet.metrics.push(
-                controller
-                    .metrics_address()
-                    .context("hosts serve /metrics")?,
-            );
-            fleet.controllers.push(controller);
-            fleet.links.push(link);
-            fleet.probes.push(probe);
-            fleet.logs.push(log);
+        for _ in 0..n {
+            fleet.spawn(setup, memory_limit)?;
         }
         Ok(fleet)
+    }
+
+    /// Starts one more replica, behind a relay of its own (and in a memory
+    /// cgroup of its own, given a limit). Returns its index.
+    pub(crate) fn spawn(
+        &mut self,
+        setup: &FleetSetup<'_>,
+        memory_limit: Option<u64>,
+    ) -> anyhow::Result<usize> {
+        let FleetSetup {
+            kube,
+            target,
+            host,
+            state,
+        } = setup;
+        let i = self.spawned;
+        if i >= REPLICA_USERS {
+            bail!("more than the {REPLICA_USERS} replica users the audit policy names");
+        }
+        self.spawned += 1;
+        let apiserver = api_server_address(&target.admin_kubeconfig)?;
+        let user = format!("{CONTROLLER_USER}-{i}");
+        let credentials = kube.credentials(target, &user)?;
+        let link = SeverableLink::start(apiserver)?;
+        let through = state.join(format!("{user}-relayed.kubeconfig"));
+        kubeconfig::with_server(Some(&credentials), &link.url(), &through)?;
+        let probe = format!("127.0.0.1:{}", reconciler_tests::free_loopback_port()?);
+        let mut more = vec!["--http-listen".to_string(), probe.clone()];
+        if self.sharded {
+            more.extend(["--sharding", "--sharding-namespace", "default"].map(String::from));
+        }
+        let mut setup = host.with_more_args(&more.iter().map(String::as_str).collect::<Vec<_>>());
+        if let Some(limit) = memory_limit {
+            let cgroup =
+                MemoryCgroup::create(&format!("reconciler-bench-{}-{i}", self.name), limit)?;
+            setup = setup.in_cgroup(cgroup.procs());
+            self.cgroups.push(cgroup);
+        }
+        let log = state.join(format!("scale-{}-{i}.log", self.name));
+        let controller =
+            ControllerProcess::start(Side::Host, Some(&setup), None, &through, log.clone())?;
+        self.metrics.push(
+            controller
+                .metrics_address()
+                .context("hosts serve /metrics")?,
+        );
+        self.controllers.push(controller);
+        self.links.push(link);
+        self.probes.push(probe);
+        self.logs.push(log);
+        Ok(self.controllers.len() - 1)
+    }
+
+    /// Takes replica `i` out of the fleet: SIGTERM (and waits for it to
+    /// exit), or SIGKILL when `graceful` is false. Its relay goes with it.
+    pub(crate) fn remove(&mut self, i: usize, graceful: bool) -> anyhow::Result<()> {
+        let mut controller = self.controllers.remove(i);
+        // Stopped before its relay goes: a replica stopping gracefully
+        // deletes its Lease through it.
+        let stopped = if graceful {
+            controller.terminate(Duration::from_secs(30))
+        } else {
+            controller.kill();
+            Ok(())
+        };
+        self.links.remove(i);
+        self.metrics.remove(i);
+        self.probes.remove(i);
+        self.logs.remove(i);
+        stopped
+    }
+
+    /// What each replica's relay has carried so far, in the fleet's order.
+    pub(crate) fn traffic(&self) -> Vec<Traffic> {
+        self.links
+            .iter()
+            .map(|l| l.traffic().first().copied().unwrap_or_default())
+            .collect()
     }
 
     /// Waits until every replica is ready (and, sharded, settled on the
