@@ -9,6 +9,12 @@
 //! again right after. Ordering is deterministic (time, then key), which is
 //! what makes `simulate` reproducible. Each time a key is scheduled says
 //! why ([`Cause`]); the reconcile that consumes the time is told.
+//!
+//! Keys a shard ring handed over ([`Cause::RingMove`]) wait in a lane of
+//! their own, taken only when nothing else is due: a replica gaining a
+//! third of a large ring reconciles each arrival once, and a change to an
+//! object it already served must not queue behind all of them. A change
+//! of an arrival while it waits moves it to the common lane.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -67,8 +73,12 @@ impl BackoffPolicy {
 
 #[derive(Debug, Default)]
 pub struct WorkQueue {
-    /// Every (time, key) a key is scheduled at, epoch millis.
+    /// Every (time, key) a key is scheduled at, epoch millis, but those of
+    /// `arrivals`.
     order: BTreeSet<(i64, PrimaryKey)>,
+    /// The (time, key) a key is scheduled at only because the ring handed
+    /// it here: taken when nothing in `order` is due.
+    arrivals: BTreeSet<(i64, PrimaryKey)>,
     /// The same entries by key, so taking or dropping one key's times costs
     /// as many steps as it has times, not a walk over the whole queue (a
     /// host starting on 10,000 objects queues them all at once).
@@ -92,6 +102,7 @@ impl WorkQueue {
     /// Schedules `key` at `at` (in addition to any time it already has),
     /// because of `cause`.
     pub fn add(&mut self, key: PrimaryKey, at: i64, cause: Cause) {
+        let arrival = cause == Cause::RingMove;
         let causes = self.causes.entry(key.clone()).or_default();
         // A key changed again and again before it runs keeps each distinct
         // cause once (and at most a few of them: see `Causes`).
@@ -99,6 +110,12 @@ impl WorkQueue {
             causes.push((at, cause));
         }
         if self.times.entry(key.clone()).or_default().insert(at) {
+            if arrival {
+                self.arrivals.insert((at, key));
+            } else {
+                self.order.insert((at, key));
+            }
+        } else if !arrival && self.arrivals.remove(&(at, key.clone())) {
             self.order.insert((at, key));
         }
     }
@@ -133,7 +150,10 @@ impl WorkQueue {
             self.times.remove(key);
         }
         for at in due {
-            self.order.remove(&(at, key.clone()));
+            let entry = (at, key.clone());
+            if !self.order.remove(&entry) {
+                self.arrivals.remove(&entry);
+            }
         }
         if let Some(causes) = self.causes.get_mut(key) {
             let (consumed, kept): (Vec<_>, Vec<_>) = std::mem::take(causes)
@@ -157,18 +177,21 @@ impl WorkQueue {
         self.taken.remove(key).unwrap_or_default()
     }
 
-    /// The earliest due time of a key not in flight.
-    fn first_due(&self) -> Option<&(i64, PrimaryKey)> {
-        self.order.iter().find(|(_, k)| !self.in_flight.contains(k))
+    /// The earliest due time in `lane` of a key not in flight.
+    fn first_due<'a>(
+        &self,
+        lane: &'a BTreeSet<(i64, PrimaryKey)>,
+    ) -> Option<&'a (i64, PrimaryKey)> {
+        lane.iter().find(|(_, k)| !self.in_flight.contains(k))
     }
 
-    /// The earliest key ready at `now`, marked in flight. Every time of that
-    /// key up to `now` is consumed; later ones stay.
+    /// The earliest key ready at `now`, marked in flight: of the common
+    /// lane, else of the arrivals. Every time of that key up to `now` is
+    /// consumed; later ones stay.
     pub fn pop_ready(&mut self, now: i64) -> Option<PrimaryKey> {
-        let (at, key) = self.first_due().cloned()?;
-        if at > now {
-            return None;
-        }
+        let ready = |entry: Option<&(i64, PrimaryKey)>| entry.filter(|(at, _)| *at <= now).cloned();
+        let (_, key) =
+            ready(self.first_due(&self.order)).or_else(|| ready(self.first_due(&self.arrivals)))?;
         self.take_times(&key, Some(now));
         self.in_flight.insert(key.clone());
         Some(key)
@@ -176,7 +199,11 @@ impl WorkQueue {
 
     /// When the next key not in flight becomes ready.
     pub fn next_ready_at(&self) -> Option<i64> {
-        self.first_due().map(|(at, _)| *at)
+        let first = |lane| self.first_due(lane).map(|(at, _)| *at);
+        match (first(&self.order), first(&self.arrivals)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Finishes a reconcile of `key`; `requeue_at` schedules it again (a
@@ -277,6 +304,30 @@ mod tests {
         assert_eq!(q.pop_ready(0), Some(key("a")));
         assert_eq!(q.pop_ready(0), Some(key("b")));
         assert_eq!(q.pop_ready(0), None);
+    }
+
+    #[test]
+    fn a_change_is_taken_before_the_arrivals_the_ring_handed_over_earlier() {
+        let mut q = WorkQueue::new();
+        for name in ["a", "b", "c"] {
+            q.add(key(name), 0, Cause::RingMove);
+        }
+        q.add(key("z"), 5, Cause::Requeue);
+        assert_eq!(q.next_ready_at(), Some(0));
+        assert_eq!(q.pop_ready(1), Some(key("a")), "nothing else due yet");
+        assert_eq!(q.pop_ready(5), Some(key("z")), "the change before b and c");
+        // An arrival that changes while it waits goes with the changes.
+        q.add(key("c"), 0, Cause::PluginLoaded);
+        assert_eq!(q.pop_ready(5), Some(key("c")));
+        assert_eq!(q.pop_ready(5), Some(key("b")));
+        assert_eq!(q.pop_ready(5), None);
+        assert_eq!(q.depth(), 0);
+        // A later change of an arrival takes its earlier arrival time too.
+        q.add(key("d"), 0, Cause::RingMove);
+        q.add(key("d"), 7, Cause::Requeue);
+        assert_eq!(q.pop_ready(7), Some(key("d")));
+        q.done(&key("d"), None);
+        assert_eq!(q.next_ready_at(), None);
     }
 
     #[test]
