@@ -147,6 +147,34 @@ async fn wait_for_configuration(
     .await
 }
 
+/// Waits until the API server calls the kubernetescluster plugin's
+/// defaulting webhook: it takes up a configuration a moment after the
+/// configuration is stored, so a create right after `wait_for_configuration`
+/// may still go undefaulted. A dry-run create shows when it is called.
+async fn wait_for_defaulting(cx: &RealCluster) -> Result<()> {
+    let probe = cluster("defaulting-probe", 3);
+    let kind = KindRef::of_object(&probe).context("a kind")?;
+    let api: Api<DynamicObject> = cx.api(&kind).await?;
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    cx.wait_for(
+        "the API server to call the defaulting webhook",
+        WAIT,
+        async || {
+            Ok(match answered_create(cx, &api, &probe, &dry_run).await? {
+                Ok(created) if created["spec"]["version"] == "1.33" => Probe::Ready(()),
+                Ok(created) => {
+                    Probe::Pending(format!("a dry run not defaulted: {}", created["spec"]))
+                }
+                Err(denied) => Probe::Pending(format!("a dry run denied: {denied}")),
+            })
+        },
+    )
+    .await
+}
+
 /// Waits until `plugin` has no configuration of either kind.
 async fn wait_for_no_configuration(cx: &RealCluster, prefix: &str, plugin: &str) -> Result<()> {
     let validating: Api<ValidatingWebhookConfiguration> = Api::all(cx.client.clone());
@@ -223,6 +251,7 @@ fn the_api_server_denies_a_change_of_masters_and_gets_defaults() {
             let prefix = start_host_with_admission(cx, &[example_plugin("kubernetescluster")])?;
             let result = async {
                 wait_for_configuration(cx, &prefix, "kubernetescluster", "Fail").await?;
+                wait_for_defaulting(cx).await?;
                 let created = match try_create(cx, &cluster("prod", 3)).await? {
                     Ok(created) => created,
                     Err(denied) => bail!("a valid cluster was denied: {denied}"),
@@ -274,6 +303,7 @@ fn an_object_labelled_to_opt_out_still_goes_through_admission() {
             let prefix = start_host_with_admission(cx, &[example_plugin("kubernetescluster")])?;
             let result = async {
                 wait_for_configuration(cx, &prefix, "kubernetescluster", "Fail").await?;
+                wait_for_defaulting(cx).await?;
                 let mut labelled = cluster("labelled", 3);
                 labelled["metadata"]["labels"] =
                     json!({"reconciler-host.io/admission": "disabled"});
@@ -370,6 +400,7 @@ fn an_api_server_presenting_the_client_certificate_is_served_and_no_one_else() {
             &["--admission-client-ca", &callers],
         )?;
         wait_for_configuration(cx, &prefix, "kubernetescluster", "Fail").await?;
+        wait_for_defaulting(cx).await?;
         let created = match try_create(cx, &cluster("prod", 3)).await? {
             Ok(created) => created,
             Err(denied) => bail!("the API server's create was not admitted: {denied}"),
@@ -440,6 +471,7 @@ fn a_standby_replica_serves_admission_and_reconciles_nothing() {
             )?;
             let result = async {
                 wait_for_configuration(cx, &prefix, "kubernetescluster", "Fail").await?;
+                wait_for_defaulting(cx).await?;
                 let created = match try_create(cx, &cluster("standby", 3)).await? {
                     Ok(created) => created,
                     Err(denied) => bail!("a valid cluster was denied: {denied}"),
@@ -878,6 +910,7 @@ fn an_expiring_certificate_is_renewed_through_the_shared_secret_without_a_failed
                 let secrets = KindRef::new("", "v1", "Secret");
                 for prefix in &prefixes {
                     wait_for_configuration(cx, prefix, "kubernetescluster", "Fail").await?;
+                    wait_for_defaulting(cx).await?;
                 }
                 if let Err(denied) = try_create(cx, &cluster("before", 3)).await? {
                     bail!("a valid cluster was denied: {denied}");
