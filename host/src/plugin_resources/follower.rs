@@ -6,8 +6,9 @@
 //! last good digest keeps serving and the status says why the new one does
 //! not. A version the directory refuses is taken back out of the served
 //! file, so a restart serves the last good one too. Failures are retried
-//! with backoff (5 s doubling to 5 min); a digest refused for what it is
-//! (signature, content, load) is not pulled again until the spec changes,
+//! with backoff (5 s doubling to 5 min), a signature not yet pushed among
+//! them; a digest refused for what it is (a signature that does not
+//! verify, content, load) is not pulled again until the spec changes,
 //! the trust policy changes or the source names another digest.
 //!
 //! A digest serves under the trust it was admitted with: the policies
@@ -37,7 +38,7 @@ use super::shared::Shared;
 use super::spec::ValidSpec;
 use crate::plugin::hot_reload::PluginStatus;
 use crate::registry::client::Pulled;
-use crate::registry::fetch::{FetchError, fetch_digest, resolve, signers_text};
+use crate::registry::fetch::{fetch_digest, resolve, signers_text};
 use crate::registry::signatures::Signer;
 use crate::registry::trust::{Admission, Requirements};
 use crate::registry::{Credentials, Digest, RegistryClient, TrustPolicy, VerifyError};
@@ -356,10 +357,7 @@ impl Follower {
             Ok(fetched) => return Ok(fetched),
             Err(e) => e,
         };
-        if !matches!(
-            &e,
-            FetchError::Registry(crate::registry::RegistryError::Unreachable { .. })
-        ) {
+        if !e.may_pass_later() {
             self.refuse(digest, desired.generation, &access.admission);
         }
         let condition = if e.is_verification() {

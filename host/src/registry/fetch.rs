@@ -72,6 +72,18 @@ impl FetchError {
         }
     }
 
+    /// Whether the same digest may pass on a later try: the registry was
+    /// not reached, or its signature was not there yet or not readable (a
+    /// signer commonly pushes the signature just after the image). Any
+    /// other failure is the digest's own: refused until something changes.
+    pub fn may_pass_later(&self) -> bool {
+        matches!(
+            self,
+            FetchError::Registry(RegistryError::Unreachable { .. })
+                | FetchError::Verify(VerifyError::Missing { .. } | VerifyError::Unreachable { .. })
+        )
+    }
+
     /// Whether the signature check is what failed (the Verified condition).
     pub fn is_verification(&self) -> bool {
         matches!(self, FetchError::Verify(_))
@@ -162,4 +174,42 @@ pub async fn fetch_once(
         cached: pulled.cached,
         stale_tag,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn said(reference: &str) -> (String, String) {
+        (reference.to_string(), "it said no".to_string())
+    }
+
+    #[test]
+    fn a_signature_not_there_yet_is_tried_again_and_one_that_fails_is_refused() {
+        let (reference, message) = said("oci://r/p@sha256:1");
+        let later = [
+            FetchError::Registry(RegistryError::Unreachable {
+                reference: reference.clone(),
+                message: message.clone(),
+            }),
+            FetchError::Verify(VerifyError::Missing {
+                reference: reference.clone(),
+                tag: "sha256-1.sig".into(),
+            }),
+            FetchError::Verify(VerifyError::Unreachable {
+                reference: reference.clone(),
+                message: message.clone(),
+            }),
+        ];
+        assert!(later.iter().all(FetchError::may_pass_later));
+        let refused = [
+            FetchError::Verify(VerifyError::NotTrusted {
+                reference: reference.clone(),
+                count: 1,
+                trusted: "key k".into(),
+            }),
+            FetchError::Registry(RegistryError::Unauthorized { reference, message }),
+        ];
+        assert!(!refused.iter().any(FetchError::may_pass_later));
+    }
 }
