@@ -32,11 +32,11 @@ use reconciler_tests::real_cluster::kubeconfig;
 use reconciler_tests::real_cluster::severable_link::SeverableLink;
 
 use crate::audit::{AuditTail, Writes};
-use crate::cluster::CONTROLLER_USER;
+use crate::cluster::{CONTROLLER_USER, REPLICA_USERS};
 use crate::driver::{PROBE_NAMESPACE, client_for, create_namespace, create_podsets};
 use crate::podset::PodSet;
 use crate::replicas::{mib, settle_lines};
-use crate::scale::{Fleet, FleetSetup};
+use crate::scale::{Fleet, FleetSetup, api_server_address};
 use crate::stats::percentile;
 
 /// Probe PodSets: each is patched once every PROBES x PROBE_EVERY (30 s),
@@ -142,7 +142,7 @@ pub async fn run(
         tokio::time::sleep(WINDOW).await;
         let ring_before = ring_of(&fleet)?;
         let traffic_before = fleet.traffic();
-        let mut tails: Vec<AuditTail> = (0..setup_users())
+        let mut tails: Vec<AuditTail> = (0..REPLICA_USERS)
             .map(|i| {
                 AuditTail::from_end(audit.clone(), &format!("{CONTROLLER_USER}-{i}"))
                     .map(|t| t.setting_aside(PROBE_NAMESPACE))
@@ -229,11 +229,6 @@ pub async fn run(
     Ok(render(podsets, full_list, &moves))
 }
 
-/// Every replica user the fleet may have started.
-fn setup_users() -> usize {
-    crate::cluster::REPLICA_USERS
-}
-
 /// Lists every PodSet and every Deployment, in pages of 500 as a watch
 /// lists, through a counting relay of the lister's own.
 struct Lister {
@@ -251,16 +246,7 @@ struct Listed {
 impl Lister {
     async fn new(setup: &FleetSetup<'_>) -> anyhow::Result<Self> {
         let kube = &setup.target.admin_kubeconfig;
-        let server = kube::config::Kubeconfig::read_from(kube)?
-            .clusters
-            .first()
-            .and_then(|c| c.cluster.as_ref()?.server.clone())
-            .context("the admin kubeconfig names no server")?;
-        let address = server
-            .trim_start_matches("https://")
-            .trim_end_matches('/')
-            .parse()
-            .with_context(|| format!("the server {server} is not an address"))?;
+        let address = api_server_address(kube)?;
         let link = SeverableLink::start(address)?;
         let through = setup.state.join("moves-lister.kubeconfig");
         kubeconfig::with_server(Some(kube), &link.url(), &through)?;

@@ -546,7 +546,7 @@ impl Scraped {
 }
 
 /// Where the API server of `kubeconfig` (its first cluster) listens.
-fn api_server_address(kubeconfig: &Path) -> anyhow::Result<SocketAddr> {
+pub(crate) fn api_server_address(kubeconfig: &Path) -> anyhow::Result<SocketAddr> {
     let config = kube::config::Kubeconfig::read_from(kubeconfig)?;
     let server = config
         .clusters
