@@ -499,6 +499,7 @@ mod tests {
             kind: "PodSet".into(),
             object: PrimaryKey::new(Some("default"), name),
             outcome,
+            waited_millis: 0,
         }
     }
 

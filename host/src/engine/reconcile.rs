@@ -95,6 +95,7 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             plugin: plugin.to_string(),
             kind,
             object: key,
+            waited_millis: 0,
             outcome: Outcome::Failed {
                 reason: "HostPanic".to_string(),
                 message,
@@ -117,12 +118,17 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
                 kind: String::new(),
                 object: key,
                 outcome: Outcome::Unloaded,
+                waited_millis: 0,
             };
             return (record, None);
         };
         let loaded = controller.plugin();
         let metadata = loaded.metadata();
-        let causes = controller.state().queue.take_causes(&key);
+        let (causes, waited_millis) = {
+            let mut state = controller.state();
+            let causes = state.queue.take_causes(&key);
+            (causes, state.queue.take_wait(&key).unwrap_or(0))
+        };
         // `object_name`, not `name`: JSON logs already give the span's own
         // name under that key.
         let span = tracing::info_span!(
@@ -164,6 +170,7 @@ impl<B: ClusterBackend> Reconciler<'_, B> {
             kind: metadata.primary.kind.clone(),
             object: key,
             outcome: settled.outcome,
+            waited_millis,
         };
         span.record("outcome", record.outcome.word());
         let found = self.file(&loaded, &record, &causes, notes, now - at_millis);

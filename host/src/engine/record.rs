@@ -106,6 +106,9 @@ pub struct ReconcileRecord {
     pub kind: String,
     pub object: PrimaryKey,
     pub outcome: Outcome,
+    /// How long the object waited in its queue past its due time before
+    /// this reconcile started (0 for one that never ran).
+    pub waited_millis: i64,
 }
 
 impl ReconcileRecord {

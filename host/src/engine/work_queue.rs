@@ -92,6 +92,9 @@ pub struct WorkQueue {
     /// The causes of the times a key in flight consumed, until its
     /// reconcile takes them ([`Self::take_causes`]).
     taken: HashMap<PrimaryKey, Causes>,
+    /// How long each key in flight waited past its due time, until its
+    /// reconcile takes it ([`Self::take_wait`]).
+    waited: HashMap<PrimaryKey, i64>,
 }
 
 impl WorkQueue {
@@ -190,11 +193,27 @@ impl WorkQueue {
     /// consumed; later ones stay.
     pub fn pop_ready(&mut self, now: i64) -> Option<PrimaryKey> {
         let ready = |entry: Option<&(i64, PrimaryKey)>| entry.filter(|(at, _)| *at <= now).cloned();
-        let (_, key) =
+        let (due, key) =
             ready(self.first_due(&self.order)).or_else(|| ready(self.first_due(&self.arrivals)))?;
+        // From the earliest of the times this pop consumes: the one waited
+        // on longest, whichever lane it was in.
+        let first = self
+            .times
+            .get(&key)
+            .and_then(|times| times.first())
+            .copied()
+            .unwrap_or(due);
         self.take_times(&key, Some(now));
+        self.waited.insert(key.clone(), now.saturating_sub(first).max(0));
         self.in_flight.insert(key.clone());
         Some(key)
+    }
+
+    /// How long `key`, handed out by [`Self::pop_ready`], waited past the
+    /// time it was due (controller-runtime's queue duration): behind other
+    /// keys, or behind a reconcile of itself still running.
+    pub fn take_wait(&mut self, key: &PrimaryKey) -> Option<i64> {
+        self.waited.remove(key)
     }
 
     /// When the next key not in flight becomes ready.
@@ -211,6 +230,7 @@ impl WorkQueue {
     pub fn done(&mut self, key: &PrimaryKey, requeue_at: Option<(i64, Cause)>) {
         self.in_flight.remove(key);
         self.taken.remove(key);
+        self.waited.remove(key);
         if let Some((at, cause)) = requeue_at {
             self.add(key.clone(), at, cause);
         }
@@ -245,6 +265,7 @@ impl WorkQueue {
     pub fn forget(&mut self, key: &PrimaryKey) {
         self.take_times(key, None);
         self.taken.remove(key);
+        self.waited.remove(key);
         self.failures.remove(key);
         self.too_soon.remove(key);
     }
@@ -328,6 +349,30 @@ mod tests {
         assert_eq!(q.pop_ready(7), Some(key("d")));
         q.done(&key("d"), None);
         assert_eq!(q.next_ready_at(), None);
+    }
+
+    #[test]
+    fn a_key_waits_from_its_earliest_due_time_until_it_is_handed_out() {
+        let mut q = WorkQueue::new();
+        q.add(key("a"), 100, Cause::PluginLoaded);
+        q.add(key("a"), 250, Cause::Requeue);
+        q.add(key("b"), 900, Cause::PluginLoaded);
+        assert_eq!(q.pop_ready(400), Some(key("a")));
+        assert_eq!(q.take_wait(&key("a")), Some(300), "from 100, not 250");
+        assert_eq!(q.take_wait(&key("a")), None, "taken once");
+        // Due again while in flight: the wait runs on until it is handed
+        // out after the reconcile in flight is done.
+        q.add(key("a"), 500, Cause::PluginLoaded);
+        assert_eq!(q.pop_ready(700), None);
+        q.done(&key("a"), None);
+        assert_eq!(q.pop_ready(800), Some(key("a")));
+        assert_eq!(q.take_wait(&key("a")), Some(300));
+        assert_eq!(q.pop_ready(900), Some(key("b")));
+        assert_eq!(q.take_wait(&key("b")), Some(0), "handed out when due");
+        // A key done or forgotten before its reconcile took the wait
+        // leaves nothing behind.
+        q.done(&key("b"), None);
+        assert_eq!(q.take_wait(&key("b")), None);
     }
 
     #[test]

@@ -519,6 +519,7 @@ mod tests {
                 kind: "PodSet".into(),
                 object: PrimaryKey::new(Some("default"), "web"),
                 outcome: Outcome::Gone,
+                waited_millis: 0,
             };
             let record = ReconcileRecord {
                 outcome: Outcome::Applied {
