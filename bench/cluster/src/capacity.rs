@@ -1,6 +1,6 @@
 //! `bench-cluster scale --memory-limit-mib`: capacity under a memory limit,
 //! as pods with `limits.memory` have it. Each replica runs in a memory
-//! cgroup of its own (see `memory_cgroup`), so the host derives its cache
+//! cgroup of its own (see `cgroup`), so the host derives its cache
 //! budget from that limit as it would in a pod (`fleet/cache_budget.rs`).
 //! First one replica alone: the cluster holds more than its budget, so it
 //! must pause with a clear status (the metric, the log line) and not be
@@ -14,7 +14,14 @@ use anyhow::{Context, bail};
 use reconciler_host::fleet::cache_budget::{BYTES_PER_OBJECT, IDLE_BYTES, objects_within};
 
 use crate::replicas::mib;
-use crate::scale::{Fleet, FleetSetup};
+use crate::scale::{Fleet, FleetSetup, Limits};
+
+fn memory(limit: u64) -> Limits {
+    Limits {
+        memory: Some(limit),
+        cpu: None,
+    }
+}
 
 /// The replicas of the second run.
 const REPLICAS: usize = 3;
@@ -61,7 +68,7 @@ pub async fn run(
     }
 
     // One replica: over its budget, it must pause, alive.
-    let mut alone = Fleet::start_limited(setup, 1, true, "capacity1", Some(limit))?;
+    let mut alone = Fleet::start_limited(setup, 1, true, "capacity1", memory(limit))?;
     let paused_after = wait_paused(&mut alone, timeout).await?;
     let said = budget_line(&alone)?;
     let version = alone
@@ -73,7 +80,7 @@ pub async fn run(
     drop(alone);
 
     // Three replicas: each holds its share, within its budget.
-    let mut three = Fleet::start_limited(setup, REPLICAS, true, "capacity3", Some(limit))?;
+    let mut three = Fleet::start_limited(setup, REPLICAS, true, "capacity3", memory(limit))?;
     let settled = three
         .settle(podsets, quiet, timeout)
         .await

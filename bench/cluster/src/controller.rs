@@ -36,8 +36,8 @@ pub struct HostSetup {
     plugins_dir: PathBuf,
     compile_cache: PathBuf,
     extra_args: Vec<String>,
-    /// The `cgroup.procs` of a cgroup the host is started in.
-    cgroup_procs: Option<PathBuf>,
+    /// The `cgroup.procs` of each cgroup the host is started in.
+    cgroup_procs: Vec<PathBuf>,
 }
 
 impl HostSetup {
@@ -101,7 +101,7 @@ impl HostSetup {
             plugins_dir,
             compile_cache,
             extra_args,
-            cgroup_procs: None,
+            cgroup_procs: Vec::new(),
         })
     }
 }
@@ -123,9 +123,9 @@ impl HostSetup {
         }
     }
 
-    /// Started in the cgroup whose `cgroup.procs` is `procs`.
+    /// Started in the cgroup whose `cgroup.procs` is `procs` too.
     pub fn in_cgroup(mut self, procs: PathBuf) -> Self {
-        self.cgroup_procs = Some(procs);
+        self.cgroup_procs.push(procs);
         self
     }
 }
@@ -195,18 +195,26 @@ impl ControllerProcess {
             }
             Side::Host => {
                 let host = host.context("the host side needs a prepared host")?;
-                let mut cmd = match &host.cgroup_procs {
-                    // The shell joins the cgroup and execs the host, so the
-                    // host's first byte is charged to it.
-                    Some(procs) => {
-                        let mut cmd = Command::new("sh");
-                        cmd.arg("-c")
-                            .arg("echo $$ > \"$0\" && exec \"$@\"")
-                            .arg(procs)
-                            .arg(&host.bin);
-                        cmd
-                    }
-                    None => Command::new(&host.bin),
+                let mut cmd = if host.cgroup_procs.is_empty() {
+                    Command::new(&host.bin)
+                } else {
+                    // The shell joins the cgroups and execs the host, so
+                    // the host's first byte and cycle are charged to them.
+                    let mut cmd = Command::new("sh");
+                    cmd.arg("-c")
+                        .arg(
+                            "for p in $RECONCILER_BENCH_CGROUPS; do echo $$ > \"$p\" || exit 125; done; exec \"$0\" \"$@\"",
+                        )
+                        .env(
+                            "RECONCILER_BENCH_CGROUPS",
+                            host.cgroup_procs
+                                .iter()
+                                .map(|p| p.display().to_string())
+                                .collect::<Vec<_>>()
+                                .join(" "),
+                        )
+                        .arg(&host.bin);
+                    cmd
                 };
                 cmd.arg("run")
                     .arg("--plugins-dir")

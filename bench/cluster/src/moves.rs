@@ -17,16 +17,14 @@
 //! computed from the two rings with the host's own assignment.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::runtime::watcher::{self, Event, watcher};
 use reconciler_host::sharding::assignment::{Replica, Ring, ShardKey};
 use reconciler_tests::real_cluster::kubeconfig;
 use reconciler_tests::real_cluster::severable_link::SeverableLink;
@@ -34,9 +32,10 @@ use reconciler_tests::real_cluster::severable_link::SeverableLink;
 use crate::audit::{AuditTail, Writes};
 use crate::cluster::{CONTROLLER_USER, REPLICA_USERS};
 use crate::driver::{PROBE_NAMESPACE, client_for, create_namespace, create_podsets};
+use crate::following::{Samples, follow_deployments};
 use crate::podset::PodSet;
 use crate::replicas::{mib, settle_lines};
-use crate::scale::{Fleet, FleetSetup, api_server_address};
+use crate::scale::{Fleet, FleetSetup, Limits, api_server_address};
 use crate::stats::percentile;
 
 /// Probe PodSets: each is patched once every PROBES x PROBE_EVERY (30 s),
@@ -50,34 +49,6 @@ const LIST_AIM: f64 = 1.3;
 const P99_AIM: f64 = 1.10;
 /// A graceful move is to be effective within this.
 const EFFECTIVE_AIM: Duration = Duration::from_secs(3);
-
-/// One probe patch and when its Deployment followed.
-struct Sample {
-    sent: Instant,
-    name: String,
-    size: i32,
-    done: Option<Instant>,
-}
-
-#[derive(Default)]
-struct Samples(Mutex<Vec<Sample>>);
-
-impl Samples {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Sample>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The latencies of the samples sent in `[from, to)` whose key `keep`
-    /// says yes to; a sample never followed counts as the time to `now`.
-    fn latencies(&self, from: Instant, to: Instant, keep: impl Fn(&str) -> bool) -> Vec<Duration> {
-        let now = Instant::now();
-        self.lock()
-            .iter()
-            .filter(|s| s.sent >= from && s.sent < to && keep(&s.name))
-            .map(|s| s.done.unwrap_or(now).saturating_duration_since(s.sent))
-            .collect()
-    }
-}
 
 /// One move, measured.
 struct Move {
@@ -133,7 +104,7 @@ pub async fn run(
     );
 
     let samples = Arc::new(Samples::default());
-    let watching = follow_deployments(client.clone(), samples.clone()).await?;
+    let watching = follow_deployments(client.clone(), PROBE_NAMESPACE, samples.clone()).await?;
     let probing = tokio::spawn(probe(client.clone(), names.clone(), samples.clone()));
 
     let mut moves = Vec::new();
@@ -153,7 +124,7 @@ pub async fn run(
         let mut kept: Vec<u64> = traffic_before.iter().map(|t| t.bytes_out).collect();
         match what {
             "join" => {
-                fleet.spawn(setup, None)?;
+                fleet.spawn(setup, Limits::default())?;
                 kept.push(0);
             }
             "SIGTERM" => {
@@ -328,72 +299,19 @@ async fn probe(client: kube::Client, names: Vec<String>, samples: Arc<Samples>) 
         } else {
             1
         };
-        let sent = Instant::now();
+        let i = samples.sent(name, size, Instant::now());
         let patch = Patch::Merge(serde_json::json!({"spec": {"size": size}}));
         match api.patch(name, &PatchParams::default(), &patch).await {
             Ok(_) => {
                 sizes.insert(name, size);
-                samples.lock().push(Sample {
-                    sent,
-                    name: name.clone(),
-                    size,
-                    done: None,
-                });
+                samples.answered(i, true);
             }
-            Err(e) => eprintln!("bench-cluster: patching probe {name}: {e}"),
+            Err(e) => {
+                samples.answered(i, false);
+                eprintln!("bench-cluster: patching probe {name}: {e}");
+            }
         }
     }
-}
-
-/// Marks each sample done when the driver's watch sees its Deployment at
-/// its size. Returns once the watch has listed.
-async fn follow_deployments(
-    client: kube::Client,
-    samples: Arc<Samples>,
-) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    let (listed, is_listed) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(async move {
-        let stream = watcher(
-            Api::<Deployment>::namespaced(client, PROBE_NAMESPACE),
-            watcher::Config::default(),
-        );
-        let mut stream = std::pin::pin!(stream);
-        let mut listed = Some(listed);
-        while let Some(event) = stream.next().await {
-            let now = Instant::now();
-            match event {
-                Ok(Event::Apply(d)) => {
-                    let (Some(name), Some(replicas)) = (
-                        d.metadata.name.as_deref(),
-                        d.spec.as_ref().and_then(|s| s.replicas),
-                    ) else {
-                        continue;
-                    };
-                    let mut samples = samples.lock();
-                    if let Some(s) = samples
-                        .iter_mut()
-                        .rev()
-                        .find(|s| s.name == name && s.done.is_none())
-                        && s.size == replicas
-                    {
-                        s.done = Some(now);
-                    }
-                }
-                Ok(Event::InitDone) => {
-                    if let Some(tx) = listed.take() {
-                        let _ = tx.send(());
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => eprintln!("bench-cluster: watching the probes' Deployments: {e}"),
-            }
-        }
-    });
-    tokio::time::timeout(Duration::from_secs(60), is_listed)
-        .await
-        .context("the probes' Deployments were not listed within 60 s")?
-        .context("the probes' watch ended")?;
-    Ok(task)
 }
 
 /// The ring of the fleet's replicas, as each named itself on joining.
@@ -544,28 +462,6 @@ mod tests {
             changed(&before, &listed(&[("a", "1"), ("b", "9"), ("d", "4")])),
             3
         );
-    }
-
-    #[test]
-    fn a_sample_never_followed_counts_until_now_and_others_by_their_key() {
-        let samples = Samples::default();
-        let start = Instant::now();
-        for (i, name) in ["kept", "moved", "lost"].iter().enumerate() {
-            samples.lock().push(Sample {
-                sent: start + Duration::from_millis(i as u64),
-                name: name.to_string(),
-                size: 1,
-                done: (*name != "lost").then(|| start + Duration::from_millis(50)),
-            });
-        }
-        let end = start + Duration::from_secs(1);
-        let read_at = Instant::now();
-        let kept = samples.latencies(start, end, |k| k != "moved");
-        assert_eq!(kept.len(), 2);
-        assert_eq!(kept[0], Duration::from_millis(50));
-        let lost_sent = start + Duration::from_millis(2);
-        assert!(kept[1] >= read_at.saturating_duration_since(lost_sent));
-        assert!(samples.latencies(end, end, |_| true).is_empty());
     }
 
     #[test]

@@ -22,15 +22,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 
 use crate::capacity;
+use crate::cgroup::{CpuCgroup, MemoryCgroup};
 use crate::cluster::{CONTROLLER_USER, LocalKube, REPLICA_USERS, Target};
 use crate::controller::{ControllerProcess, HostSetup, Side};
 use crate::driver::{
     BULK_NAMESPACE, ClusterArgs, client_for, create_namespace, create_podsets_timed, install_crd,
     load_average,
 };
-use crate::memory_cgroup::MemoryCgroup;
 use crate::moves;
 use crate::procfs;
+use crate::queue_waits::QueueWaits;
 use crate::replicas::{mib, settle_lines, side_name};
 use reconciler_tests::real_cluster::kubeconfig;
 use reconciler_tests::real_cluster::severable_link::{SeverableLink, Traffic};
@@ -235,6 +236,15 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What cgroups hold each replica to, as a pod's `limits` do.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Limits {
+    /// Bytes (`limits.memory`).
+    pub memory: Option<u64>,
+    /// Cores (`limits.cpu`): a CFS quota of this much of a core per period.
+    pub cpu: Option<f64>,
+}
+
 /// What every side's replicas start from.
 pub(crate) struct FleetSetup<'a> {
     pub kube: &'a LocalKube,
@@ -255,6 +265,8 @@ pub(crate) struct Fleet {
     /// Each replica's memory cgroup, in the capacity run; removed after
     /// the replicas are gone.
     pub cgroups: Vec<MemoryCgroup>,
+    /// Each replica's CPU cgroup, in the churn run; the same.
+    pub cpu_cgroups: Vec<CpuCgroup>,
     sharded: bool,
     started: Instant,
     /// Replicas started so far: the next one's user and log are numbered by it.
@@ -270,17 +282,17 @@ impl Fleet {
         sharded: bool,
         phase: &str,
     ) -> anyhow::Result<Self> {
-        Self::start_limited(setup, n, sharded, phase, None)
+        Self::start_limited(setup, n, sharded, phase, Limits::default())
     }
 
-    /// As [`Self::start`], each replica in a memory cgroup of its own
-    /// holding at most `memory_limit` bytes, when given.
+    /// As [`Self::start`], each replica in cgroups of its own that hold it
+    /// to `limits`.
     pub(crate) fn start_limited(
         setup: &FleetSetup<'_>,
         n: usize,
         sharded: bool,
         phase: &str,
-        memory_limit: Option<u64>,
+        limits: Limits,
     ) -> anyhow::Result<Self> {
         let mut fleet = Fleet {
             controllers: Vec::new(),
@@ -289,23 +301,24 @@ impl Fleet {
             probes: Vec::new(),
             logs: Vec::new(),
             cgroups: Vec::new(),
+            cpu_cgroups: Vec::new(),
             sharded,
             started: Instant::now(),
             spawned: 0,
             name: format!("{phase}-{n}{}", if sharded { "s" } else { "" }),
         };
         for _ in 0..n {
-            fleet.spawn(setup, memory_limit)?;
+            fleet.spawn(setup, limits)?;
         }
         Ok(fleet)
     }
 
-    /// Starts one more replica, behind a relay of its own (and in a memory
-    /// cgroup of its own, given a limit). Returns its index.
+    /// Starts one more replica, behind a relay of its own (and in cgroups
+    /// of its own holding it to `limits`). Returns its index.
     pub(crate) fn spawn(
         &mut self,
         setup: &FleetSetup<'_>,
-        memory_limit: Option<u64>,
+        limits: Limits,
     ) -> anyhow::Result<usize> {
         let FleetSetup {
             kube,
@@ -330,11 +343,22 @@ impl Fleet {
             more.extend(["--sharding", "--sharding-namespace", "default"].map(String::from));
         }
         let mut setup = host.with_more_args(&more.iter().map(String::as_str).collect::<Vec<_>>());
-        if let Some(limit) = memory_limit {
+        if let Some(limit) = limits.memory {
             let cgroup =
                 MemoryCgroup::create(&format!("reconciler-bench-{}-{i}", self.name), limit)?;
             setup = setup.in_cgroup(cgroup.procs());
             self.cgroups.push(cgroup);
+        }
+        if let Some(cores) = limits.cpu {
+            let cgroup =
+                CpuCgroup::create(&format!("reconciler-bench-{}-{i}-cpu", self.name), cores)?;
+            if limits.memory.is_some() && cgroup.version() == crate::cgroup::Version::V2 {
+                bail!(
+                    "under cgroup v2 a process is in one cgroup: give a replica a memory limit or a CPU quota, not both"
+                );
+            }
+            setup = setup.in_cgroup(cgroup.procs());
+            self.cpu_cgroups.push(cgroup);
         }
         let log = state.join(format!("scale-{}-{i}.log", self.name));
         let controller =
@@ -478,6 +502,14 @@ impl Fleet {
             .try_for_each(ControllerProcess::check_running)
     }
 
+    /// Each replica's pid, in the fleet's order.
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.controllers
+            .iter()
+            .map(ControllerProcess::pid)
+            .collect()
+    }
+
     pub(crate) fn scrape(&self) -> anyhow::Result<Vec<Scraped>> {
         self.metrics.iter().map(|a| Scraped::at(a)).collect()
     }
@@ -510,6 +542,8 @@ pub(crate) struct Scraped {
     pub deployments: u64,
     /// Clusters paused over their cache budget.
     pub paused: u64,
+    /// How long objects waited in the queue.
+    pub waits: QueueWaits,
 }
 
 impl Scraped {
@@ -525,6 +559,7 @@ impl Scraped {
                 continue;
             };
             let value = value as u64;
+            s.waits.add_line(name, value);
             if name.starts_with("workqueue_depth{") {
                 s.depth += value;
             } else if name.starts_with("controller_runtime_active_workers{") {

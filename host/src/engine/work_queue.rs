@@ -204,7 +204,8 @@ impl WorkQueue {
             .copied()
             .unwrap_or(due);
         self.take_times(&key, Some(now));
-        self.waited.insert(key.clone(), now.saturating_sub(first).max(0));
+        self.waited
+            .insert(key.clone(), now.saturating_sub(first).max(0));
         self.in_flight.insert(key.clone());
         Some(key)
     }
