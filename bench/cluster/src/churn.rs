@@ -28,6 +28,8 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use tokio::sync::Semaphore;
 
+use reconciler_host::engine::shard_selection::SHARD_LABEL;
+
 use crate::cgroup::Throttling;
 use crate::cluster::{LocalKube, REPLICA_USERS, Target};
 use crate::controller::HostSetup;
@@ -85,6 +87,11 @@ pub struct ChurnArgs {
     /// Of the changes, the share that creates a new PodSet (the rest change a size), in percent.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub creates_percent: u8,
+    /// Serve no admission on the replicas: each new PodSet then reaches every replica unlabelled
+    /// and its owner labels it (one more write and an event at every replica per create)
+    /// instead of the shard-label webhook labelling it at creation, as a deployed fleet does.
+    #[arg(long)]
+    pub no_admission: bool,
     /// Before the first step, the side has settled once nothing was reconciled for this long.
     #[arg(long, default_value_t = 5)]
     pub quiet_secs: u64,
@@ -99,6 +106,7 @@ struct Reading {
     apiserver: Option<Duration>,
     throttling: Vec<Option<Throttling>>,
     waits: QueueWaits,
+    reconciles: u64,
 }
 
 impl Reading {
@@ -109,8 +117,10 @@ impl Reading {
             .map(procfs::cpu_time)
             .collect::<anyhow::Result<Vec<_>>>()?;
         let mut waits = QueueWaits::default();
+        let mut reconciles = 0;
         for scraped in fleet.scrape()? {
             waits.add(&scraped.waits);
+            reconciles += scraped.reconciles;
         }
         Ok(Reading {
             at: Instant::now(),
@@ -120,6 +130,7 @@ impl Reading {
                 .and_then(|pid| procfs::cpu_time(pid).ok()),
             throttling: fleet.cpu_cgroups.iter().map(|c| c.throttling()).collect(),
             waits,
+            reconciles,
         })
     }
 }
@@ -133,6 +144,8 @@ struct Step {
     /// Changes the driver could not send on time.
     behind: usize,
     waits: QueueWaits,
+    /// Reconciles of all replicas in the step.
+    reconciles: u64,
     /// Cores used, by replica.
     cores: Vec<f64>,
     apiserver_cores: Option<f64>,
@@ -153,6 +166,7 @@ impl Step {
             sent,
             behind,
             waits: after.waits.since(&before.waits),
+            reconciles: after.reconciles.saturating_sub(before.reconciles),
             cores: after
                 .replicas
                 .iter()
@@ -203,6 +217,12 @@ impl Step {
 
     fn total_cores(&self) -> f64 {
         self.cores.iter().sum()
+    }
+
+    /// CPU of all replicas per reconcile, in ms.
+    fn cpu_per_reconcile_ms(&self) -> Option<f64> {
+        let secs = self.to.duration_since(self.from).as_secs_f64();
+        (self.reconciles > 0).then(|| self.total_cores() * secs * 1000.0 / self.reconciles as f64)
     }
 }
 
@@ -431,7 +451,11 @@ async fn run_side(
         memory: None,
         cpu: Some(args.cpu_quota),
     };
-    let mut fleet = Fleet::start_limited(&setup, n, true, "churn", limits)?;
+    let mut fleet = if args.no_admission {
+        Fleet::start_limited(&setup, n, true, "churn", limits)?
+    } else {
+        Fleet::start_admitted(&setup, n, "churn", limits)?
+    };
     if let Some(cgroup) = fleet.cpu_cgroups.first() {
         eprintln!(
             "[churn] {what}: each replica under {} cores (cgroup {})",
@@ -447,6 +471,9 @@ async fn run_side(
         args.podsets,
         settled.as_secs_f64()
     );
+    if !args.no_admission {
+        wait_for_shard_labels(&client, timeout).await?;
+    }
     let samples = Arc::new(Samples::default());
     let watching = follow_deployments(client.clone(), NAMESPACE, samples.clone()).await?;
     let mut churn = Churn {
@@ -504,6 +531,38 @@ async fn run_side(
     Ok(SideRun { replicas: n, steps })
 }
 
+/// Waits until the API server calls the shard-label webhook: a PodSet
+/// created in a dry run comes back labelled.
+async fn wait_for_shard_labels(client: &kube::Client, timeout: Duration) -> anyhow::Result<()> {
+    let api = Api::<PodSet>::namespaced(client.clone(), NAMESPACE);
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        let created = api
+            .create(&params, &PodSet::new("admission-probe", 1))
+            .await;
+        if let Ok(created) = &created
+            && created
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(SHARD_LABEL))
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the shard-label webhook did not label a new PodSet within {timeout:?} (last: {:?}); --no-admission runs without it",
+                created.map(|c| c.metadata.labels)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 fn cores(values: &[f64]) -> String {
     values
         .iter()
@@ -515,7 +574,7 @@ fn cores(values: &[f64]) -> String {
 fn render(args: &ChurnArgs, sides: &[SideRun]) -> String {
     let mut out = format!(
         "### Throughput under a CPU quota of {} cores per replica\n\n\
-         {} PodSets, then {}% creates and {}% size changes, {} a second more every {} s. A step passes when the p99 \
+         {} PodSets, then {}% creates and {}% size changes, {} a second more every {} s; {}. A step passes when the p99 \
          queue wait is at most {WAIT_AIM_SECS} s, the p99 from a change to its Deployment following at most {} s, and \
          every change was sent on time and accepted.\n\n",
         args.cpu_quota,
@@ -524,14 +583,19 @@ fn render(args: &ChurnArgs, sides: &[SideRun]) -> String {
         100 - args.creates_percent,
         args.step_rate,
         args.step_secs,
+        if args.no_admission {
+            "no admission: each new PodSet is labelled by its owner"
+        } else {
+            "the replicas serve the shard-label webhook behind one front, so a new PodSet is born labelled"
+        },
         LATENCY_AIM.as_secs()
     );
     for side in sides {
         let (capacity, missed) = side.capacity();
         out.push_str(&format!(
             "#### {}: capacity {capacity} changes a second{}\n\n\
-             | rate | sent | behind | failed | waits within 1 s | p99 wait (bucket) | p99 change to Deployment | p99 API answer | cores by replica | total | API server cores | throttled periods | passed |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+             | rate | sent | behind | failed | waits within 1 s | p99 wait (bucket) | p99 change to Deployment | p99 API answer | cores by replica | total | reconciles per change | CPU per reconcile | API server cores | throttled periods | passed |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
             side_name(side.replicas, true),
             if missed { "" } else { " (no step missed: the last step run)" }
         ));
@@ -539,7 +603,7 @@ fn render(args: &ChurnArgs, sides: &[SideRun]) -> String {
             let ms =
                 |d: Option<Duration>| d.map_or("-".into(), |d| format!("{} ms", d.as_millis()));
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {} | {} | {} | {} |\n",
                 s.rate,
                 s.sent,
                 s.behind,
@@ -554,6 +618,9 @@ fn render(args: &ChurnArgs, sides: &[SideRun]) -> String {
                 ms(s.answer_p99),
                 cores(&s.cores),
                 s.total_cores(),
+                s.reconciles as f64 / s.sent.max(1) as f64,
+                s.cpu_per_reconcile_ms()
+                    .map_or("-".into(), |ms| format!("{ms:.2} ms")),
                 s.apiserver_cores.map_or("-".into(), |c| format!("{c:.2}")),
                 s.throttled
                     .iter()
@@ -569,15 +636,20 @@ fn render(args: &ChurnArgs, sides: &[SideRun]) -> String {
         return out;
     };
     let (base, _) = one.capacity();
-    out.push_str("| side | capacity | / a ring of one | aim | total cores at the ring of one's capacity | / a ring of one | aim |\n|---|---|---|---|---|---|---|\n");
+    out.push_str("| side | capacity | / a ring of one | aim | total cores at the ring of one's capacity | / a ring of one | aim | total cores at the first step | / a ring of one |\n|---|---|---|---|---|---|---|---|---|\n");
+    let first = args.start_rate;
     for side in sides {
         let (capacity, _) = side.capacity();
         let ratio = (base > 0.0).then(|| capacity / base);
         let at_base = side.step_at(base).map(Step::total_cores);
         let one_at_base = one.step_at(base).map(Step::total_cores);
         let cpu_ratio = at_base.zip(one_at_base).map(|(a, b)| a / b.max(1e-9));
+        let at_first = side.step_at(first).map(Step::total_cores);
+        let first_ratio = at_first
+            .zip(one.step_at(first).map(Step::total_cores))
+            .map(|(a, b)| a / b.max(1e-9));
         out.push_str(&format!(
-            "| {} | {capacity} | {} | {} | {} | {} | {} |\n",
+            "| {} | {capacity} | {} | {} | {} | {} | {} | {} | {} |\n",
             side_name(side.replicas, true),
             ratio.map_or("-".into(), |r| format!("{r:.2}x")),
             if side.replicas == 3 {
@@ -592,6 +664,8 @@ fn render(args: &ChurnArgs, sides: &[SideRun]) -> String {
             } else {
                 "".into()
             },
+            at_first.map_or("-".into(), |c| format!("{c:.3}")),
+            first_ratio.map_or("-".into(), |r| format!("{r:.2}x")),
         ));
     }
     out
@@ -616,6 +690,7 @@ mod tests {
             sent: 10,
             behind: 0,
             waits,
+            reconciles: 20,
             cores: vec![0.2],
             apiserver_cores: None,
             throttled: vec![None],

@@ -259,6 +259,10 @@ pub(crate) struct Fleet {
     // Declared first: the replicas stop before their relays.
     controllers: Vec<ControllerProcess>,
     links: Vec<SeverableLink>,
+    /// The ports replicas serve the shard-label webhook on, by replica, and
+    /// the front that hands each review to the next of them, as a Service
+    /// does (none without admission).
+    admission: Option<(Vec<u16>, SeverableLink)>,
     metrics: Vec<String>,
     probes: Vec<String>,
     logs: Vec<PathBuf>,
@@ -285,18 +289,37 @@ impl Fleet {
         Self::start_limited(setup, n, sharded, phase, Limits::default())
     }
 
-    /// As [`Self::start`], each replica in cgroups of its own that hold it
-    /// to `limits`.
-    pub(crate) fn start_limited(
+    /// As [`Self::start_limited`], sharded, the replicas serving the
+    /// shard-label webhook behind one front, so a new PodSet is born with
+    /// its bucket's label (as a deployed fleet has it).
+    pub(crate) fn start_admitted(
         setup: &FleetSetup<'_>,
         n: usize,
-        sharded: bool,
         phase: &str,
         limits: Limits,
     ) -> anyhow::Result<Self> {
-        let mut fleet = Fleet {
+        let ports: Vec<u16> = (0..n)
+            .map(|_| reconciler_tests::free_loopback_port())
+            .collect::<Result<_, _>>()?;
+        let front = SeverableLink::start_spread(
+            ports
+                .iter()
+                .map(|port| SocketAddr::from(([127, 0, 0, 1], *port)))
+                .collect(),
+        )?;
+        let mut fleet = Self::empty(n, true, phase);
+        fleet.admission = Some((ports, front));
+        for _ in 0..n {
+            fleet.spawn(setup, limits)?;
+        }
+        Ok(fleet)
+    }
+
+    fn empty(n: usize, sharded: bool, phase: &str) -> Self {
+        Fleet {
             controllers: Vec::new(),
             links: Vec::new(),
+            admission: None,
             metrics: Vec::new(),
             probes: Vec::new(),
             logs: Vec::new(),
@@ -306,7 +329,19 @@ impl Fleet {
             started: Instant::now(),
             spawned: 0,
             name: format!("{phase}-{n}{}", if sharded { "s" } else { "" }),
-        };
+        }
+    }
+
+    /// As [`Self::start`], each replica in cgroups of its own that hold it
+    /// to `limits`.
+    pub(crate) fn start_limited(
+        setup: &FleetSetup<'_>,
+        n: usize,
+        sharded: bool,
+        phase: &str,
+        limits: Limits,
+    ) -> anyhow::Result<Self> {
+        let mut fleet = Self::empty(n, sharded, phase);
         for _ in 0..n {
             fleet.spawn(setup, limits)?;
         }
@@ -341,6 +376,19 @@ impl Fleet {
         let mut more = vec!["--http-listen".to_string(), probe.clone()];
         if self.sharded {
             more.extend(["--sharding", "--sharding-namespace", "default"].map(String::from));
+        }
+        if let Some((ports, front)) = &self.admission {
+            let port = ports
+                .get(i)
+                .context("a replica beyond those the admission front was made for")?;
+            more.extend([
+                "--admission-listen".to_string(),
+                format!("127.0.0.1:{port}"),
+                "--admission-url".to_string(),
+                format!("https://{}", front.address()),
+                "--admission-cert-secret".to_string(),
+                "default/reconciler-host-bench-admission".to_string(),
+            ]);
         }
         let mut setup = host.with_more_args(&more.iter().map(String::as_str).collect::<Vec<_>>());
         if let Some(limit) = limits.memory {
@@ -537,7 +585,7 @@ impl Fleet {
 pub(crate) struct Scraped {
     depth: u64,
     in_flight: u64,
-    reconciles: u64,
+    pub reconciles: u64,
     pub podsets: u64,
     pub deployments: u64,
     /// Clusters paused over their cache budget.

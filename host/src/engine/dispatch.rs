@@ -50,7 +50,7 @@ pub struct Dispatcher<B: ClusterBackend> {
 #[derive(Debug)]
 pub enum Wake {
     /// A reconcile finished.
-    Finished(ReconcileRecord),
+    Finished(Box<ReconcileRecord>),
     /// Watch events arrived, or something became due.
     Work,
 }
@@ -188,7 +188,7 @@ impl<B: ClusterBackend> Dispatcher<B> {
         let wait = self.idle_wait();
         let engine = self.engine.clone();
         tokio::select! {
-            record = self.finished() => Wake::Finished(record),
+            record = self.finished() => Wake::Finished(Box::new(record)),
             () = engine.watch_events() => Wake::Work,
             () = tokio::time::sleep(wait) => Wake::Work,
         }
