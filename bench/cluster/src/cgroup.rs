@@ -148,7 +148,7 @@ impl CpuCgroup {
     /// A new cgroup `name` whose processes run at most `cores` (0.2: a
     /// fifth of one core) per period.
     pub fn create(name: &str, cores: f64) -> anyhow::Result<Self> {
-        if !(cores > 0.0) {
+        if cores.is_nan() || cores <= 0.0 {
             bail!("a CPU quota must be above 0 cores, not {cores}");
         }
         let quota = quota_us(cores);

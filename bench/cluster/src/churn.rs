@@ -41,7 +41,7 @@ use crate::podset::PodSet;
 use crate::procfs;
 use crate::queue_waits::QueueWaits;
 use crate::replicas::side_name;
-use crate::scale::{Fleet, FleetSetup, Limits};
+use crate::scale::{Fleet, FleetSetup, Limits, without_controller_manager};
 use crate::stats::percentile;
 
 const NAMESPACE: &str = "bench-churn";
@@ -392,23 +392,7 @@ pub async fn run(args: ChurnArgs) -> anyhow::Result<()> {
         );
     }
     let cluster = &args.cluster;
-    if !cluster.kube.is_file() {
-        bail!(
-            "no control plane at {} (give --kube): the churn bench starts one of its own without kube-controller-manager",
-            cluster.kube.display()
-        );
-    }
-    let state = cluster.state();
-    let mut kube = LocalKube::new(cluster.kube.clone(), state.clone(), cluster.keep_state)?
-        .without_controller_manager();
-    std::fs::create_dir_all(state.join("work"))?;
-    let host = HostSetup::prepare(
-        cluster.host_bin.clone(),
-        &cluster.plugin,
-        None,
-        &state.join("work"),
-        Vec::new(),
-    )?;
+    let (mut kube, host) = without_controller_manager(cluster, "churn")?;
     let load_at_start = load_average();
     let mut sides = Vec::new();
     for &n in &args.replicas {

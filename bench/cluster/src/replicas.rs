@@ -27,7 +27,6 @@ use crate::driver::{
 };
 use crate::observer::{Observer, key};
 use crate::procfs;
-use reconciler_tests::real_cluster::SeverableLink;
 
 #[derive(Debug, clap::Args)]
 pub struct ReplicasArgs {
@@ -217,15 +216,7 @@ async fn measure(
     // passes through: the replicas share one serving certificate. Kept
     // until the side is measured.
     let (admission_ports, front) = if sharded && !args.no_admission {
-        let ports: Vec<u16> = (0..n)
-            .map(|_| reconciler_tests::free_loopback_port())
-            .collect::<Result<_, _>>()?;
-        let front = SeverableLink::start_spread(
-            ports
-                .iter()
-                .map(|port| SocketAddr::from(([127, 0, 0, 1], *port)))
-                .collect(),
-        )?;
+        let (ports, front) = crate::scale::admission_front(n)?;
         (ports, Some(front))
     } else {
         (Vec::new(), None)

@@ -129,23 +129,8 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
         bail!("--podsets must be at least 1");
     }
     let cluster = &args.cluster;
-    if !cluster.kube.is_file() {
-        bail!(
-            "no control plane at {} (give --kube): the scale bench starts one of its own without kube-controller-manager",
-            cluster.kube.display()
-        );
-    }
+    let (mut kube, host) = without_controller_manager(cluster, "scale")?;
     let state = cluster.state();
-    let mut kube = LocalKube::new(cluster.kube.clone(), state.clone(), cluster.keep_state)?
-        .without_controller_manager();
-    std::fs::create_dir_all(state.join("work"))?;
-    let host = HostSetup::prepare(
-        cluster.host_bin.clone(),
-        &cluster.plugin,
-        None,
-        &state.join("work"),
-        Vec::new(),
-    )?;
     let timeout = Duration::from_secs(cluster.timeout_secs);
     let quiet = Duration::from_secs(args.quiet_secs);
     let load_at_start = load_average();
@@ -236,6 +221,48 @@ pub async fn run(args: ScaleArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A control plane of the bench's own without kube-controller-manager, and
+/// the host to start on it; `bench` names the bench in the error.
+pub(crate) fn without_controller_manager(
+    cluster: &ClusterArgs,
+    bench: &str,
+) -> anyhow::Result<(LocalKube, HostSetup)> {
+    if !cluster.kube.is_file() {
+        bail!(
+            "no control plane at {} (give --kube): the {bench} bench starts one of its own without kube-controller-manager",
+            cluster.kube.display()
+        );
+    }
+    let state = cluster.state();
+    let kube = LocalKube::new(cluster.kube.clone(), state.clone(), cluster.keep_state)?
+        .without_controller_manager();
+    std::fs::create_dir_all(state.join("work"))?;
+    let host = HostSetup::prepare(
+        cluster.host_bin.clone(),
+        &cluster.plugin,
+        None,
+        &state.join("work"),
+        Vec::new(),
+    )?;
+    Ok((kube, host))
+}
+
+/// Each of `n` replicas' admission port on loopback, and one front that
+/// hands each connection to the next of them, as a Service does. TLS
+/// passes through: the replicas share one serving certificate.
+pub(crate) fn admission_front(n: usize) -> anyhow::Result<(Vec<u16>, SeverableLink)> {
+    let ports: Vec<u16> = (0..n)
+        .map(|_| reconciler_tests::free_loopback_port())
+        .collect::<Result<_, _>>()?;
+    let front = SeverableLink::start_spread(
+        ports
+            .iter()
+            .map(|port| SocketAddr::from(([127, 0, 0, 1], *port)))
+            .collect(),
+    )?;
+    Ok((ports, front))
+}
+
 /// What cgroups hold each replica to, as a pod's `limits` do.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Limits {
@@ -298,17 +325,8 @@ impl Fleet {
         phase: &str,
         limits: Limits,
     ) -> anyhow::Result<Self> {
-        let ports: Vec<u16> = (0..n)
-            .map(|_| reconciler_tests::free_loopback_port())
-            .collect::<Result<_, _>>()?;
-        let front = SeverableLink::start_spread(
-            ports
-                .iter()
-                .map(|port| SocketAddr::from(([127, 0, 0, 1], *port)))
-                .collect(),
-        )?;
         let mut fleet = Self::empty(n, true, phase);
-        fleet.admission = Some((ports, front));
+        fleet.admission = Some(admission_front(n)?);
         for _ in 0..n {
             fleet.spawn(setup, limits)?;
         }
